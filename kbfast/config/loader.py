@@ -1,0 +1,260 @@
+"""Load, override and validate system descriptions (design §10).
+
+A topology YAML may name a ``base`` preset; its keys are deep-merged over the
+base.  ``--set key.path=value`` overrides are applied after merging.  Every
+problem becomes a ``ConfigError`` naming the file, the key path and the value.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from kbfast.config.schema import GRID_TOPOLOGIES, SystemSpec
+from kbfast.errors import ConfigError, did_you_mean
+
+DEFAULT_TOPOLOGY = "ahbm_2sip"
+
+
+def preset_names() -> list[str]:
+    """Names of the topology presets shipped with kbfast."""
+    folder = resources.files("kbfast.topologies")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _resolve(name_or_path: str | Path) -> tuple[str, str]:
+    """Return (label, text) for a preset name or a YAML path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(str(path), "<file>", str(path), "no such topology file",
+                              f"presets: {', '.join(preset_names())}")
+        return str(path), path.read_text()
+    name = str(name_or_path)
+    if name not in preset_names():
+        raise ConfigError(name, "<preset>", name, "unknown topology preset",
+                          did_you_mean(name, preset_names()))
+    text = resources.files("kbfast.topologies").joinpath(f"{name}.yaml").read_text()
+    return f"{name}.yaml", text
+
+
+def _parse_yaml(label: str, text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(label, "<root>", data, "a topology file must be a mapping")
+    return data
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Return ``base`` with ``over`` merged in; mappings merge, everything else replaces."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
+    """Load a topology (following ``base`` chains) into a plain dict."""
+    label, text = _resolve(name_or_path)
+    data = _parse_yaml(label, text)
+    base = data.pop("base", None)
+    if base is None:
+        return label, data
+    if base in _seen:
+        raise ConfigError(label, "base", base, "circular base chain")
+    base_arg = base
+    if str(base).endswith((".yaml", ".yml")) and Path(label).parent.joinpath(base).exists():
+        base_arg = Path(label).parent / base
+    _, base_data = load_raw(base_arg, _seen + (label,))
+    return label, deep_merge(base_data, data)
+
+
+def _model_at(path: list[str]) -> type[BaseModel] | None:
+    """The pydantic model class found by walking ``path`` from SystemSpec."""
+    model: Any = SystemSpec
+    for key in path:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(key)
+        if field is None:
+            return None
+        model = field.annotation
+        while get_origin(model) is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+            inner = [a for a in get_args(model) if isinstance(a, type) and issubclass(a, BaseModel)]
+            model = inner[0] if inner else None
+            if model is None:
+                return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``key.path=value`` (the value is read as YAML: ``8``, ``torus_2d``, ``[0, 0]``)."""
+    if "=" not in text:
+        raise ConfigError("--set", text, text, "an override must look like key.path=value",
+                          "example: --set sip.cube_mesh.w=8")
+    key, _, value = text.partition("=")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError:
+        return key.strip(), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], label: str = "--set") -> dict[str, Any]:
+    """Set dotted key paths in a raw config dict; unknown paths get a did-you-mean hint."""
+    out = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node = out
+        for depth, key in enumerate(parts):
+            model = _model_at(parts[:depth])
+            known = list(model.model_fields) if model is not None else list(node)
+            if key not in known and key not in node:
+                raise ConfigError(label, dotted, value, f"unknown key {key!r}", did_you_mean(key, known))
+            if depth == len(parts) - 1:
+                node[key] = value
+            else:
+                if not isinstance(node.get(key), dict):
+                    raise ConfigError(label, dotted, value, f"{'.'.join(parts[:depth + 1])} is not a mapping")
+                node = node[key]
+    return out
+
+
+def _format_validation(label: str, err: ValidationError) -> ConfigError:
+    first = err.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    key = ".".join(loc)
+    value = first.get("input")
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        known = list(parent.model_fields) if parent is not None else []
+        return ConfigError(label, key, value, f"unknown key {loc[-1]!r}", did_you_mean(loc[-1], known))
+    if kind == "missing":
+        return ConfigError(label, key, None, "required key is missing", "add it, or set a base preset")
+    hint = ""
+    if kind in ("greater_than", "greater_than_equal"):
+        hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
+    elif kind == "literal_error":
+        hint = first["msg"].replace("Input should be", "use")
+    more = len(err.errors()) - 1
+    if more:
+        hint = (hint + "; " if hint else "") + f"{more} more problem(s) after this one"
+    return ConfigError(label, key, value, first["msg"], hint)
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and (n & (n - 1)) == 0
+
+
+def check_cross_fields(label: str, spec: SystemSpec) -> None:
+    """Rules that span several keys (spec_fabric §1.3, §3.4)."""
+    for key, n in (("hbm.pcs_per_pe", spec.hbm.pcs_per_pe), ("hbm.burst_bytes", spec.hbm.burst_bytes),
+                   ("fabric.flit_bytes", spec.fabric.flit_bytes)):
+        if not _is_pow2(n):
+            lo = 1 << (n.bit_length() - 1)
+            raise ConfigError(label, key, n, "must be a power of two", f"use {lo} or {lo * 2}")
+    if spec.fabric.flit_bytes > spec.hbm.burst_bytes:
+        raise ConfigError(label, "fabric.flit_bytes", spec.fabric.flit_bytes,
+                          f"a flit may not exceed the HBM burst ({spec.hbm.burst_bytes} B)",
+                          "set fabric.flit_bytes <= hbm.burst_bytes")
+    sips = spec.sips
+    if sips.topology in GRID_TOPOLOGIES:
+        if (sips.w is None) != (sips.h is None):
+            missing = "sips.h" if sips.h is None else "sips.w"
+            raise ConfigError(label, missing, None, "sips.w and sips.h must be given together")
+        if sips.w is not None and sips.w * sips.h != sips.count:
+            raise ConfigError(label, "sips.w", sips.w,
+                              f"sips.w * sips.h = {sips.w}*{sips.h} = {sips.w * sips.h} != sips.count = {sips.count}",
+                              "choose w and h whose product is sips.count")
+        side = round(sips.count**0.5)
+        if sips.w is None and side * side != sips.count:
+            raise ConfigError(label, "sips.count", sips.count,
+                              f"non-square sips.count requires explicit sips.w/h for {sips.topology}",
+                              _grid_hint(sips.count))
+    elif sips.w is not None or sips.h is not None:
+        raise ConfigError(label, "sips.w", sips.w, f"sips.w/h only apply to {', '.join(GRID_TOPOLOGIES)}",
+                          "remove sips.w and sips.h")
+    mesh = spec.sip.cube_mesh
+    phys: set[str] = set()
+    for ci, chip in enumerate(spec.sip.io_chiplets):
+        for pi, port in enumerate(chip.cube_ports):
+            key = f"sip.io_chiplets.{ci}.cube_ports.{pi}"
+            x, y = port.cube
+            if not (0 <= x < mesh.w and 0 <= y < mesh.h):
+                raise ConfigError(label, f"{key}.cube", list(port.cube),
+                                  f"cube is outside the {mesh.w}x{mesh.h} cube mesh")
+            edge_ok = {"N": y == 0, "S": y == mesh.h - 1, "W": x == 0, "E": x == mesh.w - 1}[port.side]
+            if not edge_ok:
+                raise ConfigError(label, f"{key}.side", port.side,
+                                  f"cube {list(port.cube)} has no free {port.side} shoreline port",
+                                  "IO chiplets attach to the SIP edge")
+            if port.phy in phys:
+                raise ConfigError(label, f"{key}.phy", port.phy, "duplicate PHY name")
+            phys.add(port.phy)
+    geo, pe = spec.cube.geometry, spec.cube.pe_layout
+    span = 2 * pe.corner_inset_mm + 2 * (pe.pe_per_corner - 1) * pe.pe_pitch_mm
+    if span >= geo.w_mm:
+        raise ConfigError(label, "cube.geometry.w_mm", geo.w_mm,
+                          f"PE columns need more than {span:g} mm", "widen the cube or reduce pe_pitch_mm")
+    from kbfast.topology.kinds import EdgeKind
+
+    kinds = [k.name.lower() for k in EdgeKind]
+    for kind in spec.routing.weight_mm:
+        if kind not in kinds:
+            raise ConfigError(label, f"routing.weight_mm.{kind}", kind, "unknown edge kind", did_you_mean(kind, kinds))
+    for key in spec.uncalibrated:
+        try:
+            _lookup(spec, key)
+        except KeyError:
+            raise ConfigError(label, "uncalibrated", key, "names no parameter") from None
+
+
+def _grid_hint(count: int) -> str:
+    pairs = [(w, count // w) for w in range(1, count + 1) if count % w == 0 and 1 < w < count]
+    if pairs:
+        return "set sips.w and sips.h, e.g. " + " or ".join(f"w={w}, h={h}" for w, h in pairs[:2])
+    return "use ring_1d for a prime SIP count, or set sips.w/h (e.g. w=1)"
+
+
+def _lookup(spec: SystemSpec, dotted: str) -> Any:
+    node: Any = spec
+    for part in dotted.split("."):
+        if isinstance(node, BaseModel) and part in type(node).model_fields:
+            node = getattr(node, part)
+        else:
+            raise KeyError(dotted)
+    return node
+
+
+def lookup(spec: SystemSpec, dotted: str) -> Any:
+    """Value at a dotted key path of a validated spec."""
+    return _lookup(spec, dotted)
+
+
+def validate(label: str, data: dict[str, Any]) -> SystemSpec:
+    """Validate a raw dict; raise ``ConfigError`` on the first problem."""
+    try:
+        spec = SystemSpec.model_validate(data)
+    except ValidationError as err:
+        raise _format_validation(label, err) from None
+    check_cross_fields(label, spec)
+    return spec
+
+
+def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None) -> SystemSpec:
+    """Load a preset or YAML file, apply overrides, validate."""
+    label, data = load_raw(name_or_path)
+    if overrides:
+        data = apply_overrides(data, overrides)
+    return validate(label, data)

@@ -1,0 +1,204 @@
+"""Typed schema of a system description (topology YAML).
+
+Every parameter of spec_fabric §2–§3 and spec_memory §3.9 has a field here;
+parameters the documents never valued are listed in the YAML's
+``uncalibrated`` section (spec_fabric §10).  Units: GB/s with 1 GB/s = 1 B/ns,
+nanoseconds, millimetres.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+SIP_TOPOLOGIES = ("ring_1d", "ring_1d_unidir", "torus_2d", "mesh_2d", "mesh_2d_no_wrap", "tree_binary")
+GRID_TOPOLOGIES = ("torus_2d", "mesh_2d", "mesh_2d_no_wrap")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Link(Strict):
+    """A link class whose length comes from the floor plan (or is 0 mm)."""
+
+    bw_gbs: PositiveFloat
+
+
+class LongLink(Strict):
+    """A link class with its own length (UCIe seam, PCIe)."""
+
+    bw_gbs: PositiveFloat
+    distance_mm: NonNegativeFloat = 0.0
+
+
+class Links(Strict):
+    """Bandwidths of every data-link class (spec_fabric §3)."""
+
+    pe_to_router: Link
+    router_mesh: Link
+    router_hbm: Link
+    router_sram: Link
+    ucie_conn: Link
+    ucie_internal: Link
+    ucie_mesh: LongLink
+    pcie_ep_noc: Link
+    io_noc_cpu: Link
+    io_conn: Link
+    io_to_cube: Link
+    pcie: LongLink
+
+
+class Overheads(Strict):
+    """Per-transaction node overheads in ns (spec_fabric §2)."""
+
+    switch: NonNegativeFloat
+    pcie_ep: NonNegativeFloat
+    io_cpu: NonNegativeFloat
+    io_noc: NonNegativeFloat
+    io_ucie: NonNegativeFloat
+    io_conn: NonNegativeFloat
+    router: NonNegativeFloat
+    ucie: NonNegativeFloat
+    ucie_conn: NonNegativeFloat
+    m_cpu: NonNegativeFloat
+    sram: NonNegativeFloat
+    hbm_ctrl: NonNegativeFloat
+
+
+class Fabric(Strict):
+    flit_bytes: PositiveInt
+    ns_per_mm: NonNegativeFloat
+
+
+class Sips(Strict):
+    count: PositiveInt
+    topology: Literal[SIP_TOPOLOGIES]  # type: ignore[valid-type]
+    w: PositiveInt | None = None
+    h: PositiveInt | None = None
+
+
+class MeshSize(Strict):
+    w: PositiveInt
+    h: PositiveInt
+
+
+class CubePort(Strict):
+    """Where an IO-chiplet UCIe PHY attaches to a cube's shoreline port."""
+
+    cube: tuple[int, int]
+    side: Literal["N", "S", "E", "W"]
+    phy: str = Field(pattern=r"^P[0-9]+$")
+    distance_mm: NonNegativeFloat
+
+
+class IoChiplet(Strict):
+    id: str = Field(pattern=r"^io[0-9]+$")
+    n_connections: PositiveInt
+    cube_ports: list[CubePort] = Field(min_length=1)
+
+
+class SipLayout(Strict):
+    cube_mesh: MeshSize
+    io_chiplets: list[IoChiplet] = Field(min_length=1, max_length=1)
+
+
+class Geometry(Strict):
+    w_mm: PositiveFloat
+    h_mm: PositiveFloat
+
+
+class PeLayout(Strict):
+    pe_per_corner: PositiveInt
+    corner_inset_mm: NonNegativeFloat
+    pe_pitch_mm: PositiveFloat
+
+
+class NocLayout(Strict):
+    max_spacing_mm: PositiveFloat
+    hbm_gap_mm: PositiveFloat
+
+
+class Ucie(Strict):
+    n_connections: PositiveInt
+
+
+class Placement(Strict):
+    m_cpu_mm: tuple[float, float]
+    sram_mm: tuple[float, float]
+
+
+class CubeLayout(Strict):
+    geometry: Geometry
+    pe_layout: PeLayout
+    noc: NocLayout
+    ucie: Ucie
+    placement: Placement
+
+
+class Hbm(Strict):
+    """Per-PE HBM controller (spec_memory §3.9)."""
+
+    slices_per_cube: PositiveInt
+    total_gib_per_cube: PositiveInt
+    pcs_per_pe: PositiveInt
+    burst_bytes: PositiveInt
+    efficiency: float = Field(gt=0.0, le=1.0)
+    switch_penalty_ns: NonNegativeFloat
+    mapping_mode: Literal["n_to_one"]
+
+
+class Routing(Strict):
+    """Route choice (spec_fabric §4.2): Dijkstra on millimetres, or on hop count.
+
+    ``weight_mm`` overrides the routing weight of whole edge kinds (the
+    original's ``routing_weight_mm``, spec_fabric §3, §10); propagation still
+    uses the physical length.
+    """
+
+    policy: Literal["mm", "hops"]
+    weight_mm: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+
+
+class SystemSpec(Strict):
+    """A whole validated system description."""
+
+    name: str
+    description: str = ""
+    param_set: str
+    fabric: Fabric
+    sips: Sips
+    sip: SipLayout
+    cube: CubeLayout
+    hbm: Hbm
+    link: Links
+    overhead_ns: Overheads
+    routing: Routing
+    uncalibrated: list[str] = Field(default_factory=list)
+
+    @property
+    def n_sips(self) -> int:
+        return self.sips.count
+
+    @property
+    def n_cubes_per_sip(self) -> int:
+        return self.sip.cube_mesh.w * self.sip.cube_mesh.h
+
+    @property
+    def pc_bw_gbs(self) -> float:
+        """Per-PC bandwidth, derived: router↔HBM bw × efficiency / PCs (spec_fabric §3.4)."""
+        return self.link.router_hbm.bw_gbs * self.hbm.efficiency / self.hbm.pcs_per_pe
+
+    @property
+    def hbm_slice_bytes(self) -> int:
+        return self.hbm.total_gib_per_cube * (1 << 30) // self.hbm.slices_per_cube
+
+    def sip_grid(self) -> tuple[int, int]:
+        """(w, h) of the logical SIP grid; (0, 0) for non-grid topologies (spec_fabric §1.3)."""
+        if self.sips.topology not in GRID_TOPOLOGIES:
+            return (0, 0)
+        if self.sips.w is not None and self.sips.h is not None:
+            return (self.sips.w, self.sips.h)
+        side = round(self.sips.count**0.5)
+        return (side, side)

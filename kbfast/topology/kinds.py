@@ -1,0 +1,92 @@
+"""Node and edge kinds of the system graph (spec_fabric §2–§3).
+
+Kinds are small integers so that tables stay flat numpy arrays.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class NodeKind(IntEnum):
+    SWITCH = 0
+    PCIE_EP = 1
+    IO_CPU = 2
+    IO_NOC = 3
+    IO_UCIE = 4
+    IO_CONN = 5
+    ROUTER = 6
+    UCIE = 7
+    UCIE_CONN = 8
+    M_CPU = 9
+    SRAM = 10
+    HBM_CTRL = 11
+    PE_DMA = 12
+    PE_CPU = 13
+    PE_SCHEDULER = 14
+    PE_FETCH_STORE = 15
+    PE_GEMM = 16
+    PE_MATH = 17
+    PE_TCM = 18
+    PE_MMU = 19
+    PE_IPCQ = 20
+
+
+# Flit-aware nodes pass flits through one serial worker; the rest reassemble
+# the whole transaction (store-and-forward).  spec_fabric §2, §5.3.
+FLIT_AWARE = frozenset({NodeKind.SWITCH, NodeKind.IO_NOC, NodeKind.IO_UCIE, NodeKind.IO_CONN,
+                        NodeKind.ROUTER, NodeKind.UCIE, NodeKind.UCIE_CONN, NodeKind.HBM_CTRL})
+
+# The overhead_ns key of each node kind in the system description.
+OVERHEAD_KEY = {
+    NodeKind.SWITCH: "switch", NodeKind.PCIE_EP: "pcie_ep", NodeKind.IO_CPU: "io_cpu",
+    NodeKind.IO_NOC: "io_noc", NodeKind.IO_UCIE: "io_ucie", NodeKind.IO_CONN: "io_conn",
+    NodeKind.ROUTER: "router", NodeKind.UCIE: "ucie", NodeKind.UCIE_CONN: "ucie_conn",
+    NodeKind.M_CPU: "m_cpu", NodeKind.SRAM: "sram", NodeKind.HBM_CTRL: "hbm_ctrl",
+}
+
+PE_BLOCKS = ("pe_dma", "pe_cpu", "pe_scheduler", "pe_fetch_store", "pe_gemm", "pe_math",
+             "pe_tcm", "pe_mmu", "pe_ipcq")
+PE_BLOCK_KINDS = tuple(NodeKind[b.upper()] for b in PE_BLOCKS)
+
+
+class EdgeKind(IntEnum):
+    PE_TO_ROUTER = 0
+    ROUTER_TO_PE = 1
+    COMMAND = 2
+    ROUTER_MESH = 3
+    ROUTER_TO_HBM = 4
+    HBM_TO_ROUTER = 5
+    ROUTER_TO_SRAM = 6
+    SRAM_TO_ROUTER = 7
+    ROUTER_TO_UCIE_CONN = 8
+    UCIE_CONN_TO_ROUTER = 9
+    UCIE_INTERNAL = 10
+    UCIE_MESH = 11
+    IO_INTERNAL = 12
+    IO_TO_CUBE = 13
+    CUBE_TO_IO = 14
+    PCIE = 15
+    PE_INTERNAL = 16
+
+
+# Edge kinds that the same-cube graph excludes (spec_fabric §4.2 `_adj_local`).
+UCIE_IO_KINDS = frozenset({EdgeKind.UCIE_INTERNAL, EdgeKind.ROUTER_TO_UCIE_CONN, EdgeKind.UCIE_CONN_TO_ROUTER,
+                           EdgeKind.UCIE_MESH, EdgeKind.IO_TO_CUBE, EdgeKind.CUBE_TO_IO})
+
+
+class Graph(IntEnum):
+    """The four adjacency graphs of the original PathRouter (spec_fabric §4.2)."""
+
+    ALL = 0         # _adj_all: command legs (IO_CPU, M_CPU)
+    DATA = 1        # _adj: PE DMA and general data paths (no command edges)
+    MEMORY = 2      # _adj_mcpu_dma: host memory and M_CPU DMA (never enters PE pipelines)
+    LOCAL = 3       # _adj_local: same-cube routes (no UCIe / IO edges)
+
+
+EXCLUDED_KINDS = {
+    Graph.ALL: frozenset(),
+    Graph.DATA: frozenset({EdgeKind.COMMAND}),
+    Graph.MEMORY: frozenset({EdgeKind.PE_INTERNAL, EdgeKind.PE_TO_ROUTER}),
+    Graph.LOCAL: UCIE_IO_KINDS,
+}

@@ -1,0 +1,88 @@
+"""Node names <-> node ids (spec_fabric §1.5), computed from the id layout, never stored per node."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from kbfast.errors import UnknownNodeError, did_you_mean
+from kbfast.topology.builder import Tables
+
+SWITCH_NAME = "fabric.switch0"
+_NAME = re.compile(r"^sip(\d+)\.(?:cube(\d+)\.)?(.+)$")
+
+
+@lru_cache(maxsize=64)
+def _local_index(names: tuple[str, ...]) -> dict[str, int]:
+    return {n: i for i, n in enumerate(names)}
+
+
+def node_id(t: Tables, name: str) -> int:
+    """Id of a node name such as ``sip0.cube3.r0c4`` or ``sip1.io0.pcie_ep``."""
+    if name == SWITCH_NAME:
+        return 0
+    m = _NAME.match(name)
+    lay = t.layout
+    if m:
+        sip, cube, rest = int(m.group(1)), m.group(2), m.group(3)
+        if sip >= lay.n_sips:
+            raise UnknownNodeError(f"{name}: SIP {sip} does not exist (the system has {lay.n_sips} SIPs)")
+        if cube is None:
+            local = _local_index(t.io_names).get(rest)
+            if local is not None:
+                return lay.sip_node_base(sip) + local
+            raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.io_names)}")
+        c = int(cube)
+        if c >= lay.n_cubes_per_sip:
+            raise UnknownNodeError(f"{name}: cube {c} does not exist (a SIP has {lay.n_cubes_per_sip} cubes)")
+        local = _local_index(t.cube_names).get(rest)
+        if local is not None:
+            return lay.cube_node_base(sip, c) + local
+        raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.cube_names)}")
+    raise UnknownNodeError(f"unknown node {name!r}: names look like sip0.cube0.pe0.pe_dma, "
+                           f"sip0.cube0.r0c0, sip0.io0.pcie_ep or {SWITCH_NAME}")
+
+
+def locate(t: Tables, node: int) -> tuple[int, int, int]:
+    """(sip, cube, local) of a node id; cube is -1 inside the IO chiplet, sip -1 for the switch."""
+    if node == 0:
+        return -1, -1, 0
+    lay = t.layout
+    sip, rest = divmod(node - 1, lay.nodes_per_sip)
+    if rest < lay.io_nodes:
+        return sip, -1, rest
+    cube, local = divmod(rest - lay.io_nodes, lay.nodes_per_cube)
+    return sip, cube, local
+
+
+def node_name(t: Tables, node: int) -> str:
+    """Name of a node id (inverse of :func:`node_id`)."""
+    if not 0 <= node < t.n_nodes:
+        raise UnknownNodeError(f"node id {node} is outside 0..{t.n_nodes - 1}")
+    sip, cube, local = locate(t, node)
+    if sip < 0:
+        return SWITCH_NAME
+    if cube < 0:
+        return f"sip{sip}.{t.io_names[local]}"
+    return f"sip{sip}.cube{cube}.{t.cube_names[local]}"
+
+
+def node_names(t: Tables, nodes: np.ndarray) -> list[str]:
+    return [node_name(t, int(n)) for n in nodes]
+
+
+def pe_block(t: Tables, sip: int, cube: int, pe: int, block: str = "pe_dma") -> int:
+    """Id of a PE block, e.g. ``pe_block(t, 0, 3, 2)`` is ``sip0.cube3.pe2.pe_dma``."""
+    return node_id(t, f"sip{sip}.cube{cube}.pe{pe}.{block}")
+
+
+def hbm_ctrl(t: Tables, sip: int, cube: int, pe: int) -> int:
+    return node_id(t, f"sip{sip}.cube{cube}.hbm_ctrl.pe{pe}")
+
+
+def io_node(t: Tables, sip: int, what: str) -> int:
+    """Id of an IO-chiplet node: ``what`` in pcie_ep, io_cpu, io_noc."""
+    chip = t.spec.sip.io_chiplets[0].id
+    return node_id(t, f"sip{sip}.{chip}.{what}")

@@ -1,0 +1,272 @@
+"""Deterministic routing: the original PathRouter rule, composed hierarchically.
+
+Rule (spec_fabric §4.2, spec README "routing"): Dijkstra over the explicit
+graph, each edge weighted by its millimetres (integer micrometres here, so
+that equal lengths compare exactly), on one of four adjacency graphs
+(:class:`~kbfast.topology.kinds.Graph`).  The ``hops`` policy weights every
+edge 1 instead.
+
+Tie rule, independent of heap order: among shortest routes prefer the fewest
+edges; among those, each node keeps the incoming edge with the smallest edge
+id.  The builder orders vertical mesh links before horizontal ones, so
+equal-length mesh routes go X first (ADR-0017 D7).
+
+Hierarchical composition, exactly equal to flat Dijkstra on the whole system
+(tested in ``tests/test_routing.py``):
+
+* SIPs are identical and ids are laid out by offset, so shortest-path trees
+  are computed once on the SIP template and reused for every SIP;
+* a SIP joins the rest of the system only through its ``pcie_ep`` (a cut
+  vertex of the switch star), so a cross-SIP route is
+  ``tree(src -> pcie_ep_a) + pcie_ep_a -> switch -> pcie_ep_b + tree(pcie_ep_b -> dst)``;
+  distances beyond a cut vertex are shifted by a constant, which keeps the
+  tie rule's choices;
+* same-cube routes use the LOCAL graph, which has no UCIe/IO edges and so
+  never leaves the cube.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from kbfast.errors import RoutingError
+from kbfast.topology.builder import Tables
+from kbfast.topology.kinds import EXCLUDED_KINDS, EdgeKind, Graph
+from kbfast.topology.names import node_name
+
+ROUTE_KINDS = ("pe_dma", "memory", "mcpu_dma", "node")
+
+
+def edge_weights(mm: np.ndarray, kind: np.ndarray, policy: str, weight_mm: dict[str, float]) -> np.ndarray:
+    """Routing weight per edge: micrometres (``mm`` policy, with per-kind overrides) or 1 (``hops``)."""
+    if policy == "hops":
+        return np.ones(len(mm), np.int64)
+    mm = mm.copy()
+    for name, value in weight_mm.items():
+        mm[kind == EdgeKind[name.upper()]] = value
+    return np.rint(mm * 1000.0).astype(np.int64)
+
+
+def build_csr(n_nodes: int, src: np.ndarray, kind: np.ndarray, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Out-adjacency (ptr, edge ids in increasing id order) of one graph variant."""
+    keep = ~np.isin(kind, np.array(sorted(EXCLUDED_KINDS[graph]), dtype=np.int8))
+    edges = np.flatnonzero(keep).astype(np.int32)
+    order = np.argsort(src[edges], kind="stable")
+    edges = edges[order]
+    ptr = np.zeros(n_nodes + 1, np.int64)
+    np.cumsum(np.bincount(src[edges], minlength=n_nodes), out=ptr[1:])
+    return ptr, edges
+
+
+@njit(cache=True)
+def shortest_path_tree(n_nodes, adj_ptr, adj_edge, edge_dst, weight, source):  # pragma: no cover - jitted
+    """Dijkstra on (distance, hops); ``pred_edge[v]`` = smallest-id edge on a best route.
+
+    Returns ``pred_edge`` (int32, -1 at the source and at unreachable nodes).
+    """
+    big = np.iinfo(np.int64).max
+    dist = np.full(n_nodes, big, np.int64)
+    hops = np.full(n_nodes, big, np.int64)
+    pred = np.full(n_nodes, -1, np.int32)
+    dist[source] = 0
+    hops[source] = 0
+    heap = [(np.int64(0), np.int64(0), np.int64(source))]
+    while heap:
+        d, h, u = heapq.heappop(heap)
+        if d != dist[u] or h != hops[u]:
+            continue
+        for k in range(adj_ptr[u], adj_ptr[u + 1]):
+            e = adj_edge[k]
+            v = edge_dst[e]
+            nd = d + weight[e]
+            nh = h + 1
+            if nd < dist[v] or (nd == dist[v] and nh < hops[v]):
+                dist[v] = nd
+                hops[v] = nh
+                pred[v] = e
+                heapq.heappush(heap, (nd, nh, np.int64(v)))
+            elif nd == dist[v] and nh == hops[v] and e < pred[v]:
+                pred[v] = e
+    return pred
+
+
+@njit(cache=True)
+def _walk(pred, edge_src, source, target, out_edges):  # pragma: no cover - jitted
+    """Write the edges of the tree route source->target into out_edges (reversed); return count or -1."""
+    n = 0
+    v = target
+    while v != source:
+        e = pred[v]
+        if e < 0:
+            return -1
+        out_edges[n] = e
+        n += 1
+        v = edge_src[e]
+    return n
+
+
+@njit(cache=True)
+def _compose(preds, sip_edge_src, row_a, target_a, sip_a, row_b, target_b, sip_b, source_a, source_b,
+             pcie_local, edges_per_sip, n_sips, max_len):  # pragma: no cover - jitted
+    """Global edge sequences of many routes (CSR); see the module docstring for the composition."""
+    n = len(row_a)
+    ptr = np.zeros(n + 1, np.int64)
+    buf = np.empty(max_len, np.int32)
+    out = np.empty(n * 8 + 64, np.int32)
+    status = np.zeros(n, np.int8)
+    used = 0
+    for i in range(n):
+        cross = row_b[i] >= 0
+        t_a = pcie_local if cross else target_a[i]
+        cnt = _walk(preds[row_a[i]], sip_edge_src, source_a[i], t_a, buf)
+        if cnt < 0:
+            status[i] = 1
+            ptr[i + 1] = used
+            continue
+        need = used + cnt + 2 + max_len
+        if need > len(out):
+            grown = np.empty(max(2 * len(out), need), np.int32)
+            grown[:used] = out[:used]
+            out = grown
+        base_a = sip_a[i] * edges_per_sip
+        for j in range(cnt):
+            out[used + j] = base_a + buf[cnt - 1 - j]
+        used += cnt
+        if cross:
+            sw = n_sips * edges_per_sip
+            out[used] = sw + 2 * sip_a[i]
+            out[used + 1] = sw + 2 * sip_b[i] + 1
+            used += 2
+            cnt = _walk(preds[row_b[i]], sip_edge_src, source_b[i], target_b[i], buf)
+            if cnt < 0:
+                status[i] = 1
+                ptr[i + 1] = used
+                continue
+            base_b = sip_b[i] * edges_per_sip
+            for j in range(cnt):
+                out[used + j] = base_b + buf[cnt - 1 - j]
+            used += cnt
+        ptr[i + 1] = used
+    return ptr, out[:used], status
+
+
+@dataclass(frozen=True)
+class RouteSet:
+    """Routes in CSR form: route ``i`` has edges ``edges[ptr[i]:ptr[i+1]]`` and source ``src[i]``."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    ptr: np.ndarray
+    edges: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def edges_of(self, i: int) -> np.ndarray:
+        return self.edges[self.ptr[i]:self.ptr[i + 1]]
+
+    def nodes_of(self, i: int, edge_dst: np.ndarray) -> np.ndarray:
+        return np.concatenate([[self.src[i]], edge_dst[self.edges_of(i)]]).astype(np.int32)
+
+
+class Router:
+    """Shared route tables for both evaluators; trees are cached per (graph, SIP-local source)."""
+
+    def __init__(self, tables: Tables, policy: str | None = None):
+        self.t = tables
+        self.policy = policy or tables.spec.routing.policy
+        lay = tables.layout
+        self._w = edge_weights(tables.sip_edge_mm, tables.sip_edge_kind, self.policy, tables.spec.routing.weight_mm)
+        self._csr = {g: build_csr(lay.nodes_per_sip, tables.sip_edge_src, tables.sip_edge_kind, g) for g in Graph}
+        self._rows: dict[tuple[int, int], int] = {}
+        self._preds: list[np.ndarray] = []
+        chip = tables.spec.sip.io_chiplets[0].id
+        self._pcie_local = tables.io_names.index(f"{chip}.pcie_ep")
+
+    def _row(self, graph: Graph, local_src: int) -> int:
+        key = (int(graph), int(local_src))
+        row = self._rows.get(key)
+        if row is None:
+            ptr, adj = self._csr[graph]
+            pred = shortest_path_tree(self.t.layout.nodes_per_sip, ptr, adj, self.t.sip_edge_dst, self._w,
+                                      np.int64(local_src))
+            row = self._rows[key] = len(self._preds)
+            self._preds.append(pred)
+        return row
+
+    def _graphs(self, kind: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The adjacency graph per pair for a route kind (spec_fabric §4.2 public calls)."""
+        lay = self.t.layout
+        same_cube = ((src - 1) // lay.nodes_per_sip == (dst - 1) // lay.nodes_per_sip)
+        rs, rd = (src - 1) % lay.nodes_per_sip - lay.io_nodes, (dst - 1) % lay.nodes_per_sip - lay.io_nodes
+        same_cube &= (rs >= 0) & (rd >= 0) & (rs // lay.nodes_per_cube == rd // lay.nodes_per_cube)
+        same_cube &= (src > 0) & (dst > 0)
+        if kind == "pe_dma":
+            return np.where(same_cube, int(Graph.LOCAL), int(Graph.DATA))
+        if kind == "mcpu_dma":
+            return np.where(same_cube, int(Graph.LOCAL), int(Graph.ALL))
+        if kind == "memory":
+            return np.full(len(src), int(Graph.MEMORY))
+        if kind == "node":
+            return np.full(len(src), int(Graph.ALL))
+        raise ValueError(f"route kind must be one of {ROUTE_KINDS}, got {kind!r}")
+
+    def routes(self, src, dst, kind: str = "pe_dma") -> RouteSet:
+        """Routes for many (source, destination) node pairs, without all-pairs tables."""
+        src = np.asarray(src, np.int64).ravel()
+        dst = np.asarray(dst, np.int64).ravel()
+        if src.shape != dst.shape:
+            raise ValueError("src and dst must have the same length")
+        if np.any(src == 0) or np.any(dst == 0):
+            raise RoutingError("routes start and end inside a SIP; the switch is only a transit node")
+        lay = self.t.layout
+        graphs = self._graphs(kind, src, dst)
+        sip_a, loc_a = np.divmod(src - 1, lay.nodes_per_sip)
+        sip_b, loc_b = np.divmod(dst - 1, lay.nodes_per_sip)
+        cross = sip_a != sip_b
+        keys, inverse = np.unique(graphs * lay.nodes_per_sip + loc_a, return_inverse=True)
+        row_a = np.array([self._row(Graph(k // lay.nodes_per_sip), k % lay.nodes_per_sip) for k in keys],
+                         np.int64)[inverse]
+        row_b = np.full(len(src), -1, np.int64)
+        if cross.any():
+            pr = {int(g): self._row(Graph(g), self._pcie_local) for g in np.unique(graphs[cross])}
+            row_b[cross] = [pr[int(g)] for g in graphs[cross]]
+        preds = np.stack(self._preds) if self._preds else np.zeros((0, lay.nodes_per_sip), np.int32)
+        ptr, edges, status = _compose(preds, self.t.sip_edge_src, row_a, loc_b, sip_a, row_b, loc_b, sip_b,
+                                      loc_a, np.full(len(src), self._pcie_local, np.int64), self._pcie_local,
+                                      lay.edges_per_sip, lay.n_sips, lay.nodes_per_sip + 1)
+        if status.any():
+            i = int(np.flatnonzero(status)[0])
+            raise RoutingError(f"no {kind} route from {node_name(self.t, int(src[i]))} to "
+                               f"{node_name(self.t, int(dst[i]))} (graph {Graph(int(graphs[i])).name})")
+        return RouteSet(src=src.astype(np.int32), dst=dst.astype(np.int32), ptr=ptr, edges=edges)
+
+    def route(self, src: int, dst: int, kind: str = "pe_dma") -> np.ndarray:
+        """Edge ids of one route."""
+        if src == dst:
+            return np.zeros(0, np.int32)
+        return self.routes([src], [dst], kind).edges_of(0)
+
+    def route_nodes(self, src: int, dst: int, kind: str = "pe_dma") -> np.ndarray:
+        edges = self.route(src, dst, kind)
+        return np.concatenate([[src], self.t.edge_dst[edges]]).astype(np.int32)
+
+
+def flat_route(tables: Tables, src: int, dst: int, graph: Graph, policy: str | None = None) -> np.ndarray:
+    """Reference: Dijkstra with the same tie rule on the whole flat system graph (for tests)."""
+    ptr, adj = build_csr(tables.n_nodes, tables.edge_src, tables.edge_kind, graph)
+    w = edge_weights(tables.edge_mm, tables.edge_kind, policy or tables.spec.routing.policy,
+                     tables.spec.routing.weight_mm)
+    pred = shortest_path_tree(tables.n_nodes, ptr, adj, tables.edge_dst, w, np.int64(src))
+    buf = np.empty(tables.n_nodes, np.int32)
+    n = _walk(pred, tables.edge_src, src, dst, buf)
+    if n < 0:
+        raise RoutingError(f"no route from {node_name(tables, src)} to {node_name(tables, dst)}")
+    return buf[:n][::-1].copy()
+
+
+__all__ = ["ROUTE_KINDS", "RouteSet", "Router", "flat_route"]

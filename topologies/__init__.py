@@ -1,0 +1,1 @@
+"""Topology presets shipped with kbfast (YAML files in this folder)."""
