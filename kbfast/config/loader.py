@@ -64,6 +64,14 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _identity(name_or_path: str | Path) -> str:
+    """What a base chain compares to detect cycles: the resolved file path, or the preset name."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return str(path.resolve())
+    return str(name_or_path)
+
+
 def load_raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
     """Load a topology (following ``base`` chains) into a plain dict."""
     label, text = _resolve(name_or_path)
@@ -71,12 +79,13 @@ def load_raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[str
     base = data.pop("base", None)
     if base is None:
         return label, data
-    if base in _seen:
-        raise ConfigError(label, "base", base, "circular base chain")
     base_arg = base
     if str(base).endswith((".yaml", ".yml")) and Path(label).parent.joinpath(base).exists():
         base_arg = Path(label).parent / base
-    _, base_data = load_raw(base_arg, _seen + (label,))
+    seen = _seen + (_identity(name_or_path),)
+    if _identity(base_arg) in seen:
+        raise ConfigError(label, "base", base, "circular base chain")
+    _, base_data = load_raw(base_arg, seen)
     return label, deep_merge(base_data, data)
 
 
@@ -96,6 +105,15 @@ def _model_at(path: list[str]) -> type[BaseModel] | None:
             if model is None:
                 return None
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _is_mapping_field(path: list[str]) -> bool:
+    """Whether the field at ``path`` holds a free-form mapping (e.g. ``routing.weight_mm``)."""
+    if not path:
+        return False
+    parent = _model_at(path[:-1])
+    field = parent.model_fields.get(path[-1]) if parent is not None else None
+    return field is not None and get_origin(field.annotation) is dict
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -119,15 +137,25 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], label: str 
         for depth, key in enumerate(parts):
             model = _model_at(parts[:depth])
             known = list(model.model_fields) if model is not None else list(node)
-            if key not in known and key not in node:
+            free = model is None and _is_mapping_field(parts[:depth])  # any key; validated later
+            if not free and key not in known and key not in node:
                 raise ConfigError(label, dotted, value, f"unknown key {key!r}", did_you_mean(key, known))
             if depth == len(parts) - 1:
                 node[key] = value
             else:
+                sub = parts[:depth + 1]
+                if node.get(key) is None and (_model_at(sub) is not None or _is_mapping_field(sub)):
+                    node[key] = {}  # a mapping the file leaves at its default
                 if not isinstance(node.get(key), dict):
                     raise ConfigError(label, dotted, value, f"{'.'.join(parts[:depth + 1])} is not a mapping")
                 node = node[key]
     return out
+
+
+_TYPE_HINTS = {"int": "write a whole number, e.g. 4", "float": "write a number, e.g. 2.5",
+               "bool": "write true or false", "string": "write a string",
+               "list": "write a YAML list", "tuple": "write a YAML list, e.g. [1.5, 5.5]",
+               "dict": "write a mapping, e.g. {w: 4, h: 4}", "model": "write a mapping, e.g. {w: 4, h: 4}"}
 
 
 def _format_validation(label: str, err: ValidationError) -> ConfigError:
@@ -147,6 +175,8 @@ def _format_validation(label: str, err: ValidationError) -> ConfigError:
         hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
     elif kind == "literal_error":
         hint = first["msg"].replace("Input should be", "use")
+    elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):
+        hint = _TYPE_HINTS.get(kind.split("_")[0], "")
     more = len(err.errors()) - 1
     if more:
         hint = (hint + "; " if hint else "") + f"{more} more problem(s) after this one"

@@ -172,6 +172,7 @@ class Tables:
     sip_edge_dst: np.ndarray
     sip_edge_kind: np.ndarray
     sip_edge_mm: np.ndarray
+    sip_edge_rev: np.ndarray      # int32 [edges_per_sip]: SIP-local id of the reverse edge
 
     @property
     def n_nodes(self) -> int:
@@ -272,4 +273,27 @@ def build_tables(spec: SystemSpec) -> Tables:
                   edge_src=edge_src, edge_dst=edge_dst, edge_kind=edge_kind, edge_bw_gbs=edge_bw, edge_mm=edge_mm,
                   cube_names=tuple(cube.names), io_names=tuple(io.names),
                   sip_edge_src=sip_src.astype(np.int32), sip_edge_dst=sip_dst.astype(np.int32),
-                  sip_edge_kind=sip_kind, sip_edge_mm=sip_mm)
+                  sip_edge_kind=sip_kind, sip_edge_mm=sip_mm, sip_edge_rev=_reverse_ids(sip_src, sip_dst, nps))
+
+
+def _reverse_ids(src: np.ndarray, dst: np.ndarray, n_nodes: int) -> np.ndarray:
+    """For every edge, the id of the edge dst -> src (all builder links are bidirectional)."""
+    key = src * n_nodes + dst
+    order = np.argsort(key, kind="stable")
+    want = dst * n_nodes + src
+    found = order[np.minimum(np.searchsorted(key[order], want), len(order) - 1)]
+    rev = np.where(key[found] == want, found, -1)
+    return rev.astype(np.int32)
+
+
+def reverse_edges(t: Tables, edges: np.ndarray) -> np.ndarray:
+    """Global id of the reverse of each edge; raises if a directed edge has no reverse."""
+    edges = np.asarray(edges, np.int64)
+    eps, n_sips = t.layout.edges_per_sip, t.layout.n_sips
+    sip, local = np.divmod(edges, eps)
+    in_sip = edges < n_sips * eps
+    rev = np.where(in_sip, sip * eps + t.sip_edge_rev[np.minimum(local, eps - 1)],
+                   n_sips * eps + ((edges - n_sips * eps) ^ 1))
+    if np.any(in_sip & (t.sip_edge_rev[np.minimum(local, eps - 1)] < 0)):
+        raise ValueError("a route uses a one-way edge and cannot be retraced")
+    return rev.astype(np.int32)

@@ -21,7 +21,7 @@ Hierarchical composition, exactly equal to flat Dijkstra on the whole system
   ``tree(src -> pcie_ep_a) + pcie_ep_a -> switch -> pcie_ep_b + tree(pcie_ep_b -> dst)``;
   distances beyond a cut vertex are shifted by a constant, which keeps the
   tie rule's choices;
-* same-cube routes use the LOCAL graph, which has no UCIe/IO edges and so
+* same-cube routes use the LOCAL graph (LOCAL_DATA for PE DMA), which has no UCIe/IO edges and so
   never leaves the cube.
 """
 
@@ -206,7 +206,7 @@ class Router:
         same_cube &= (rs >= 0) & (rd >= 0) & (rs // lay.nodes_per_cube == rd // lay.nodes_per_cube)
         same_cube &= (src > 0) & (dst > 0)
         if kind == "pe_dma":
-            return np.where(same_cube, int(Graph.LOCAL), int(Graph.DATA))
+            return np.where(same_cube, int(Graph.LOCAL_DATA), int(Graph.DATA))
         if kind == "mcpu_dma":
             return np.where(same_cube, int(Graph.LOCAL), int(Graph.ALL))
         if kind == "memory":

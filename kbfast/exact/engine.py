@@ -1,0 +1,423 @@
+"""The exact-mode replay kernel: a flit-level discrete-event simulation in Numba.
+
+Semantics (design §5; spec_fabric §5.1–§5.3, §5.7; spec_memory §3–§4; spec_pe §4.3):
+
+* A transaction with payload is split into flits of ``flit_bytes`` (last one
+  partial).  Every directed edge is a FIFO wire: a flit put at ``t`` departs at
+  ``max(t, avail)``, ``avail += bytes/bw`` and it arrives ``prop`` later.
+* A flit-aware node has one serial worker: ``s = max(arrival, free)``, plus the
+  node overhead on the transaction's first flit; ``free = s``; the flit is put on
+  the next edge at ``s``.  (Such a node is never a payload source, so its worker is
+  the only feeder of its out-edges and the put can be resolved at once.)
+* A non-flit-aware node (pcie_ep, io_cpu, m_cpu, sram, PE blocks) waits for the
+  last flit, pays its overhead, and re-streams every flit (store-and-forward).
+* A transaction's source pays its own overhead before streaming.  Zero-byte
+  control messages occupy no bandwidth and no worker: they pay propagation and
+  the overhead of every intermediate node.
+* HBM controller (terminal, flit-aware): flit ``i`` commits to PC
+  ``((addr + i*flit) >> log2(burst)) & (n_pcs-1)`` at
+  ``max(s, pc_avail) + switch_penalty`` for ``commit_ns``; the transaction
+  finalizes at its latest commit, asynchronously (the worker goes on).
+  A PE DMA then returns a zero-byte response on the reverse route; a host write
+  completes at once; a host read (a zero-byte command) runs the chunk loop of
+  spec_memory §3.7 and streams its data back on the reverse route.
+* PE DMA read and write channels have capacity 1 and are held through the round
+  trip; further DMAs of that direction queue FIFO.  Host agents have no channel
+  limit.
+* Events at equal times run in insertion order (bit-for-bit reproducible).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kbfast.exact.heap import heap_new, heap_pop, heap_push, heap_reserve
+
+# op codes (kbfast.ir.Op)
+OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE = 0, 1, 2, 3, 4
+# transaction kinds
+K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA = 0, 1, 2, 3
+# event kinds
+EV_AGENT, EV_FLIT, EV_PUT, EV_TXN_DONE, EV_OP_DONE, EV_CTRL_ARRIVE, EV_CHUNK = 0, 1, 2, 3, 4, 5, 6
+# status
+OK, DEADLOCK, BUDGET = 0, 1, 2
+WAIT_ALL_PENDING = -2
+
+
+@njit(cache=True)
+def _ctrl_latency(r, r_ptr, r_edges, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
+    """Zero-byte message: propagation of every edge plus the overhead of every intermediate node."""
+    lat = 0.0
+    lo, hi = r_ptr[r], r_ptr[r + 1]
+    for k in range(lo, hi):
+        e = r_edges[k]
+        lat += e_prop[e]
+        if k < hi - 1:
+            lat += n_ovh[e_dst[e]]
+    return lat
+
+
+@njit(cache=True)
+def _bottleneck(r, r_ptr, r_edges, e_bw):  # pragma: no cover - jitted
+    bn = np.inf
+    for k in range(r_ptr[r], r_ptr[r + 1]):
+        bn = min(bn, e_bw[r_edges[k]])
+    return bn
+
+
+@njit(cache=True)
+def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
+           n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
+           a_start, a_host, op_ptr, op_code, op_target, op_nbytes, op_addr, op_async, op_arg,
+           op_route, op_rroute, max_events):  # pragma: no cover - jitted
+    """Replay a Program; returns (status, n_events, agent_finish, op times, edge stats, PC stats)."""
+    n_nodes = len(n_ovh)
+    n_edges = len(e_src)
+    n_agents = len(a_start)
+    n_ops = len(op_code)
+    n_ctrl = 0
+    for v in range(n_nodes):
+        n_ctrl = max(n_ctrl, n_hbm[v] + 1)
+
+    op_agent = np.empty(n_ops, np.int32)
+    for a in range(n_agents):
+        for o in range(op_ptr[a], op_ptr[a + 1]):
+            op_agent[o] = a
+    op_issue = np.full(n_ops, -1.0)
+    op_begin = np.full(n_ops, -1.0)
+    op_end = np.full(n_ops, -1.0)
+    op_next = np.full(n_ops, -1, np.int32)
+
+    a_pc = op_ptr[:-1].copy()
+    a_wait = np.full(n_agents, -1, np.int64)
+    a_out = np.zeros(n_agents, np.int64)
+    a_finish = np.full(n_agents, -1.0)
+    ch_busy = np.full((n_agents, 2), -1, np.int64)
+    ch_head = np.full((n_agents, 2), -1, np.int64)
+    ch_tail = np.full((n_agents, 2), -1, np.int64)
+
+    max_txn = 2 * n_ops + 1
+    t_route = np.empty(max_txn, np.int32)
+    t_nbytes = np.empty(max_txn, np.int64)
+    t_nflits = np.empty(max_txn, np.int64)
+    t_addr = np.empty(max_txn, np.int64)
+    t_dir = np.empty(max_txn, np.int8)
+    t_kind = np.empty(max_txn, np.int8)
+    t_op = np.empty(max_txn, np.int32)
+    t_count = np.zeros(max_txn, np.int64)
+    t_last = np.zeros(max_txn, np.float64)
+    t_chunk_t0 = np.zeros(max_txn, np.float64)
+    n_txn = 0
+
+    node_free = np.zeros(n_nodes)
+    avail = np.zeros(n_edges)
+    e_bytes = np.zeros(n_edges)
+    e_busy = np.zeros(n_edges)
+    e_peak = np.zeros(n_edges)
+    pc_avail = np.zeros(max(n_ctrl * n_pcs, 1))
+    pc_dir = np.full(max(n_ctrl * n_pcs, 1), -1, np.int8)
+    pc_commits = np.zeros(max(n_ctrl * n_pcs, 1), np.int64)
+    pc_busy = np.zeros(max(n_ctrl * n_pcs, 1))
+    pc_backlog = np.zeros(max(n_ctrl * n_pcs, 1))
+    pc_mask = n_pcs - 1
+
+    heap = heap_new(4 * (n_agents + n_ops) + 64)
+    size = 0
+    seq = 0
+    for a in range(n_agents):
+        heap = heap_reserve(heap, size + 1)
+        heap_push(heap, size, seq, a_start[a], EV_AGENT, a, 0, 0)
+        size += 1
+        seq += 1
+
+    n_events = 0
+    status = OK
+    while size > 0:
+        now, kind, x, y, z = heap_pop(heap, size)
+        size -= 1
+        n_events += 1
+        if n_events > max_events:
+            status = BUDGET
+            break
+
+        if kind == EV_FLIT:
+            txn, i, hop = x, y, z
+            r = t_route[txn]
+            lo = r_ptr[r]
+            last_hop = lo + hop == r_ptr[r + 1] - 1
+            e = r_edges[lo + hop]
+            v = e_dst[e]
+            nfl = t_nflits[txn]
+            if last_hop and n_hbm[v] >= 0:
+                s = max(now, node_free[v])
+                if i == 0:
+                    s += n_ovh[v]
+                node_free[v] = s
+                g = n_hbm[v] * n_pcs + (((t_addr[txn] + i * flit_bytes) >> pc_shift) & pc_mask)
+                sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != t_dir[txn]) else 0.0
+                if pc_avail[g] - s > pc_backlog[g]:
+                    pc_backlog[g] = pc_avail[g] - s
+                fin = max(s, pc_avail[g]) + sw + commit_ns
+                pc_avail[g] = fin
+                pc_dir[g] = t_dir[txn]
+                pc_commits[g] += 1
+                pc_busy[g] += commit_ns
+                t_last[txn] = fin if i == 0 else max(t_last[txn], fin)
+                if i == nfl - 1:
+                    heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, max(t_last[txn], s), EV_TXN_DONE, txn, 0, 0)
+                    size += 1
+                    seq += 1
+            elif n_flit[v]:
+                s = max(now, node_free[v])
+                if i == 0:
+                    s += n_ovh[v]
+                node_free[v] = s
+                if last_hop:
+                    if i == nfl - 1:
+                        heap = heap_reserve(heap, size + 1)
+                        heap_push(heap, size, seq, s, EV_TXN_DONE, txn, 0, 0)
+                        size += 1
+                        seq += 1
+                else:
+                    e2 = r_edges[lo + hop + 1]
+                    nb = flit_bytes if i < nfl - 1 else t_nbytes[txn] - flit_bytes * (nfl - 1)
+                    if avail[e2] > s:
+                        e_peak[e2] = max(e_peak[e2], (avail[e2] - s) * e_bw[e2])
+                    dep = max(s, avail[e2])
+                    avail[e2] = dep + nb / e_bw[e2]
+                    e_bytes[e2] += nb
+                    e_busy[e2] += nb / e_bw[e2]
+                    heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, avail[e2] + e_prop[e2], EV_FLIT, txn, i, hop + 1)
+                    size += 1
+                    seq += 1
+            else:
+                t_count[txn] += 1
+                if t_count[txn] == nfl:
+                    t_count[txn] = 0
+                    heap = heap_reserve(heap, size + 1)
+                    if last_hop:
+                        heap_push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
+                    else:
+                        heap_push(heap, size, seq, now + n_ovh[v], EV_PUT, txn, 0, hop + 1)
+                    size += 1
+                    seq += 1
+            continue
+
+        if kind == EV_PUT:
+            txn, hop = x, z
+            e = r_edges[r_ptr[t_route[txn]] + hop]
+            nfl = t_nflits[txn]
+            heap = heap_reserve(heap, size + nfl)
+            for i in range(nfl):
+                nb = flit_bytes if i < nfl - 1 else t_nbytes[txn] - flit_bytes * (nfl - 1)
+                if avail[e] > now:
+                    e_peak[e] = max(e_peak[e], (avail[e] - now) * e_bw[e])
+                dep = max(now, avail[e])
+                avail[e] = dep + nb / e_bw[e]
+                e_bytes[e] += nb
+                e_busy[e] += nb / e_bw[e]
+                heap_push(heap, size, seq, avail[e] + e_prop[e], EV_FLIT, txn, i, hop)
+                size += 1
+                seq += 1
+            continue
+
+        if kind == EV_CTRL_ARRIVE:
+            txn = x
+            r = t_route[txn]
+            v = e_dst[r_edges[r_ptr[r + 1] - 1]]
+            heap = heap_reserve(heap, size + 1)
+            if t_kind[txn] == K_D2H_CMD:
+                # Chunk loop (spec_memory §3.7): chunks drain/n apart after the overhead.
+                t_chunk_t0[txn] = now + n_ovh[v]
+                t_last[txn] = t_chunk_t0[txn]
+                nch = (op_nbytes[t_op[txn]] + burst_bytes - 1) // burst_bytes
+                if nch == 0:
+                    heap_push(heap, size, seq, t_chunk_t0[txn], EV_CHUNK, txn, 0, 0)
+                else:
+                    delta = op_nbytes[t_op[txn]] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
+                    heap_push(heap, size, seq, t_chunk_t0[txn] + delta, EV_CHUNK, txn, 0, 0)
+            else:
+                heap_push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
+            size += 1
+            seq += 1
+            continue
+
+        if kind == EV_CHUNK:
+            txn, i = x, y
+            r = t_route[txn]
+            v = e_dst[r_edges[r_ptr[r + 1] - 1]]
+            o = t_op[txn]
+            nch = (op_nbytes[o] + burst_bytes - 1) // burst_bytes
+            heap = heap_reserve(heap, size + 1)
+            if i < nch:
+                g = n_hbm[v] * n_pcs + (((op_addr[o] + i * burst_bytes) >> pc_shift) & pc_mask)
+                sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != 1) else 0.0
+                if pc_avail[g] - now > pc_backlog[g]:
+                    pc_backlog[g] = pc_avail[g] - now
+                fin = max(now, pc_avail[g]) + sw + burst_commit_ns
+                pc_avail[g] = fin
+                pc_dir[g] = 1
+                pc_commits[g] += 1
+                pc_busy[g] += burst_commit_ns
+                t_last[txn] = max(t_last[txn], fin)
+            if i + 1 < nch:
+                delta = op_nbytes[o] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
+                heap_push(heap, size, seq, t_chunk_t0[txn] + (i + 2) * delta, EV_CHUNK, txn, i + 1, 0)
+            else:
+                # Data streams back on the reverse route from the controller (overhead already paid).
+                d = n_txn
+                n_txn += 1
+                t_route[d] = op_rroute[o]
+                t_nbytes[d] = op_nbytes[o]
+                t_nflits[d] = (op_nbytes[o] + flit_bytes - 1) // flit_bytes
+                t_addr[d] = op_addr[o]
+                t_dir[d] = 1
+                t_kind[d] = K_D2H_DATA
+                t_op[d] = o
+                when = max(now, t_last[txn])
+                if t_nflits[d] == 0:
+                    heap_push(heap, size, seq, when + _ctrl_latency(t_route[d], r_ptr, r_edges, e_dst, e_prop,
+                                                                    n_ovh), EV_CTRL_ARRIVE, d, 0, 0)
+                else:
+                    heap_push(heap, size, seq, when, EV_PUT, d, 0, 0)
+            size += 1
+            seq += 1
+            continue
+
+        if kind == EV_TXN_DONE:
+            txn = x
+            o = t_op[txn]
+            heap = heap_reserve(heap, size + 1)
+            if t_kind[txn] == K_PE_REQ:
+                rr = op_rroute[o]
+                pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
+                arrive = now + _ctrl_latency(rr, r_ptr, r_edges, e_dst, e_prop, n_ovh) + n_ovh[pe]
+                heap_push(heap, size, seq, arrive, EV_OP_DONE, o, 0, 0)
+            else:
+                heap_push(heap, size, seq, now, EV_OP_DONE, o, 0, 0)
+            size += 1
+            seq += 1
+            continue
+
+        if kind == EV_OP_DONE:
+            o = x
+            op_end[o] = now
+            a = op_agent[o]
+            a_out[a] -= 1
+            heap = heap_reserve(heap, size + 2)
+            if not a_host[a]:
+                ch = 0 if op_code[o] == OP_DMA_WRITE else 1
+                nxt = ch_head[a, ch]
+                if nxt >= 0:
+                    ch_head[a, ch] = op_next[nxt]
+                    if ch_head[a, ch] < 0:
+                        ch_tail[a, ch] = -1
+                    ch_busy[a, ch] = nxt
+                    n_txn, size, seq = _start_dma(nxt, now, heap, size, seq, n_txn, a_host[a], op_code, op_nbytes,
+                                                  op_addr, op_route, op_begin, t_route, t_nbytes, t_nflits, t_addr,
+                                                  t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop, n_ovh,
+                                                  flit_bytes)
+                else:
+                    ch_busy[a, ch] = -1
+            if a_wait[a] == o or (a_wait[a] == WAIT_ALL_PENDING and a_out[a] == 0):
+                a_wait[a] = -1
+                heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, now, EV_AGENT, a, 0, 0)
+                size += 1
+                seq += 1
+            continue
+
+        # EV_AGENT: run the agent's program until it blocks.
+        a = x
+        while True:
+            o = a_pc[a]
+            if o == op_ptr[a + 1]:
+                a_finish[a] = now
+                break
+            code = op_code[o]
+            if op_issue[o] < 0:
+                op_issue[o] = now
+            if code == OP_START:
+                op_begin[o] = now
+                op_end[o] = now
+                a_pc[a] += 1
+            elif code == OP_DMA_WRITE or code == OP_DMA_READ:
+                a_out[a] += 1
+                a_pc[a] += 1
+                ch = 0 if code == OP_DMA_WRITE else 1
+                if a_host[a] or ch_busy[a, ch] < 0:
+                    if not a_host[a]:
+                        ch_busy[a, ch] = o
+                    heap = heap_reserve(heap, size + 2)
+                    n_txn, size, seq = _start_dma(o, now, heap, size, seq, n_txn, a_host[a], op_code, op_nbytes,
+                                                  op_addr, op_route, op_begin, t_route, t_nbytes, t_nflits, t_addr,
+                                                  t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop, n_ovh,
+                                                  flit_bytes)
+                else:
+                    if ch_tail[a, ch] >= 0:
+                        op_next[ch_tail[a, ch]] = o
+                    else:
+                        ch_head[a, ch] = o
+                    ch_tail[a, ch] = o
+                if not op_async[o]:
+                    a_wait[a] = o
+                    break
+            elif code == OP_WAIT:
+                tgt = op_target[o]
+                if tgt < 0:
+                    if a_out[a] > 0:
+                        a_wait[a] = WAIT_ALL_PENDING
+                        break
+                elif op_end[tgt] < 0:
+                    a_wait[a] = tgt
+                    break
+                op_begin[o] = op_issue[o]
+                op_end[o] = now
+                a_pc[a] += 1
+            else:  # OP_COMPUTE
+                op_begin[o] = now
+                op_end[o] = now + op_arg[o]
+                a_pc[a] += 1
+                heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, now + op_arg[o], EV_AGENT, a, 0, 0)
+                size += 1
+                seq += 1
+                break
+
+    if status == OK:
+        for a in range(n_agents):
+            if a_finish[a] < 0:
+                status = DEADLOCK
+    return (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
+            pc_commits, pc_busy, pc_backlog, pc_avail)
+
+
+@njit(cache=True)
+def _start_dma(o, now, heap, size, seq, n_txn, is_host, op_code, op_nbytes, op_addr, op_route, op_begin,
+               t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop,
+               n_ovh, flit_bytes):  # pragma: no cover - jitted
+    """Inject the request transaction of DMA op ``o`` at ``now`` (room for one push is reserved)."""
+    op_begin[o] = now
+    d = n_txn
+    write = op_code[o] == OP_DMA_WRITE
+    t_route[d] = op_route[o]
+    t_addr[d] = op_addr[o]
+    t_dir[d] = 0 if write else 1
+    t_op[d] = o
+    if is_host:
+        t_kind[d] = K_H2D if write else K_D2H_CMD
+    else:
+        t_kind[d] = K_PE_REQ
+    t_nbytes[d] = op_nbytes[o] if (write or not is_host) else 0
+    t_nflits[d] = (t_nbytes[d] + flit_bytes - 1) // flit_bytes
+    src = e_src[r_edges[r_ptr[op_route[o]]]]
+    t0 = now + n_ovh[src]
+    if t_nflits[d] == 0:
+        heap_push(heap, size, seq, t0 + _ctrl_latency(op_route[o], r_ptr, r_edges, e_dst, e_prop, n_ovh),
+                  EV_CTRL_ARRIVE, d, 0, 0)
+    else:
+        heap_push(heap, size, seq, t0, EV_PUT, d, 0, 0)
+    return n_txn + 1, size + 1, seq + 1

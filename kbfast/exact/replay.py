@@ -1,0 +1,155 @@
+"""Run the exact replay kernel on a Program and shape its outputs (design §5, §8)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from kbfast.errors import KbfastError
+from kbfast.exact import engine
+from kbfast.ir import Op, Program
+from kbfast.topology.kinds import EdgeKind, NodeKind
+from kbfast.topology.names import node_name
+
+DEFAULT_MAX_EVENTS = 2_000_000_000
+DEFAULT_MAX_MEMORY_BYTES = 8 << 30
+
+
+class ReplayDeadlock(KbfastError):
+    """The event queue emptied while agents were still blocked."""
+
+
+class ReplayBudgetExceeded(KbfastError):
+    """The replay used more events than its budget (a runaway or far too large workload)."""
+
+
+@dataclass(frozen=True)
+class Compact:
+    """The nodes and edges a Program touches, renumbered 0..n-1 for the kernel."""
+
+    nodes: np.ndarray        # global node ids
+    edges: np.ndarray        # global edge ids
+    route_edges: np.ndarray  # local edge ids
+    hbm_ctrls: np.ndarray    # global node ids of the HBM controllers, by local controller index
+    node_hbm: np.ndarray     # local node -> controller index or -1
+
+
+def compact(p: Program) -> Compact:
+    t = p.tables
+    edges, local_edges = np.unique(p.route_edges, return_inverse=True)
+    nodes = np.unique(np.concatenate([t.edge_src[edges], t.edge_dst[edges], p.agent_node]))
+    is_hbm = t.node_kind[nodes] == NodeKind.HBM_CTRL
+    node_hbm = np.full(len(nodes), -1, np.int32)
+    node_hbm[is_hbm] = np.arange(int(is_hbm.sum()), dtype=np.int32)
+    return Compact(nodes=nodes, edges=edges, route_edges=local_edges.astype(np.int32).ravel(),
+                   hbm_ctrls=nodes[is_hbm], node_hbm=node_hbm)
+
+
+def estimate_memory_bytes(p: Program) -> int:
+    """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight."""
+    flits = int(np.sum((p.op_nbytes + p.tables.spec.fabric.flit_bytes - 1) // p.tables.spec.fabric.flit_bytes))
+    return 200 * p.n_ops + 64 * len(p.route_edges) + 33 * 2 * (flits + p.n_ops + p.n_agents)
+
+
+@dataclass(frozen=True)
+class ExactResult:
+    """Per-op timestamps and per-resource statistics of one replay."""
+
+    program: Program
+    n_events: int
+    wall_s: float
+    agent_finish_ns: np.ndarray
+    op_issue_ns: np.ndarray
+    op_begin_ns: np.ndarray
+    op_end_ns: np.ndarray
+    edges: pd.DataFrame      # one row per edge used: kind, src, dst, bytes, busy_ns, utilization, peak_queue_flits
+    pcs: pd.DataFrame        # one row per (controller, pc): commits, busy_ns, max_backlog_ns
+
+    @property
+    def makespan_ns(self) -> float:
+        """Time from the earliest agent start to the last agent finish."""
+        return float(self.agent_finish_ns.max() - self.program.agent_start_ns.min())
+
+    def op_latency_ns(self, op: int) -> float:
+        """Issue to completion of one op."""
+        return float(self.op_end_ns[op] - self.op_issue_ns[op])
+
+    def ops(self) -> pd.DataFrame:
+        p = self.program
+        return pd.DataFrame({
+            "agent": [p.agent_name(a) for a in p.op_agent],
+            "op": [Op(int(c)).name for c in p.op_code],
+            "nbytes": p.op_nbytes, "issue_ns": self.op_issue_ns, "begin_ns": self.op_begin_ns,
+            "end_ns": self.op_end_ns,
+        })
+
+
+def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
+              max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES) -> ExactResult:
+    """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate."""
+    need = estimate_memory_bytes(p)
+    if need > max_memory_bytes:
+        raise KbfastError(f"exact replay of {p.name!r} would need about {need / 2**30:.1f} GiB "
+                          f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
+    t, spec = p.tables, p.tables.spec
+    c = compact(p)
+    hbm = spec.hbm
+    flit = spec.fabric.flit_bytes
+    pc_bw = spec.pc_bw_gbs
+    args = (
+        t.node_overhead_ns[c.nodes], t.node_flit_aware[c.nodes], c.node_hbm,
+        np.searchsorted(c.nodes, t.edge_src[c.edges]).astype(np.int32),
+        np.searchsorted(c.nodes, t.edge_dst[c.edges]).astype(np.int32),
+        t.edge_bw_gbs[c.edges], t.edge_prop_ns[c.edges], p.route_ptr, c.route_edges,
+        hbm.pcs_per_pe, int(hbm.burst_bytes).bit_length() - 1, hbm.burst_bytes, flit,
+        flit / pc_bw, hbm.burst_bytes / pc_bw, hbm.switch_penalty_ns,
+        p.agent_start_ns, p.agent_kind == 1, p.op_ptr, p.op_code, p.op_target, p.op_nbytes, p.op_addr,
+        p.op_async, p.op_arg, p.op_route, p.op_rroute, np.int64(max_events),
+    )
+    t0 = time.perf_counter()
+    (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
+     pc_commits, pc_busy, pc_backlog, _) = engine.replay(*args)
+    wall = time.perf_counter() - t0
+    if status == engine.BUDGET:
+        raise ReplayBudgetExceeded(f"exact replay of {p.name!r} exceeded its budget of {max_events:,} events; "
+                                   "raise max_events if the workload really is this large")
+    if status == engine.DEADLOCK:
+        raise ReplayDeadlock(_blocked_report(p, a_finish, a_wait, op_end))
+    makespan = float(a_finish.max() - p.agent_start_ns.min()) if len(a_finish) else 0.0
+    edges = pd.DataFrame({
+        "edge": c.edges,
+        "kind": [EdgeKind(int(k)).name.lower() for k in t.edge_kind[c.edges]],
+        "src": [node_name(t, int(s)) for s in t.edge_src[c.edges]],
+        "dst": [node_name(t, int(d)) for d in t.edge_dst[c.edges]],
+        "bw_gbs": t.edge_bw_gbs[c.edges],
+        "bytes": e_bytes, "busy_ns": e_busy,
+        "utilization": e_busy / makespan if makespan > 0 else 0.0,
+        "peak_queue_flits": e_peak / flit,
+    })
+    npcs = hbm.pcs_per_pe
+    n_ctrl = len(c.hbm_ctrls)
+    pcs = pd.DataFrame({
+        "controller": np.repeat([node_name(t, int(h)) for h in c.hbm_ctrls], npcs),
+        "pc": np.tile(np.arange(npcs), n_ctrl),
+        "commits": pc_commits[:n_ctrl * npcs], "busy_ns": pc_busy[:n_ctrl * npcs],
+        "max_backlog_ns": pc_backlog[:n_ctrl * npcs],
+    })
+    return ExactResult(program=p, n_events=int(n_events), wall_s=wall, agent_finish_ns=a_finish,
+                       op_issue_ns=op_issue, op_begin_ns=op_begin, op_end_ns=op_end, edges=edges, pcs=pcs)
+
+
+def _blocked_report(p: Program, a_finish: np.ndarray, a_wait: np.ndarray, op_end: np.ndarray) -> str:
+    lines = [f"deadlock in {p.name!r}: the event queue emptied while agents were blocked"]
+    for a in np.flatnonzero(a_finish < 0):
+        w = int(a_wait[a])
+        if w >= 0:
+            what = f"op {w} ({Op(int(p.op_code[w])).name}) of its own program, never completed"
+        elif w == engine.WAIT_ALL_PENDING:
+            what = "WAIT for all outstanding ops"
+        else:
+            what = "an op that never ran"
+        lines.append(f"  {p.agent_name(int(a))}: blocked on {what}")
+    return "\n".join(lines)
