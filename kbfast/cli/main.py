@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kbfast import __version__
+from kbfast.cli.probe import probe
 from kbfast.cli.topo import topo_app
 
 app = typer.Typer(
@@ -15,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(topo_app, name="topo")
+app.command("probe")(probe)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,70 @@
+"""``kbfast probe``: the probe catalogue (spec_pe §10, §11.6)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from kbfast.cli.common import SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.probe import check_invariants, exact_evaluator, run_probes
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
+
+
+class ProbeFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def probe(
+    case: Annotated[list[str] | None, typer.Option("--case", help="Case name (repeatable; default: all).")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", help="Bytes per issuer, e.g. 16KiB (repeatable).")] = None,
+    sweep: Annotated[bool, typer.Option(help="Run the utilisation sweep sizes 4 KiB .. 1 MiB.")] = False,
+    exact: Annotated[bool, typer.Option("--exact", help="Use the exact flit-level replay.")] = False,
+    fmt: Annotated[ProbeFormat, typer.Option("--format", help="table, csv or json")] = ProbeFormat.table,
+    topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML.")] = None,
+    sets: SetOpt = None,
+    list_cases: Annotated[bool, typer.Option("--list", help="List the cases and exit.")] = False,
+) -> None:
+    """Run named traffic scenarios and check kernbench's probe invariants (exit 1 if one fails)."""
+    t = build_tables(load(topology, sets))
+    router = Router(t)
+    catalogue = build_catalogue(t, router)
+    if list_cases:
+        for c in catalogue.values():
+            console.print(f"{c.name:28s} {c.group:14s} {c.n_issuers:4d} issuer(s)  {c.description}")
+        return
+    sizes = [parse_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
+    df = run_probes(t, router, select(catalogue, case), sizes, exact_evaluator)
+    checks = check_invariants(df)
+    if fmt is ProbeFormat.csv:
+        sys.stdout.write(df.to_csv(index=False))
+    elif fmt is ProbeFormat.json:
+        print(json.dumps({"rows": json.loads(df.to_json(orient="records")),
+                          "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks]},
+                         indent=2))
+    else:
+        table = Table("case", "bytes", "issuers", "latency ns", "makespan ns", "eff GB/s", "util single",
+                      "util aggr", title="probe (exact mode)")
+        for _, r in df.iterrows():
+            table.add_row(r["case"], f"{r['nbytes']:,}", str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
+                          f"{r['makespan_ns']:.1f}", f"{r['effective_bw_gbps']:.1f}", f"{100 * r['util_single']:.1f}%",
+                          f"{100 * r['util_aggregate']:.1f}%")
+        console.print(table)
+        for c in checks:
+            mark = "[green]\\[v] PASS[/]" if c.passed else "[red]\\[x] FAIL[/]"
+            console.print(f"{mark} {c.name}: {c.detail}", highlight=False)
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        err_console.print(f"[red]{len(failed)} probe invariant(s) failed[/]: " + "; ".join(c.name for c in failed))
+        raise typer.Exit(1)
+
+
+probe = user_errors(probe)

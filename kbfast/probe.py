@@ -1,0 +1,136 @@
+"""Run probe cases through an evaluator, tabulate metrics and check kernbench's invariants.
+
+Invariants (spec_pe §10, spec_memory §10.1): latency grows with distance
+(SAME_CUBE local < remote best < remote worst < REMOTE_CUBE best < worst; probe
+local < same half < cross half; H2D and D2H strictly increase with hops);
+D2H >= H2D at every hop; util_aggregate <= 100 %; a single issuer has
+util_single == util_aggregate; every PE of a launch starts at the barrier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from kbfast.exact import run_exact
+from kbfast.ir import Op, Program
+from kbfast.metrics import BREAKDOWN, breakdown, utilization
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.launch import launch_timing
+from kbfast.workloads.probes import ProbeCase
+
+COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",
+           "util_aggregate"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What an evaluator returns for one Program: per-op issue and end times."""
+
+    op_issue_ns: np.ndarray
+    op_begin_ns: np.ndarray
+    op_end_ns: np.ndarray
+
+
+Evaluator = Callable[[Program], Timing]
+
+
+def exact_evaluator(p: Program) -> Timing:
+    r = run_exact(p)
+    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns)
+
+
+def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evaluate: Evaluator) -> dict:
+    p = case.program(t, router, nbytes)
+    timing = evaluate(p)
+    row: dict = {"case": case.name, "nbytes": nbytes, "n_issuers": case.n_issuers, "group": case.group}
+    if case.kind == "launch":
+        starts = timing.op_begin_ns[p.op_code == Op.START]
+        launch = launch_timing(t, router, p.agent_node)
+        row.update(latency_ns=float(starts.max()), makespan_ns=float(starts.max()), effective_bw_gbps=0.0,
+                   util_single=0.0, util_aggregate=0.0, start_spread_ns=float(starts.max() - starts.min()),
+                   barrier_slack_ns=float(starts.min() - launch.pe_arrival_ns.max()))
+        return row
+    dma = np.flatnonzero((p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ))
+    lat = timing.op_end_ns[dma] - timing.op_issue_ns[dma]
+    makespan = float(timing.op_end_ns[dma].max() - timing.op_issue_ns[dma].min())
+    routes = [p.route(int(p.op_route[o])) for o in dma]
+    eff, single, agg = utilization(t, routes, nbytes, makespan)
+    row.update(latency_ns=float(lat.mean()), makespan_ns=makespan, effective_bw_gbps=eff, util_single=single,
+               util_aggregate=agg)
+    if case.n_issuers == 1 and case.kind != "d2h":
+        o = int(dma[0])
+        rev = p.route(int(p.op_rroute[o])) if case.kind == "pe_dma" else None
+        commit = t.spec.fabric.flit_bytes / t.spec.pc_bw_gbs
+        row.update(breakdown(t, routes[0], rev, nbytes, float(lat[0]),
+                             float(timing.op_begin_ns[o] - timing.op_issue_ns[o]), commit))
+    return row
+
+
+def run_probes(t: Tables, router: Router, cases: list[ProbeCase], sizes: list[int],
+               evaluate: Evaluator = exact_evaluator) -> pd.DataFrame:
+    rows = [evaluate_case(t, router, c, n, evaluate) for n in sizes for c in cases]
+    df = pd.DataFrame(rows)
+    for col in BREAKDOWN:
+        if col not in df:
+            df[col] = np.nan
+    return df[COLUMNS + [c for c in df.columns if c not in COLUMNS]]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+
+def _chain(df: pd.DataFrame, names: list[str], strict: bool = True) -> tuple[bool, str] | None:
+    got = df.set_index("case")["latency_ns"]
+    if not all(n in got.index for n in names):
+        return None
+    vals = [float(got[n]) for n in names]
+    ok = all((a < b) if strict else (a <= b) for a, b in zip(vals, vals[1:]))
+    return ok, " < ".join(f"{n}={v:.1f}" for n, v in zip(names, vals))
+
+
+def check_invariants(df: pd.DataFrame) -> list[Check]:
+    """kernbench's probe invariants, per probe size."""
+    checks: list[Check] = []
+    for nbytes, sub in df.groupby("nbytes", sort=True):
+        tag = f"@{nbytes}B"
+        for label, names in (
+            ("distance order", ["SAME_CUBE_PE_LOCAL", "SAME_CUBE_PE_REMOTE_BEST", "SAME_CUBE_PE_REMOTE_WORST",
+                                "REMOTE_CUBE_PE_REMOTE_BEST", "REMOTE_CUBE_PE_REMOTE_WORST"]),
+            ("local < same half < cross half", ["SAME_CUBE_PE_LOCAL", "PROBE_PE_SAME_HALF", "PROBE_PE_CROSS_HALF"]),
+        ):
+            res = _chain(sub, names)
+            if res:
+                checks.append(Check(f"{label} {tag}", *res))
+        for kind in ("H2D", "D2H"):
+            names = sorted((c for c in sub["case"] if c.startswith(f"{kind}_CUBE")), key=lambda c: int(c[8:]))
+            res = _chain(sub, names) if len(names) > 1 else None
+            if res:
+                checks.append(Check(f"{kind} grows with hops {tag}", *res))
+        lat = sub.set_index("case")["latency_ns"]
+        for c in sub["case"]:
+            if c.startswith("H2D_CUBE") and f"D2H{c[3:]}" in lat.index:
+                d = f"D2H{c[3:]}"
+                checks.append(Check(f"{d} >= {c} {tag}", bool(lat[d] >= lat[c]),
+                                    f"D2H {lat[d]:.1f} ns, H2D {lat[c]:.1f} ns"))
+        bad = sub[sub["util_aggregate"] > 1.0 + 1e-9]
+        checks.append(Check(f"util_aggregate <= 100% {tag}", bad.empty,
+                            "all cases" if bad.empty else ", ".join(bad["case"])))
+        single = sub[(sub["n_issuers"] == 1) & (sub["util_aggregate"] > 0)]
+        diff = (single["util_single"] - single["util_aggregate"]).abs() > 1e-9
+        checks.append(Check(f"single issuer util_single == util_aggregate {tag}", not diff.any(),
+                            "all single-issuer cases" if not diff.any() else ", ".join(single[diff]["case"])))
+        if "start_spread_ns" in sub and sub["start_spread_ns"].notna().any():
+            spread = float(sub["start_spread_ns"].max())
+            slack = float(sub["barrier_slack_ns"].min())
+            checks.append(Check(f"launch: every PE starts at the barrier {tag}", spread == 0.0 and slack >= 0.0,
+                                f"start spread {spread} ns; earliest start minus latest command arrival {slack} ns"))
+    return checks

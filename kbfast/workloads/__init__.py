@@ -1,0 +1,1 @@
+"""Workload generators: each emits Program IR and nothing else."""
