@@ -76,12 +76,19 @@ UCIE_IO_KINDS = frozenset({EdgeKind.UCIE_INTERNAL, EdgeKind.ROUTER_TO_UCIE_CONN,
 
 
 class Graph(IntEnum):
-    """The four adjacency graphs of the original PathRouter (spec_fabric §4.2)."""
+    """The four adjacency graphs of the original PathRouter (spec_fabric §4.2), plus LOCAL_DATA.
+
+    LOCAL_DATA = DATA and LOCAL together, for same-cube PE DMA: with LOCAL alone a
+    route to a PE whose attach edge is longer than 0 mm slips in through the
+    0 mm ``router -> pe_cpu`` command edge and the one-way intra-PE chain, so it
+    uses command edges and cannot be retraced by its response.
+    """
 
     ALL = 0         # _adj_all: command legs (IO_CPU, M_CPU)
     DATA = 1        # _adj: PE DMA and general data paths (no command edges)
     MEMORY = 2      # _adj_mcpu_dma: host memory and M_CPU DMA (never enters PE pipelines)
-    LOCAL = 3       # _adj_local: same-cube routes (no UCIe / IO edges)
+    LOCAL = 3       # _adj_local: same-cube routes (no UCIe / IO edges); same-cube M_CPU DMA
+    LOCAL_DATA = 4  # same-cube PE DMA: no UCIe / IO edges and no command edges
 
 
 EXCLUDED_KINDS = {
@@ -89,4 +96,5 @@ EXCLUDED_KINDS = {
     Graph.DATA: frozenset({EdgeKind.COMMAND}),
     Graph.MEMORY: frozenset({EdgeKind.PE_INTERNAL, EdgeKind.PE_TO_ROUTER}),
     Graph.LOCAL: UCIE_IO_KINDS,
+    Graph.LOCAL_DATA: UCIE_IO_KINDS | {EdgeKind.COMMAND},
 }

@@ -1,0 +1,258 @@
+"""CLI tests for ``kbfast topo`` (design §9-§10): summaries, plots, routes and user errors (exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kbfast import __version__
+from kbfast.cli import common
+from kbfast.cli.main import app
+from kbfast.config import load_system, preset_names
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+D7_PATH = ["sip0.cube0.pe0.pe_dma", "sip0.cube0.r0c0", "sip0.cube0.r0c1", "sip0.cube0.r0c2", "sip0.cube0.r0c3",
+           "sip0.cube0.r0c4", "sip0.cube0.r1c4", "sip0.cube0.hbm_ctrl.pe2"]
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    """Rich wraps (and folds long paths) at 80 columns off a terminal; widen both consoles."""
+    monkeypatch.setattr(common.console, "width", 1000)
+    monkeypatch.setattr(common.err_console, "width", 1000)
+
+
+def run(runner: CliRunner, *args: str, code: int = 0):
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, (result.output, result.exception)
+    if code == 0:
+        assert result.exception is None
+    return result
+
+
+def flat(text: str) -> str:
+    """Rich wraps long lines at the console width; compare on whitespace-normalised text."""
+    return " ".join(text.split())
+
+
+def run_error(runner: CliRunner, *args: str) -> str:
+    """Run a command that must fail as a user error: exit 2, no traceback; return the message."""
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("error:")
+    return flat(result.stderr)
+
+
+# ------------------------------------------------------------------- list
+
+
+def test_topo_list(runner):
+    result = run(runner, "topo", "list")
+    assert result.stdout.split() == preset_names()
+    assert "ahbm_2sip" in result.stdout and "torus6" in result.stdout
+
+
+def test_version_and_help(runner):
+    assert run(runner, "--version").stdout.strip() == f"kbfast {__version__}"
+    result = run(runner, "topo", "--help")
+    for cmd in ("list", "show", "route"):
+        assert cmd in result.stdout
+
+
+# ------------------------------------------------------------------- show
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_topo_show_every_preset_json(runner, preset):
+    data = json.loads(run(runner, "topo", "show", preset, "--format", "json").stdout)
+    spec = load_system(preset)
+    for key in ("nodes_by_kind", "edges_by_kind", "n_sips", "n_cubes", "n_pes"):
+        assert key in data
+    assert data["name"] == preset
+    assert data["n_sips"] == spec.sips.count
+    assert data["n_cubes"] == 16 * spec.sips.count
+    assert data["n_pes"] == 128 * spec.sips.count == data["nodes_by_kind"]["pe_dma"]
+    assert data["nodes_by_kind"]["switch"] == 1
+    assert data["nodes_by_kind"]["router"] == 32 * data["n_cubes"]
+    assert data["edges_by_kind"]["router_mesh"] == 96 * data["n_cubes"]
+    assert data["edges_by_kind"]["ucie_mesh"] == 48 * spec.sips.count
+    assert data["edges_by_kind"]["pcie"] == 2 * spec.sips.count
+    assert data["n_nodes"] == sum(data["nodes_by_kind"].values())
+    assert data["n_edges"] == sum(data["edges_by_kind"].values())
+    assert data["sip_grid"] == list(spec.sip_grid())
+    assert data["per_cube"] == {"routers": 32, "pes": 8, "hbm_ctrls": 8, "ucie_ports": 4, "ucie_conns_per_port": 4}
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_topo_show_every_preset_table(runner, preset):
+    out = flat(run(runner, "topo", "show", preset).stdout)
+    spec = load_system(preset)
+    assert out.startswith(preset)
+    assert f"{spec.sips.count} SIPs ({spec.sips.topology}" in out
+    assert f"{16 * spec.sips.count} cubes, {128 * spec.sips.count} PEs" in out
+    for title in ("Nodes", "Directed edges", "Uncalibrated parameters"):
+        assert title in out
+    assert "router_mesh" in out and "fabric.ns_per_mm" in out
+
+
+def test_topo_show_defaults_to_ahbm_2sip(runner):
+    default = json.loads(run(runner, "topo", "show", "--format", "json").stdout)
+    assert default["name"] == "ahbm_2sip" and default["n_pes"] == 256 and default["n_cubes"] == 32
+    assert default["uncalibrated"]["fabric.ns_per_mm"] == load_system().fabric.ns_per_mm
+    assert default["edge_bw_gbs_by_kind"]["command"] == [None]           # no serialization
+    assert default["edge_bw_gbs_by_kind"]["router_to_sram"] == [128.0]
+
+
+def test_topo_show_with_overrides(runner):
+    data = json.loads(run(runner, "topo", "show", "--set", "sip.cube_mesh.w=2", "--set", "sips.count=3",
+                          "--format", "json").stdout)
+    assert data["n_sips"] == 3 and data["cube_mesh"] == [2, 4] and data["n_cubes"] == 24 and data["n_pes"] == 192
+    data = json.loads(run(runner, "topo", "show", "torus6", "--set", "routing.policy=hops", "--format", "json").stdout)
+    assert data["routing_policy"] == "hops" and data["sip_grid"] == [2, 3]
+
+
+def test_topo_show_yaml_file(runner, tmp_path):
+    p = tmp_path / "mine.yaml"
+    p.write_text("base: ahbm_2sip\nname: mine\nsips: {count: 4, topology: torus_2d}\n")
+    data = json.loads(run(runner, "topo", "show", str(p), "--format", "json").stdout)
+    assert data["name"] == "mine" and data["n_sips"] == 4 and data["sip_grid"] == [2, 2]
+
+
+def test_topo_show_plot_writes_png(runner, tmp_path):
+    out = tmp_path / "floor.png"
+    result = run(runner, "topo", "show", "--plot", str(out))
+    assert out.is_file()
+    data = out.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 5000
+    assert b"IEND" in data[-16:]
+    assert "floor plan written to" in flat(result.stdout)
+
+
+# ------------------------------------------------------------------ route
+
+
+def test_topo_route_json_d7_path(runner):
+    info = json.loads(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2",
+                          "--format", "json").stdout)
+    assert info["nodes"] == D7_PATH                          # 8 nodes, 7 edges
+    assert info["n_edges"] == 7 and len(info["hops"]) == 7
+    assert info["kind"] == "pe_dma"
+    assert [h["kind"] for h in info["hops"]] == ["pe_to_router"] + ["router_mesh"] * 5 + ["router_to_hbm"]
+    assert info["transit_overhead_ns"] == pytest.approx(6 * 2.0)       # six routers at 2 ns
+    assert info["total_mm"] == pytest.approx(2.0 + 3 * 7 / 3 + 2.5)
+    assert info["propagation_ns"] == pytest.approx(info["total_mm"] * load_system().fabric.ns_per_mm)
+    assert [h["mm"] for h in info["hops"]] == pytest.approx([0.0, 2.0, 7 / 3, 7 / 3, 7 / 3, 2.5, 0.0])
+    assert info["bottleneck_bw_gbs"] == 256.0
+    assert info["store_and_forward"] == []
+
+
+def test_topo_route_table(runner):
+    out = flat(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2").stdout)
+    assert "pe_dma route sip0.cube0.pe0.pe_dma -> sip0.cube0.hbm_ctrl.pe2" in out
+    assert "7 edges, transit overhead 12 ns, 11.5 mm" in out
+    assert "router_to_hbm" in out
+
+
+def test_topo_route_kind_defaults_by_source(runner):
+    info = json.loads(run(runner, "topo", "route", "ahbm_2sip", "sip0.io0.pcie_ep", "sip0.cube5.hbm_ctrl.pe1",
+                          "--format", "json").stdout)
+    assert info["kind"] == "memory"
+    assert not any(n.endswith(("io_cpu", "m_cpu")) for n in info["nodes"])
+    info = json.loads(run(runner, "topo", "route", "ahbm_2sip", "sip0.io0.io_cpu", "sip0.cube5.m_cpu",
+                          "--format", "json").stdout)
+    assert info["kind"] == "node" and info["nodes"][-1] == "sip0.cube5.m_cpu"
+    info = json.loads(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube5.m_cpu", "sip0.cube5.hbm_ctrl.pe3",
+                          "--kind", "mcpu_dma", "--format", "json").stdout)
+    assert info["kind"] == "mcpu_dma" and info["nodes"][:2] == ["sip0.cube5.m_cpu", "sip0.cube5.r2c0"]
+
+
+def test_topo_route_cross_sip(runner):
+    info = json.loads(run(runner, "topo", "route", "torus6", "sip0.cube0.pe0", "sip5.cube15.hbm_ctrl.pe7",
+                          "--format", "json").stdout)
+    nodes = info["nodes"]
+    i = nodes.index("fabric.switch0")
+    assert nodes[i - 1:i + 2] == ["sip0.io0.pcie_ep", "fabric.switch0", "sip5.io0.pcie_ep"]
+    assert info["store_and_forward"] == ["sip0.io0.pcie_ep", "sip5.io0.pcie_ep"]
+    assert [h["kind"] for h in info["hops"]].count("pcie") == 2
+    finite = [h["bw_gbs"] for h in info["hops"] if h["bw_gbs"] is not None]
+    assert info["bottleneck_bw_gbs"] == min(finite) <= 128.0  # at most one UCIe connection's 128 GB/s
+    assert info["transit_overhead_ns"] >= 2 * 5.0 + 5.0       # two PCIe EPs and the switch at least
+
+
+# ------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["--set", "sip.cube_mseh.w=2"], ["--set: sip.cube_mseh.w: unknown key 'cube_mseh' (got 2)",
+                                      "hint: did you mean 'cube_mesh'?"]),
+    (["--set", "sips.count=abc"], ["ahbm_2sip.yaml: sips.count:", "valid integer", "(got 'abc')",
+                                   "hint: write a whole number"]),
+    (["--set", "link.router_mesh.bw_gbs=0"], ["ahbm_2sip.yaml: link.router_mesh.bw_gbs:", "greater than 0",
+                                              "(got 0)", "hint: bandwidths must be > 0 GB/s"]),
+    (["--set", "link.router_mesh.bw_gbs=-1"], ["link.router_mesh.bw_gbs", "(got -1)", "hint:"]),
+    (["--set", "hbm.pcs_per_pe=6"], ["hbm.pcs_per_pe: must be a power of two (got 6)", "hint: use 4 or 8"]),
+    (["--set", "hbm.burst_bytes=300"], ["hbm.burst_bytes: must be a power of two (got 300)",
+                                        "hint: use 256 or 512"]),
+    (["--set", "sips.topology=torus_2d", "--set", "sips.count=6"],
+     ["sips.count: non-square sips.count requires explicit sips.w/h for torus_2d (got 6)", "hint: set sips.w and"]),
+    (["--set", "sips.topology=mesh_2d", "--set", "sips.count=6", "--set", "sips.w=4", "--set", "sips.h=2"],
+     ["sips.w:", "4*2 = 8 != sips.count = 6", "(got 4)", "hint:"]),
+    (["torus6", "--set", "sips.w=5"], ["torus6.yaml: sips.w:", "5*3 = 15 != sips.count = 6"]),
+    (["ahbm_2sp"], ["ahbm_2sp: <preset>: unknown topology preset (got 'ahbm_2sp')", "did you mean 'ahbm_2sip'?"]),
+    (["no/such/file.yaml"], ["no/such/file.yaml: <file>: no such topology file", "hint: presets:"]),
+    (["--set", "sip.cube_mesh.w"], ["an override must look like key.path=value", "hint: example:"]),
+])
+def test_topo_show_user_errors(runner, args, fragments):
+    msg = run_error(runner, "topo", "show", *args)
+    for fragment in fragments:
+        assert fragment in msg
+
+
+def test_user_errors_from_yaml_files(runner, tmp_path):
+    p = tmp_path / "typo.yaml"
+    p.write_text("base: ahbm_2sip\nlink:\n  router_mesh: {bw_gbz: 256}\n")
+    msg = run_error(runner, "topo", "show", str(p))
+    assert f"{p}: link.router_mesh.bw_gbz: unknown key 'bw_gbz'" in msg and "did you mean 'bw_gbs'?" in msg
+    p.write_text("base: ahbm_2sip\nhbm: {burst_bytes: 300}\n")
+    msg = run_error(runner, "topo", "show", str(p), "--format", "json")
+    assert f"{p}: hbm.burst_bytes: must be a power of two (got 300)" in msg
+    p.write_text("base: typo.yaml\n")
+    assert "circular base chain" in run_error(runner, "topo", "show", str(p))
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube16.hbm_ctrl.pe0"], "cube 16 does not exist"),
+    (["ahbm_2sip", "sip2.cube0.pe0", "sip0.cube0.hbm_ctrl.pe0"], "SIP 2 does not exist"),
+    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe9"], "unknown node 'sip0.cube0.hbm_ctrl.pe9'"),
+    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2", "--kind", "bogus"], "--kind 'bogus'"),
+    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2", "--kind", "memory"], "no memory route"),
+    (["ahbm_2sip", "fabric.switch0", "sip0.cube0.hbm_ctrl.pe2"], "transit node"),
+    (["nosuch", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2"], "unknown topology preset"),
+])
+def test_topo_route_user_errors(runner, args, fragment):
+    assert fragment in run_error(runner, "topo", "route", *args)
+
+
+def test_no_args_prints_help(runner):
+    result = runner.invoke(app, [])
+    assert "topo" in result.output
+    assert result.exit_code in (0, 2)
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+
+
+def test_plot_option_accepts_path(tmp_path: Path, runner):
+    out = tmp_path / "sub" / "torus.png"
+    out.parent.mkdir()
+    run(runner, "topo", "show", "torus6", "--set", "cube.pe_layout.pe_pitch_mm=1.5", "--plot", str(out))
+    assert out.read_bytes()[:8] == PNG_MAGIC
