@@ -132,9 +132,6 @@ def test_cross_cube_seam_count_is_manhattan(tables, router):
     assert checked > 0.9 * len(rs)
 
 
-@pytest.mark.xfail(reason="with routing.weight_mm.ucie_internal=8 some cube0 <-> cube1/2/3/6/7/11 routes bridge "
-                          "through the IO chiplet (io_ucie-P0 -> io_noc -> io_ucie-P1) instead of the cube seams "
-                          "of spec_fabric §4.4; a calibration question, not a routing-code bug")
 def test_intra_sip_routes_stay_on_the_cube_mesh(tables, router):
     src, dst, hops, rs = _cube_grid_sample(tables, router, sip=0)
     via_io = [node_names(tables, np.array([src[i], dst[i]])) for i in range(len(rs))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kbfast.exact.heap import heap_new, heap_pop, heap_push, heap_reserve
+from kbfast.exact.heap import heap_new, heap_pop, heap_push, heap_reserve, pack, unpack
 
 # op codes (kbfast.ir.Op)
 OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE = 0, 1, 2, 3, 4
@@ -66,12 +66,23 @@ def _bottleneck(r, r_ptr, r_edges, e_bw):  # pragma: no cover - jitted
     return bn
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
+    return flit_bytes if i < nfl - 1 else nbytes - flit_bytes * (nfl - 1)
+
+
+@njit(cache=True, error_model="numpy")
 def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
            n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
            a_start, a_host, op_ptr, op_code, op_target, op_nbytes, op_addr, op_async, op_arg,
            op_route, op_rroute, max_events):  # pragma: no cover - jitted
-    """Replay a Program; returns (status, n_events, agent_finish, op times, edge stats, PC stats)."""
+    """Replay a Program; returns (status, n_events, agent_finish, agent_wait, op times, edge and PC stats).
+
+    A put of a whole transaction on one edge (source injection or a
+    store-and-forward re-stream) reserves the wire for the train at once; the
+    flits' arrival events are then generated one after another (flit i+1 when
+    flit i arrives), which keeps the heap small.
+    """
     n_nodes = len(n_ovh)
     n_edges = len(e_src)
     n_agents = len(a_start)
@@ -79,15 +90,17 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     n_ctrl = 0
     for v in range(n_nodes):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
+    n_pc_all = max(n_ctrl * n_pcs, 1)
+    pc_mask = n_pcs - 1
 
-    op_agent = np.empty(n_ops, np.int32)
+    op_agent = np.empty(n_ops, np.int64)
     for a in range(n_agents):
         for o in range(op_ptr[a], op_ptr[a + 1]):
             op_agent[o] = a
     op_issue = np.full(n_ops, -1.0)
     op_begin = np.full(n_ops, -1.0)
     op_end = np.full(n_ops, -1.0)
-    op_next = np.full(n_ops, -1, np.int32)
+    op_next = np.full(n_ops, -1, np.int64)
 
     a_pc = op_ptr[:-1].copy()
     a_wait = np.full(n_agents, -1, np.int64)
@@ -98,16 +111,18 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     ch_tail = np.full((n_agents, 2), -1, np.int64)
 
     max_txn = 2 * n_ops + 1
-    t_route = np.empty(max_txn, np.int32)
+    t_route = np.empty(max_txn, np.int64)
     t_nbytes = np.empty(max_txn, np.int64)
     t_nflits = np.empty(max_txn, np.int64)
     t_addr = np.empty(max_txn, np.int64)
     t_dir = np.empty(max_txn, np.int8)
     t_kind = np.empty(max_txn, np.int8)
-    t_op = np.empty(max_txn, np.int32)
+    t_op = np.empty(max_txn, np.int64)
     t_count = np.zeros(max_txn, np.int64)
-    t_last = np.zeros(max_txn, np.float64)
-    t_chunk_t0 = np.zeros(max_txn, np.float64)
+    t_last = np.zeros(max_txn)
+    t_aux = np.zeros(max_txn)            # chunk-loop start (D2H command)
+    t_train_hop = np.full(max_txn, -1, np.int64)
+    t_train_dep0 = np.zeros(max_txn)     # departure of flit 0 of the current train
     n_txn = 0
 
     node_free = np.zeros(n_nodes)
@@ -115,27 +130,28 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     e_bytes = np.zeros(n_edges)
     e_busy = np.zeros(n_edges)
     e_peak = np.zeros(n_edges)
-    pc_avail = np.zeros(max(n_ctrl * n_pcs, 1))
-    pc_dir = np.full(max(n_ctrl * n_pcs, 1), -1, np.int8)
-    pc_commits = np.zeros(max(n_ctrl * n_pcs, 1), np.int64)
-    pc_busy = np.zeros(max(n_ctrl * n_pcs, 1))
-    pc_backlog = np.zeros(max(n_ctrl * n_pcs, 1))
-    pc_mask = n_pcs - 1
+    pc_avail = np.zeros(n_pc_all)
+    pc_dir = np.full(n_pc_all, -1, np.int8)
+    pc_commits = np.zeros(n_pc_all, np.int64)
+    pc_busy = np.zeros(n_pc_all)
+    pc_backlog = np.zeros(n_pc_all)
 
-    heap = heap_new(4 * (n_agents + n_ops) + 64)
+    heap = heap_new(4 * n_agents + 64)
     size = 0
     seq = 0
     for a in range(n_agents):
-        heap = heap_reserve(heap, size + 1)
-        heap_push(heap, size, seq, a_start[a], EV_AGENT, a, 0, 0)
+        if size == len(heap[0]):
+            heap = heap_reserve(heap, size + 1)
+        heap_push(heap, size, seq, a_start[a], pack(EV_AGENT, a, 0, 0))
         size += 1
         seq += 1
 
     n_events = 0
     status = OK
     while size > 0:
-        now, kind, x, y, z = heap_pop(heap, size)
+        now, payload = heap_pop(heap, size)
         size -= 1
+        kind, x, y, z = unpack(payload)
         n_events += 1
         if n_events > max_events:
             status = BUDGET
@@ -149,6 +165,15 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             e = r_edges[lo + hop]
             v = e_dst[e]
             nfl = t_nflits[txn]
+            if hop == t_train_hop[txn] and i + 1 < nfl:
+                # Next flit of the train on this edge (departures are back to back from dep0).
+                dep = t_train_dep0[txn] + (i + 1) * (flit_bytes / e_bw[e])
+                arr = dep + _flit_size(i + 1, nfl, t_nbytes[txn], flit_bytes) / e_bw[e] + e_prop[e]
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, arr, pack(EV_FLIT, txn, i + 1, hop))
+                size += 1
+                seq += 1
             if last_hop and n_hbm[v] >= 0:
                 s = max(now, node_free[v])
                 if i == 0:
@@ -165,8 +190,9 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 pc_busy[g] += commit_ns
                 t_last[txn] = fin if i == 0 else max(t_last[txn], fin)
                 if i == nfl - 1:
-                    heap = heap_reserve(heap, size + 1)
-                    heap_push(heap, size, seq, max(t_last[txn], s), EV_TXN_DONE, txn, 0, 0)
+                    if size == len(heap[0]):
+                        heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, max(t_last[txn], s), pack(EV_TXN_DONE, txn, 0, 0))
                     size += 1
                     seq += 1
             elif n_flit[v]:
@@ -176,73 +202,85 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 node_free[v] = s
                 if last_hop:
                     if i == nfl - 1:
-                        heap = heap_reserve(heap, size + 1)
-                        heap_push(heap, size, seq, s, EV_TXN_DONE, txn, 0, 0)
+                        if size == len(heap[0]):
+                            heap = heap_reserve(heap, size + 1)
+                        heap_push(heap, size, seq, s, pack(EV_TXN_DONE, txn, 0, 0))
                         size += 1
                         seq += 1
                 else:
                     e2 = r_edges[lo + hop + 1]
-                    nb = flit_bytes if i < nfl - 1 else t_nbytes[txn] - flit_bytes * (nfl - 1)
+                    nb = _flit_size(i, nfl, t_nbytes[txn], flit_bytes)
                     if avail[e2] > s:
                         e_peak[e2] = max(e_peak[e2], (avail[e2] - s) * e_bw[e2])
-                    dep = max(s, avail[e2])
-                    avail[e2] = dep + nb / e_bw[e2]
+                    avail[e2] = max(s, avail[e2]) + nb / e_bw[e2]
                     e_bytes[e2] += nb
                     e_busy[e2] += nb / e_bw[e2]
-                    heap = heap_reserve(heap, size + 1)
-                    heap_push(heap, size, seq, avail[e2] + e_prop[e2], EV_FLIT, txn, i, hop + 1)
+                    if size == len(heap[0]):
+                        heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, avail[e2] + e_prop[e2], pack(EV_FLIT, txn, i, hop + 1))
                     size += 1
                     seq += 1
             else:
                 t_count[txn] += 1
                 if t_count[txn] == nfl:
                     t_count[txn] = 0
-                    heap = heap_reserve(heap, size + 1)
                     if last_hop:
-                        heap_push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
+                        if size == len(heap[0]):
+                            heap = heap_reserve(heap, size + 1)
+                        heap_push(heap, size, seq, now + n_ovh[v], pack(EV_TXN_DONE, txn, 0, 0))
+                        size += 1
+                        seq += 1
                     else:
-                        heap_push(heap, size, seq, now + n_ovh[v], EV_PUT, txn, 0, hop + 1)
-                    size += 1
-                    seq += 1
+                        if size == len(heap[0]):
+                            heap = heap_reserve(heap, size + 1)
+                        heap_push(heap, size, seq, now + n_ovh[v], pack(EV_PUT, txn, 0, hop + 1))
+                        size += 1
+                        seq += 1
             continue
 
         if kind == EV_PUT:
+            # The whole transaction is put on edge ``hop`` now: reserve the wire for the train.
             txn, hop = x, z
             e = r_edges[r_ptr[t_route[txn]] + hop]
             nfl = t_nflits[txn]
-            heap = heap_reserve(heap, size + nfl)
-            for i in range(nfl):
-                nb = flit_bytes if i < nfl - 1 else t_nbytes[txn] - flit_bytes * (nfl - 1)
-                if avail[e] > now:
-                    e_peak[e] = max(e_peak[e], (avail[e] - now) * e_bw[e])
-                dep = max(now, avail[e])
-                avail[e] = dep + nb / e_bw[e]
-                e_bytes[e] += nb
-                e_busy[e] += nb / e_bw[e]
-                heap_push(heap, size, seq, avail[e] + e_prop[e], EV_FLIT, txn, i, hop)
-                size += 1
-                seq += 1
+            nbytes = t_nbytes[txn]
+            if avail[e] > now:
+                e_peak[e] = max(e_peak[e], (avail[e] - now) * e_bw[e])
+            dep0 = max(now, avail[e])
+            avail[e] = dep0 + nbytes / e_bw[e]
+            e_bytes[e] += nbytes
+            e_busy[e] += nbytes / e_bw[e]
+            t_train_hop[txn] = hop
+            t_train_dep0[txn] = dep0
+            arr = dep0 + _flit_size(0, nfl, nbytes, flit_bytes) / e_bw[e] + e_prop[e]
+            if size == len(heap[0]):
+                heap = heap_reserve(heap, size + 1)
+            heap_push(heap, size, seq, arr, pack(EV_FLIT, txn, 0, hop))
+            size += 1
+            seq += 1
             continue
 
         if kind == EV_CTRL_ARRIVE:
             txn = x
             r = t_route[txn]
             v = e_dst[r_edges[r_ptr[r + 1] - 1]]
-            heap = heap_reserve(heap, size + 1)
             if t_kind[txn] == K_D2H_CMD:
                 # Chunk loop (spec_memory §3.7): chunks drain/n apart after the overhead.
-                t_chunk_t0[txn] = now + n_ovh[v]
-                t_last[txn] = t_chunk_t0[txn]
+                t_aux[txn] = now + n_ovh[v]
+                t_last[txn] = t_aux[txn]
                 nch = (op_nbytes[t_op[txn]] + burst_bytes - 1) // burst_bytes
-                if nch == 0:
-                    heap_push(heap, size, seq, t_chunk_t0[txn], EV_CHUNK, txn, 0, 0)
-                else:
-                    delta = op_nbytes[t_op[txn]] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
-                    heap_push(heap, size, seq, t_chunk_t0[txn] + delta, EV_CHUNK, txn, 0, 0)
+                delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, t_aux[txn] + delta, pack(EV_CHUNK, txn, 0, 0))
+                size += 1
+                seq += 1
             else:
-                heap_push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
-            size += 1
-            seq += 1
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, now + n_ovh[v], pack(EV_TXN_DONE, txn, 0, 0))
+                size += 1
+                seq += 1
             continue
 
         if kind == EV_CHUNK:
@@ -251,7 +289,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             v = e_dst[r_edges[r_ptr[r + 1] - 1]]
             o = t_op[txn]
             nch = (op_nbytes[o] + burst_bytes - 1) // burst_bytes
-            heap = heap_reserve(heap, size + 1)
             if i < nch:
                 g = n_hbm[v] * n_pcs + (((op_addr[o] + i * burst_bytes) >> pc_shift) & pc_mask)
                 sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != 1) else 0.0
@@ -265,7 +302,11 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_last[txn] = max(t_last[txn], fin)
             if i + 1 < nch:
                 delta = op_nbytes[o] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
-                heap_push(heap, size, seq, t_chunk_t0[txn] + (i + 2) * delta, EV_CHUNK, txn, i + 1, 0)
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, t_aux[txn] + (i + 2) * delta, pack(EV_CHUNK, txn, i + 1, 0))
+                size += 1
+                seq += 1
             else:
                 # Data streams back on the reverse route from the controller (overhead already paid).
                 d = n_txn
@@ -279,27 +320,38 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_op[d] = o
                 when = max(now, t_last[txn])
                 if t_nflits[d] == 0:
-                    heap_push(heap, size, seq, when + _ctrl_latency(t_route[d], r_ptr, r_edges, e_dst, e_prop,
-                                                                    n_ovh), EV_CTRL_ARRIVE, d, 0, 0)
+                    when += _ctrl_latency(t_route[d], r_ptr, r_edges, e_dst, e_prop, n_ovh)
+                    if size == len(heap[0]):
+                        heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, when, pack(EV_CTRL_ARRIVE, d, 0, 0))
+                    size += 1
+                    seq += 1
                 else:
-                    heap_push(heap, size, seq, when, EV_PUT, d, 0, 0)
-            size += 1
-            seq += 1
+                    if size == len(heap[0]):
+                        heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, when, pack(EV_PUT, d, 0, 0))
+                    size += 1
+                    seq += 1
             continue
 
         if kind == EV_TXN_DONE:
             txn = x
             o = t_op[txn]
-            heap = heap_reserve(heap, size + 1)
             if t_kind[txn] == K_PE_REQ:
                 rr = op_rroute[o]
                 pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
                 arrive = now + _ctrl_latency(rr, r_ptr, r_edges, e_dst, e_prop, n_ovh) + n_ovh[pe]
-                heap_push(heap, size, seq, arrive, EV_OP_DONE, o, 0, 0)
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, arrive, pack(EV_OP_DONE, o, 0, 0))
+                size += 1
+                seq += 1
             else:
-                heap_push(heap, size, seq, now, EV_OP_DONE, o, 0, 0)
-            size += 1
-            seq += 1
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, now, pack(EV_OP_DONE, o, 0, 0))
+                size += 1
+                seq += 1
             continue
 
         if kind == EV_OP_DONE:
@@ -307,7 +359,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             op_end[o] = now
             a = op_agent[o]
             a_out[a] -= 1
-            heap = heap_reserve(heap, size + 2)
             if not a_host[a]:
                 ch = 0 if op_code[o] == OP_DMA_WRITE else 1
                 nxt = ch_head[a, ch]
@@ -316,16 +367,23 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                     if ch_head[a, ch] < 0:
                         ch_tail[a, ch] = -1
                     ch_busy[a, ch] = nxt
-                    n_txn, size, seq = _start_dma(nxt, now, heap, size, seq, n_txn, a_host[a], op_code, op_nbytes,
-                                                  op_addr, op_route, op_begin, t_route, t_nbytes, t_nflits, t_addr,
-                                                  t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop, n_ovh,
-                                                  flit_bytes)
+                    ev_t, ev_k = _start_dma(
+                        nxt, now, n_txn, a_host[a], op_code, op_nbytes, op_addr, op_route,
+                        op_begin, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
+                        e_src, e_dst, e_prop, n_ovh, flit_bytes)
+                    if size == len(heap[0]):
+                        heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, ev_t, pack(ev_k, n_txn, 0, 0))
+                    size += 1
+                    seq += 1
+                    n_txn += 1
                 else:
                     ch_busy[a, ch] = -1
             if a_wait[a] == o or (a_wait[a] == WAIT_ALL_PENDING and a_out[a] == 0):
                 a_wait[a] = -1
-                heap = heap_reserve(heap, size + 1)
-                heap_push(heap, size, seq, now, EV_AGENT, a, 0, 0)
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, now, pack(EV_AGENT, a, 0, 0))
                 size += 1
                 seq += 1
             continue
@@ -351,11 +409,16 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 if a_host[a] or ch_busy[a, ch] < 0:
                     if not a_host[a]:
                         ch_busy[a, ch] = o
-                    heap = heap_reserve(heap, size + 2)
-                    n_txn, size, seq = _start_dma(o, now, heap, size, seq, n_txn, a_host[a], op_code, op_nbytes,
-                                                  op_addr, op_route, op_begin, t_route, t_nbytes, t_nflits, t_addr,
-                                                  t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop, n_ovh,
-                                                  flit_bytes)
+                    ev_t, ev_k = _start_dma(
+                        o, now, n_txn, a_host[a], op_code, op_nbytes, op_addr, op_route,
+                        op_begin, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
+                        e_src, e_dst, e_prop, n_ovh, flit_bytes)
+                    if size == len(heap[0]):
+                        heap = heap_reserve(heap, size + 1)
+                    heap_push(heap, size, seq, ev_t, pack(ev_k, n_txn, 0, 0))
+                    size += 1
+                    seq += 1
+                    n_txn += 1
                 else:
                     if ch_tail[a, ch] >= 0:
                         op_next[ch_tail[a, ch]] = o
@@ -381,8 +444,9 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 op_begin[o] = now
                 op_end[o] = now + op_arg[o]
                 a_pc[a] += 1
-                heap = heap_reserve(heap, size + 1)
-                heap_push(heap, size, seq, now + op_arg[o], EV_AGENT, a, 0, 0)
+                if size == len(heap[0]):
+                    heap = heap_reserve(heap, size + 1)
+                heap_push(heap, size, seq, now + op_arg[o], pack(EV_AGENT, a, 0, 0))
                 size += 1
                 seq += 1
                 break
@@ -392,16 +456,18 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             if a_finish[a] < 0:
                 status = DEADLOCK
     return (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
-            pc_commits, pc_busy, pc_backlog, pc_avail)
+            pc_commits, pc_busy, pc_backlog)
 
 
 @njit(cache=True)
-def _start_dma(o, now, heap, size, seq, n_txn, is_host, op_code, op_nbytes, op_addr, op_route, op_begin,
+def _start_dma(o, now, d, is_host, op_code, op_nbytes, op_addr, op_route, op_begin,
                t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop,
                n_ovh, flit_bytes):  # pragma: no cover - jitted
-    """Inject the request transaction of DMA op ``o`` at ``now`` (room for one push is reserved)."""
+    """Set up transaction ``d`` for DMA op ``o`` issued at ``now``; returns its first event (time, kind).
+
+    The source pays its overhead before streaming; a zero-byte request travels as a control message.
+    """
     op_begin[o] = now
-    d = n_txn
     write = op_code[o] == OP_DMA_WRITE
     t_route[d] = op_route[o]
     t_addr[d] = op_addr[o]
@@ -413,11 +479,7 @@ def _start_dma(o, now, heap, size, seq, n_txn, is_host, op_code, op_nbytes, op_a
         t_kind[d] = K_PE_REQ
     t_nbytes[d] = op_nbytes[o] if (write or not is_host) else 0
     t_nflits[d] = (t_nbytes[d] + flit_bytes - 1) // flit_bytes
-    src = e_src[r_edges[r_ptr[op_route[o]]]]
-    t0 = now + n_ovh[src]
+    t0 = now + n_ovh[e_src[r_edges[r_ptr[op_route[o]]]]]
     if t_nflits[d] == 0:
-        heap_push(heap, size, seq, t0 + _ctrl_latency(op_route[o], r_ptr, r_edges, e_dst, e_prop, n_ovh),
-                  EV_CTRL_ARRIVE, d, 0, 0)
-    else:
-        heap_push(heap, size, seq, t0, EV_PUT, d, 0, 0)
-    return n_txn + 1, size + 1, seq + 1
+        return t0 + _ctrl_latency(op_route[o], r_ptr, r_edges, e_dst, e_prop, n_ovh), EV_CTRL_ARRIVE
+    return t0, EV_PUT

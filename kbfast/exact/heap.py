@@ -1,9 +1,10 @@
 """An array-based binary min-heap of events keyed by (time, insertion sequence), for Numba.
 
 Equal times pop in insertion order, which makes every replay reproducible bit
-for bit (design §5 "Ties").  The heap is a tuple of parallel arrays
-``(time, seq, kind, a, b, c)``; callers own ``size`` and the sequence counter,
-and call :func:`heap_reserve` before pushing.  Plain functions (no jitclass) keep the
+for bit (design §5 "Ties").  The heap is a tuple ``(time, seq, payload)`` of
+parallel arrays; an event's kind and fields are packed into the int64 payload
+(:func:`pack`).  Callers own ``size`` and the sequence counter, and call
+:func:`heap_reserve` before pushing.  Plain functions (no jitclass) keep the
 replay kernel cacheable on disk.
 """
 
@@ -12,86 +13,85 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# payload bits: kind 3 | a 28 | b 20 | c 12
+_A_SHIFT, _B_SHIFT = 32, 12
+MAX_A, MAX_B, MAX_C = (1 << 28) - 1, (1 << 20) - 1, (1 << 12) - 1
+
 
 @njit(cache=True, inline="always")
-def _less(ht, hs, i, j):  # pragma: no cover - jitted
-    return ht[i] < ht[j] or (ht[i] == ht[j] and hs[i] < hs[j])
+def pack(kind, a, b, c):  # pragma: no cover - jitted
+    return (np.int64(kind) << 60) | (np.int64(a) << _A_SHIFT) | (np.int64(b) << _B_SHIFT) | np.int64(c)
 
 
 @njit(cache=True, inline="always")
-def _swap(ht, hs, hk, ha, hb, hc, i, j):  # pragma: no cover - jitted
-    ht[i], ht[j] = ht[j], ht[i]
-    hs[i], hs[j] = hs[j], hs[i]
-    hk[i], hk[j] = hk[j], hk[i]
-    ha[i], ha[j] = ha[j], ha[i]
-    hb[i], hb[j] = hb[j], hb[i]
-    hc[i], hc[j] = hc[j], hc[i]
+def unpack(p):  # pragma: no cover - jitted
+    return (np.int64(p >> 60), np.int64((p >> _A_SHIFT) & MAX_A), np.int64((p >> _B_SHIFT) & MAX_B),
+            np.int64(p & MAX_C))
 
 
 @njit(cache=True)
 def heap_new(capacity):  # pragma: no cover - jitted
     capacity = max(capacity, 16)
-    return (np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int8),
-            np.empty(capacity, np.int32), np.empty(capacity, np.int32), np.empty(capacity, np.int32))
+    return np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64)
 
 
 @njit(cache=True)
 def heap_reserve(heap, need):  # pragma: no cover - jitted
     """Return ``heap`` with room for ``need`` items (doubling; the old arrays are copied)."""
-    ht, hs, hk, ha, hb, hc = heap
+    ht, hs, hp = heap
     if need <= len(ht):
         return heap
-    n = max(2 * len(ht), need)
-    t, s, k, a, b, c = heap_new(n)
+    t, s, p = heap_new(max(2 * len(ht), need))
     m = len(ht)
     t[:m] = ht
     s[:m] = hs
-    k[:m] = hk
-    a[:m] = ha
-    b[:m] = hb
-    c[:m] = hc
-    return t, s, k, a, b, c
+    p[:m] = hp
+    return t, s, p
 
 
-@njit(cache=True)
-def heap_push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
-    """Insert at position ``size`` (capacity must allow it, see heap_reserve) and sift up."""
-    ht, hs, hk, ha, hb, hc = heap
+@njit(cache=True, inline="always")
+def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
+    """Insert at the hole ``size`` (capacity reserved) and sift the hole up."""
+    ht, hs, hp = heap
     i = size
-    ht[i] = time
-    hs[i] = seq
-    hk[i] = kind
-    ha[i] = a
-    hb[i] = b
-    hc[i] = c
     while i > 0:
         parent = (i - 1) >> 1
-        if _less(ht, hs, i, parent):
-            _swap(ht, hs, hk, ha, hb, hc, i, parent)
+        if time < ht[parent] or (time == ht[parent] and seq < hs[parent]):
+            ht[i] = ht[parent]
+            hs[i] = hs[parent]
+            hp[i] = hp[parent]
             i = parent
         else:
             break
+    ht[i] = time
+    hs[i] = seq
+    hp[i] = payload
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def heap_pop(heap, size):  # pragma: no cover - jitted
-    """Remove the root of a heap of ``size`` items; returns (time, kind, a, b, c). New size is size-1."""
-    ht, hs, hk, ha, hb, hc = heap
-    time, kind, a, b, c = ht[0], hk[0], ha[0], hb[0], hc[0]
+    """Remove the root of a heap of ``size`` items; returns (time, payload).  New size is size-1."""
+    ht, hs, hp = heap
+    time, payload = ht[0], hp[0]
     n = size - 1
     if n > 0:
-        _swap(ht, hs, hk, ha, hb, hc, 0, n)
+        lt, ls, lp = ht[n], hs[n], hp[n]
         i = 0
         while True:
-            left = 2 * i + 1
-            if left >= n:
+            child = 2 * i + 1
+            if child >= n:
                 break
-            child = left
-            if left + 1 < n and _less(ht, hs, left + 1, left):
-                child = left + 1
-            if _less(ht, hs, child, i):
-                _swap(ht, hs, hk, ha, hb, hc, child, i)
+            right = child + 1
+            if right < n and (ht[right] < ht[child] or (ht[right] == ht[child] and hs[right] < hs[child])):
+                child = right
+            if ht[child] < lt or (ht[child] == lt and hs[child] < ls):
+                ht[i] = ht[child]
+                hs[i] = hs[child]
+                hp[i] = hp[child]
                 i = child
             else:
                 break
-    return time, kind, a, b, c
+        ht[i] = lt
+        hs[i] = ls
+        hp[i] = lp
+    return time, payload

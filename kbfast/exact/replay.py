@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
-from kbfast.exact import engine
+from kbfast.exact import engine, heap
 from kbfast.ir import Op, Program
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
@@ -95,6 +95,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         raise KbfastError(f"exact replay of {p.name!r} would need about {need / 2**30:.1f} GiB "
                           f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
     t, spec = p.tables, p.tables.spec
+    _check_limits(p)
     c = compact(p)
     hbm = spec.hbm
     flit = spec.fabric.flit_bytes
@@ -111,7 +112,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     )
     t0 = time.perf_counter()
     (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
-     pc_commits, pc_busy, pc_backlog, _) = engine.replay(*args)
+     pc_commits, pc_busy, pc_backlog) = engine.replay(*args)
     wall = time.perf_counter() - t0
     if status == engine.BUDGET:
         raise ReplayBudgetExceeded(f"exact replay of {p.name!r} exceeded its budget of {max_events:,} events; "
@@ -139,6 +140,20 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     })
     return ExactResult(program=p, n_events=int(n_events), wall_s=wall, agent_finish_ns=a_finish,
                        op_issue_ns=op_issue, op_begin_ns=op_begin, op_end_ns=op_end, edges=edges, pcs=pcs)
+
+
+def _check_limits(p: Program) -> None:
+    """The kernel packs event fields into 64 bits (kbfast.exact.heap); refuse what does not fit."""
+    flit = p.tables.spec.fabric.flit_bytes
+    max_flits = int(((p.op_nbytes + flit - 1) // flit).max()) if p.n_ops else 0
+    longest = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 0
+    if max_flits > heap.MAX_B + 1:
+        raise KbfastError(f"exact replay supports at most {heap.MAX_B + 1:,} flits per transfer "
+                          f"({(heap.MAX_B + 1) * flit / 2**20:.0f} MiB); {p.name!r} has {max_flits:,}")
+    if 2 * p.n_ops + 1 > heap.MAX_A or p.n_agents > heap.MAX_A:
+        raise KbfastError(f"exact replay supports at most {heap.MAX_A // 2:,} ops; {p.name!r} has {p.n_ops:,}")
+    if longest > heap.MAX_C:
+        raise KbfastError(f"exact replay supports routes of at most {heap.MAX_C} edges; {p.name!r} has {longest}")
 
 
 def _blocked_report(p: Program, a_finish: np.ndarray, a_wait: np.ndarray, op_end: np.ndarray) -> str:
