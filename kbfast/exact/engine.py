@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kbfast.exact.heap import heap_new, heap_pop, heap_push, heap_reserve, pack, unpack
+from kbfast.exact.heap import heap_new, heap_pop, heap_push, pack, unpack
 
 # op codes (kbfast.ir.Op)
 OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE = 0, 1, 2, 3, 4
@@ -75,7 +75,7 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
 def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
            n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
            a_start, a_host, op_ptr, op_code, op_target, op_nbytes, op_addr, op_async, op_arg,
-           op_route, op_rroute, max_events):  # pragma: no cover - jitted
+           op_route, op_rroute, max_events, heap_capacity):  # pragma: no cover - jitted
     """Replay a Program; returns (status, n_events, agent_finish, agent_wait, op times, edge and PC stats).
 
     A put of a whole transaction on one edge (source injection or a
@@ -136,12 +136,10 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     pc_busy = np.zeros(n_pc_all)
     pc_backlog = np.zeros(n_pc_all)
 
-    heap = heap_new(4 * n_agents + 64)
+    heap = heap_new(heap_capacity)
     size = 0
     seq = 0
     for a in range(n_agents):
-        if size == len(heap[0]):
-            heap = heap_reserve(heap, size + 1)
         heap_push(heap, size, seq, a_start[a], pack(EV_AGENT, a, 0, 0))
         size += 1
         seq += 1
@@ -169,8 +167,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 # Next flit of the train on this edge (departures are back to back from dep0).
                 dep = t_train_dep0[txn] + (i + 1) * (flit_bytes / e_bw[e])
                 arr = dep + _flit_size(i + 1, nfl, t_nbytes[txn], flit_bytes) / e_bw[e] + e_prop[e]
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, arr, pack(EV_FLIT, txn, i + 1, hop))
                 size += 1
                 seq += 1
@@ -190,8 +186,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 pc_busy[g] += commit_ns
                 t_last[txn] = fin if i == 0 else max(t_last[txn], fin)
                 if i == nfl - 1:
-                    if size == len(heap[0]):
-                        heap = heap_reserve(heap, size + 1)
                     heap_push(heap, size, seq, max(t_last[txn], s), pack(EV_TXN_DONE, txn, 0, 0))
                     size += 1
                     seq += 1
@@ -202,8 +196,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 node_free[v] = s
                 if last_hop:
                     if i == nfl - 1:
-                        if size == len(heap[0]):
-                            heap = heap_reserve(heap, size + 1)
                         heap_push(heap, size, seq, s, pack(EV_TXN_DONE, txn, 0, 0))
                         size += 1
                         seq += 1
@@ -215,8 +207,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                     avail[e2] = max(s, avail[e2]) + nb / e_bw[e2]
                     e_bytes[e2] += nb
                     e_busy[e2] += nb / e_bw[e2]
-                    if size == len(heap[0]):
-                        heap = heap_reserve(heap, size + 1)
                     heap_push(heap, size, seq, avail[e2] + e_prop[e2], pack(EV_FLIT, txn, i, hop + 1))
                     size += 1
                     seq += 1
@@ -225,14 +215,10 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 if t_count[txn] == nfl:
                     t_count[txn] = 0
                     if last_hop:
-                        if size == len(heap[0]):
-                            heap = heap_reserve(heap, size + 1)
                         heap_push(heap, size, seq, now + n_ovh[v], pack(EV_TXN_DONE, txn, 0, 0))
                         size += 1
                         seq += 1
                     else:
-                        if size == len(heap[0]):
-                            heap = heap_reserve(heap, size + 1)
                         heap_push(heap, size, seq, now + n_ovh[v], pack(EV_PUT, txn, 0, hop + 1))
                         size += 1
                         seq += 1
@@ -253,8 +239,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             t_train_hop[txn] = hop
             t_train_dep0[txn] = dep0
             arr = dep0 + _flit_size(0, nfl, nbytes, flit_bytes) / e_bw[e] + e_prop[e]
-            if size == len(heap[0]):
-                heap = heap_reserve(heap, size + 1)
             heap_push(heap, size, seq, arr, pack(EV_FLIT, txn, 0, hop))
             size += 1
             seq += 1
@@ -270,14 +254,10 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_last[txn] = t_aux[txn]
                 nch = (op_nbytes[t_op[txn]] + burst_bytes - 1) // burst_bytes
                 delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, t_aux[txn] + delta, pack(EV_CHUNK, txn, 0, 0))
                 size += 1
                 seq += 1
             else:
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, now + n_ovh[v], pack(EV_TXN_DONE, txn, 0, 0))
                 size += 1
                 seq += 1
@@ -302,8 +282,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_last[txn] = max(t_last[txn], fin)
             if i + 1 < nch:
                 delta = op_nbytes[o] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, t_aux[txn] + (i + 2) * delta, pack(EV_CHUNK, txn, i + 1, 0))
                 size += 1
                 seq += 1
@@ -321,14 +299,10 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 when = max(now, t_last[txn])
                 if t_nflits[d] == 0:
                     when += _ctrl_latency(t_route[d], r_ptr, r_edges, e_dst, e_prop, n_ovh)
-                    if size == len(heap[0]):
-                        heap = heap_reserve(heap, size + 1)
                     heap_push(heap, size, seq, when, pack(EV_CTRL_ARRIVE, d, 0, 0))
                     size += 1
                     seq += 1
                 else:
-                    if size == len(heap[0]):
-                        heap = heap_reserve(heap, size + 1)
                     heap_push(heap, size, seq, when, pack(EV_PUT, d, 0, 0))
                     size += 1
                     seq += 1
@@ -341,14 +315,10 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 rr = op_rroute[o]
                 pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
                 arrive = now + _ctrl_latency(rr, r_ptr, r_edges, e_dst, e_prop, n_ovh) + n_ovh[pe]
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, arrive, pack(EV_OP_DONE, o, 0, 0))
                 size += 1
                 seq += 1
             else:
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, now, pack(EV_OP_DONE, o, 0, 0))
                 size += 1
                 seq += 1
@@ -371,8 +341,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                         nxt, now, n_txn, a_host[a], op_code, op_nbytes, op_addr, op_route,
                         op_begin, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
                         e_src, e_dst, e_prop, n_ovh, flit_bytes)
-                    if size == len(heap[0]):
-                        heap = heap_reserve(heap, size + 1)
                     heap_push(heap, size, seq, ev_t, pack(ev_k, n_txn, 0, 0))
                     size += 1
                     seq += 1
@@ -381,8 +349,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                     ch_busy[a, ch] = -1
             if a_wait[a] == o or (a_wait[a] == WAIT_ALL_PENDING and a_out[a] == 0):
                 a_wait[a] = -1
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, now, pack(EV_AGENT, a, 0, 0))
                 size += 1
                 seq += 1
@@ -413,8 +379,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                         o, now, n_txn, a_host[a], op_code, op_nbytes, op_addr, op_route,
                         op_begin, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
                         e_src, e_dst, e_prop, n_ovh, flit_bytes)
-                    if size == len(heap[0]):
-                        heap = heap_reserve(heap, size + 1)
                     heap_push(heap, size, seq, ev_t, pack(ev_k, n_txn, 0, 0))
                     size += 1
                     seq += 1
@@ -444,8 +408,6 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 op_begin[o] = now
                 op_end[o] = now + op_arg[o]
                 a_pc[a] += 1
-                if size == len(heap[0]):
-                    heap = heap_reserve(heap, size + 1)
                 heap_push(heap, size, seq, now + op_arg[o], pack(EV_AGENT, a, 0, 0))
                 size += 1
                 seq += 1

@@ -3,9 +3,11 @@
 Equal times pop in insertion order, which makes every replay reproducible bit
 for bit (design §5 "Ties").  The heap is a tuple ``(time, seq, payload)`` of
 parallel arrays; an event's kind and fields are packed into the int64 payload
-(:func:`pack`).  Callers own ``size`` and the sequence counter, and call
-:func:`heap_reserve` before pushing.  Plain functions (no jitclass) keep the
-replay kernel cacheable on disk.
+(:func:`pack`).  Callers own ``size`` and the sequence counter and size the
+heap for the most events that can be pending at once (one per flit in flight,
+see ``kbfast.exact.replay.heap_capacity``): a fixed capacity keeps the hot loop
+free of reallocation.  Plain functions (no jitclass) keep the replay kernel
+cacheable on disk.
 """
 
 from __future__ import annotations
@@ -35,23 +37,9 @@ def heap_new(capacity):  # pragma: no cover - jitted
     return np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64)
 
 
-@njit(cache=True)
-def heap_reserve(heap, need):  # pragma: no cover - jitted
-    """Return ``heap`` with room for ``need`` items (doubling; the old arrays are copied)."""
-    ht, hs, hp = heap
-    if need <= len(ht):
-        return heap
-    t, s, p = heap_new(max(2 * len(ht), need))
-    m = len(ht)
-    t[:m] = ht
-    s[:m] = hs
-    p[:m] = hp
-    return t, s, p
-
-
 @njit(cache=True, inline="always")
 def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
-    """Insert at the hole ``size`` (capacity reserved) and sift the hole up."""
+    """Insert at the hole ``size`` (the caller guarantees capacity) and sift the hole up."""
     ht, hs, hp = heap
     i = size
     while i > 0:

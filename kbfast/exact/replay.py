@@ -48,6 +48,12 @@ def compact(p: Program) -> Compact:
                    hbm_ctrls=nodes[is_hbm], node_hbm=node_hbm)
 
 
+def heap_capacity(p: Program) -> int:
+    """Bound on pending events: one per flit of every transaction, plus agent and control events."""
+    flit = p.tables.spec.fabric.flit_bytes
+    return int(np.sum((p.op_nbytes + flit - 1) // flit)) + 4 * (p.n_ops + p.n_agents) + 64
+
+
 def estimate_memory_bytes(p: Program) -> int:
     """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight."""
     flits = int(np.sum((p.op_nbytes + p.tables.spec.fabric.flit_bytes - 1) // p.tables.spec.fabric.flit_bytes))
@@ -108,7 +114,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         hbm.pcs_per_pe, int(hbm.burst_bytes).bit_length() - 1, hbm.burst_bytes, flit,
         flit / pc_bw, hbm.burst_bytes / pc_bw, hbm.switch_penalty_ns,
         p.agent_start_ns, p.agent_kind == 1, p.op_ptr, p.op_code, p.op_target, p.op_nbytes, p.op_addr,
-        p.op_async, p.op_arg, p.op_route, p.op_rroute, np.int64(max_events),
+        p.op_async, p.op_arg, p.op_route, p.op_rroute, np.int64(max_events), np.int64(heap_capacity(p)),
     )
     t0 = time.perf_counter()
     (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
