@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kbfast import __version__
+from kbfast.cli.bench import bench
 from kbfast.cli.probe import probe
 from kbfast.cli.topo import topo_app
 
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.add_typer(topo_app, name="topo")
 app.command("probe")(probe)
+app.command("bench")(bench)
 
 
 def _version(value: bool) -> None:

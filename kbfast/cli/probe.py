@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from kbfast.cli.common import SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.errors import KbfastError
+from kbfast.exact import run_exact
+from kbfast.exact.trace import write_trace
 from kbfast.probe import check_invariants, exact_evaluator, run_probes
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -32,6 +36,7 @@ def probe(
     topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML.")] = None,
     sets: SetOpt = None,
     list_cases: Annotated[bool, typer.Option("--list", help="List the cases and exit.")] = False,
+    trace: Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of one case (exact mode).")] = None,
 ) -> None:
     """Run named traffic scenarios and check kernbench's probe invariants (exit 1 if one fails)."""
     t = build_tables(load(topology, sets))
@@ -42,7 +47,13 @@ def probe(
             console.print(f"{c.name:28s} {c.group:14s} {c.n_issuers:4d} issuer(s)  {c.description}")
         return
     sizes = [parse_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
-    df = run_probes(t, router, select(catalogue, case), sizes, exact_evaluator)
+    chosen = select(catalogue, case)
+    if trace is not None:
+        if len(chosen) != 1 or len(sizes) != 1:
+            raise KbfastError("--trace needs exactly one --case and one --size")
+        write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
+        console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
+    df = run_probes(t, router, chosen, sizes, exact_evaluator)
     checks = check_invariants(df)
     if fmt is ProbeFormat.csv:
         sys.stdout.write(df.to_csv(index=False))

@@ -1,0 +1,126 @@
+"""Benchmarks behind ``kbfast bench`` (design §11).  Figures, not timed tests.
+
+Every benchmark warms up (JIT, caches) before it measures, runs on one core
+(Numba kernels are single-threaded), and returns one or more rows with the
+measured value, its unit and the design target.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kbfast.config import load_system
+from kbfast.exact import run_exact
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.probes import build_catalogue
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    name: str
+    value: float
+    unit: str
+    target: str
+    ok: bool | None
+    detail: str = ""
+
+
+def _best_of(fn: Callable[[], object], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_topology_1024() -> list[BenchRow]:
+    """Build the 1024-SIP what-if (16,384 cubes): time and table memory."""
+    spec = load_system("whatif_1024")
+    build_tables(load_system())  # warm imports
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    t = build_tables(spec)
+    dt = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return [BenchRow("topology build, 1024 SIPs", dt, "s", "<= 1 s", dt <= 1.0,
+                     f"{t.n_nodes:,} nodes, {t.n_edges:,} edges"),
+            BenchRow("topology memory, 1024 SIPs", peak / 2**20, "MiB", "<= 1024 MiB", peak <= 2**30,
+                     f"tables {t.nbytes() / 2**20:.0f} MiB, peak during build {peak / 2**20:.0f} MiB")]
+
+
+def bench_routes_1024(n: int = 100_000) -> list[BenchRow]:
+    """Resolve a batch of random PE-to-HBM routes on the 1024-SIP what-if."""
+    t = build_tables(load_system("whatif_1024"))
+    lay = t.layout
+    rng = np.random.default_rng(0)
+
+    def rand_nodes(name: str, stride: int) -> np.ndarray:
+        sips, cubes, pes = rng.integers(0, lay.n_sips, n), rng.integers(0, lay.n_cubes_per_sip, n), rng.integers(0, 8, n)
+        return 1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube + \
+            t.cube_names.index(name) + stride * pes
+
+    src, dst = rand_nodes("pe0.pe_dma", 9), rand_nodes("hbm_ctrl.pe0", 1)
+    Router(t).routes(src[:10], dst[:10])  # JIT warm-up
+    router = Router(t)
+    t0 = time.perf_counter()
+    rs = router.routes(src, dst)
+    cold = time.perf_counter() - t0
+    warm = _best_of(lambda: router.routes(src, dst), 2)
+    return [BenchRow("route lookup, 1e5 random pairs, 1024 SIPs (cold trees)", cold, "s", "", None,
+                     f"{len(rs.edges):,} route edges"),
+            BenchRow("route lookup, 1e5 random pairs, 1024 SIPs (cached trees)", warm, "s", "", None)]
+
+
+def bench_exact_rate() -> list[BenchRow]:
+    """Exact-mode event rate and the two 128-issuer probe scenarios."""
+    t = build_tables(load_system())
+    router = Router(t)
+    cat = build_catalogue(t, router)
+    rows = []
+    for name, nbytes in (("sip_local_all", 16 << 10), ("sip_hotspot_pe0", 16 << 10)):
+        p = cat[name].program(t, router, nbytes)
+        run_exact(p)
+        wall = _best_of(lambda: run_exact(p))
+        rows.append(BenchRow(f"exact {name} 16 KiB (128 issuers)", wall, "s", "<= 0.5 s", wall <= 0.5))
+    for name, nbytes in (("REMOTE_CUBE_PE_REMOTE_WORST", 4 << 20), ("sip_hotspot_pe0", 256 << 10)):
+        p = cat[name].program(t, router, nbytes)
+        run_exact(p)
+        res = min((run_exact(p) for _ in range(3)), key=lambda r: r.wall_s)
+        rate = res.n_events / res.wall_s
+        rows.append(BenchRow(f"exact event rate, {name} {nbytes >> 10} KiB", rate / 1e6, "M flit-hop events/s",
+                             ">= 10", rate >= 1e7, f"{res.n_events:,} events in {res.wall_s * 1e3:.1f} ms"))
+    return rows
+
+
+def bench_simpy_ratio() -> list[BenchRow]:
+    """Exact mode vs the SimPy reference on the same scenario."""
+    from kbfast.exact.simpy_ref import run_simpy
+
+    t = build_tables(load_system())
+    router = Router(t)
+    cat = build_catalogue(t, router)
+    rows = []
+    for name, nbytes in (("all_pe_cube0_to_pe0", 16 << 10), ("REMOTE_CUBE_PE_REMOTE_WORST", 64 << 10)):
+        p = cat[name].program(t, router, nbytes)
+        run_exact(p)
+        exact = _best_of(lambda: run_exact(p))
+        ref = _best_of(lambda: run_simpy(p), 1)
+        rows.append(BenchRow(f"exact vs SimPy reference, {name} {nbytes >> 10} KiB", ref / exact, "x faster",
+                             ">= 50", ref / exact >= 50, f"exact {exact * 1e3:.2f} ms, SimPy {ref * 1e3:.1f} ms"))
+    return rows
+
+
+BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
+    "topology": bench_topology_1024,
+    "routes": bench_routes_1024,
+    "exact": bench_exact_rate,
+    "simpy": bench_simpy_ratio,
+}
