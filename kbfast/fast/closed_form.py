@@ -1,0 +1,223 @@
+"""Closed-form completion time of one isolated transfer (design §6; derivation in docs/fast_path.md).
+
+A transfer is a train of ``n`` flits (``F`` bytes each, the last ``s_L``) put at
+``T0`` on the first edge of a route.  Between store-and-forward nodes the route
+is a tandem of FIFO servers, in order: wire, node, wire, ..., wire
+(+ the HBM controller's worker when the segment ends there).  Wire ``k``
+serves flit ``i`` in ``s_i * c_k`` (``c_k = 1/bw``); a flit-aware node serves
+flit 0 in its overhead ``o_k`` and later flits in 0.  Propagation is a pure
+delay, so it adds ``sum p`` to every flit.  The exit time of flit ``i`` is
+``T0 + sum p + V_i`` with ``V_i`` the max-plus longest lattice path to
+``(i, K-1)``.  With row 0 special (``sigma0_k = s_0 c_k`` or ``o_k``), rows
+``1..i-1`` full and row ``i`` of size ``s``::
+
+    V_0 = R0(K-1)
+    V_1 = max_a  R0(a) + s (Ctot - C(a-1))
+    V_i = max_j  (i-2) F c_j + PX(j) + SY_s(j)                  (i >= 2)
+    X(a) = R0(a) - F C(a-1),  PX(j) = max_{a<=j} X(a)
+    Y_s(b) = F C(b) + s (Ctot - C(b-1)),  SY_s(j) = max_{b>=j} Y_s(b)
+
+with prefix sums ``R0`` of ``sigma0`` and ``C`` of ``c``: O(K) per query.
+
+At the HBM controller flit ``i`` commits to PC ``(pc0 + i) mod n_pcs`` at
+``max(S_i, pc_avail) + commit``.  For one PC the last finish is
+``max_t S_{i_t} + commit (N - t)``; ``S_i`` is convex in ``i`` on ``2..n-2``
+(a max of affine functions), so only the class's flits at ``i in {0, 1, n-1}``
+and the two ends of its range inside ``2..n-2`` need evaluating: O(n_pcs K).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# transfer kinds
+PE_REQ, H2D, D2H = 0, 1, 2
+
+
+@njit(cache=True)
+def ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
+    """Zero-byte message over edges[lo:hi]: propagation plus intermediate-node overheads."""
+    lat = 0.0
+    for k in range(lo, hi):
+        e = edges[k]
+        lat += e_prop[e]
+        if k < hi - 1:
+            lat += n_ovh[e_dst[e]]
+    return lat
+
+
+@njit(cache=True)
+def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf):  # pragma: no cover
+    """Fill the column arrays of segment edges[lo:hi]; return (K, sum_prop, Ctot).
+
+    ``buf`` rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L.
+    """
+    K = 0
+    sum_p = 0.0
+    for k in range(lo, hi):
+        e = edges[k]
+        buf[0, K] = s0 * e_c[e]
+        buf[1, K] = e_c[e]
+        K += 1
+        sum_p += e_prop[e]
+        if k < hi - 1 or with_terminal:
+            buf[0, K] = n_ovh[e_dst[e]]
+            buf[1, K] = 0.0
+            K += 1
+    r0 = 0.0
+    c = 0.0
+    for k in range(K):
+        r0 += buf[0, k]
+        c += buf[1, k]
+        buf[2, k] = r0
+        buf[3, k] = c
+    ctot = c
+    best = -np.inf
+    for a in range(K):
+        c_prev = buf[3, a - 1] if a > 0 else 0.0
+        x = buf[2, a] - F * c_prev
+        best = max(best, x)
+        buf[4, a] = best
+    best_f = -np.inf
+    best_l = -np.inf
+    for b in range(K - 1, -1, -1):
+        c_prev = buf[3, b - 1] if b > 0 else 0.0
+        best_f = max(best_f, F * buf[3, b] + F * (ctot - c_prev))
+        best_l = max(best_l, F * buf[3, b] + sL * (ctot - c_prev))
+        buf[5, b] = best_f
+        buf[6, b] = best_l
+    return K, sum_p, ctot
+
+
+@njit(cache=True)
+def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
+    """Longest lattice path to (i, K-1); see the module docstring."""
+    if i == 0:
+        return buf[2, K - 1]
+    s = sL if i == n - 1 else F
+    if i == 1:
+        best = -np.inf
+        for a in range(K):
+            c_prev = buf[3, a - 1] if a > 0 else 0.0
+            best = max(best, buf[2, a] + s * (ctot - c_prev))
+        return best
+    row = 6 if i == n - 1 else 5
+    best = -np.inf
+    for j in range(K):
+        best = max(best, (i - 2) * F * buf[1, j] + buf[4, j] + buf[row, j])
+    return best
+
+
+@njit(cache=True)
+def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf):  # pragma: no cover
+    """Put ``nbytes`` at T0 on edges[lo]; follow store-and-forward boundaries up to the end of edges[hi-1].
+
+    Returns (arrival of the last flit at the end node, start of the last segment, index of its first edge).
+    """
+    n = (nbytes + F - 1) // F
+    sL = nbytes - F * (n - 1)
+    s0 = F if n > 1 else nbytes
+    seg_lo = lo
+    t0 = T0
+    for k in range(lo, hi):
+        v = e_dst[edges[k]]
+        if k == hi - 1 or not n_flit[v]:
+            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, False, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf)
+            last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, buf)
+            if k == hi - 1:
+                return last, t0, seg_lo
+            t0 = last + n_ovh[v]
+            seg_lo = k + 1
+    return t0, t0, seg_lo
+
+
+@njit(cache=True)
+def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, addr, pc_shift, n_pcs,
+               commit, buf):  # pragma: no cover - jitted
+    """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train."""
+    n = (nbytes + F - 1) // F
+    sL = nbytes - F * (n - 1)
+    s0 = F if n > 1 else nbytes
+    _, t0, seg_lo = train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf)
+    K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf)
+    base = t0 + sum_p
+    pc0 = (addr >> pc_shift) % n_pcs
+    fin = base + _v(n - 1, n, K, F, sL, ctot, buf)
+    for q in range(min(n_pcs, n)):
+        first = (q - pc0) % n_pcs          # first flit index of this PC class
+        if first >= n:
+            continue
+        N = (n - 1 - first) // n_pcs + 1    # flits in the class
+        # candidate t: special flits 0, 1, n-1 and the ends of the convex range 2..n-2
+        lo_i = 2 + ((first - 2) % n_pcs) if first < 2 else first
+        hi_i = first + (N - 1) * n_pcs
+        if hi_i == n - 1:
+            hi_i -= n_pcs
+        for cand in range(5):
+            if cand == 0:
+                i = first
+            elif cand == 1:
+                i = first + n_pcs
+            elif cand == 2:
+                i = first + (N - 1) * n_pcs
+            elif cand == 3:
+                i = lo_i
+            else:
+                i = hi_i
+            if i < first or i >= n or (i - first) % n_pcs != 0:
+                continue
+            t = (i - first) // n_pcs
+            fin = max(fin, base + _v(i, n, K, F, sL, ctot, buf) + commit * (N - t))
+    return fin
+
+
+@njit(cache=True)
+def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit):  # pragma: no cover - jitted
+    """Host-read chunk loop (spec_memory §3.7): chunk i at t0+(i+1)*drain/n; returns the data send time."""
+    nch = (nbytes + burst - 1) // burst
+    if nch == 0:
+        return t0
+    delta = nbytes / bn / nch
+    pc0 = (addr >> pc_shift) % n_pcs
+    last = t0
+    for q in range(min(n_pcs, nch)):
+        first = (q - pc0) % n_pcs
+        if first >= nch:
+            continue
+        N = (nch - 1 - first) // n_pcs + 1
+        # t_i affine in i: the max of t_i + commit*(N - t) sits at an end of the class
+        last = max(last, t0 + (first + 1) * delta + commit * N)
+        il = first + (N - 1) * n_pcs
+        last = max(last, t0 + (il + 1) * delta + commit)
+    return max(t0 + nch * delta, last)
+
+
+@njit(cache=True)
+def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
+                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, buf):  # pragma: no cover - jitted
+    """Completion time of one isolated DMA begun at T (the semantics of kbfast.exact.engine).
+
+    PE request: source overhead, train to the HBM controller, PC commits, zero-byte response.
+    H2D: the same without the response.  D2H: zero-byte command, chunk loop, data train back.
+    """
+    head = T + n_ovh[e_src[fwd[flo]]]
+    if kind == D2H:
+        t_cmd = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh)
+        hbm = e_dst[fwd[fhi - 1]]
+        bn = np.inf
+        for k in range(flo, fhi):
+            bn = min(bn, e_bw[fwd[k]])
+        send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit)
+        if nbytes == 0:
+            return send + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
+        last, _, _ = train_exit_last(rev, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf)
+        return last + n_ovh[e_dst[rev[rhi - 1]]]
+    if nbytes == 0:
+        fin = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[fwd[fhi - 1]]]
+    else:
+        fin = hbm_finish(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
+                         n_pcs, commit, buf)
+    if kind == H2D:
+        return fin
+    return fin + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
