@@ -57,7 +57,8 @@ class Program:
     agent_node: np.ndarray     # int32 [A]: pe_dma node (PE) or pcie_ep node (host)
     agent_kind: np.ndarray     # int8 [A]
     agent_start_ns: np.ndarray  # float64 [A]: when the agent's first op may run
-    op_ptr: np.ndarray         # int64 [A+1]
+    op_ptr: np.ndarray         # int64 [A+1]: agent a runs agent_ops[op_ptr[a]:op_ptr[a+1]] in order
+    agent_ops: np.ndarray      # int64 [O]: op ids grouped by agent, in program order
     op_code: np.ndarray        # int8 [O]
     op_target: np.ndarray      # int32 [O]
     op_nbytes: np.ndarray      # int64 [O]
@@ -80,7 +81,13 @@ class Program:
 
     @property
     def op_agent(self) -> np.ndarray:
-        return np.repeat(np.arange(self.n_agents, dtype=np.int32), np.diff(self.op_ptr))
+        out = np.empty(self.n_ops, np.int32)
+        out[self.agent_ops] = np.repeat(np.arange(self.n_agents, dtype=np.int32), np.diff(self.op_ptr))
+        return out
+
+    def ops_of(self, a: int) -> np.ndarray:
+        """Op ids of agent ``a`` in program order."""
+        return self.agent_ops[self.op_ptr[a]:self.op_ptr[a + 1]]
 
     def agent_name(self, a: int) -> str:
         name = node_name(self.tables, int(self.agent_node[a]))
@@ -95,7 +102,7 @@ class _AgentOps:
     node: int
     kind: AgentKind
     start_ns: float = 0.0
-    ops: list[tuple] = field(default_factory=list)
+    ops: list[int] = field(default_factory=list)   # op ids, in program order
 
 
 class ProgramBuilder:
@@ -106,7 +113,7 @@ class ProgramBuilder:
         self.router = router or Router(tables)
         self.name = name
         self._agents: list[_AgentOps] = []
-        self._n_ops = 0
+        self._ops: list[tuple] = []   # (agent, code, target, nbytes, addr, async, arg), op id = position
 
     # -- agents ---------------------------------------------------------------------
     def pe_agent(self, node: int, start_ns: float = 0.0) -> int:
@@ -126,9 +133,9 @@ class ProgramBuilder:
     # -- ops ------------------------------------------------------------------------
     def _add(self, agent: int, code: Op, target: int = -1, nbytes: int = 0, addr: int = 0,
              is_async: bool = False, arg: float = 0.0) -> int:
-        self._agents[agent].ops.append((int(code), int(target), int(nbytes), int(addr), bool(is_async), float(arg)))
-        self._n_ops += 1
-        return self._n_ops - 1
+        self._ops.append((agent, int(code), int(target), int(nbytes), int(addr), bool(is_async), float(arg)))
+        self._agents[agent].ops.append(len(self._ops) - 1)
+        return len(self._ops) - 1
 
     def start(self, agent: int) -> int:
         return self._add(agent, Op.START)
@@ -156,15 +163,15 @@ class ProgramBuilder:
 
         ``launch_ns`` sets every agent's start to the launch barrier.
         """
-        rows = [(a, op) for a, ag in enumerate(self._agents) for op in ag.ops]
+        rows = self._ops
         n = len(rows)
-        code = np.array([op[0] for _, op in rows], np.int8)
-        target = np.array([op[1] for _, op in rows], np.int32)
-        nbytes = np.array([op[2] for _, op in rows], np.int64)
-        addr = np.array([op[3] for _, op in rows], np.int64)
-        is_async = np.array([op[4] for _, op in rows], bool)
-        arg = np.array([op[5] for _, op in rows], np.float64)
-        agent_of = np.array([a for a, _ in rows], np.int64)
+        code = np.array([op[1] for op in rows], np.int8)
+        target = np.array([op[2] for op in rows], np.int32)
+        nbytes = np.array([op[3] for op in rows], np.int64)
+        addr = np.array([op[4] for op in rows], np.int64)
+        is_async = np.array([op[5] for op in rows], bool)
+        arg = np.array([op[6] for op in rows], np.float64)
+        agent_of = np.array([op[0] for op in rows], np.int64)
         agent_node = np.array([ag.node for ag in self._agents], np.int32)
         agent_kind = np.array([int(ag.kind) for ag in self._agents], np.int8)
 
@@ -206,6 +213,7 @@ class ProgramBuilder:
             start[:] = launch_ns
         return Program(tables=self.t, name=self.name, agent_node=agent_node, agent_kind=agent_kind,
                        agent_start_ns=start, op_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+                       agent_ops=np.array([o for ag in self._agents for o in ag.ops], np.int64),
                        op_code=code, op_target=target, op_nbytes=nbytes, op_addr=addr, op_async=is_async,
                        op_arg=arg, op_route=route, op_rroute=rroute, route_ptr=route_ptr,
                        route_edges=route_edges, launch_ns=float(launch_ns or 0.0))

@@ -74,14 +74,16 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
 @njit(cache=True, error_model="numpy")
 def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
            n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
-           a_start, a_host, op_ptr, op_code, op_target, op_nbytes, op_addr, op_async, op_arg,
+           a_start, a_host, op_ptr, agent_ops, op_code, op_target, op_nbytes, op_addr, op_async, op_arg,
            op_route, op_rroute, max_events, heap_capacity):  # pragma: no cover - jitted
     """Replay a Program; returns (status, n_events, agent_finish, agent_wait, op times, edge and PC stats).
 
     A put of a whole transaction on one edge (source injection or a
     store-and-forward re-stream) reserves the wire for the train at once; the
     flits' arrival events are then generated one after another (flit i+1 when
-    flit i arrives), which keeps the heap small.
+    flit i arrives), which keeps the heap small.  On an edge without
+    serialization all flits arrive together and are pushed at once, which keeps
+    the wire's FIFO order.
     """
     n_nodes = len(n_ovh)
     n_edges = len(e_src)
@@ -95,8 +97,8 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
 
     op_agent = np.empty(n_ops, np.int64)
     for a in range(n_agents):
-        for o in range(op_ptr[a], op_ptr[a + 1]):
-            op_agent[o] = a
+        for k in range(op_ptr[a], op_ptr[a + 1]):
+            op_agent[agent_ops[k]] = a
     op_issue = np.full(n_ops, -1.0)
     op_begin = np.full(n_ops, -1.0)
     op_end = np.full(n_ops, -1.0)
@@ -236,6 +238,15 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             avail[e] = dep0 + nbytes / e_bw[e]
             e_bytes[e] += nbytes
             e_busy[e] += nbytes / e_bw[e]
+            if np.isinf(e_bw[e]):
+                # No serialization: every flit arrives at once; push them all now so that
+                # they keep the wire's FIFO order against other trains arriving at that time.
+                t_train_hop[txn] = -1
+                for i in range(nfl):
+                    heap_push(heap, size, seq, dep0 + e_prop[e], pack(EV_FLIT, txn, i, hop))
+                    size += 1
+                    seq += 1
+                continue
             t_train_hop[txn] = hop
             t_train_dep0[txn] = dep0
             arr = dep0 + _flit_size(0, nfl, nbytes, flit_bytes) / e_bw[e] + e_prop[e]
@@ -357,10 +368,11 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
         # EV_AGENT: run the agent's program until it blocks.
         a = x
         while True:
-            o = a_pc[a]
-            if o == op_ptr[a + 1]:
+            k = a_pc[a]
+            if k == op_ptr[a + 1]:
                 a_finish[a] = now
                 break
+            o = agent_ops[k]
             code = op_code[o]
             if op_issue[o] < 0:
                 op_issue[o] = now

@@ -113,7 +113,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         t.edge_bw_gbs[c.edges], t.edge_prop_ns[c.edges], p.route_ptr, c.route_edges,
         hbm.pcs_per_pe, int(hbm.burst_bytes).bit_length() - 1, hbm.burst_bytes, flit,
         flit / pc_bw, hbm.burst_bytes / pc_bw, hbm.switch_penalty_ns,
-        p.agent_start_ns, p.agent_kind == 1, p.op_ptr, p.op_code, p.op_target, p.op_nbytes, p.op_addr,
+        p.agent_start_ns, p.agent_kind == 1, p.op_ptr, p.agent_ops, p.op_code, p.op_target, p.op_nbytes, p.op_addr,
         p.op_async, p.op_arg, p.op_route, p.op_rroute, np.int64(max_events), np.int64(heap_capacity(p)),
     )
     t0 = time.perf_counter()

@@ -21,7 +21,8 @@ def trace_events(res: ExactResult) -> list[dict]:
     events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": p.name}}]
     for a in range(p.n_agents):
         events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": a, "args": {"name": p.agent_name(a)}})
-        for o in range(int(p.op_ptr[a]), int(p.op_ptr[a + 1])):
+        for o in p.ops_of(a):
+            o = int(o)
             code = Op(int(p.op_code[o]))
             start, end = float(res.op_issue_ns[o]), float(res.op_end_ns[o])
             if start < 0 or end < 0:

@@ -1,0 +1,121 @@
+"""``kbfast probe`` end to end through the typer app (exact evaluator, default topology)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kbfast.cli.main import app
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.probes import SWEEP_SIZES, build_catalogue
+
+COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",
+           "util_aggregate"]
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    # A wide console, so rich does not wrap or ellipsize (the checks below also tolerate wrapping).
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def invoke(runner: CliRunner, *args: str):
+    return runner.invoke(app, ["probe", *args], catch_exceptions=False)
+
+
+def flat(text: str) -> str:
+    """Collapse whitespace (rich wraps long messages at the console width)."""
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.fixture(scope="module")
+def catalogue_names(tables: Tables, router: Router) -> list[str]:
+    """The default topology's catalogue, in catalogue order (what the CLI runs without --case)."""
+    return list(build_catalogue(tables, router))
+
+
+def test_list(runner: CliRunner, catalogue_names: list[str]) -> None:
+    res = invoke(runner, "--list")
+    assert res.exit_code == 0, res.output
+    words = flat(res.stdout).split(" ")
+    for name in catalogue_names:
+        assert words.count(name) == 1, name
+    for name in ("SAME_CUBE_PE_LOCAL", "REMOTE_CUBE_PE_REMOTE_WORST", "REMOTE_SIP", "H2D_CUBE0", "D2H_CUBE12",
+                 "LAUNCH_NOOP", "all_pe_cube0_to_pe0"):
+        assert name in catalogue_names
+    assert "issuer(s)" in res.stdout
+
+
+def test_csv_all_cases(runner: CliRunner, catalogue_names: list[str]) -> None:
+    res = invoke(runner, "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    df = pd.read_csv(io.StringIO(res.stdout))
+    assert list(df.columns[:len(COLUMNS)]) == COLUMNS
+    assert df["case"].tolist() == catalogue_names
+    assert (df["nbytes"] == 16 * 1024).all()
+    local = df.set_index("case").loc["SAME_CUBE_PE_LOCAL"]
+    assert local["latency_ns"] == 77.0 and local["n_issuers"] == 1
+    assert (df["util_aggregate"] <= 1.0 + 1e-9).all()
+    assert "failed" not in res.stderr
+
+
+def test_json_all_checks_pass(runner: CliRunner, catalogue_names: list[str]) -> None:
+    res = invoke(runner, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) == {"rows", "checks"}
+    assert [r["case"] for r in out["rows"]] == catalogue_names
+    assert set(COLUMNS) <= set(out["rows"][0])
+    assert len(out["checks"]) >= 5
+    assert all(c["passed"] for c in out["checks"]), [c for c in out["checks"] if not c["passed"]]
+    names = {c["name"] for c in out["checks"]}
+    assert {"distance order @16384B", "local < same half < cross half @16384B",
+            "launch: every PE starts at the barrier @16384B"} <= names
+
+
+def test_case_with_two_sizes(runner: CliRunner) -> None:
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", "--size", "4KiB", "--size", "16KiB", "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    df = pd.read_csv(io.StringIO(res.stdout))
+    assert len(df) == 2
+    assert df["case"].tolist() == ["SAME_CUBE_PE_LOCAL"] * 2
+    assert df["nbytes"].tolist() == [4096, 16384]
+    assert df["latency_ns"].tolist() == [29.0, 77.0]        # n_flits + 13 (spec_memory §10.2 B)
+
+
+def test_table_format(runner: CliRunner) -> None:
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL")
+    assert res.exit_code == 0, res.stderr
+    out = flat(res.stdout)
+    assert "probe (exact mode)" in out and "77.0" in out and "PASS" in out and "FAIL" not in out
+
+
+def test_unknown_case(runner: CliRunner) -> None:
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCL")
+    assert res.exit_code == 2
+    err = flat(res.stderr)
+    assert "unknown probe case 'SAME_CUBE_PE_LOCL'" in err
+    assert "did you mean" in err and "'SAME_CUBE_PE_LOCAL'" in err
+    assert "Traceback" not in res.output
+
+
+def test_bad_size(runner: CliRunner) -> None:
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", "--size", "16 parsecs")
+    assert res.exit_code == 2
+    assert "not understood" in flat(res.stderr)
+
+
+def test_sweep_one_case(runner: CliRunner) -> None:
+    res = invoke(runner, "--case", "REMOTE_CUBE_PE_REMOTE_BEST", "--sweep", "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    df = pd.read_csv(io.StringIO(res.stdout))
+    assert df["nbytes"].tolist() == list(SWEEP_SIZES)
+    assert len(df) == 5
+    assert df["latency_ns"].is_monotonic_increasing
+    assert (df["util_single"] == df["util_aggregate"]).all()
