@@ -134,8 +134,11 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
 
 @njit(cache=True)
 def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, addr, pc_shift, n_pcs,
-               commit, buf):  # pragma: no cover - jitted
-    """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train."""
+               commit, pen, buf):  # pragma: no cover - jitted
+    """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train.
+
+    ``pen[q]`` is the read/write switch penalty the first commit on PC ``q`` pays (0 if none).
+    """
     n = (nbytes + F - 1) // F
     sL = nbytes - F * (n - 1)
     s0 = F if n > 1 else nbytes
@@ -144,7 +147,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     base = t0 + sum_p
     pc0 = (addr >> pc_shift) % n_pcs
     fin = base + _v(n - 1, n, K, F, sL, ctot, buf)
-    for q in range(min(n_pcs, n)):
+    for q in range(n_pcs):
         first = (q - pc0) % n_pcs          # first flit index of this PC class
         if first >= n:
             continue
@@ -168,12 +171,12 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             if i < first or i >= n or (i - first) % n_pcs != 0:
                 continue
             t = (i - first) // n_pcs
-            fin = max(fin, base + _v(i, n, K, F, sL, ctot, buf) + commit * (N - t))
+            fin = max(fin, base + _v(i, n, K, F, sL, ctot, buf) + commit * (N - t) + (pen[q] if t == 0 else 0.0))
     return fin
 
 
 @njit(cache=True)
-def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit):  # pragma: no cover - jitted
+def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # pragma: no cover - jitted
     """Host-read chunk loop (spec_memory §3.7): chunk i at t0+(i+1)*drain/n; returns the data send time."""
     nch = (nbytes + burst - 1) // burst
     if nch == 0:
@@ -181,21 +184,21 @@ def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit):  # pragm
     delta = nbytes / bn / nch
     pc0 = (addr >> pc_shift) % n_pcs
     last = t0
-    for q in range(min(n_pcs, nch)):
+    for q in range(n_pcs):
         first = (q - pc0) % n_pcs
         if first >= nch:
             continue
         N = (nch - 1 - first) // n_pcs + 1
         # t_i affine in i: the max of t_i + commit*(N - t) sits at an end of the class
-        last = max(last, t0 + (first + 1) * delta + commit * N)
+        last = max(last, t0 + (first + 1) * delta + commit * N + pen[q])
         il = first + (N - 1) * n_pcs
-        last = max(last, t0 + (il + 1) * delta + commit)
+        last = max(last, t0 + (il + 1) * delta + commit + (pen[q] if N == 1 else 0.0))
     return max(t0 + nch * delta, last)
 
 
 @njit(cache=True)
 def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
-                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, buf):  # pragma: no cover - jitted
+                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf):  # pragma: no cover - jitted
     """Completion time of one isolated DMA begun at T (the semantics of kbfast.exact.engine).
 
     PE request: source overhead, train to the HBM controller, PC commits, zero-byte response.
@@ -208,7 +211,7 @@ def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_d
         bn = np.inf
         for k in range(flo, fhi):
             bn = min(bn, e_bw[fwd[k]])
-        send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit)
+        send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit, pen)
         if nbytes == 0:
             return send + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
         last, _, _ = train_exit_last(rev, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf)
@@ -217,7 +220,7 @@ def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_d
         fin = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[fwd[fhi - 1]]]
     else:
         fin = hbm_finish(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
-                         n_pcs, commit, buf)
+                         n_pcs, commit, pen, buf)
     if kind == H2D:
         return fin
     return fin + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]

@@ -1,0 +1,373 @@
+"""Flow-level schedule of a Program: agents, DMA channels and contention (design §6).
+
+Each DMA is a *flow* whose isolated completion comes from the closed form
+(``kbfast.fast.closed_form``).  Agents run their ops in program order with the
+exact-mode rules for channels (capacity 1 per direction, held through the round
+trip, FIFO), blocking/asynchronous ops, WAIT and COMPUTE.  Three modes:
+
+* ``LOWER``: every flow takes its isolated latency (contention ignored, no
+  read/write switch history): a lower bound of exact mode.
+* ``POINT``: flows that share an edge with another flow of the Program drain
+  their bytes as a fluid under max-min fair sharing of the shared edges (each
+  flow also capped by its own bottleneck), from the moment their head reaches
+  their first shared edge (``head``).  A flow ends at
+  ``max(begin + L_iso, drain_end + (L_iso - head - bytes/bottleneck))``.  PC switch
+  penalties follow the history of each controller.  A flow that never shares
+  an edge while active keeps its isolated latency, so contention-free programs
+  equal exact mode (parity P1).
+* ``UPPER``: every flow takes ``L_iso + extra[o]``, where ``extra`` bounds the
+  work that overlapping flows can put ahead of it (``kbfast.fast.bounds``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kbfast.exact.engine import OP_COMPUTE, OP_DMA_READ, OP_DMA_WRITE, OP_START, OP_WAIT, WAIT_ALL_PENDING
+from kbfast.exact.heap import heap_new, heap_pop, heap_push, pack, unpack
+from kbfast.fast.closed_form import D2H, H2D, PE_REQ, transfer_end
+
+LOWER, POINT, UPPER = 0, 1, 2
+EV_AGENT, EV_OP_DONE, EV_JOIN = 0, 1, 2
+
+
+@njit(cache=True)
+def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_prop, n_ovh, n_flit, shared_edge,
+                 F):  # pragma: no cover - jitted
+    """Zero-load time from a flow's start until its head reaches its first shared edge (0 if none).
+
+    Source overhead, then per edge the first flit's serialization and propagation and the
+    next node's overhead; a store-and-forward node on the way adds the rest of the train.
+    """
+    out = np.zeros(len(data_route))
+    for o in range(len(data_route)):
+        r = data_route[o]
+        if r < 0 or op_nbytes[o] == 0:
+            continue
+        n = (op_nbytes[o] + F - 1) // F
+        s0 = F if n > 1 else op_nbytes[o]
+        t = n_ovh[e_src[r_edges[r_ptr[r]]]]
+        bn = np.inf
+        for k in range(r_ptr[r], r_ptr[r + 1]):
+            e = r_edges[k]
+            if shared_edge[e]:
+                break
+            bn = min(bn, e_bw[e])
+            t += s0 / e_bw[e] + e_prop[e] + n_ovh[e_dst[e]]
+            if not n_flit[e_dst[e]]:
+                t += (op_nbytes[o] - s0) / bn
+                bn = np.inf
+        else:
+            t = 0.0
+        out[o] = t
+    return out
+
+
+@njit(cache=True)
+def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weight, frozen, r_contended,
+           o_contended, n_edges):  # pragma: no cover - jitted
+    """Max-min fair rates (water-filling) of the active flows over their shared resources.
+
+    A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
+    wire (capacity = bw), ``w = overhead / bytes`` on a node's serial worker (capacity 1).
+    Each flow is also capped by its own bottleneck ``bn``.
+    """
+    for k in range(n_active):
+        o = active[k]
+        frozen[o] = False
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            r = sh_res[j]
+            cap_rem[r] = cap[r]
+            weight[r] = 0.0
+    for k in range(n_active):
+        o = active[k]
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            r = sh_res[j]
+            if weight[r] > 0.0:
+                r_contended[r] = True
+                o_contended[o] = True
+            weight[r] += sh_w[j]
+    # A serial worker used by one active flow only delays it by its overhead, already in its
+    # isolated latency: only workers with several active flows constrain rates.
+    for k in range(n_active):
+        o = active[k]
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            r = sh_res[j]
+            if r >= n_edges and weight[r] == sh_w[j]:
+                cap_rem[r] = np.inf
+    for k in range(n_active):
+        o = active[k]
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            if r_contended[sh_res[j]]:
+                o_contended[o] = True
+    left = n_active
+    while left > 0:
+        level = np.inf
+        best_res = -1
+        best_flow = -1
+        for k in range(n_active):
+            o = active[k]
+            if frozen[o]:
+                continue
+            if bn[o] < level:
+                level = bn[o]
+                best_flow = o
+                best_res = -1
+            for j in range(sh_ptr[o], sh_ptr[o + 1]):
+                r = sh_res[j]
+                if weight[r] > 0.0:
+                    lv = cap_rem[r] / weight[r]
+                    if lv < level:
+                        level = lv
+                        best_res = r
+                        best_flow = -1
+        level = max(level, 0.0)
+        for k in range(n_active):
+            o = active[k]
+            if frozen[o]:
+                continue
+            hit = o == best_flow
+            if best_res >= 0:
+                for j in range(sh_ptr[o], sh_ptr[o + 1]):
+                    if sh_res[j] == best_res:
+                        hit = True
+            if hit:
+                frozen[o] = True
+                rate[o] = level
+                left -= 1
+                for j in range(sh_ptr[o], sh_ptr[o + 1]):
+                    r = sh_res[j]
+                    cap_rem[r] -= sh_w[j] * level
+                    weight[r] -= sh_w[j]
+
+
+
+@njit(cache=True)
+def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_code, op_target, op_nbytes, op_addr, op_async,
+             op_arg, op_route, op_rroute, r_ptr, r_edges, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm,
+             F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty, sh_ptr, sh_edges,
+             max_route, sh_w, res_cap):  # pragma: no cover - jitted
+    """Run the agents; returns (op_issue, op_begin, op_end, agent_finish, op_contended, edge_contended).
+
+    Shared resources (CSR ``sh_ptr``/``sh_edges`` with weights ``sh_w``) are numbered edges first,
+    then node workers; ``res_cap`` holds their capacities.
+    """
+    n_agents = len(a_start)
+    n_ops = len(op_code)
+    n_edges = len(e_src)
+    n_ctrl = 0
+    for v in range(len(n_hbm)):
+        n_ctrl = max(n_ctrl, n_hbm[v] + 1)
+    pc_dir = np.full(max(n_ctrl * n_pcs, 1), -1, np.int8)
+    pen = np.zeros(n_pcs)
+    buf = np.zeros((7, 2 * max_route + 2))
+
+    op_agent = np.empty(n_ops, np.int64)
+    for a in range(n_agents):
+        for k in range(op_ptr[a], op_ptr[a + 1]):
+            op_agent[agent_ops[k]] = a
+    op_issue = np.full(n_ops, -1.0)
+    op_begin = np.full(n_ops, -1.0)
+    op_end = np.full(n_ops, -1.0)
+    op_next = np.full(n_ops, -1, np.int64)
+    a_pc = op_ptr[:-1].copy()
+    a_wait = np.full(n_agents, -1, np.int64)
+    a_out = np.zeros(n_agents, np.int64)
+    a_finish = np.full(n_agents, -1.0)
+    ch_busy = np.full((n_agents, 2), -1, np.int64)
+    ch_head = np.full((n_agents, 2), -1, np.int64)
+    ch_tail = np.full((n_agents, 2), -1, np.int64)
+
+    # fluid state (POINT mode)
+    lat = np.zeros(n_ops)
+    rem = np.zeros(n_ops)
+    rate = np.zeros(n_ops)
+    bn = np.full(n_ops, np.inf)
+    fixed = np.zeros(n_ops)
+    active = np.empty(n_ops, np.int64)
+    n_active = 0
+    frozen = np.zeros(n_ops, np.bool_)
+    n_res = len(res_cap)
+    cap_rem = np.zeros(n_res)
+    weight = np.zeros(n_res)
+    r_contended = np.zeros(n_res, np.bool_)
+    o_contended = np.zeros(n_ops, np.bool_)
+    heap = heap_new(2 * (n_agents + n_ops) + 16)
+    size = 0
+    seq = 0
+    for a in range(n_agents):
+        heap_push(heap, size, seq, a_start[a], pack(EV_AGENT, a, 0, 0))
+        size += 1
+        seq += 1
+    pending = np.empty(n_ops + 1, np.int64)   # DMAs begun at `now`, waiting to be set up
+    now = 0.0
+    while size > 0 or n_active > 0:
+        t_heap = heap[0][0] if size > 0 else np.inf
+        t_drain = np.inf
+        for k in range(n_active):
+            o = active[k]
+            t_drain = min(t_drain, now + rem[o] / rate[o])
+        if t_drain <= t_heap and n_active > 0:
+            dt = t_drain - now
+            now = t_drain
+            k = 0
+            while k < n_active:
+                o = active[k]
+                rem[o] -= rate[o] * dt
+                if rem[o] <= 1e-9 * max(op_nbytes[o], 1):
+                    end = max(op_begin[o] + lat[o], now + fixed[o])
+                    heap_push(heap, size, seq, end, pack(EV_OP_DONE, o, 0, 0))
+                    size += 1
+                    seq += 1
+                    n_active -= 1
+                    active[k] = active[n_active]
+                else:
+                    k += 1
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen, r_contended,
+                   o_contended, n_edges)
+            continue
+        t, payload = heap_pop(heap, size)
+        size -= 1
+        if n_active > 0 and t > now:
+            for k in range(n_active):
+                o = active[k]
+                rem[o] -= rate[o] * (t - now)
+        now = t
+        kind, x, y, z = unpack(payload)
+        n_pend = 0
+        if kind == EV_JOIN:
+            o = x
+            active[n_active] = o
+            n_active += 1
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen, r_contended,
+                   o_contended, n_edges)
+            continue
+        if kind == EV_OP_DONE:
+            o = x
+            op_end[o] = now
+            a = op_agent[o]
+            a_out[a] -= 1
+            if not a_host[a]:
+                ch = 0 if op_code[o] == OP_DMA_WRITE else 1
+                nxt = ch_head[a, ch]
+                if nxt >= 0:
+                    ch_head[a, ch] = op_next[nxt]
+                    if ch_head[a, ch] < 0:
+                        ch_tail[a, ch] = -1
+                    ch_busy[a, ch] = nxt
+                    pending[n_pend] = nxt
+                    n_pend += 1
+                else:
+                    ch_busy[a, ch] = -1
+            if a_wait[a] == o or (a_wait[a] == WAIT_ALL_PENDING and a_out[a] == 0):
+                a_wait[a] = -1
+                heap_push(heap, size, seq, now, pack(EV_AGENT, a, 0, 0))
+                size += 1
+                seq += 1
+        else:
+            a = x
+            while True:
+                k = a_pc[a]
+                if k == op_ptr[a + 1]:
+                    a_finish[a] = now
+                    break
+                o = agent_ops[k]
+                code = op_code[o]
+                if op_issue[o] < 0:
+                    op_issue[o] = now
+                if code == OP_START:
+                    op_begin[o] = now
+                    op_end[o] = now
+                    a_pc[a] += 1
+                elif code == OP_DMA_WRITE or code == OP_DMA_READ:
+                    a_out[a] += 1
+                    a_pc[a] += 1
+                    ch = 0 if code == OP_DMA_WRITE else 1
+                    if a_host[a] or ch_busy[a, ch] < 0:
+                        if not a_host[a]:
+                            ch_busy[a, ch] = o
+                        pending[n_pend] = o
+                        n_pend += 1
+                    else:
+                        if ch_tail[a, ch] >= 0:
+                            op_next[ch_tail[a, ch]] = o
+                        else:
+                            ch_head[a, ch] = o
+                        ch_tail[a, ch] = o
+                    if not op_async[o]:
+                        a_wait[a] = o
+                        break
+                elif code == OP_WAIT:
+                    tgt = op_target[o]
+                    if tgt < 0:
+                        if a_out[a] > 0:
+                            a_wait[a] = WAIT_ALL_PENDING
+                            break
+                    elif op_end[tgt] < 0:
+                        a_wait[a] = tgt
+                        break
+                    op_begin[o] = op_issue[o]
+                    op_end[o] = now
+                    a_pc[a] += 1
+                else:
+                    op_begin[o] = now
+                    op_end[o] = now + op_arg[o]
+                    a_pc[a] += 1
+                    heap_push(heap, size, seq, now + op_arg[o], pack(EV_AGENT, a, 0, 0))
+                    size += 1
+                    seq += 1
+                    break
+        # Begin the DMAs released by this event.
+        changed = False
+        for k in range(n_pend):
+            o = pending[k]
+            op_begin[o] = now
+            a = op_agent[o]
+            write = op_code[o] == OP_DMA_WRITE
+            kind_t = PE_REQ if not a_host[a] else (H2D if write else D2H)
+            fwd = op_route[o]
+            rev = op_rroute[o]
+            hbm = n_hbm[e_dst[r_edges[r_ptr[fwd + 1] - 1]]]
+            d = 0 if write else 1
+            for q in range(n_pcs):
+                pen[q] = 0.0
+            if mode == POINT and switch_penalty > 0.0:
+                for q in range(n_pcs):
+                    g = hbm * n_pcs + q
+                    if pc_dir[g] >= 0 and pc_dir[g] != d:
+                        pen[q] = switch_penalty
+            lat[o] = transfer_end(kind_t, 0.0, op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1],
+                                  r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
+                                  n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf)
+            if mode == POINT:
+                nunits = (op_nbytes[o] + (burst if kind_t == D2H else F) - 1) // (burst if kind_t == D2H else F)
+                for q in range(min(n_pcs, nunits)):
+                    pc = ((op_addr[o] >> pc_shift) + q) % n_pcs
+                    pc_dir[hbm * n_pcs + pc] = d
+            if mode == UPPER:
+                lat[o] += extra[o]
+            if mode == POINT and share[o] and op_nbytes[o] > 0:
+                b = np.inf
+                route = rev if kind_t == D2H else fwd
+                for j in range(r_ptr[route], r_ptr[route + 1]):
+                    b = min(b, e_bw[r_edges[j]])
+                bn[o] = b
+                rem[o] = op_nbytes[o]
+                fixed[o] = lat[o] - head[o] - op_nbytes[o] / b
+                if head[o] > 0.0:
+                    heap_push(heap, size, seq, now + head[o], pack(EV_JOIN, o, 0, 0))
+                    size += 1
+                    seq += 1
+                else:
+                    active[n_active] = o
+                    n_active += 1
+                    changed = True
+            else:
+                heap_push(heap, size, seq, now + lat[o], pack(EV_OP_DONE, o, 0, 0))
+                size += 1
+                seq += 1
+        if changed:
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen, r_contended,
+                   o_contended, n_edges)
+    return op_issue, op_begin, op_end, a_finish, o_contended, r_contended[:n_edges]
