@@ -195,7 +195,7 @@ class ProgramBuilder:
                                        return_inverse=True)
             rs = self.router.routes(pairs[0], pairs[1], kind)
             fwd_ptr, fwd_edges = rs.ptr, rs.edges
-            rev_edges = _reverse_edges(self.t, fwd_ptr, fwd_edges)
+            rev_edges = reverse_route_edges(self.t, fwd_ptr, fwd_edges)
             k = len(pairs[0])
             route[sel] = n_routes + inverse.ravel()
             rroute[sel] = n_routes + k + inverse.ravel()
@@ -219,10 +219,12 @@ class ProgramBuilder:
                        route_edges=route_edges, launch_ns=float(launch_ns or 0.0))
 
 
-def _reverse_edges(t: Tables, ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
+def reverse_route_edges(t: Tables, ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """For each route, the edges of the reversed path (responses retrace the route, spec_fabric §4.2)."""
     rev = reverse_edges(t, edges)
-    out = np.empty_like(edges)
-    for i in range(len(ptr) - 1):
-        out[ptr[i]:ptr[i + 1]] = rev[ptr[i]:ptr[i + 1]][::-1]
+    lens = np.diff(ptr)
+    route = np.repeat(np.arange(len(lens)), lens)
+    pos = np.arange(len(edges)) - ptr[route]
+    out = np.empty_like(rev)
+    out[ptr[route] + lens[route] - 1 - pos] = rev
     return out

@@ -51,7 +51,8 @@ def ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh):  # pragma: no cover - jit
 def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf):  # pragma: no cover
     """Fill the column arrays of segment edges[lo:hi]; return (K, sum_prop, Ctot).
 
-    ``buf`` rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L.
+    ``buf`` rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L, 7/8 the full-row lines
+    (slope F c, best intercept PX + SY_F per distinct slope; count in buf[7, K]... see _lines).
     """
     K = 0
     sum_p = 0.0
@@ -87,6 +88,22 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
         best_l = max(best_l, F * buf[3, b] + sL * (ctot - c_prev))
         buf[5, b] = best_f
         buf[6, b] = best_l
+    # V_i for full rows (2 <= i <= n-2) is a max of lines in i: keep the best line per slope.
+    n_lines = 0
+    for j in range(K):
+        slope = F * buf[1, j]
+        icept = buf[4, j] + buf[5, j]
+        found = False
+        for m in range(n_lines):
+            if buf[7, m] == slope:
+                buf[8, m] = max(buf[8, m], icept)
+                found = True
+                break
+        if not found:
+            buf[7, n_lines] = slope
+            buf[8, n_lines] = icept
+            n_lines += 1
+    buf[0, K] = n_lines
     return K, sum_p, ctot
 
 
@@ -102,10 +119,13 @@ def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
             c_prev = buf[3, a - 1] if a > 0 else 0.0
             best = max(best, buf[2, a] + s * (ctot - c_prev))
         return best
-    row = 6 if i == n - 1 else 5
     best = -np.inf
-    for j in range(K):
-        best = max(best, (i - 2) * F * buf[1, j] + buf[4, j] + buf[row, j])
+    if i == n - 1:
+        for j in range(K):
+            best = max(best, (i - 2) * F * buf[1, j] + buf[4, j] + buf[6, j])
+        return best
+    for m in range(int(buf[0, K])):
+        best = max(best, (i - 2) * buf[7, m] + buf[8, m])
     return best
 
 

@@ -161,7 +161,7 @@ def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_co
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
     pc_dir = np.full(max(n_ctrl * n_pcs, 1), -1, np.int8)
     pen = np.zeros(n_pcs)
-    buf = np.zeros((7, 2 * max_route + 2))
+    buf = np.zeros((9, 2 * max_route + 2))
 
     op_agent = np.empty(n_ops, np.int64)
     for a in range(n_agents):

@@ -184,6 +184,7 @@ class Router:
         self._csr = {g: build_csr(lay.nodes_per_sip, tables.sip_edge_src, tables.sip_edge_kind, g) for g in Graph}
         self._rows: dict[tuple[int, int], int] = {}
         self._preds: list[np.ndarray] = []
+        self._stacked = np.zeros((0, tables.layout.nodes_per_sip), np.int32)
         chip = tables.spec.sip.io_chiplets[0].id
         self._pcie_local = tables.io_names.index(f"{chip}.pcie_ep")
 
@@ -235,7 +236,9 @@ class Router:
         if cross.any():
             pr = {int(g): self._row(Graph(g), self._pcie_local) for g in np.unique(graphs[cross])}
             row_b[cross] = [pr[int(g)] for g in graphs[cross]]
-        preds = np.stack(self._preds) if self._preds else np.zeros((0, lay.nodes_per_sip), np.int32)
+        if len(self._stacked) != len(self._preds):
+            self._stacked = np.stack(self._preds)
+        preds = self._stacked
         ptr, edges, status = _compose(preds, self.t.sip_edge_src, row_a, loc_b, sip_a, row_b, loc_b, sip_b,
                                       loc_a, np.full(len(src), self._pcie_local, np.int64), self._pcie_local,
                                       lay.edges_per_sip, lay.n_sips, lay.nodes_per_sip + 1)

@@ -1,0 +1,297 @@
+"""A small SimPy reference of the exact-mode transfer semantics (design §5).
+
+It mirrors :mod:`kbfast.exact.engine` in the style of the original simulator, so
+that two independent implementations can be cross-checked on small Programs and
+so that ``kbfast bench`` has a baseline:
+
+* one process per directed edge takes flits from its ``simpy.Store`` FIFO,
+  serializes them (``bytes/bw``) and delivers each after propagation, without
+  blocking the wire meanwhile (spec_fabric §5.2);
+* one serial worker per flit-aware node (router, UCIe endpoint/connection,
+  io_noc, switch, HBM controller) consumes a shared inbox and pays the node
+  overhead on a transaction's first flit (spec_fabric §5.3);
+* non-flit-aware nodes (pcie_ep, io_cpu, m_cpu, sram, PE blocks) reassemble,
+  pay their overhead and re-stream (store-and-forward, spec_fabric §5.3);
+* zero-byte control messages are forked per message: propagation plus the
+  overhead of every intermediate node, no bandwidth, no worker (spec_fabric §5.1);
+* the HBM controller commits every flit to its PC (``pc_avail``, switch
+  penalty) and finalizes asynchronously (spec_memory §3.4–§3.6); host reads
+  run the command-only chunk loop (spec_memory §3.7) and stream the data back
+  (§3.8); PE DMA channels are ``simpy.Resource(capacity=1)`` held through the
+  round trip (spec_pe §4.3).
+
+Nodes and edges are created lazily, so the cost follows the Program, not the system.
+
+Two differences from the engine are deliberate.  Simultaneous events run in
+SimPy's scheduling order, not the engine's (time, insertion) order: when flits of
+different transactions reach one node at exactly the same time, the two may
+serve them in a different order (both read "FIFO in arrival order", spec_fabric
+§5.3), so cross-checks use tie-free cases.  ``n_events`` counts SimPy events.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from kbfast.exact.replay import ReplayDeadlock
+from kbfast.ir import AgentKind, Op, Program
+from kbfast.topology.kinds import NodeKind
+
+PE_REQ, PE_RESP, H2D, D2H_CMD, D2H_DATA = range(5)   # transaction kinds
+WRITE, READ = 0, 1                                   # PC directions (spec_memory §3.2)
+DMA = (Op.DMA_WRITE, Op.DMA_READ)
+
+
+@dataclass(frozen=True)
+class SimpyResult:
+    """Per-op timestamps, with the meaning of :class:`~kbfast.exact.replay.ExactResult`."""
+
+    program: Program
+    n_events: int
+    wall_s: float
+    agent_finish_ns: np.ndarray
+    op_issue_ns: np.ndarray
+    op_begin_ns: np.ndarray
+    op_end_ns: np.ndarray
+
+
+class _Txn:
+    """One transfer along one route; ``nbytes = 0`` is a control message (spec_fabric §5.1)."""
+
+    def __init__(self, kind: int, op: int, route: list[int], nbytes: int, addr: int, direction: int, flit: int):
+        self.kind, self.op, self.route = kind, op, route
+        self.nbytes, self.addr, self.dir = nbytes, addr, direction
+        self.nflits = -(-nbytes // flit)
+        self.reassembled = 0   # flits collected at the current store-and-forward node
+        self.last = 0.0        # latest PC commit at the controller
+
+
+class _Sim:
+    def __init__(self, p: Program):
+        t, spec = p.tables, p.tables.spec
+        self.p, self.env = p, simpy.Environment(min(0.0, float(p.agent_start_ns.min(initial=0.0))))
+        self.ovh, self.flit_aware = t.node_overhead_ns, t.node_flit_aware
+        self.is_hbm = t.node_kind == NodeKind.HBM_CTRL
+        self.e_src, self.e_dst, self.e_bw, self.e_prop = t.edge_src, t.edge_dst, t.edge_bw_gbs, t.edge_prop_ns
+        self.flit = spec.fabric.flit_bytes
+        self.burst, self.n_pcs = spec.hbm.burst_bytes, spec.hbm.pcs_per_pe
+        self.pc_shift = int(self.burst).bit_length() - 1
+        self.flit_commit_ns, self.burst_commit_ns = self.flit / spec.pc_bw_gbs, self.burst / spec.pc_bw_gbs
+        self.penalty = spec.hbm.switch_penalty_ns
+        self.routes = [p.route(r).tolist() for r in range(len(p.route_ptr) - 1)]
+        self.wires: dict[int, simpy.Store] = {}
+        self.inboxes: dict[int, simpy.Store] = {}
+        self.pc_avail: dict[tuple[int, int], float] = {}
+        self.pc_dir: dict[tuple[int, int], int] = {}
+        n = p.n_ops
+        self.issue, self.begin, self.end = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        self.finish = np.full(p.n_agents, np.nan)
+        self.done = [self.env.event() for _ in range(n)]   # triggered when op o completes
+        self.channels = [(simpy.Resource(self.env, 1), simpy.Resource(self.env, 1))   # (write, read)
+                         for _ in range(p.n_agents)]
+        for a in range(p.n_agents):
+            self.env.process(self._agent(a))
+
+    # -- agents (design §4; spec_pe §4.3) -----------------------------------------------
+    def _agent(self, a: int):
+        p, env = self.p, self.env
+        yield env.timeout(p.agent_start_ns[a] - env.now)   # the clock starts at the earliest agent start
+        dmas = []                                  # this agent's DMAs issued so far
+        for o in p.ops_of(a):
+            self.issue[o] = env.now
+            code = p.op_code[o]
+            if code == Op.START:
+                self.begin[o] = self.end[o] = env.now
+            elif code in DMA:
+                dmas.append(o)
+                env.process(self._dma(a, o))
+                if not p.op_async[o]:
+                    yield self.done[o]
+            elif code == Op.WAIT:
+                tgt = p.op_target[o]   # one op, or every outstanding DMA of this agent
+                pending = [self.done[k] for k in ([tgt] if tgt >= 0 else dmas) if not self.done[k].triggered]
+                if pending:
+                    yield simpy.AllOf(env, pending)
+                self.begin[o], self.end[o] = self.issue[o], env.now
+            else:  # COMPUTE
+                self.begin[o], self.end[o] = env.now, env.now + p.op_arg[o]
+                yield env.timeout(p.op_arg[o])
+            if code not in DMA:
+                self.done[o].succeed()
+        self.finish[a] = env.now
+
+    def _dma(self, a: int, o: int):
+        """One DMA: take the channel (PE only), pay the source overhead, send; hold until done."""
+        p, env = self.p, self.env
+        write = p.op_code[o] == Op.DMA_WRITE
+        host = p.agent_kind[a] == AgentKind.HOST
+        channel = None if host else self.channels[a][0 if write else 1]
+        req = channel.request() if channel else None
+        if req is not None:
+            yield req
+        self.begin[o] = env.now
+        route = self.routes[p.op_route[o]]
+        yield env.timeout(self.ovh[self.e_src[route[0]]])   # the source pays its overhead first
+        kind = (H2D if write else D2H_CMD) if host else PE_REQ
+        nbytes = 0 if kind == D2H_CMD else int(p.op_nbytes[o])   # PE reads carry their bytes (spec_memory §4.1)
+        self._send(_Txn(kind, o, route, nbytes, int(p.op_addr[o]), WRITE if write else READ, self.flit))
+        yield self.done[o]
+        self.end[o] = env.now
+        if req is not None:
+            channel.release(req)
+
+    # -- transport (spec_fabric §5.1–§5.3) -----------------------------------------------
+    def _send(self, txn: _Txn) -> None:
+        """Inject ``txn`` at its route's first edge (the source's overhead is already paid)."""
+        if txn.nflits == 0:
+            self.env.process(self._control(txn))
+        else:
+            self._stream(txn, 0)
+
+    def _control(self, txn: _Txn):
+        """Zero-byte message: propagation of every edge plus every intermediate node's overhead."""
+        lat, route = 0.0, txn.route
+        for k, e in enumerate(route):
+            lat += self.e_prop[e]
+            if k < len(route) - 1:
+                lat += self.ovh[self.e_dst[e]]
+        yield self.env.timeout(lat)
+        yield self.env.timeout(self.ovh[self.e_dst[route[-1]]])
+        self._complete(txn)
+
+    def _stream(self, txn: _Txn, hop: int) -> None:
+        """Put every flit of ``txn`` on the wire of route hop ``hop`` (in one go)."""
+        store = self._wire(txn.route[hop])
+        for i in range(txn.nflits):
+            store.put((txn, i, hop))
+
+    def _flit_bytes(self, txn: _Txn, i: int) -> int:
+        return self.flit if i < txn.nflits - 1 else txn.nbytes - self.flit * (txn.nflits - 1)
+
+    def _wire(self, e: int) -> simpy.Store:
+        if e not in self.wires:
+            self.wires[e] = simpy.Store(self.env)
+            self.env.process(self._wire_proc(e, self.wires[e]))
+        return self.wires[e]
+
+    def _wire_proc(self, e: int, store: simpy.Store):
+        """FIFO wire: serialize each flit, then deliver it ``prop`` later (pipelined, spec_fabric §5.2)."""
+        bw, prop = self.e_bw[e], self.e_prop[e]
+        while True:
+            txn, i, hop = yield store.get()
+            yield self.env.timeout(self._flit_bytes(txn, i) / bw)
+            # Deliver after propagation without holding the wire (a timeout with a callback).
+            self.env.timeout(prop).callbacks.append(lambda _, f=(txn, i, hop): self._arrive(*f))
+
+    def _arrive(self, txn: _Txn, i: int, hop: int) -> None:
+        v = self.e_dst[txn.route[hop]]
+        if self.flit_aware[v]:
+            self._inbox(v).put((txn, i, hop))
+            return
+        txn.reassembled += 1                               # store-and-forward (spec_fabric §5.3)
+        if txn.reassembled == txn.nflits:
+            txn.reassembled = 0
+            self.env.process(self._forward_txn(txn, hop, v))
+
+    def _forward_txn(self, txn: _Txn, hop: int, v: int):
+        yield self.env.timeout(self.ovh[v])
+        if hop == len(txn.route) - 1:
+            self._complete(txn)
+        else:
+            self._stream(txn, hop + 1)
+
+    def _inbox(self, v: int) -> simpy.Store:
+        if v not in self.inboxes:
+            self.inboxes[v] = simpy.Store(self.env)
+            self.env.process(self._worker(v, self.inboxes[v]))
+        return self.inboxes[v]
+
+    def _worker(self, v: int, inbox: simpy.Store):
+        """Serial worker of a flit-aware node: first-flit overhead, then pass through (spec_fabric §5.3)."""
+        while True:
+            txn, i, hop = yield inbox.get()
+            if i == 0 and self.ovh[v] > 0:
+                yield self.env.timeout(self.ovh[v])
+            if hop < len(txn.route) - 1:
+                self._wire(txn.route[hop + 1]).put((txn, i, hop + 1))
+            elif self.is_hbm[v]:
+                self._commit_flit(v, txn, i)
+            elif i == txn.nflits - 1:
+                self._complete(txn)
+
+    # -- HBM controller (spec_memory §3.4–§3.8) ------------------------------------------
+    def _commit(self, v: int, addr: int, direction: int, busy_ns: float) -> float:
+        """Schedule one PC access at ``now`` (spec_memory §3.4); return its finish."""
+        g = (v, (addr >> self.pc_shift) & (self.n_pcs - 1))
+        sw = self.penalty if self.pc_dir.get(g, direction) != direction else 0.0
+        fin = max(self.env.now, self.pc_avail.get(g, -np.inf)) + sw + busy_ns
+        self.pc_avail[g], self.pc_dir[g] = fin, direction
+        return fin
+
+    def _commit_flit(self, v: int, txn: _Txn, i: int) -> None:
+        """Per-flit commit (§3.5); the last flit forks the asynchronous finalize (§3.6)."""
+        fin = self._commit(v, txn.addr + i * self.flit, txn.dir, self.flit_commit_ns)
+        txn.last = fin if i == 0 else max(txn.last, fin)
+        if i == txn.nflits - 1:
+            self.env.process(self._finalize(txn, txn.last))
+
+    def _finalize(self, txn: _Txn, last_finish: float):
+        wait = last_finish - self.env.now
+        if wait > 0:
+            yield self.env.timeout(wait)
+        self._complete(txn)
+
+    def _chunk_loop(self, txn: _Txn):
+        """Host read command (§3.7): chunk i commits at t0 + (i+1)*drain/n, then the data streams back.
+
+        ``drain = nbytes / min bw`` of the command's (forward) route, as in the engine.
+        """
+        p, env = self.p, self.env
+        o, v = txn.op, self.e_dst[txn.route[-1]]
+        nbytes, t0 = int(p.op_nbytes[o]), env.now
+        n = -(-nbytes // self.burst)
+        delta = nbytes / min(self.e_bw[e] for e in txn.route) / n if n else 0.0   # drain / n
+        last = t0
+        for i in range(n):
+            wait = t0 + (i + 1) * delta - env.now
+            if wait > 0:
+                yield env.timeout(wait)
+            last = max(last, self._commit(v, txn.addr + i * self.burst, READ, self.burst_commit_ns))
+        if last > env.now:
+            yield env.timeout(last - env.now)
+        # The data leaves the controller at once: its overhead was paid by the command (§3.8).
+        self._send(_Txn(D2H_DATA, o, self.routes[p.op_rroute[o]], nbytes, txn.addr, READ, self.flit))
+
+    def _complete(self, txn: _Txn) -> None:
+        """``txn`` has fully arrived (overhead paid) at the last node of its route (§3.8)."""
+        if txn.kind == PE_REQ:
+            self._send(_Txn(PE_RESP, txn.op, self.routes[self.p.op_rroute[txn.op]], 0, 0, txn.dir, self.flit))
+        elif txn.kind == D2H_CMD:
+            self.env.process(self._chunk_loop(txn))
+        else:   # PE_RESP back at pe_dma, H2D at the controller, D2H_DATA at pcie_ep
+            self.done[txn.op].succeed()
+
+    def run(self) -> int:
+        n_events = 0
+        while self.env.peek() < float("inf"):
+            self.env.step()
+            n_events += 1
+        return n_events
+
+
+def run_simpy(p: Program) -> SimpyResult:
+    """Replay ``p`` with the SimPy reference; raise :class:`ReplayDeadlock` if an agent never finishes."""
+    sim = _Sim(p)
+    t0 = time.perf_counter()
+    n_events = sim.run()
+    wall = time.perf_counter() - t0
+    stuck = np.flatnonzero(np.isnan(sim.finish))
+    if len(stuck):
+        raise ReplayDeadlock(f"deadlock in {p.name!r}: agents {[p.agent_name(int(a)) for a in stuck]} "
+                             "never finished")
+    return SimpyResult(program=p, n_events=n_events, wall_s=wall, agent_finish_ns=sim.finish,
+                       op_issue_ns=sim.issue, op_begin_ns=sim.begin, op_end_ns=sim.end)

@@ -1,0 +1,105 @@
+"""Batched isolated transfers: many configuration points in one jitted call (design §6 "batched").
+
+Points share one set of routes (a topology shape) and may differ in size,
+address, route and parameter set.  A parameter set is one row of the per-edge
+(bandwidth, propagation) and per-node (overhead) tables plus the HBM
+constants, so a sweep over bandwidths or overheads is a stack of rows, not a
+Python loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from kbfast.config.schema import SystemSpec
+from kbfast.fast.closed_form import D2H, H2D, PE_REQ, transfer_end
+from kbfast.ir import reverse_route_edges
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+
+KINDS = {"pe_dma": PE_REQ, "h2d": H2D, "d2h": D2H}
+
+
+@njit(cache=True)
+def isolated_batch(kind, nbytes, addr, fwd, rev, pset, r_ptr, r_edges, e_src, e_dst, n_flit, e_c, e_bw, e_prop,
+                   n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit, max_route):  # pragma: no cover - jitted
+    """Latency of every point: ``transfer_end`` with the point's route and parameter-set row."""
+    out = np.empty(len(nbytes))
+    buf = np.zeros((9, 2 * max_route + 2))
+    pen = np.zeros(64)
+    for i in range(len(nbytes)):
+        s = pset[i]
+        f, r = fwd[i], rev[i]
+        out[i] = transfer_end(kind[i], 0.0, nbytes[i], addr[i], r_edges, r_ptr[f], r_ptr[f + 1], r_edges,
+                              r_ptr[r], r_ptr[r + 1], e_src, e_dst, e_c[s], e_bw[s], e_prop[s], n_ovh[s], n_flit,
+                              F[s], burst[s], pc_shift[s], n_pcs[s], commit[s], burst_commit[s], pen, buf)
+    return out
+
+
+@dataclass(frozen=True)
+class ParamRows:
+    """Per-parameter-set rows of the kernel's attribute tables (over compact edges/nodes)."""
+
+    e_c: np.ndarray
+    e_bw: np.ndarray
+    e_prop: np.ndarray
+    n_ovh: np.ndarray
+    F: np.ndarray
+    burst: np.ndarray
+    pc_shift: np.ndarray
+    n_pcs: np.ndarray
+    commit: np.ndarray
+    burst_commit: np.ndarray
+
+
+def param_rows(tables_list: list[Tables], edges: np.ndarray, nodes: np.ndarray) -> ParamRows:
+    """Stack the attributes of topologies of the same shape (same ids) into parameter-set rows."""
+    bw = np.stack([t.edge_bw_gbs[edges] for t in tables_list])
+    specs: list[SystemSpec] = [t.spec for t in tables_list]
+    for s in specs:
+        if s.fabric.flit_bytes != s.hbm.burst_bytes:
+            raise ValueError("the fast path needs fabric.flit_bytes == hbm.burst_bytes")
+    return ParamRows(
+        e_c=np.where(np.isinf(bw), 0.0, 1.0 / bw), e_bw=bw,
+        e_prop=np.stack([t.edge_prop_ns[edges] for t in tables_list]),
+        n_ovh=np.stack([t.node_overhead_ns[nodes] for t in tables_list]),
+        F=np.array([s.fabric.flit_bytes for s in specs], np.int64),
+        burst=np.array([s.hbm.burst_bytes for s in specs], np.int64),
+        pc_shift=np.array([int(s.hbm.burst_bytes).bit_length() - 1 for s in specs], np.int64),
+        n_pcs=np.array([s.hbm.pcs_per_pe for s in specs], np.int64),
+        commit=np.array([s.fabric.flit_bytes / s.pc_bw_gbs for s in specs]),
+        burst_commit=np.array([s.hbm.burst_bytes / s.pc_bw_gbs for s in specs]),
+    )
+
+
+def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+                       addr: np.ndarray | None = None, kind: str = "pe_dma",
+                       variants: list[Tables] | None = None, pset: np.ndarray | None = None) -> np.ndarray:
+    """Isolated latency of each (src, dst, nbytes) point; ``variants`` are same-shape parameter sets.
+
+    ``kind``: ``pe_dma`` (src = a pe_dma node), ``h2d`` or ``d2h`` (src = a pcie_ep node).
+    """
+    src = np.asarray(src, np.int64)
+    dst = np.asarray(dst, np.int64)
+    nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), src.shape).copy()
+    addr = np.zeros_like(nbytes) if addr is None else np.broadcast_to(np.asarray(addr, np.int64), src.shape).copy()
+    keys, inverse = np.unique(src * t.n_nodes + dst, return_inverse=True)
+    pairs = np.divmod(keys, t.n_nodes)
+    rs = router.routes(pairs[0], pairs[1], "memory" if kind in ("h2d", "d2h") else "pe_dma")
+    rev = reverse_route_edges(t, rs.ptr, rs.edges)
+    edges, local = np.unique(np.concatenate([rs.edges, rev]), return_inverse=True)
+    nodes = np.unique(np.concatenate([t.edge_src[edges], t.edge_dst[edges]]))
+    k = len(pairs[0])
+    r_ptr = np.concatenate([rs.ptr, len(rs.edges) + rs.ptr[1:]]).astype(np.int64)
+    rows = param_rows(variants or [t], edges, nodes)
+    inv = inverse.ravel().astype(np.int64)
+    return isolated_batch(
+        np.full(len(src), KINDS[kind], np.int64), nbytes, addr, inv, k + inv,
+        np.zeros(len(src), np.int64) if pset is None else np.asarray(pset, np.int64),
+        r_ptr, local.astype(np.int32), np.searchsorted(nodes, t.edge_src[edges]).astype(np.int32),
+        np.searchsorted(nodes, t.edge_dst[edges]).astype(np.int32), t.node_flit_aware[nodes],
+        rows.e_c, rows.e_bw, rows.e_prop, rows.n_ovh, rows.F, rows.burst, rows.pc_shift, rows.n_pcs,
+        rows.commit, rows.burst_commit, int(np.diff(r_ptr).max()))
