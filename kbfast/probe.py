@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, Program
 from kbfast.metrics import BREAKDOWN, breakdown, utilization
 from kbfast.topology.builder import Tables
@@ -29,11 +30,14 @@ COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effectiv
 
 @dataclass(frozen=True)
 class Timing:
-    """What an evaluator returns for one Program: per-op issue and end times."""
+    """What an evaluator returns for one Program: per-op issue and end times (and bounds, if any)."""
 
     op_issue_ns: np.ndarray
     op_begin_ns: np.ndarray
     op_end_ns: np.ndarray
+    op_end_lo_ns: np.ndarray | None = None
+    op_end_hi_ns: np.ndarray | None = None
+    contention: bool = False
 
 
 Evaluator = Callable[[Program], Timing]
@@ -42,6 +46,11 @@ Evaluator = Callable[[Program], Timing]
 def exact_evaluator(p: Program) -> Timing:
     r = run_exact(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns)
+
+
+def fast_evaluator(p: Program) -> Timing:
+    r = run_fast(p)
+    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.contention)
 
 
 def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evaluate: Evaluator) -> dict:
@@ -62,6 +71,13 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
     eff, single, agg = utilization(t, routes, nbytes, makespan)
     row.update(latency_ns=float(lat.mean()), makespan_ns=makespan, effective_bw_gbps=eff, util_single=single,
                util_aggregate=agg)
+    if timing.op_end_lo_ns is not None:
+        start = timing.op_issue_ns[dma].min()
+        row.update(latency_lo_ns=float((timing.op_end_lo_ns[dma] - timing.op_issue_ns[dma]).mean()),
+                   latency_hi_ns=float((timing.op_end_hi_ns[dma] - timing.op_issue_ns[dma]).mean()),
+                   makespan_lo_ns=float(timing.op_end_lo_ns[dma].max() - start),
+                   makespan_hi_ns=float(timing.op_end_hi_ns[dma].max() - start),
+                   contention=timing.contention)
     if case.n_issuers == 1 and case.kind != "d2h":
         o = int(dma[0])
         rev = p.route(int(p.op_rroute[o])) if case.kind == "pe_dma" else None
@@ -72,8 +88,15 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
 
 
 def run_probes(t: Tables, router: Router, cases: list[ProbeCase], sizes: list[int],
-               evaluate: Evaluator = exact_evaluator) -> pd.DataFrame:
+               evaluate: Evaluator = exact_evaluator, compare: bool = False) -> pd.DataFrame:
+    """One row per (case, size); ``compare`` adds the exact replay's figures and the relative error."""
     rows = [evaluate_case(t, router, c, n, evaluate) for n in sizes for c in cases]
+    if compare:
+        for row, (n, c) in zip(rows, [(n, c) for n in sizes for c in cases]):
+            ex = evaluate_case(t, router, c, n, exact_evaluator)
+            row["exact_latency_ns"] = ex["latency_ns"]
+            row["exact_makespan_ns"] = ex["makespan_ns"]
+            row["rel_error"] = (row["makespan_ns"] - ex["makespan_ns"]) / ex["makespan_ns"] if ex["makespan_ns"] else 0.0
     df = pd.DataFrame(rows)
     for col in BREAKDOWN:
         if col not in df:

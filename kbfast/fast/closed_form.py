@@ -35,7 +35,7 @@ from numba import njit
 PE_REQ, H2D, D2H = 0, 1, 2
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
     """Zero-byte message over edges[lo:hi]: propagation plus intermediate-node overheads."""
     lat = 0.0
@@ -107,7 +107,7 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
     return K, sum_p, ctot
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
     """Longest lattice path to (i, K-1); see the module docstring."""
     if i == 0:
@@ -157,41 +157,43 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
                commit, pen, buf):  # pragma: no cover - jitted
     """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train.
 
-    ``pen[q]`` is the read/write switch penalty the first commit on PC ``q`` pays (0 if none).
+    Flit ``i`` is on PC ``(pc0 + i) mod P``; the class members at or after ``i`` number
+    ``(n-1-i)//P + 1``.  Candidates: ``i in {0, 1, n-1}`` and the first and last ``P``
+    indices of ``2..n-2`` (each class's ends of the convex range).  ``pen[q]`` is the
+    read/write switch penalty of the first commit on PC ``q`` (a class's first flit is
+    one of ``i < P``).
     """
     n = (nbytes + F - 1) // F
     sL = nbytes - F * (n - 1)
     s0 = F if n > 1 else nbytes
-    _, t0, seg_lo = train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf)
+    seg_lo = lo
+    t0 = T0
+    for k in range(lo, hi - 1):
+        if not n_flit[e_dst[edges[k]]]:
+            _, t0, seg_lo = train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf)
+            break
     K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf)
     base = t0 + sum_p
     pc0 = (addr >> pc_shift) % n_pcs
-    fin = base + _v(n - 1, n, K, F, sL, ctot, buf)
-    for q in range(n_pcs):
-        first = (q - pc0) % n_pcs          # first flit index of this PC class
-        if first >= n:
-            continue
-        N = (n - 1 - first) // n_pcs + 1    # flits in the class
-        # candidate t: special flits 0, 1, n-1 and the ends of the convex range 2..n-2
-        lo_i = 2 + ((first - 2) % n_pcs) if first < 2 else first
-        hi_i = first + (N - 1) * n_pcs
-        if hi_i == n - 1:
-            hi_i -= n_pcs
-        for cand in range(5):
-            if cand == 0:
-                i = first
-            elif cand == 1:
-                i = first + n_pcs
-            elif cand == 2:
-                i = first + (N - 1) * n_pcs
-            elif cand == 3:
-                i = lo_i
-            else:
-                i = hi_i
-            if i < first or i >= n or (i - first) % n_pcs != 0:
+    fin = -np.inf
+    # candidates 0, 1, n-1, then 2..P+1 and n-1-P..n-2 (clipped to 2..n-2, without repeats)
+    a1 = min(n_pcs + 1, n - 2)
+    b0 = max(a1 + 1, n - 1 - n_pcs)
+    n_cand = 3 + max(a1 - 1, 0) + max(n - 1 - b0, 0)
+    for c in range(n_cand):
+        if c < 3:
+            i = (0, 1, n - 1)[c]
+            if i >= n or (c > 0 and i < c):
                 continue
-            t = (i - first) // n_pcs
-            fin = max(fin, base + _v(i, n, K, F, sL, ctot, buf) + commit * (N - t) + (pen[q] if t == 0 else 0.0))
+        elif c - 3 < a1 - 1:
+            i = 2 + (c - 3)
+        else:
+            i = b0 + (c - 3 - max(a1 - 1, 0))
+        q = (pc0 + i) % n_pcs
+        term = base + _v(i, n, K, F, sL, ctot, buf) + commit * ((n - 1 - i) // n_pcs + 1)
+        if i < n_pcs:
+            term += pen[q]
+        fin = max(fin, term)
     return fin
 
 
