@@ -82,9 +82,15 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
         o = int(dma[0])
         rev = p.route(int(p.op_rroute[o])) if case.kind == "pe_dma" else None
         commit = t.spec.fabric.flit_bytes / t.spec.pc_bw_gbs
-        row.update(breakdown(t, routes[0], rev, nbytes, float(lat[0]),
-                             float(timing.op_begin_ns[o] - timing.op_issue_ns[o]), commit))
+        parts = breakdown(t, routes[0], rev, nbytes, float(lat[0]),
+                          float(timing.op_begin_ns[o] - timing.op_issue_ns[o]), commit)
+        row.update({breakdown_column(k): v for k, v in parts.items()})
     return row
+
+
+def breakdown_column(category: str) -> str:
+    """Column of a kernbench breakdown category in the probe table, e.g. ``bd_noc_mesh_ns``."""
+    return f"bd_{category}_ns"
 
 
 def run_probes(t: Tables, router: Router, cases: list[ProbeCase], sizes: list[int],
@@ -98,7 +104,7 @@ def run_probes(t: Tables, router: Router, cases: list[ProbeCase], sizes: list[in
             row["exact_makespan_ns"] = ex["makespan_ns"]
             row["rel_error"] = (row["makespan_ns"] - ex["makespan_ns"]) / ex["makespan_ns"] if ex["makespan_ns"] else 0.0
     df = pd.DataFrame(rows)
-    for col in BREAKDOWN:
+    for col in map(breakdown_column, BREAKDOWN):
         if col not in df:
             df[col] = np.nan
     return df[COLUMNS + [c for c in df.columns if c not in COLUMNS]]

@@ -93,7 +93,22 @@ def test_table_format(runner: CliRunner) -> None:
     res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL")
     assert res.exit_code == 0, res.stderr
     out = flat(res.stdout)
-    assert "probe (exact mode)" in out and "77.0" in out and "PASS" in out and "FAIL" not in out
+    assert "probe (fast path)" in out and "77.0" in out and "PASS" in out and "FAIL" not in out
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", "--exact")
+    assert res.exit_code == 0, res.stderr
+    assert "probe (exact replay)" in flat(res.stdout) and "77.0" in flat(res.stdout)
+
+
+def test_compare_columns(runner: CliRunner) -> None:
+    res = invoke(runner, "--case", "ctrl_hot_2", "--case", "REMOTE_SIP", "--compare", "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    df = pd.read_csv(io.StringIO(res.stdout))
+    for col in ("exact_latency_ns", "exact_makespan_ns", "rel_error", "latency_lo_ns", "latency_hi_ns",
+                "contention"):
+        assert col in df.columns
+    row = df.set_index("case").loc["REMOTE_SIP"]
+    assert row["rel_error"] == 0.0 and not row["contention"]
+    assert df.set_index("case").loc["ctrl_hot_2", "contention"]
 
 
 def test_unknown_case(runner: CliRunner) -> None:
