@@ -118,6 +118,7 @@ class ProgramBuilder:
     # -- agents ---------------------------------------------------------------------
     def pe_agent(self, node: int, start_ns: float = 0.0) -> int:
         """An agent for the PE owning ``node`` (its ``pe_dma``)."""
+        _check_start(start_ns)
         if self.t.node_kind[node] != NodeKind.PE_DMA:
             raise KbfastError(f"{node_name(self.t, node)} is not a pe_dma node; PE agents issue from pe_dma")
         self._agents.append(_AgentOps(node, AgentKind.PE, start_ns))
@@ -125,6 +126,7 @@ class ProgramBuilder:
 
     def host_agent(self, sip: int, start_ns: float = 0.0) -> int:
         """The host, injecting at SIP ``sip``'s ``pcie_ep`` (spec_fabric §10: no host->switch hop)."""
+        _check_start(start_ns)
         chip = self.t.spec.sip.io_chiplets[0].id
         node = self.t.layout.sip_node_base(sip) + self.t.io_names.index(f"{chip}.pcie_ep")
         self._agents.append(_AgentOps(node, AgentKind.HOST, start_ns))
@@ -217,6 +219,11 @@ class ProgramBuilder:
                        op_code=code, op_target=target, op_nbytes=nbytes, op_addr=addr, op_async=is_async,
                        op_arg=arg, op_route=route, op_rroute=rroute, route_ptr=route_ptr,
                        route_edges=route_edges, launch_ns=float(launch_ns or 0.0))
+
+
+def _check_start(start_ns: float) -> None:
+    if not start_ns >= 0.0:
+        raise KbfastError(f"an agent's start time must be >= 0 ns (got {start_ns}); all resources start idle at 0")
 
 
 def reverse_route_edges(t: Tables, ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
