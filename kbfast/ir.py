@@ -13,7 +13,15 @@ Ops (``op_code``):
   blocking, or asynchronous (``op_async``) with a later ``WAIT``;
 * ``WAIT``       waits for op ``op_target`` (a global op index), or for every
   outstanding asynchronous op of the agent when ``op_target = -1``;
-* ``COMPUTE``    busy for ``op_arg`` ns.
+* ``COMPUTE``    busy for ``op_arg`` ns;
+* ``SEND``       posts ``op_nbytes`` on IPCQ channel ``op_target`` (blocks only while the ring is full);
+* ``RECV``       takes the next message of channel ``op_target`` (``-1``: any inbound channel of the
+  agent, round robin); ``op_arg`` = 1 consumes the slot (slot read charged), 0 is ``recv_no_consume``;
+  asynchronous with ``op_async`` (then a later ``WAIT`` on it);
+* ``MATH``       PE_MATH over ``op_nbytes`` elements for ``op_arg`` ns (``max(overhead, n * ns_per_elem)``).
+
+Channels (IPCQ queue pairs, spec_ccl §1.2) carry sender and receiver agents, the
+data route, ring depth and slot size, the slot tier and the credit latency.
 
 Generators build Programs through :class:`ProgramBuilder`, never by hand.
 """
@@ -28,7 +36,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables, reverse_edges
 from kbfast.topology.kinds import NodeKind
-from kbfast.topology.names import node_name
+from kbfast.topology.names import locate, node_id, node_name
 from kbfast.topology.routing import Router
 
 
@@ -38,6 +46,13 @@ class Op(IntEnum):
     DMA_READ = 2
     WAIT = 3
     COMPUTE = 4
+    SEND = 5
+    RECV = 6
+    MATH = 7
+
+
+RECV_ANY = -1
+BUFFER_KINDS = ("tcm", "sram", "hbm")
 
 
 class AgentKind(IntEnum):
@@ -69,6 +84,7 @@ class Program:
     op_rroute: np.ndarray      # int32 [O]: reverse route, taken by the response
     route_ptr: np.ndarray      # int64 [R+1]
     route_edges: np.ndarray    # int32: global edge ids
+    channels: "Channels"
     launch_ns: float = 0.0     # target_start_ns of the launch barrier (0 when there is no launch)
 
     @property
@@ -97,6 +113,29 @@ class Program:
         return self.route_edges[self.route_ptr[r]:self.route_ptr[r + 1]]
 
 
+@dataclass(frozen=True)
+class Channels:
+    """IPCQ channels (queue pairs), one row per channel; see spec_ccl §1–§2."""
+
+    src: np.ndarray            # int64: sending agent
+    dst: np.ndarray            # int64: receiving agent
+    route: np.ndarray          # int64: data route (sender pe_dma -> receiver pe_dma)
+    n_slots: np.ndarray        # int64
+    slot_size: np.ndarray      # int64 (grown to fit the largest message)
+    kind: np.ndarray           # int8: 0 tcm, 1 sram, 2 hbm
+    setup_ns: np.ndarray       # float64: slot tier setup, charged at slot write and slot read
+    tier_bw: np.ndarray        # float64: slot tier bandwidth
+    hop_bw: np.ndarray         # float64: PE <-> bank hop bottleneck (inf for tcm)
+    credit_ns: np.ndarray      # float64: credit latency (blocking: path latency of the credit bytes)
+    in_ptr: np.ndarray         # int64 [A+1]: inbound channels of agent a = in_list[in_ptr[a]:in_ptr[a+1]]
+    in_list: np.ndarray        # int64, in install order
+    credit_blocking: bool = True
+    poll_ns: float = 0.0       # 0: backpressure sleep; else the poll interval
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
 @dataclass
 class _AgentOps:
     node: int
@@ -114,6 +153,7 @@ class ProgramBuilder:
         self.name = name
         self._agents: list[_AgentOps] = []
         self._ops: list[tuple] = []   # (agent, code, target, nbytes, addr, async, arg), op id = position
+        self._channels: list[tuple[int, int, str, int, int]] = []   # (src, dst, kind, n_slots, slot_size)
 
     # -- agents ---------------------------------------------------------------------
     def pe_agent(self, node: int, start_ns: float = 0.0) -> int:
@@ -159,6 +199,42 @@ class ProgramBuilder:
             raise KbfastError(f"COMPUTE needs ns >= 0 (got {ns})")
         return self._add(agent, Op.COMPUTE, arg=ns)
 
+    def channel(self, src: int, dst: int, kind: str | None = None, n_slots: int | None = None,
+                slot_size: int | None = None) -> int:
+        """An IPCQ channel from PE agent ``src`` to PE agent ``dst`` (defaults from ``ipcq`` config)."""
+        cfg = self.t.spec.ipcq
+        kind = kind or cfg.buffer_kind
+        if kind not in BUFFER_KINDS:
+            raise KbfastError(f"buffer kind {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
+        for a in (src, dst):
+            if self._agents[a].kind != AgentKind.PE:
+                raise KbfastError("IPCQ channels connect PE agents")
+        if src == dst:
+            raise KbfastError("an IPCQ channel needs two different PEs")
+        self._channels.append((src, dst, kind, n_slots or cfg.n_slots, slot_size or cfg.slot_size))
+        return len(self._channels) - 1
+
+    def send(self, agent: int, channel: int, nbytes: int) -> int:
+        self._check_channel(agent, channel, 0)
+        return self._add(agent, Op.SEND, channel, nbytes)
+
+    def recv(self, agent: int, channel: int, nbytes: int, *, consume: bool = True, is_async: bool = False) -> int:
+        if channel != RECV_ANY:
+            self._check_channel(agent, channel, 1)
+        return self._add(agent, Op.RECV, channel, nbytes, is_async=is_async, arg=1.0 if consume else 0.0)
+
+    def math(self, agent: int, n_elem: int) -> int:
+        """PE_MATH over ``n_elem`` elements: ``max(math_overhead_ns, n_elem * math_ns_per_elem)``."""
+        pe = self.t.spec.pe
+        return self._add(agent, Op.MATH, nbytes=n_elem, arg=max(pe.math_overhead_ns, n_elem * pe.math_ns_per_elem))
+
+    def _check_channel(self, agent: int, channel: int, side: int) -> None:
+        if not 0 <= channel < len(self._channels):
+            raise KbfastError(f"channel {channel} does not exist")
+        if self._channels[channel][side] != agent:
+            role = "sender" if side == 0 else "receiver"
+            raise KbfastError(f"agent {agent} is not the {role} of channel {channel}")
+
     # -- build ----------------------------------------------------------------------
     def build(self, launch_ns: float | None = None) -> Program:
         """Resolve routes (PE DMA: ``pe_dma`` kind; host: ``memory`` kind) and freeze the arrays.
@@ -183,6 +259,8 @@ class ProgramBuilder:
         if np.any(agent_of[target[waits]] != agent_of[waits]):
             raise KbfastError("a WAIT may only wait for an op of its own agent")
 
+        if np.any((code == Op.SEND) & (nbytes <= 0)):
+            raise KbfastError("an IPCQ SEND needs nbytes > 0")
         route = np.full(n, -1, np.int32)
         rroute = np.full(n, -1, np.int32)
         ptr_parts: list[np.ndarray] = []
@@ -206,6 +284,7 @@ class ProgramBuilder:
             ptr_parts.append(base + len(fwd_edges) + fwd_ptr[:-1])
             edge_parts += [fwd_edges, rev_edges]
             n_routes += 2 * k
+        channels, n_routes = self._build_channels(agent_node, code, target, nbytes, ptr_parts, edge_parts, n_routes)
         route_edges = np.concatenate(edge_parts).astype(np.int32) if edge_parts else np.zeros(0, np.int32)
         route_ptr = np.append(np.concatenate(ptr_parts) if ptr_parts else np.zeros(0, np.int64),
                               len(route_edges)).astype(np.int64)
@@ -218,7 +297,66 @@ class ProgramBuilder:
                        agent_ops=np.array([o for ag in self._agents for o in ag.ops], np.int64),
                        op_code=code, op_target=target, op_nbytes=nbytes, op_addr=addr, op_async=is_async,
                        op_arg=arg, op_route=route, op_rroute=rroute, route_ptr=route_ptr,
-                       route_edges=route_edges, launch_ns=float(launch_ns or 0.0))
+                       route_edges=route_edges, channels=channels, launch_ns=float(launch_ns or 0.0))
+
+    def _build_channels(self, agent_node: np.ndarray, code: np.ndarray, target: np.ndarray, nbytes: np.ndarray,
+                        ptr_parts: list, edge_parts: list, n_routes: int) -> tuple[Channels, int]:
+        """Routes, slot tiers and credit latencies of the channels (spec_ccl §2.1–§2.7)."""
+        t, cfg = self.t, self.t.spec.ipcq
+        n = len(self._channels)
+        src = np.array([c[0] for c in self._channels], np.int64)
+        dst = np.array([c[1] for c in self._channels], np.int64)
+        largest = np.zeros(n, np.int64)
+        sends = code == Op.SEND
+        np.maximum.at(largest, target[sends], nbytes[sends])
+        in_lists = [[c for c in range(n) if dst[c] == a] for a in range(len(self._agents))]
+        empty = np.zeros(0, np.int64)
+        if n == 0:
+            return Channels(src=empty, dst=empty, route=empty, n_slots=empty, slot_size=empty,
+                            kind=np.zeros(0, np.int8), setup_ns=np.zeros(0), tier_bw=np.zeros(0), hop_bw=np.zeros(0),
+                            credit_ns=np.zeros(0), in_ptr=np.zeros(len(self._agents) + 1, np.int64), in_list=empty,
+                            credit_blocking=cfg.credit_mode == "blocking",
+                            poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0), n_routes
+        data = self.router.routes(agent_node[src], agent_node[dst], "pe_dma")
+        credit = self.router.routes(agent_node[dst], agent_node[src], "pe_dma")
+        base = sum(len(e) for e in edge_parts)
+        ptr_parts.append(base + data.ptr[:-1])
+        edge_parts.append(data.edges)
+        kinds = [c[2] for c in self._channels]
+        tiers = [getattr(cfg.tiers, k) for k in kinds]
+        hop_bw = np.array([self._hop_bw(int(agent_node[dst[c]]), kinds[c]) for c in range(n)])
+        credit_ns = np.empty(n)
+        for c in range(n):
+            edges = credit.edges_of(c)
+            nodes = np.concatenate([[credit.src[c]], t.edge_dst[edges]])
+            bn = float(t.edge_bw_gbs[edges].min())
+            if cfg.credit_mode == "blocking":
+                credit_ns[c] = float(t.node_overhead_ns[nodes].sum() + t.edge_prop_ns[edges].sum()) \
+                    + cfg.credit_bytes / bn
+            else:
+                credit_ns[c] = cfg.credit_bytes / bn
+        channels = Channels(
+            src=src, dst=dst, route=n_routes + np.arange(n, dtype=np.int64),
+            n_slots=np.array([c[3] for c in self._channels], np.int64),
+            slot_size=np.maximum(np.array([c[4] for c in self._channels], np.int64), largest),
+            kind=np.array([BUFFER_KINDS.index(k) for k in kinds], np.int8),
+            setup_ns=np.array([tr.setup_ns for tr in tiers]), tier_bw=np.array([tr.bw_gbs for tr in tiers]),
+            hop_bw=hop_bw, credit_ns=credit_ns,
+            in_ptr=np.concatenate([[0], np.cumsum([len(x) for x in in_lists])]).astype(np.int64),
+            in_list=np.array([c for x in in_lists for c in x], np.int64),
+            credit_blocking=cfg.credit_mode == "blocking",
+            poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0)
+        return channels, n_routes + n
+
+    def _hop_bw(self, pe_dma: int, kind: str) -> float:
+        """Bottleneck of the PE <-> slot bank path: the cube SRAM, or the PE's own HBM slice (spec_ccl §2.7)."""
+        if kind == "tcm":
+            return float("inf")
+        sip, cube, local = locate(self.t, pe_dma)
+        pe = int(self.t.cube_names[local].split(".")[0][2:])
+        bank = node_id(self.t, f"sip{sip}.cube{cube}." + ("sram" if kind == "sram" else f"hbm_ctrl.pe{pe}"))
+        edges = self.router.route(pe_dma, bank, "pe_dma")
+        return float(self.t.edge_bw_gbs[edges].min())
 
 
 def _check_start(start_ns: float) -> None:

@@ -149,6 +149,40 @@ class Hbm(Strict):
     mapping_mode: Literal["n_to_one"]
 
 
+class SlotTier(Strict):
+    """IPCQ slot memory tier: ``SLOT(n) = setup_ns + n / bw_gbs`` (spec_ccl §2.7)."""
+
+    bw_gbs: PositiveFloat
+    setup_ns: NonNegativeFloat
+
+
+class SlotTiers(Strict):
+    tcm: SlotTier
+    sram: SlotTier
+    hbm: SlotTier
+
+
+class Ipcq(Strict):
+    """IPCQ ring buffers and credit flow (spec_ccl §1.7, §2; README decisions)."""
+
+    buffer_kind: Literal["tcm", "sram", "hbm"]
+    n_slots: PositiveInt
+    slot_size: PositiveInt
+    credit_bytes: PositiveInt
+    credit_mode: Literal["blocking", "forked"]
+    backpressure: Literal["sleep", "poll"]
+    poll_interval_ns: PositiveFloat
+    tiers: SlotTiers
+
+
+class Pe(Strict):
+    """PE compute costs the sources never valued (spec_pe §0.2): MATH = max(overhead, n_elem * ns_per_elem)."""
+
+    elem_bytes: PositiveInt
+    math_ns_per_elem: NonNegativeFloat
+    math_overhead_ns: NonNegativeFloat
+
+
 class Routing(Strict):
     """Route choice (spec_fabric §4.2): Dijkstra on millimetres, or on hop count.
 
@@ -175,6 +209,8 @@ class SystemSpec(Strict):
     link: Links
     overhead_ns: Overheads
     routing: Routing
+    ipcq: Ipcq
+    pe: Pe
     uncalibrated: list[str] = Field(default_factory=list)
 
     @property

@@ -21,9 +21,9 @@ Semantics (design §5; spec_fabric §5.1–§5.3, §5.7; spec_memory §3–§4; 
   A PE DMA then returns a zero-byte response on the reverse route; a host write
   completes at once; a host read (a zero-byte command) runs the chunk loop of
   spec_memory §3.7 and streams its data back on the reverse route.
-* PE DMA read and write channels have capacity 1 and are held through the round
-  trip; further DMAs of that direction queue FIFO.  Host agents have no channel
-  limit.
+* Agents, DMA channels and the IPCQ protocol are kbfast.runtime (shared with
+  the fast path); an IPCQ SEND injects its data towards the receiver's
+  ``pe_dma`` (store-and-forward terminal) and reports the reassembly time.
 * Events at equal times run in insertion order (bit-for-bit reproducible).
 """
 
@@ -32,17 +32,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kbfast.exact.heap import heap_new, heap_pop, heap_push, pack, unpack
+from kbfast.exact.heap import heap_new, heap_pop, unpack
+from kbfast.runtime import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, push
 
-# op codes (kbfast.ir.Op)
-OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE = 0, 1, 2, 3, 4
 # transaction kinds
-K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA = 0, 1, 2, 3
-# event kinds
-EV_AGENT, EV_FLIT, EV_PUT, EV_TXN_DONE, EV_OP_DONE, EV_CTRL_ARRIVE, EV_CHUNK = 0, 1, 2, 3, 4, 5, 6
+K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA, K_IPCQ = 0, 1, 2, 3, 4
+# engine event kinds (0..7 belong to kbfast.runtime)
+EV_FLIT, EV_PUT, EV_TXN_DONE, EV_CTRL_ARRIVE, EV_CHUNK = 8, 9, 10, 11, 12
 # status
 OK, DEADLOCK, BUDGET = 0, 1, 2
-WAIT_ALL_PENDING = -2
 
 
 @njit(cache=True)
@@ -74,9 +72,8 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
 @njit(cache=True, error_model="numpy")
 def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
            n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
-           a_start, a_host, op_ptr, agent_ops, op_code, op_target, op_nbytes, op_addr, op_async, op_arg,
-           op_route, op_rroute, max_events, heap_capacity):  # pragma: no cover - jitted
-    """Replay a Program; returns (status, n_events, agent_finish, agent_wait, op times, edge and PC stats).
+           P, op_addr, op_route, op_rroute, ch_route, max_events, heap_capacity):  # pragma: no cover - jitted
+    """Replay a Program; returns (status, n_events, runtime state, edge and PC stats).
 
     A put of a whole transaction on one edge (source injection or a
     store-and-forward re-stream) reserves the wire for the train at once; the
@@ -87,30 +84,16 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     """
     n_nodes = len(n_ovh)
     n_edges = len(e_src)
-    n_agents = len(a_start)
-    n_ops = len(op_code)
+    n_agents = len(P.a_start)
+    n_ops = len(P.op_code)
+    op_nbytes = P.op_nbytes
     n_ctrl = 0
     for v in range(n_nodes):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
     n_pc_all = max(n_ctrl * n_pcs, 1)
     pc_mask = n_pcs - 1
-
-    op_agent = np.empty(n_ops, np.int64)
-    for a in range(n_agents):
-        for k in range(op_ptr[a], op_ptr[a + 1]):
-            op_agent[agent_ops[k]] = a
-    op_issue = np.full(n_ops, -1.0)
-    op_begin = np.full(n_ops, -1.0)
-    op_end = np.full(n_ops, -1.0)
-    op_next = np.full(n_ops, -1, np.int64)
-
-    a_pc = op_ptr[:-1].copy()
-    a_wait = np.full(n_agents, -1, np.int64)
-    a_out = np.zeros(n_agents, np.int64)
-    a_finish = np.full(n_agents, -1.0)
-    ch_busy = np.full((n_agents, 2), -1, np.int64)
-    ch_head = np.full((n_agents, 2), -1, np.int64)
-    ch_tail = np.full((n_agents, 2), -1, np.int64)
+    S = new_state(P)
+    pend = np.empty(n_ops + 1, np.int64)
 
     max_txn = 2 * n_ops + 1
     t_route = np.empty(max_txn, np.int64)
@@ -142,9 +125,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     size = 0
     seq = 0
     for a in range(n_agents):
-        heap_push(heap, size, seq, a_start[a], pack(EV_AGENT, a, 0, 0))
-        size += 1
-        seq += 1
+        size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
 
     n_events = 0
     status = OK
@@ -169,9 +150,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 # Next flit of the train on this edge (departures are back to back from dep0).
                 dep = t_train_dep0[txn] + (i + 1) * (flit_bytes / e_bw[e])
                 arr = dep + _flit_size(i + 1, nfl, t_nbytes[txn], flit_bytes) / e_bw[e] + e_prop[e]
-                heap_push(heap, size, seq, arr, pack(EV_FLIT, txn, i + 1, hop))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, arr, EV_FLIT, txn, i + 1, hop)
             if last_hop and n_hbm[v] >= 0:
                 s = max(now, node_free[v])
                 if i == 0:
@@ -188,9 +167,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 pc_busy[g] += commit_ns
                 t_last[txn] = fin if i == 0 else max(t_last[txn], fin)
                 if i == nfl - 1:
-                    heap_push(heap, size, seq, max(t_last[txn], s), pack(EV_TXN_DONE, txn, 0, 0))
-                    size += 1
-                    seq += 1
+                    size, seq = push(heap, size, seq, max(t_last[txn], s), EV_TXN_DONE, txn, 0, 0)
             elif n_flit[v]:
                 s = max(now, node_free[v])
                 if i == 0:
@@ -198,9 +175,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 node_free[v] = s
                 if last_hop:
                     if i == nfl - 1:
-                        heap_push(heap, size, seq, s, pack(EV_TXN_DONE, txn, 0, 0))
-                        size += 1
-                        seq += 1
+                        size, seq = push(heap, size, seq, s, EV_TXN_DONE, txn, 0, 0)
                 else:
                     e2 = r_edges[lo + hop + 1]
                     nb = _flit_size(i, nfl, t_nbytes[txn], flit_bytes)
@@ -209,21 +184,15 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                     avail[e2] = max(s, avail[e2]) + nb / e_bw[e2]
                     e_bytes[e2] += nb
                     e_busy[e2] += nb / e_bw[e2]
-                    heap_push(heap, size, seq, avail[e2] + e_prop[e2], pack(EV_FLIT, txn, i, hop + 1))
-                    size += 1
-                    seq += 1
+                    size, seq = push(heap, size, seq, avail[e2] + e_prop[e2], EV_FLIT, txn, i, hop + 1)
             else:
                 t_count[txn] += 1
                 if t_count[txn] == nfl:
                     t_count[txn] = 0
                     if last_hop:
-                        heap_push(heap, size, seq, now + n_ovh[v], pack(EV_TXN_DONE, txn, 0, 0))
-                        size += 1
-                        seq += 1
+                        size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
                     else:
-                        heap_push(heap, size, seq, now + n_ovh[v], pack(EV_PUT, txn, 0, hop + 1))
-                        size += 1
-                        seq += 1
+                        size, seq = push(heap, size, seq, now + n_ovh[v], EV_PUT, txn, 0, hop + 1)
             continue
 
         if kind == EV_PUT:
@@ -243,16 +212,12 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 # they keep the wire's FIFO order against other trains arriving at that time.
                 t_train_hop[txn] = -1
                 for i in range(nfl):
-                    heap_push(heap, size, seq, dep0 + e_prop[e], pack(EV_FLIT, txn, i, hop))
-                    size += 1
-                    seq += 1
+                    size, seq = push(heap, size, seq, dep0 + e_prop[e], EV_FLIT, txn, i, hop)
                 continue
             t_train_hop[txn] = hop
             t_train_dep0[txn] = dep0
             arr = dep0 + _flit_size(0, nfl, nbytes, flit_bytes) / e_bw[e] + e_prop[e]
-            heap_push(heap, size, seq, arr, pack(EV_FLIT, txn, 0, hop))
-            size += 1
-            seq += 1
+            size, seq = push(heap, size, seq, arr, EV_FLIT, txn, 0, hop)
             continue
 
         if kind == EV_CTRL_ARRIVE:
@@ -265,13 +230,9 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_last[txn] = t_aux[txn]
                 nch = (op_nbytes[t_op[txn]] + burst_bytes - 1) // burst_bytes
                 delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
-                heap_push(heap, size, seq, t_aux[txn] + delta, pack(EV_CHUNK, txn, 0, 0))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, t_aux[txn] + delta, EV_CHUNK, txn, 0, 0)
             else:
-                heap_push(heap, size, seq, now + n_ovh[v], pack(EV_TXN_DONE, txn, 0, 0))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
             continue
 
         if kind == EV_CHUNK:
@@ -293,9 +254,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_last[txn] = max(t_last[txn], fin)
             if i + 1 < nch:
                 delta = op_nbytes[o] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
-                heap_push(heap, size, seq, t_aux[txn] + (i + 2) * delta, pack(EV_CHUNK, txn, i + 1, 0))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, t_aux[txn] + (i + 2) * delta, EV_CHUNK, txn, i + 1, 0)
             else:
                 # Data streams back on the reverse route from the controller (overhead already paid).
                 d = n_txn
@@ -310,138 +269,62 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 when = max(now, t_last[txn])
                 if t_nflits[d] == 0:
                     when += _ctrl_latency(t_route[d], r_ptr, r_edges, e_dst, e_prop, n_ovh)
-                    heap_push(heap, size, seq, when, pack(EV_CTRL_ARRIVE, d, 0, 0))
-                    size += 1
-                    seq += 1
+                    size, seq = push(heap, size, seq, when, EV_CTRL_ARRIVE, d, 0, 0)
                 else:
-                    heap_push(heap, size, seq, when, pack(EV_PUT, d, 0, 0))
-                    size += 1
-                    seq += 1
+                    size, seq = push(heap, size, seq, when, EV_PUT, d, 0, 0)
             continue
 
         if kind == EV_TXN_DONE:
             txn = x
             o = t_op[txn]
-            if t_kind[txn] == K_PE_REQ:
+            if t_kind[txn] == K_IPCQ:
+                size, seq = ipcq_arrive(o, now, P, S, heap, size, seq)
+            elif t_kind[txn] == K_PE_REQ:
                 rr = op_rroute[o]
                 pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
                 arrive = now + _ctrl_latency(rr, r_ptr, r_edges, e_dst, e_prop, n_ovh) + n_ovh[pe]
-                heap_push(heap, size, seq, arrive, pack(EV_OP_DONE, o, 0, 0))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, arrive, EV_OP_DONE, o, 0, 0)
             else:
-                heap_push(heap, size, seq, now, pack(EV_OP_DONE, o, 0, 0))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, now, EV_OP_DONE, o, 0, 0)
             continue
 
-        if kind == EV_OP_DONE:
-            o = x
-            op_end[o] = now
-            a = op_agent[o]
-            a_out[a] -= 1
-            if not a_host[a]:
-                ch = 0 if op_code[o] == OP_DMA_WRITE else 1
-                nxt = ch_head[a, ch]
-                if nxt >= 0:
-                    ch_head[a, ch] = op_next[nxt]
-                    if ch_head[a, ch] < 0:
-                        ch_tail[a, ch] = -1
-                    ch_busy[a, ch] = nxt
-                    ev_t, ev_k = _start_dma(
-                        nxt, now, n_txn, a_host[a], op_code, op_nbytes, op_addr, op_route,
-                        op_begin, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
-                        e_src, e_dst, e_prop, n_ovh, flit_bytes)
-                    heap_push(heap, size, seq, ev_t, pack(ev_k, n_txn, 0, 0))
-                    size += 1
-                    seq += 1
-                    n_txn += 1
-                else:
-                    ch_busy[a, ch] = -1
-            if a_wait[a] == o or (a_wait[a] == WAIT_ALL_PENDING and a_out[a] == 0):
-                a_wait[a] = -1
-                heap_push(heap, size, seq, now, pack(EV_AGENT, a, 0, 0))
-                size += 1
-                seq += 1
-            continue
-
-        # EV_AGENT: run the agent's program until it blocks.
-        a = x
-        while True:
-            k = a_pc[a]
-            if k == op_ptr[a + 1]:
-                a_finish[a] = now
-                break
-            o = agent_ops[k]
-            code = op_code[o]
-            if op_issue[o] < 0:
-                op_issue[o] = now
-            if code == OP_START:
-                op_begin[o] = now
-                op_end[o] = now
-                a_pc[a] += 1
-            elif code == OP_DMA_WRITE or code == OP_DMA_READ:
-                a_out[a] += 1
-                a_pc[a] += 1
-                ch = 0 if code == OP_DMA_WRITE else 1
-                if a_host[a] or ch_busy[a, ch] < 0:
-                    if not a_host[a]:
-                        ch_busy[a, ch] = o
-                    ev_t, ev_k = _start_dma(
-                        o, now, n_txn, a_host[a], op_code, op_nbytes, op_addr, op_route,
-                        op_begin, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
-                        e_src, e_dst, e_prop, n_ovh, flit_bytes)
-                    heap_push(heap, size, seq, ev_t, pack(ev_k, n_txn, 0, 0))
-                    size += 1
-                    seq += 1
-                    n_txn += 1
-                else:
-                    if ch_tail[a, ch] >= 0:
-                        op_next[ch_tail[a, ch]] = o
-                    else:
-                        ch_head[a, ch] = o
-                    ch_tail[a, ch] = o
-                if not op_async[o]:
-                    a_wait[a] = o
-                    break
-            elif code == OP_WAIT:
-                tgt = op_target[o]
-                if tgt < 0:
-                    if a_out[a] > 0:
-                        a_wait[a] = WAIT_ALL_PENDING
-                        break
-                elif op_end[tgt] < 0:
-                    a_wait[a] = tgt
-                    break
-                op_begin[o] = op_issue[o]
-                op_end[o] = now
-                a_pc[a] += 1
-            else:  # OP_COMPUTE
-                op_begin[o] = now
-                op_end[o] = now + op_arg[o]
-                a_pc[a] += 1
-                heap_push(heap, size, seq, now + op_arg[o], pack(EV_AGENT, a, 0, 0))
-                size += 1
-                seq += 1
-                break
+        # Agents, DMA channels and IPCQ (kbfast.runtime); then begin what they released.
+        size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, pend, 0)
+        for k in range(n_pend):
+            o = pend[k]
+            d = n_txn
+            n_txn += 1
+            if P.op_code[o] == OP_SEND:
+                t_route[d] = ch_route[P.op_target[o]]
+                t_nbytes[d] = op_nbytes[o]
+                t_nflits[d] = (op_nbytes[o] + flit_bytes - 1) // flit_bytes
+                t_addr[d] = 0
+                t_dir[d] = 0
+                t_kind[d] = K_IPCQ
+                t_op[d] = o
+                ev_t = now + n_ovh[e_src[r_edges[r_ptr[t_route[d]]]]]
+                ev_k = EV_PUT
+            else:
+                ev_t, ev_k = _start_dma(o, now, d, P.a_host[S.op_agent[o]], P.op_code, op_nbytes, op_addr, op_route,
+                                        t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
+                                        e_src, e_dst, e_prop, n_ovh, flit_bytes)
+            size, seq = push(heap, size, seq, ev_t, ev_k, d, 0, 0)
 
     if status == OK:
         for a in range(n_agents):
-            if a_finish[a] < 0:
+            if S.a_finish[a] < 0:
                 status = DEADLOCK
-    return (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
-            pc_commits, pc_busy, pc_backlog)
+    return status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog
 
 
 @njit(cache=True)
-def _start_dma(o, now, d, is_host, op_code, op_nbytes, op_addr, op_route, op_begin,
+def _start_dma(o, now, d, is_host, op_code, op_nbytes, op_addr, op_route,
                t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop,
                n_ovh, flit_bytes):  # pragma: no cover - jitted
     """Set up transaction ``d`` for DMA op ``o`` issued at ``now``; returns its first event (time, kind).
 
     The source pays its overhead before streaming; a zero-byte request travels as a control message.
     """
-    op_begin[o] = now
     write = op_code[o] == OP_DMA_WRITE
     t_route[d] = op_route[o]
     t_addr[d] = op_addr[o]

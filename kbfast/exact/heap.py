@@ -15,19 +15,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# payload bits: kind 3 | a 28 | b 20 | c 12
-_A_SHIFT, _B_SHIFT = 32, 12
-MAX_A, MAX_B, MAX_C = (1 << 28) - 1, (1 << 20) - 1, (1 << 12) - 1
+# payload bits: kind 4 | a 27 | b 20 | c 12
+_KIND_SHIFT, _A_SHIFT, _B_SHIFT = 59, 32, 12
+MAX_A, MAX_B, MAX_C = (1 << 27) - 1, (1 << 20) - 1, (1 << 12) - 1
 
 
 @njit(cache=True, inline="always")
 def pack(kind, a, b, c):  # pragma: no cover - jitted
-    return (np.int64(kind) << 60) | (np.int64(a) << _A_SHIFT) | (np.int64(b) << _B_SHIFT) | np.int64(c)
+    return (np.int64(kind) << _KIND_SHIFT) | (np.int64(a) << _A_SHIFT) | (np.int64(b) << _B_SHIFT) | np.int64(c)
 
 
 @njit(cache=True, inline="always")
 def unpack(p):  # pragma: no cover - jitted
-    return (np.int64(p >> 60), np.int64((p >> _A_SHIFT) & MAX_A), np.int64((p >> _B_SHIFT) & MAX_B),
+    return (np.int64(p >> _KIND_SHIFT), np.int64((p >> _A_SHIFT) & MAX_A), np.int64((p >> _B_SHIFT) & MAX_B),
             np.int64(p & MAX_C))
 
 

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
+from kbfast import runtime
 from kbfast.exact import engine, heap
+from kbfast.runtime import make_prog
 from kbfast.ir import Op, Program
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
@@ -19,7 +21,7 @@ DEFAULT_MAX_MEMORY_BYTES = 8 << 30
 
 
 class ReplayDeadlock(KbfastError):
-    """The event queue emptied while agents were still blocked."""
+    """The event queue emptied while agents were still blocked (``IpcqDeadlock`` with IPCQ channels)."""
 
 
 class ReplayBudgetExceeded(KbfastError):
@@ -113,18 +115,18 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         t.edge_bw_gbs[c.edges], t.edge_prop_ns[c.edges], p.route_ptr, c.route_edges,
         hbm.pcs_per_pe, int(hbm.burst_bytes).bit_length() - 1, hbm.burst_bytes, flit,
         flit / pc_bw, hbm.burst_bytes / pc_bw, hbm.switch_penalty_ns,
-        p.agent_start_ns, p.agent_kind == 1, p.op_ptr, p.agent_ops, p.op_code, p.op_target, p.op_nbytes, p.op_addr,
-        p.op_async, p.op_arg, p.op_route, p.op_rroute, np.int64(max_events), np.int64(heap_capacity(p)),
+        make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64),
+        p.channels.route, np.int64(max_events), np.int64(heap_capacity(p)),
     )
     t0 = time.perf_counter()
-    (status, n_events, a_finish, a_wait, op_issue, op_begin, op_end, e_bytes, e_busy, e_peak,
-     pc_commits, pc_busy, pc_backlog) = engine.replay(*args)
+    status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog = engine.replay(*args)
     wall = time.perf_counter() - t0
     if status == engine.BUDGET:
         raise ReplayBudgetExceeded(f"exact replay of {p.name!r} exceeded its budget of {max_events:,} events; "
                                    "raise max_events if the workload really is this large")
     if status == engine.DEADLOCK:
-        raise ReplayDeadlock(_blocked_report(p, a_finish, a_wait, op_end))
+        raise ReplayDeadlock(blocked_report(p, S))
+    a_finish = S.a_finish
     makespan = float(a_finish.max() - p.agent_start_ns.min()) if len(a_finish) else 0.0
     edges = pd.DataFrame({
         "edge": c.edges,
@@ -145,7 +147,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         "max_backlog_ns": pc_backlog[:n_ctrl * npcs],
     })
     return ExactResult(program=p, n_events=int(n_events), wall_s=wall, agent_finish_ns=a_finish,
-                       op_issue_ns=op_issue, op_begin_ns=op_begin, op_end_ns=op_end, edges=edges, pcs=pcs)
+                       op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end, edges=edges, pcs=pcs)
 
 
 def _check_limits(p: Program) -> None:
@@ -162,15 +164,24 @@ def _check_limits(p: Program) -> None:
         raise KbfastError(f"exact replay supports routes of at most {heap.MAX_C} edges; {p.name!r} has {longest}")
 
 
-def _blocked_report(p: Program, a_finish: np.ndarray, a_wait: np.ndarray, op_end: np.ndarray) -> str:
-    lines = [f"deadlock in {p.name!r}: the event queue emptied while agents were blocked"]
-    for a in np.flatnonzero(a_finish < 0):
-        w = int(a_wait[a])
-        if w >= 0:
-            what = f"op {w} ({Op(int(p.op_code[w])).name}) of its own program, never completed"
-        elif w == engine.WAIT_ALL_PENDING:
+def blocked_report(p: Program, S) -> str:
+    """Name every blocked agent and what it waits for, then dump the IPCQ pointers (spec_ccl §3 F3)."""
+    kind = "IPCQ deadlock" if len(p.channels) else "deadlock"
+    lines = [f"{kind} in {p.name!r}: the event queue emptied while agents were blocked"]
+    for a in np.flatnonzero(S.a_finish < 0):
+        block, arg = int(S.a_block[a]), int(S.a_arg[a])
+        if block == runtime.BLK_OP:
+            what = f"op {arg} ({Op(int(p.op_code[arg])).name}), which never completed"
+        elif block == runtime.BLK_ALL:
             what = "WAIT for all outstanding ops"
+        elif block == runtime.BLK_SEND:
+            what = f"SEND on ch{arg}, whose ring stays full (no credit comes back)"
+        elif block == runtime.BLK_ANY:
+            what = "RECV on any channel, where nothing arrives"
         else:
             what = "an op that never ran"
         lines.append(f"  {p.agent_name(int(a))}: blocked on {what}")
+    if len(p.channels):
+        lines.append("pointers:")
+        lines.append(runtime.pointer_dump(p, S))
     return "\n".join(lines)

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
-from kbfast.exact.replay import Compact, compact
+from kbfast.exact.replay import Compact, ReplayDeadlock, blocked_report, compact
+from kbfast.runtime import make_prog
 from kbfast.fast.bounds import interference
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import Op, Program
@@ -61,10 +62,14 @@ class FastResult:
 
 
 def _data_routes(p: Program) -> np.ndarray:
-    """Per op, the route that carries its payload (the reverse route for a host read), or -1."""
+    """Per op, the route that carries its payload (the reverse route for a host read; the channel's
+    route for an IPCQ SEND), or -1."""
     dma = (p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ)
     host_read = dma & (p.agent_kind[p.op_agent] == 1) & (p.op_code == Op.DMA_READ)
-    return np.where(host_read, p.op_rroute, np.where(dma, p.op_route, -1)).astype(np.int64)
+    out = np.where(host_read, p.op_rroute, np.where(dma, p.op_route, -1)).astype(np.int64)
+    sends = p.op_code == Op.SEND
+    out[sends] = p.channels.route[p.op_target[sends]]
+    return out
 
 
 def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
@@ -84,7 +89,7 @@ def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray,
         ops += [o] * (int(finite.sum()) + len(workers))
         res += list(edges[finite]) + list(n_e + workers)
         work += list(e_work) + list(n_ovh[workers])
-        hbm = int(c.node_hbm[e_dst[c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])
+        hbm = -1 if p.op_code[o] == Op.SEND else int(c.node_hbm[e_dst[c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])
         if hbm >= 0 and units > 0:
             ops.append(o)
             res.append(n_e + n_n + hbm)
@@ -136,16 +141,15 @@ def run_fast(p: Program) -> FastResult:
     share = np.diff(sh_ptr) > 0
 
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
-    args = (p.agent_start_ns, p.agent_kind == 1, p.op_ptr, p.agent_ops, p.op_code, p.op_target, p.op_nbytes, p.op_addr,
-            p.op_async, p.op_arg, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.route_ptr,
-            c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
-            spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
-            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_ptr, sh_res, max_route, sh_w, res_cap)
     head = head_offsets(data_route, p.op_nbytes, p.route_ptr, c.route_edges, e_src, e_dst, e_bw,
                         t.edge_prop_ns[c.edges], n_ovh, n_flit, shared_edge, spec.fabric.flit_bytes)
+    args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.channels.route,
+            p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
+            spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
+            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_ptr, sh_res, max_route, sh_w, res_cap)
     zero = np.zeros(p.n_ops)
-    lo = schedule(LOWER, zero, share, head, *args)
-    point = schedule(POINT, zero, share, head, *args)
+    lo = _checked(p, schedule(LOWER, zero, share, head, *args))
+    point = _checked(p, schedule(POINT, zero, share, head, *args))
 
     ops, res, work = _resources(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
     order = np.lexsort((ops, res))
@@ -158,33 +162,51 @@ def run_fast(p: Program) -> FastResult:
     if sw > 0:
         units = -(-p.op_nbytes // spec.fabric.flit_bytes)
         own = np.where(data_route >= 0, units * sw, 0.0)
-    begin_lo = lo[1]
+    begin_lo = lo[0].op_begin
     extra = interference(res_ptr, res[res_order], work, users_ptr, user_pairs, begin_lo, begin_lo, False, own)
-    hi = schedule(UPPER, extra, share, head, *args)
+    hi = _checked(p, schedule(UPPER, extra, share, head, *args))
     for _ in range(BOUND_PASSES):
-        tighter = interference(res_ptr, res[res_order], work, users_ptr, user_pairs, begin_lo, hi[2], True, own)
+        tighter = interference(res_ptr, res[res_order], work, users_ptr, user_pairs, begin_lo, _flow_end(p, hi[0]),
+                               True, own)
         if np.array_equal(tighter, extra):
             break
         extra = tighter
-        hi = schedule(UPPER, extra, share, head, *args)
+        hi = _checked(p, schedule(UPPER, extra, share, head, *args))
     wall = time.perf_counter() - t0
-    return FastResult(program=p, wall_s=wall, op_issue_ns=point[0], op_begin_ns=point[1], op_end_ns=point[2],
-                      op_end_lo_ns=lo[2], op_end_hi_ns=hi[2], agent_finish_ns=point[3],
-                      agent_finish_lo_ns=lo[3], agent_finish_hi_ns=hi[3], op_contended=point[4],
-                      edges=_edge_table(p, c, point[5], point[3]), pcs=_pc_table(p, c, data_route))
+    S = point[0]
+    return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end,
+                      op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=S.a_finish,
+                      agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
+                      edges=_edge_table(p, c, point[2], S.a_finish, data_route), pcs=_pc_table(p, c, data_route))
 
 
-def _edge_table(p: Program, c: Compact, contended: np.ndarray, finish: np.ndarray) -> pd.DataFrame:
+def _checked(p: Program, result):
+    """A schedule in which an agent never finished is a deadlock: report it like exact mode."""
+    S = result[0]
+    if np.any(S.a_finish < 0):
+        raise ReplayDeadlock(blocked_report(p, S))
+    return result
+
+
+def _flow_end(p: Program, S) -> np.ndarray:
+    """When each flow stops using the fabric: its op's end (a SEND's data: when its receiver's recv could start)."""
+    end = S.op_end.copy()
+    sends = np.flatnonzero(p.op_code == Op.SEND)
+    if len(sends):
+        # A SEND returns at once; its data is in flight until it is visible, at the latest when
+        # the matching RECV ends.  Bound it by the end of the receiver's program.
+        end[sends] = S.a_finish[p.channels.dst[p.op_target[sends]]]
+    return end
+
+
+def _edge_table(p: Program, c: Compact, contended: np.ndarray, finish: np.ndarray,
+                data_route: np.ndarray) -> pd.DataFrame:
     """Bytes per edge are conserved, so they are exact; busy_ns = bytes / bw."""
     t = p.tables
     nbytes = np.zeros(len(c.edges))
-    for o in range(p.n_ops):
-        for r in (p.op_route[o], p.op_rroute[o]):
-            if r < 0:
-                continue
-            carries = _carries_payload(p, o, r)
-            if carries:
-                np.add.at(nbytes, c.route_edges[p.route_ptr[r]:p.route_ptr[r + 1]], p.op_nbytes[o])
+    for o in np.flatnonzero(data_route >= 0):
+        r = data_route[o]
+        np.add.at(nbytes, c.route_edges[p.route_ptr[r]:p.route_ptr[r + 1]], p.op_nbytes[o])
     bw = t.edge_bw_gbs[c.edges]
     busy = np.where(np.isinf(bw), 0.0, nbytes / bw)
     span = float(finish.max() - p.agent_start_ns.min()) if len(finish) else 0.0
@@ -196,18 +218,13 @@ def _edge_table(p: Program, c: Compact, contended: np.ndarray, finish: np.ndarra
     })
 
 
-def _carries_payload(p: Program, o: int, r: int) -> bool:
-    host_read = p.agent_kind[p.op_agent[o]] == 1 and p.op_code[o] == Op.DMA_READ
-    return (r == p.op_rroute[o]) if host_read else (r == p.op_route[o])
-
-
 def _pc_table(p: Program, c: Compact, data_route: np.ndarray) -> pd.DataFrame:
     """Commits per PC follow from the addresses alone: flit i of a transfer lands on PC (pc0 + i) mod n_pcs."""
     t, spec = p.tables, p.tables.spec
     npcs, flit = spec.hbm.pcs_per_pe, spec.fabric.flit_bytes
     commits = np.zeros((len(c.hbm_ctrls), npcs), np.int64)
     shift = int(spec.hbm.burst_bytes).bit_length() - 1
-    for o in np.flatnonzero(data_route >= 0):
+    for o in np.flatnonzero((data_route >= 0) & (p.op_code != Op.SEND)):
         ctrl = int(c.node_hbm[np.searchsorted(c.nodes, t.edge_dst[c.edges[
             c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])])
         n = -(-int(p.op_nbytes[o]) // flit)

@@ -24,12 +24,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kbfast.exact.engine import OP_COMPUTE, OP_DMA_READ, OP_DMA_WRITE, OP_START, OP_WAIT, WAIT_ALL_PENDING
-from kbfast.exact.heap import heap_new, heap_pop, heap_push, pack, unpack
-from kbfast.fast.closed_form import D2H, H2D, PE_REQ, transfer_end
+from kbfast.exact.heap import heap_new, heap_pop, unpack
+from kbfast.fast.closed_form import D2H, H2D, PE_REQ, train_exit_last, transfer_end
+from kbfast.runtime import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
 LOWER, POINT, UPPER = 0, 1, 2
-EV_AGENT, EV_OP_DONE, EV_JOIN = 0, 1, 2
+# schedule event kinds (0..7 belong to kbfast.runtime)
+EV_JOIN, EV_FLOW_DONE = 8, 9
 
 
 @njit(cache=True)
@@ -144,17 +145,16 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
 
 
 @njit(cache=True)
-def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_code, op_target, op_nbytes, op_addr, op_async,
-             op_arg, op_route, op_rroute, r_ptr, r_edges, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm,
-             F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty, sh_ptr, sh_edges,
-             max_route, sh_w, res_cap):  # pragma: no cover - jitted
-    """Run the agents; returns (op_issue, op_begin, op_end, agent_finish, op_contended, edge_contended).
+def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
+             e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
+             switch_penalty, sh_ptr, sh_edges, max_route, sh_w, res_cap):  # pragma: no cover - jitted
+    """Run the agents (kbfast.runtime); returns (runtime state, op_contended, edge_contended).
 
-    Shared resources (CSR ``sh_ptr``/``sh_edges`` with weights ``sh_w``) are numbered edges first,
-    then node workers; ``res_cap`` holds their capacities.
+    Every DMA and every IPCQ SEND's data is a flow.  Shared resources (CSR
+    ``sh_ptr``/``sh_edges`` with weights ``sh_w``) are numbered edges first, then
+    node workers; ``res_cap`` holds their capacities.
     """
-    n_agents = len(a_start)
-    n_ops = len(op_code)
+    n_ops = len(P.op_code)
     n_edges = len(e_src)
     n_ctrl = 0
     for v in range(len(n_hbm)):
@@ -162,25 +162,11 @@ def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_co
     pc_dir = np.full(max(n_ctrl * n_pcs, 1), -1, np.int8)
     pen = np.zeros(n_pcs)
     buf = np.zeros((9, 2 * max_route + 2))
-
-    op_agent = np.empty(n_ops, np.int64)
-    for a in range(n_agents):
-        for k in range(op_ptr[a], op_ptr[a + 1]):
-            op_agent[agent_ops[k]] = a
-    op_issue = np.full(n_ops, -1.0)
-    op_begin = np.full(n_ops, -1.0)
-    op_end = np.full(n_ops, -1.0)
-    op_next = np.full(n_ops, -1, np.int64)
-    a_pc = op_ptr[:-1].copy()
-    a_wait = np.full(n_agents, -1, np.int64)
-    a_out = np.zeros(n_agents, np.int64)
-    a_finish = np.full(n_agents, -1.0)
-    ch_busy = np.full((n_agents, 2), -1, np.int64)
-    ch_head = np.full((n_agents, 2), -1, np.int64)
-    ch_tail = np.full((n_agents, 2), -1, np.int64)
+    S = new_state(P)
 
     # fluid state (POINT mode)
     lat = np.zeros(n_ops)
+    start = np.zeros(n_ops)
     rem = np.zeros(n_ops)
     rate = np.zeros(n_ops)
     bn = np.full(n_ops, np.inf)
@@ -193,14 +179,17 @@ def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_co
     weight = np.zeros(n_res)
     r_contended = np.zeros(n_res, np.bool_)
     o_contended = np.zeros(n_ops, np.bool_)
-    heap = heap_new(2 * (n_agents + n_ops) + 16)
+    # Trains leave their source FIFO: a flow waits for the previous flow on its first edge to drain.
+    eg_last = np.full(n_edges, -1, np.int64)
+    eg_waiter = np.full(n_ops, -1, np.int64)
+    drained = np.zeros(n_ops, np.bool_)
+
+    heap = heap_new(4 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16)
     size = 0
     seq = 0
-    for a in range(n_agents):
-        heap_push(heap, size, seq, a_start[a], pack(EV_AGENT, a, 0, 0))
-        size += 1
-        seq += 1
-    pending = np.empty(n_ops + 1, np.int64)   # DMAs begun at `now`, waiting to be set up
+    for a in range(len(P.a_start)):
+        size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
+    pend = np.empty(n_ops + 1, np.int64)
     now = 0.0
     while size > 0 or n_active > 0:
         t_heap = heap[0][0] if size > 0 else np.inf
@@ -215,17 +204,19 @@ def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_co
             while k < n_active:
                 o = active[k]
                 rem[o] -= rate[o] * dt
-                if rem[o] <= 1e-9 * max(op_nbytes[o], 1):
-                    end = max(op_begin[o] + lat[o], now + fixed[o])
-                    heap_push(heap, size, seq, end, pack(EV_OP_DONE, o, 0, 0))
-                    size += 1
-                    seq += 1
+                if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1):
+                    end = max(start[o] + lat[o], now + fixed[o])
+                    size, seq = push(heap, size, seq, end, EV_FLOW_DONE, o, 0, 0)
                     n_active -= 1
                     active[k] = active[n_active]
+                    drained[o] = True
+                    w = eg_waiter[o]
+                    if w >= 0:
+                        size, seq = push(heap, size, seq, max(now, start[w] + head[w]), EV_JOIN, w, 0, 0)
                 else:
                     k += 1
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen, r_contended,
-                   o_contended, n_edges)
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
+                   r_contended, o_contended, n_edges)
             continue
         t, payload = heap_pop(heap, size)
         size -= 1
@@ -237,137 +228,80 @@ def schedule(mode, extra, share, head, a_start, a_host, op_ptr, agent_ops, op_co
         kind, x, y, z = unpack(payload)
         n_pend = 0
         if kind == EV_JOIN:
-            o = x
-            active[n_active] = o
+            active[n_active] = x
             n_active += 1
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen, r_contended,
-                   o_contended, n_edges)
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
+                   r_contended, o_contended, n_edges)
             continue
-        if kind == EV_OP_DONE:
-            o = x
-            op_end[o] = now
-            a = op_agent[o]
-            a_out[a] -= 1
-            if not a_host[a]:
-                ch = 0 if op_code[o] == OP_DMA_WRITE else 1
-                nxt = ch_head[a, ch]
-                if nxt >= 0:
-                    ch_head[a, ch] = op_next[nxt]
-                    if ch_head[a, ch] < 0:
-                        ch_tail[a, ch] = -1
-                    ch_busy[a, ch] = nxt
-                    pending[n_pend] = nxt
-                    n_pend += 1
-                else:
-                    ch_busy[a, ch] = -1
-            if a_wait[a] == o or (a_wait[a] == WAIT_ALL_PENDING and a_out[a] == 0):
-                a_wait[a] = -1
-                heap_push(heap, size, seq, now, pack(EV_AGENT, a, 0, 0))
-                size += 1
-                seq += 1
+        if kind == EV_FLOW_DONE:
+            if P.op_code[x] == OP_SEND:
+                size, seq = ipcq_arrive(x, now, P, S, heap, size, seq)
+            else:
+                size, seq, n_pend = op_done(x, now, P, S, heap, size, seq, pend, 0)
         else:
-            a = x
-            while True:
-                k = a_pc[a]
-                if k == op_ptr[a + 1]:
-                    a_finish[a] = now
-                    break
-                o = agent_ops[k]
-                code = op_code[o]
-                if op_issue[o] < 0:
-                    op_issue[o] = now
-                if code == OP_START:
-                    op_begin[o] = now
-                    op_end[o] = now
-                    a_pc[a] += 1
-                elif code == OP_DMA_WRITE or code == OP_DMA_READ:
-                    a_out[a] += 1
-                    a_pc[a] += 1
-                    ch = 0 if code == OP_DMA_WRITE else 1
-                    if a_host[a] or ch_busy[a, ch] < 0:
-                        if not a_host[a]:
-                            ch_busy[a, ch] = o
-                        pending[n_pend] = o
-                        n_pend += 1
-                    else:
-                        if ch_tail[a, ch] >= 0:
-                            op_next[ch_tail[a, ch]] = o
-                        else:
-                            ch_head[a, ch] = o
-                        ch_tail[a, ch] = o
-                    if not op_async[o]:
-                        a_wait[a] = o
-                        break
-                elif code == OP_WAIT:
-                    tgt = op_target[o]
-                    if tgt < 0:
-                        if a_out[a] > 0:
-                            a_wait[a] = WAIT_ALL_PENDING
-                            break
-                    elif op_end[tgt] < 0:
-                        a_wait[a] = tgt
-                        break
-                    op_begin[o] = op_issue[o]
-                    op_end[o] = now
-                    a_pc[a] += 1
-                else:
-                    op_begin[o] = now
-                    op_end[o] = now + op_arg[o]
-                    a_pc[a] += 1
-                    heap_push(heap, size, seq, now + op_arg[o], pack(EV_AGENT, a, 0, 0))
-                    size += 1
-                    seq += 1
-                    break
-        # Begin the DMAs released by this event.
+            size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, pend, 0)
+        # Begin the flows released by this event.
         changed = False
         for k in range(n_pend):
-            o = pending[k]
-            op_begin[o] = now
-            a = op_agent[o]
-            write = op_code[o] == OP_DMA_WRITE
-            kind_t = PE_REQ if not a_host[a] else (H2D if write else D2H)
-            fwd = op_route[o]
-            rev = op_rroute[o]
-            hbm = n_hbm[e_dst[r_edges[r_ptr[fwd + 1] - 1]]]
-            d = 0 if write else 1
-            for q in range(n_pcs):
-                pen[q] = 0.0
-            if mode == POINT and switch_penalty > 0.0:
+            o = pend[k]
+            start[o] = now
+            if P.op_code[o] == OP_SEND:
+                # Data to the receiver's pe_dma: source overhead, train, reassembly + its overhead.
+                r = ch_route[P.op_target[o]]
+                t_src = n_ovh[e_src[r_edges[r_ptr[r]]]]
+                last, _, _ = train_exit_last(r_edges, r_ptr[r], r_ptr[r + 1], e_dst, e_c, e_prop, n_ovh, n_flit,
+                                             t_src, P.op_nbytes[o], F, buf)
+                lat[o] = last + n_ovh[e_dst[r_edges[r_ptr[r + 1] - 1]]]
+                route = r
+                kind_t = PE_REQ
+            else:
+                a = S.op_agent[o]
+                write = P.op_code[o] == OP_DMA_WRITE
+                kind_t = PE_REQ if not P.a_host[a] else (H2D if write else D2H)
+                fwd = op_route[o]
+                rev = op_rroute[o]
+                hbm = n_hbm[e_dst[r_edges[r_ptr[fwd + 1] - 1]]]
+                d = 0 if write else 1
                 for q in range(n_pcs):
-                    g = hbm * n_pcs + q
-                    if pc_dir[g] >= 0 and pc_dir[g] != d:
-                        pen[q] = switch_penalty
-            lat[o] = transfer_end(kind_t, 0.0, op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1],
-                                  r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
-                                  n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf)
-            if mode == POINT:
-                nunits = (op_nbytes[o] + (burst if kind_t == D2H else F) - 1) // (burst if kind_t == D2H else F)
-                for q in range(min(n_pcs, nunits)):
-                    pc = ((op_addr[o] >> pc_shift) + q) % n_pcs
-                    pc_dir[hbm * n_pcs + pc] = d
+                    pen[q] = 0.0
+                if mode == POINT and switch_penalty > 0.0:
+                    for q in range(n_pcs):
+                        g = hbm * n_pcs + q
+                        if pc_dir[g] >= 0 and pc_dir[g] != d:
+                            pen[q] = switch_penalty
+                lat[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1],
+                                      r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
+                                      n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf)
+                if mode == POINT:
+                    unit = burst if kind_t == D2H else F
+                    nunits = (P.op_nbytes[o] + unit - 1) // unit
+                    for q in range(min(n_pcs, nunits)):
+                        pc = ((op_addr[o] >> pc_shift) + q) % n_pcs
+                        pc_dir[hbm * n_pcs + pc] = d
+                route = rev if kind_t == D2H else fwd
             if mode == UPPER:
                 lat[o] += extra[o]
-            if mode == POINT and share[o] and op_nbytes[o] > 0:
+            if mode == POINT and share[o] and P.op_nbytes[o] > 0:
                 b = np.inf
-                route = rev if kind_t == D2H else fwd
                 for j in range(r_ptr[route], r_ptr[route + 1]):
                     b = min(b, e_bw[r_edges[j]])
                 bn[o] = b
-                rem[o] = op_nbytes[o]
-                fixed[o] = lat[o] - head[o] - op_nbytes[o] / b
-                if head[o] > 0.0:
-                    heap_push(heap, size, seq, now + head[o], pack(EV_JOIN, o, 0, 0))
-                    size += 1
-                    seq += 1
+                rem[o] = P.op_nbytes[o]
+                fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / b
+                e0 = r_edges[r_ptr[route]]
+                prev = eg_last[e0]
+                eg_last[e0] = o
+                if prev >= 0 and not drained[prev]:
+                    eg_waiter[prev] = o
+                elif head[o] > 0.0:
+                    size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
                 else:
                     active[n_active] = o
                     n_active += 1
                     changed = True
             else:
-                heap_push(heap, size, seq, now + lat[o], pack(EV_OP_DONE, o, 0, 0))
-                size += 1
-                seq += 1
+                size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, 0, 0)
         if changed:
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen, r_contended,
-                   o_contended, n_edges)
-    return op_issue, op_begin, op_end, a_finish, o_contended, r_contended[:n_edges]
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
+                   r_contended, o_contended, n_edges)
+    return S, o_contended, r_contended[:n_edges]

@@ -1,0 +1,324 @@
+"""Agent programs and IPCQ credit flow, shared by both evaluators (Numba).
+
+The exact replay and the fast schedule differ only in how a transfer moves
+through the fabric.  Everything an agent does between transfers lives here
+once: program order, DMA channels (capacity 1 per direction, held through the
+round trip, FIFO; spec_pe §4.3), WAIT, COMPUTE and MATH, and the IPCQ protocol
+of spec_ccl §2 and §4:
+
+* SEND is accepted when ``head - tail_cache < n_slots`` (else the agent blocks:
+  sleep wakes at the credit, poll at the first poll tick after it); the data
+  transfer is then injected and the send returns at once;
+* when the data has reassembled at the receiver's ``pe_dma`` (time ``t_a``),
+  the slot write costs ``SLOT + HOP`` and data and head become visible together
+  at ``t_vis = max(t_a + SLOT + HOP, previous t_vis of the channel)``;
+* a RECV takes the channel's next message when it is visible, pays the slot read
+  ``SLOT + HOP`` (not with ``consume = 0``), then the credit: blocking, the recv
+  returns after the credit latency and the credit lands at the sender then;
+  forked, the recv returns at once and the credit lands a latency later;
+* RECV on no channel scans the agent's inbound channels round robin.
+
+``SLOT(n) = setup + n / tier_bw`` and ``HOP(n) = n / hop_bw`` (sram, hbm).
+Evaluators call :func:`run_agent` on agent events, begin the ops it returns in
+``pend`` (DMAs, and SEND data transfers), and report back with
+:func:`op_done` and :func:`ipcq_arrive`.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from kbfast.exact.heap import heap_push, pack
+
+OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE, OP_SEND, OP_RECV, OP_MATH = 0, 1, 2, 3, 4, 5, 6, 7
+EV_AGENT, EV_OP_DONE, EV_VISIBLE, EV_RECV_TRY, EV_CREDIT = 0, 1, 2, 3, 4
+BLK_NONE, BLK_OP, BLK_ALL, BLK_SEND, BLK_ANY = 0, 1, 2, 3, 4
+
+Prog = namedtuple("Prog", [
+    "a_start", "a_host", "op_ptr", "agent_ops", "op_code", "op_target", "op_nbytes", "op_async", "op_arg",
+    "ch_src", "ch_dst", "ch_nslots", "ch_setup", "ch_tier_bw", "ch_hop_bw", "ch_credit", "ch_in_ptr",
+    "ch_in_list", "ch_msg_ptr", "ch_msg_op", "credit_blocking", "poll_ns"])
+
+State = namedtuple("State", [
+    "op_agent", "op_issue", "op_begin", "op_end", "op_next", "op_chan",
+    "a_pc", "a_block", "a_arg", "a_out", "a_finish", "a_since", "a_rr",
+    "dq_busy", "dq_head", "dq_tail",
+    "q_head", "q_tailc", "q_vis", "q_tail", "q_last_vis", "q_rhead", "q_rtail", "q_busy"])
+
+
+def make_prog(p) -> Prog:
+    """Pack a Program's arrays for the kernels (channels included)."""
+    ch = p.channels
+    # Messages of a channel, in the sender's program order (= send order).
+    pos_in_program = np.empty(p.n_ops, np.int64)
+    pos_in_program[p.agent_ops] = np.arange(p.n_ops)
+    sends = np.flatnonzero(p.op_code == OP_SEND)
+    sends = sends[np.lexsort((pos_in_program[sends], p.op_target[sends]))]
+    counts = np.bincount(p.op_target[sends], minlength=len(ch)) if len(ch) else np.zeros(0, np.int64)
+    return Prog(
+        a_start=p.agent_start_ns, a_host=p.agent_kind == 1, op_ptr=p.op_ptr, agent_ops=p.agent_ops,
+        op_code=p.op_code, op_target=p.op_target.astype(np.int64), op_nbytes=p.op_nbytes, op_async=p.op_async,
+        op_arg=p.op_arg, ch_src=ch.src, ch_dst=ch.dst, ch_nslots=ch.n_slots, ch_setup=ch.setup_ns,
+        ch_tier_bw=ch.tier_bw, ch_hop_bw=ch.hop_bw, ch_credit=ch.credit_ns, ch_in_ptr=ch.in_ptr,
+        ch_in_list=ch.in_list, ch_msg_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+        ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns))
+
+
+@njit(cache=True)
+def new_state(P):  # pragma: no cover - jitted
+    n_ops = len(P.op_code)
+    n_agents = len(P.a_start)
+    n_ch = len(P.ch_src)
+    op_agent = np.empty(n_ops, np.int64)
+    for a in range(n_agents):
+        for k in range(P.op_ptr[a], P.op_ptr[a + 1]):
+            op_agent[P.agent_ops[k]] = a
+    return State(
+        op_agent=op_agent, op_issue=np.full(n_ops, -1.0), op_begin=np.full(n_ops, -1.0),
+        op_end=np.full(n_ops, -1.0), op_next=np.full(n_ops, -1, np.int64), op_chan=P.op_target.copy(),
+        a_pc=P.op_ptr[:-1].copy(), a_block=np.zeros(n_agents, np.int64), a_arg=np.zeros(n_agents, np.int64),
+        a_out=np.zeros(n_agents, np.int64), a_finish=np.full(n_agents, -1.0), a_since=np.zeros(n_agents),
+        a_rr=np.zeros(n_agents, np.int64),
+        dq_busy=np.full((n_agents, 2), -1, np.int64), dq_head=np.full((n_agents, 2), -1, np.int64),
+        dq_tail=np.full((n_agents, 2), -1, np.int64),
+        q_head=np.zeros(n_ch, np.int64), q_tailc=np.zeros(n_ch, np.int64), q_vis=np.zeros(n_ch, np.int64),
+        q_tail=np.zeros(n_ch, np.int64), q_last_vis=np.full(n_ch, -np.inf), q_rhead=np.full(n_ch, -1, np.int64),
+        q_rtail=np.full(n_ch, -1, np.int64), q_busy=np.full(n_ch, -np.inf))
+
+
+@njit(cache=True, inline="always")
+def _wake_time(P, since, now):  # pragma: no cover - jitted
+    """Sleep wakes at the trigger; poll at the first tick of the poll grid started at ``since``."""
+    if P.poll_ns <= 0.0 or now <= since:
+        return now
+    return since + np.ceil((now - since) / P.poll_ns) * P.poll_ns
+
+
+@njit(cache=True, inline="always")
+def _slot_ns(P, c, n):  # pragma: no cover - jitted
+    """Slot write or read: tier setup + n / tier bw, plus the PE <-> bank hop for sram and hbm."""
+    return P.ch_setup[c] + n / P.ch_tier_bw[c] + n / P.ch_hop_bw[c]
+
+
+@njit(cache=True, inline="always")
+def push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
+    heap_push(heap, size, seq, time, pack(kind, a, b, c))
+    return size + 1, seq + 1
+
+
+@njit(cache=True)
+def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """Run agent ``a`` until it blocks; ops to begin now are appended to ``pend``."""
+    S.a_block[a] = BLK_NONE
+    while True:
+        k = S.a_pc[a]
+        if k == P.op_ptr[a + 1]:
+            S.a_finish[a] = now
+            break
+        o = P.agent_ops[k]
+        code = P.op_code[o]
+        if S.op_issue[o] < 0:
+            S.op_issue[o] = now
+        if code == OP_START:
+            S.op_begin[o] = now
+            S.op_end[o] = now
+            S.a_pc[a] += 1
+        elif code == OP_DMA_WRITE or code == OP_DMA_READ:
+            S.a_out[a] += 1
+            S.a_pc[a] += 1
+            ch = 0 if code == OP_DMA_WRITE else 1
+            if P.a_host[a] or S.dq_busy[a, ch] < 0:
+                if not P.a_host[a]:
+                    S.dq_busy[a, ch] = o
+                S.op_begin[o] = now
+                pend[n_pend] = o
+                n_pend += 1
+            else:
+                if S.dq_tail[a, ch] >= 0:
+                    S.op_next[S.dq_tail[a, ch]] = o
+                else:
+                    S.dq_head[a, ch] = o
+                S.dq_tail[a, ch] = o
+            if not P.op_async[o]:
+                S.a_block[a] = BLK_OP
+                S.a_arg[a] = o
+                break
+        elif code == OP_SEND:
+            c = P.op_target[o]
+            if S.q_head[c] - S.q_tailc[c] >= P.ch_nslots[c]:
+                S.a_block[a] = BLK_SEND
+                S.a_arg[a] = c
+                S.a_since[a] = now
+                break
+            S.q_head[c] += 1
+            S.op_begin[o] = now
+            S.op_end[o] = now
+            S.a_pc[a] += 1
+            pend[n_pend] = o
+            n_pend += 1
+        elif code == OP_RECV:
+            c = P.op_target[o]
+            if c < 0:
+                # Round robin over the inbound channels, from the cursor (spec_ccl §4.9).
+                lo, hi = P.ch_in_ptr[a], P.ch_in_ptr[a + 1]
+                for j in range(hi - lo):
+                    cand = P.ch_in_list[lo + (S.a_rr[a] + j) % (hi - lo)]
+                    if S.q_vis[cand] > S.q_tail[cand] and S.q_rhead[cand] < 0:
+                        c = cand
+                        S.a_rr[a] = (S.a_rr[a] + j + 1) % (hi - lo)
+                        break
+                if c < 0:
+                    S.a_block[a] = BLK_ANY
+                    S.a_since[a] = now
+                    break
+            S.op_chan[o] = c
+            S.a_out[a] += 1
+            S.a_pc[a] += 1
+            if S.q_rtail[c] >= 0:
+                S.op_next[S.q_rtail[c]] = o
+            else:
+                S.q_rhead[c] = o
+            S.q_rtail[c] = o
+            size, seq = push(heap, size, seq, now, EV_RECV_TRY, c, 0, 0)
+            if not P.op_async[o]:
+                S.a_block[a] = BLK_OP
+                S.a_arg[a] = o
+                break
+        elif code == OP_WAIT:
+            tgt = P.op_target[o]
+            if tgt < 0:
+                if S.a_out[a] > 0:
+                    S.a_block[a] = BLK_ALL
+                    break
+            elif S.op_end[tgt] < 0 or S.op_end[tgt] > now:
+                S.a_block[a] = BLK_OP
+                S.a_arg[a] = tgt
+                break
+            S.op_begin[o] = S.op_issue[o]
+            S.op_end[o] = now
+            S.a_pc[a] += 1
+        else:  # COMPUTE and MATH take op_arg ns
+            S.op_begin[o] = now
+            S.op_end[o] = now + P.op_arg[o]
+            S.a_pc[a] += 1
+            size, seq = push(heap, size, seq, now + P.op_arg[o], EV_AGENT, a, 0, 0)
+            break
+    return size, seq, n_pend
+
+
+@njit(cache=True)
+def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """A DMA or RECV op completed at ``now``: free its DMA channel, wake its agent if waiting."""
+    S.op_end[o] = now
+    a = S.op_agent[o]
+    S.a_out[a] -= 1
+    code = P.op_code[o]
+    if (code == OP_DMA_WRITE or code == OP_DMA_READ) and not P.a_host[a]:
+        ch = 0 if code == OP_DMA_WRITE else 1
+        nxt = S.dq_head[a, ch]
+        if nxt >= 0:
+            S.dq_head[a, ch] = S.op_next[nxt]
+            if S.dq_head[a, ch] < 0:
+                S.dq_tail[a, ch] = -1
+            S.dq_busy[a, ch] = nxt
+            S.op_begin[nxt] = now
+            pend[n_pend] = nxt
+            n_pend += 1
+        else:
+            S.dq_busy[a, ch] = -1
+    if (S.a_block[a] == BLK_OP and S.a_arg[a] == o) or (S.a_block[a] == BLK_ALL and S.a_out[a] == 0):
+        S.a_block[a] = BLK_NONE
+        size, seq = push(heap, size, seq, now, EV_AGENT, a, 0, 0)
+    return size, seq, n_pend
+
+
+@njit(cache=True)
+def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitted
+    """The data of ``send_op`` reassembled at the receiver's pe_dma: slot write, then visible (FIFO)."""
+    c = P.op_target[send_op]
+    vis = max(now + _slot_ns(P, c, P.op_nbytes[send_op]), S.q_last_vis[c])
+    S.q_last_vis[c] = vis
+    return push(heap, size, seq, vis, EV_VISIBLE, c, 0, 0)
+
+
+@njit(cache=True)
+def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
+    """Data and head of the next message of channel ``c`` become visible (spec_ccl §4.5)."""
+    S.q_vis[c] += 1
+    size, seq = push(heap, size, seq, now, EV_RECV_TRY, c, 0, 0)
+    a = P.ch_dst[c]
+    if S.a_block[a] == BLK_ANY:
+        S.a_block[a] = BLK_NONE
+        size, seq = push(heap, size, seq, _wake_time(P, S.a_since[a], now), EV_AGENT, a, 0, 0)
+    return size, seq
+
+
+@njit(cache=True)
+def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
+    """Serve the channel's oldest waiting RECV if its message is visible (spec_ccl §2.4)."""
+    o = S.q_rhead[c]
+    if o < 0 or S.q_vis[c] <= S.q_tail[c] or S.q_busy[c] > now:
+        return size, seq
+    S.q_rhead[c] = S.op_next[o]
+    if S.q_rhead[c] < 0:
+        S.q_rtail[c] = -1
+    msg = P.ch_msg_op[P.ch_msg_ptr[c] + S.q_tail[c]]
+    t0 = max(now, S.op_issue[o])
+    if t0 > S.op_issue[o]:
+        t0 = max(t0, _wake_time(P, S.op_issue[o], now))
+    S.op_begin[o] = t0
+    t1 = t0 + (_slot_ns(P, c, P.op_nbytes[msg]) if P.op_arg[o] > 0.0 else 0.0)
+    S.q_tail[c] += 1
+    if P.credit_blocking:
+        end = t1 + P.ch_credit[c]
+        credit_at = end
+    else:
+        end = t1
+        credit_at = t1 + P.ch_credit[c]
+    S.q_busy[c] = end
+    size, seq = push(heap, size, seq, end, EV_OP_DONE, o, 0, 0)
+    size, seq = push(heap, size, seq, credit_at, EV_CREDIT, S.q_tail[c], c, 0)
+    if S.q_rhead[c] >= 0:
+        size, seq = push(heap, size, seq, end, EV_RECV_TRY, c, 0, 0)
+    return size, seq
+
+
+@njit(cache=True)
+def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
+    """A credit lands at the sender: the tail cache advances; a sender blocked on a full ring wakes."""
+    S.q_tailc[c] = max(S.q_tailc[c], value)
+    a = P.ch_src[c]
+    if S.a_block[a] == BLK_SEND and S.a_arg[a] == c:
+        S.a_block[a] = BLK_NONE
+        size, seq = push(heap, size, seq, _wake_time(P, S.a_since[a], now), EV_AGENT, a, 0, 0)
+    return size, seq
+
+
+@njit(cache=True)
+def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """Dispatch a shared event; returns (size, seq, n_pend)."""
+    if kind == EV_AGENT:
+        size, seq, n_pend = run_agent(x, now, P, S, heap, size, seq, pend, n_pend)
+    elif kind == EV_OP_DONE:
+        size, seq, n_pend = op_done(x, now, P, S, heap, size, seq, pend, n_pend)
+    elif kind == EV_VISIBLE:
+        size, seq = visible(x, now, P, S, heap, size, seq)
+    elif kind == EV_RECV_TRY:
+        size, seq = recv_try(x, now, P, S, heap, size, seq)
+    else:
+        size, seq = credit(y, x, now, P, S, heap, size, seq)
+    return size, seq, n_pend
+
+
+def pointer_dump(p, S) -> str:
+    """Every ring's pointers (spec_ccl §3 F3): sends accepted, credits seen, visible, consumed."""
+    ch = p.channels
+    lines = []
+    for c in range(len(ch)):
+        lines.append(f"  ch{c} {p.agent_name(int(ch.src[c]))} -> {p.agent_name(int(ch.dst[c]))}: "
+                     f"my_head={int(S.q_head[c])} peer_tail_cache={int(S.q_tailc[c])} "
+                     f"peer_head_cache={int(S.q_vis[c])} my_tail={int(S.q_tail[c])} n_slots={int(ch.n_slots[c])}")
+    return "\n".join(lines)
