@@ -86,6 +86,8 @@ class Program:
     route_edges: np.ndarray    # int32: global edge ids
     channels: "Channels"
     launch_ns: float = 0.0     # target_start_ns of the launch barrier (0 when there is no launch)
+    op_phase: np.ndarray | None = None   # int16 [O]: index into phase_names (-1: none)
+    phase_names: tuple[str, ...] = ()
 
     @property
     def n_agents(self) -> int:
@@ -154,6 +156,15 @@ class ProgramBuilder:
         self._agents: list[_AgentOps] = []
         self._ops: list[tuple] = []   # (agent, code, target, nbytes, addr, async, arg), op id = position
         self._channels: list[tuple[int, int, str, int, int]] = []   # (src, dst, kind, n_slots, slot_size)
+        self._phase_names: list[str] = []
+        self._op_phase: list[int] = []
+        self._agent_phase: dict[int, int] = {}
+
+    def phase(self, agent: int, name: str) -> None:
+        """Tag the agent's following ops with a phase (for per-phase breakdowns)."""
+        if name not in self._phase_names:
+            self._phase_names.append(name)
+        self._agent_phase[agent] = self._phase_names.index(name)
 
     # -- agents ---------------------------------------------------------------------
     def pe_agent(self, node: int, start_ns: float = 0.0) -> int:
@@ -176,6 +187,7 @@ class ProgramBuilder:
     def _add(self, agent: int, code: Op, target: int = -1, nbytes: int = 0, addr: int = 0,
              is_async: bool = False, arg: float = 0.0) -> int:
         self._ops.append((agent, int(code), int(target), int(nbytes), int(addr), bool(is_async), float(arg)))
+        self._op_phase.append(self._agent_phase.get(agent, -1))
         self._agents[agent].ops.append(len(self._ops) - 1)
         return len(self._ops) - 1
 
@@ -297,7 +309,8 @@ class ProgramBuilder:
                        agent_ops=np.array([o for ag in self._agents for o in ag.ops], np.int64),
                        op_code=code, op_target=target, op_nbytes=nbytes, op_addr=addr, op_async=is_async,
                        op_arg=arg, op_route=route, op_rroute=rroute, route_ptr=route_ptr,
-                       route_edges=route_edges, channels=channels, launch_ns=float(launch_ns or 0.0))
+                       route_edges=route_edges, channels=channels, launch_ns=float(launch_ns or 0.0),
+                       op_phase=np.array(self._op_phase, np.int16), phase_names=tuple(self._phase_names))
 
     def _build_channels(self, agent_node: np.ndarray, code: np.ndarray, target: np.ndarray, nbytes: np.ndarray,
                         ptr_parts: list, edge_parts: list, n_routes: int) -> tuple[Channels, int]:

@@ -100,3 +100,15 @@ def breakdown(t: Tables, fwd: np.ndarray, rev: np.ndarray | None, nbytes: int, l
                 out[_category(int(t.node_kind[v]), None)] += float(t.node_overhead_ns[v])
     out["contention"] = latency_ns - sum(v for k, v in out.items() if k != "contention")
     return out
+
+
+def phase_ends(program, op_end_ns: np.ndarray, start_ns: float) -> dict[str, float]:
+    """Per phase, the time from the start barrier until its last op ended, in order of those ends."""
+    out: dict[str, float] = {}
+    if program.op_phase is None:
+        return out
+    for i, name in enumerate(program.phase_names):
+        sel = program.op_phase == i
+        if sel.any():
+            out[name] = float(op_end_ns[sel].max() - start_ns)
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))

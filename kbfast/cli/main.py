@@ -7,6 +7,7 @@ import typer
 from kbfast import __version__
 from kbfast.cli.bench import bench
 from kbfast.cli.probe import probe
+from kbfast.cli.run import run_app
 from kbfast.cli.topo import topo_app
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.add_typer(topo_app, name="topo")
 app.command("probe")(probe)
 app.command("bench")(bench)
+app.add_typer(run_app, name="run")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,123 @@
+"""``kbfast run``: one collective or PE-to-PE point, on the fast path, exactly, or both (design §9)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.table import Table
+
+from kbfast.cli.common import SetOpt, console, load, parse_size, user_errors
+from kbfast.exact import run_exact
+from kbfast.exact.trace import write_trace
+from kbfast.fast.evaluate import run_fast
+from kbfast.metrics import phase_ends
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, allreduce, busbw_gbps, pe2pe
+
+run_app = typer.Typer(help="Run one workload point: an all-reduce or a PE-to-PE transfer.", no_args_is_help=True)
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+TopologyOpt = Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")]
+SizeOpt = Annotated[str, typer.Option("--size", help="Bytes per rank, e.g. 96KiB, 1MiB.")]
+ExactOpt = Annotated[bool, typer.Option("--exact", help="Exact flit-level replay instead of the fast path.")]
+CompareOpt = Annotated[bool, typer.Option("--compare", help="Fast path and exact replay, with the error.")]
+FmtOpt = Annotated[Fmt, typer.Option("--format", help="table, json or csv")]
+TraceOpt = Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of the exact replay.")]
+
+
+def _overrides(sets: list[str] | None, buffer_kind: str | None, n_slots: int | None) -> list[str]:
+    out = list(sets or [])
+    if buffer_kind:
+        out.append(f"ipcq.buffer_kind={buffer_kind}")
+    if n_slots:
+        out.append(f"ipcq.n_slots={n_slots}")
+    return out
+
+
+def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> dict:
+    """The metrics of one point: latency = max pe_exec_ns from the start barrier (spec_pe §3.6)."""
+    p = c.program
+    row: dict = {"workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks, "n_ops": p.n_ops}
+    res = run_exact(p) if exact else run_fast(p)
+    if trace is not None:
+        write_trace(res if exact else run_exact(p), trace)
+    lat = float(res.agent_finish_ns.max() - c.launch_ns)
+    row.update(mode="exact" if exact else "fast", latency_ns=lat, busbw_gbps=busbw_gbps(c.nbytes, c.n_ranks, lat),
+               launch_ns=c.launch_ns)
+    if not exact:
+        row.update(latency_lo_ns=float(res.agent_finish_lo_ns.max() - c.launch_ns),
+                   latency_hi_ns=float(res.agent_finish_hi_ns.max() - c.launch_ns), contention=res.contention)
+    if compare and not exact:
+        ex = run_exact(p)
+        ex_lat = float(ex.agent_finish_ns.max() - c.launch_ns)
+        row.update(exact_latency_ns=ex_lat, rel_error=(lat - ex_lat) / ex_lat if ex_lat else 0.0)
+    for name, end in phase_ends(p, res.op_end_ns, c.launch_ns).items():
+        row[f"phase_end_ns[{name}]"] = end
+    return row
+
+
+def _print(row: dict, fmt: Fmt) -> None:
+    if fmt is Fmt.json:
+        print(json.dumps(row, indent=2, default=float))
+    elif fmt is Fmt.csv:
+        sys.stdout.write(pd.DataFrame([row]).to_csv(index=False))
+    else:
+        table = Table("metric", "value", title=f"{row['workload']} ({row['mode']})")
+        for k, v in row.items():
+            table.add_row(k, f"{v:,.3f}" if isinstance(v, float) else str(v))
+        console.print(table)
+
+
+@run_app.command("allreduce")
+@user_errors
+def run_allreduce(
+    topology: TopologyOpt = None,
+    algorithm: Annotated[str, typer.Option(help=f"One of {', '.join(ALGORITHMS)}.")] = "lrab",
+    size: SizeOpt = "96KiB",
+    buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
+    n_slots: Annotated[int | None, typer.Option(help="IPCQ ring depth.")] = None,
+    ranks: Annotated[str | None, typer.Option(help="cube_pe0 or all_pes (default by algorithm).")] = None,
+    exact: ExactOpt = False,
+    compare: CompareOpt = False,
+    fmt: FmtOpt = Fmt.table,
+    trace: TraceOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
+    t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
+    c = allreduce(t, Router(t), parse_size(size), algorithm, ranks)
+    _print(evaluate(c, exact, compare, trace), fmt)
+
+
+@run_app.command("pe2pe")
+@user_errors
+def run_pe2pe(
+    hop: Annotated[str, typer.Option(help=f"Hop class: {', '.join(HOPS)}.")] = "h3",
+    size: SizeOpt = "4KiB",
+    raw_dma: Annotated[bool, typer.Option("--raw-dma", help="DMA load + store instead of IPCQ send/recv.")] = False,
+    no_consume: Annotated[bool, typer.Option("--no-consume", help="recv_no_consume (skip the slot read).")] = False,
+    topology: TopologyOpt = None,
+    buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
+    exact: ExactOpt = False,
+    compare: CompareOpt = False,
+    fmt: FmtOpt = Fmt.table,
+    trace: TraceOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA."""
+    t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
+    c = pe2pe(t, Router(t), hop, parse_size(size), raw_dma=raw_dma, consume=not no_consume)
+    _print(evaluate(c, exact, compare, trace), fmt)

@@ -1,0 +1,379 @@
+"""Collective generators: each emits Program IR through kernel-style rank programs (spec_ccl §5).
+
+* ``lrab``: ``lrab_hierarchical_allreduce`` (§5.7–§5.9), pe0 of every cube; centre
+  root, bidirectional row then column reduce, inter-SIP exchange on the root
+  cube (ring_1d / torus_2d / mesh_2d_no_wrap over ``global_*``), column then row
+  broadcast; the single-cube fast path (§5.8).
+* ``lrab_corner``: the same with the SE-corner root (§5.6).
+* ``ring``: flat ring over PEs, every rank circulating the whole tile (§5.2).
+* ``tree``: binary-tree reduce to rank 0, then broadcast (§5.4).
+* ``hier3``: 3-level hierarchical (§5.5): PE ring in a cube, pe0 ring over cubes,
+  ring over SIPs, each a bidirectional chain to the representative, then broadcast.
+* ``rs_ag``: chunked ring reduce-scatter then all-gather (bandwidth optimal).
+
+Ranks: ``cube_pe0`` (pe0 of every cube of every SIP) or ``all_pes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kbfast.errors import KbfastError, did_you_mean
+from kbfast.ir import Program, ProgramBuilder
+from kbfast.topology.builder import Tables
+from kbfast.topology.names import pe_block
+from kbfast.topology.routing import Router
+from kbfast.workloads.install import Install, install, neighbor_fn
+from kbfast.workloads.kernels import Tl, run_kernels
+from kbfast.workloads.launch import launch_timing
+
+ALGORITHMS = ("lrab", "lrab_corner", "ring", "tree", "hier3", "rs_ag")
+
+
+@dataclass(frozen=True)
+class Collective:
+    program: Program
+    algorithm: str
+    n_ranks: int
+    nbytes: int                     # per-rank tile
+    launch_ns: float
+
+
+def _sip_fn(t: Tables):
+    spec = t.spec
+    w, h = spec.sip_grid()
+    kind = spec.sips.topology
+    return kind, w, h
+
+
+def _cube_ranks(t: Tables):
+    lay = t.layout
+    return [pe_block(t, s, c, 0) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)]
+
+
+def _all_pe_ranks(t: Tables):
+    lay = t.layout
+    n_pe = len(t.plan.pe_router)
+    return [pe_block(t, s, c, p) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip) for p in range(n_pe)]
+
+
+def intercube_install(t: Tables) -> Install:
+    """pe0 of every cube: N/S/E/W on the cube mesh (no wrap) and ``global_*`` to the same cube of the
+    neighbouring SIPs per ``sips.topology`` (spec_ccl §5.10)."""
+    lay = t.layout
+    nc = lay.n_cubes_per_sip
+    cube_fn = neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)
+    kind, w, h = _sip_fn(t)
+    if kind not in ("ring_1d", "torus_2d", "mesh_2d_no_wrap"):
+        raise KbfastError(f"lrab's inter-SIP exchange supports ring_1d, torus_2d and mesh_2d_no_wrap, "
+                          f"not sips.topology={kind!r}")
+    sip_fn = neighbor_fn(kind, lay.n_sips, w, h, prefix="global_")
+
+    def intra(rank: int, n: int) -> dict[str, int]:
+        sip, cube = divmod(rank, nc)
+        return {d: sip * nc + p for d, p in cube_fn(cube, nc).items()}
+
+    def inter(rank: int, n: int) -> dict[str, int]:
+        sip, cube = divmod(rank, nc)
+        return {d: p * nc + cube for d, p in sip_fn(sip, lay.n_sips).items()}
+
+    return install(lay.n_sips * nc, intra, inter)
+
+
+def _inter_sip(tl: Tl, acc: int, kind: str, sip: int, n_sips: int, w: int, h: int):
+    """Phase 3 (spec_ccl §5.9) on the root cube's pe0; returns the SIP-wide result."""
+    if n_sips == 1:
+        return acc
+    if kind == "ring_1d":
+        return (yield from _ring_circulate(tl, acc, "global_E", "global_W", n_sips))
+    if kind == "torus_2d":
+        if w > 1:
+            acc = yield from _ring_circulate(tl, acc, "global_E", "global_W", w)
+        if h > 1:
+            acc = yield from _ring_circulate(tl, acc, "global_S", "global_N", h)
+        return acc
+    row, col = divmod(sip, w)
+    acc = yield from _chain(tl, acc, col, w, "global_W", "global_E")
+    acc = yield from _chain(tl, acc, row, h, "global_N", "global_S")
+    return acc
+
+
+def _ring_circulate(tl: Tl, acc: int, out: str, inp: str, n: int):
+    """n-1 rounds: send current, receive from the other side, accumulate (spec_ccl §5.2)."""
+    current = acc
+    for _ in range(n - 1):
+        yield tl.send(out, current)
+        r = yield tl.recv(inp)
+        acc = tl.add(acc, r)
+        yield tl.math()
+        current = r
+    return acc
+
+
+def _chain(tl: Tl, acc: int, pos: int, n: int, toward: str, away: str):
+    """Chain reduce to position 0 (receive from ``away``, send ``toward``), then broadcast back."""
+    if n == 1:
+        return acc
+    if pos < n - 1:
+        r = yield tl.recv(away)
+        acc = tl.add(acc, r)
+        yield tl.math()
+    if pos > 0:
+        yield tl.send(toward, acc)
+        acc = yield tl.recv(toward)
+    if pos < n - 1:
+        yield tl.send(away, acc)
+    return acc
+
+
+def _converge(tl: Tl, acc: int, pos: int, root: int, n: int, lo_dir: str, hi_dir: str):
+    """Bidirectional reduce along a line onto ``root`` (spec_ccl §5.7 P1/P2)."""
+    if pos < root:
+        if pos > 0:
+            acc = tl.add(acc, (yield tl.recv(lo_dir)))
+            yield tl.math()
+        yield tl.send(hi_dir, acc)
+    elif pos > root:
+        if pos < n - 1:
+            acc = tl.add(acc, (yield tl.recv(hi_dir)))
+            yield tl.math()
+        yield tl.send(lo_dir, acc)
+    else:
+        if root > 0:
+            acc = tl.add(acc, (yield tl.recv(lo_dir)))
+            yield tl.math()
+        if root < n - 1:
+            acc = tl.add(acc, (yield tl.recv(hi_dir)))
+            yield tl.math()
+    return acc
+
+
+def _spread(tl: Tl, acc: int, pos: int, root: int, n: int, lo_dir: str, hi_dir: str):
+    """Broadcast from ``root`` outward along a line (spec_ccl §5.7 P4/P5)."""
+    if pos == root:
+        if root > 0:
+            yield tl.send(lo_dir, acc)
+        if root < n - 1:
+            yield tl.send(hi_dir, acc)
+    elif pos < root:
+        acc = yield tl.recv(hi_dir)
+        if pos > 0:
+            yield tl.send(lo_dir, acc)
+    else:
+        acc = yield tl.recv(lo_dir)
+        if pos < n - 1:
+            yield tl.send(hi_dir, acc)
+    return acc
+
+
+def lrab_kernel(tl: Tl):
+    """``lrab_hierarchical_allreduce`` on pe0 of every cube (spec_ccl §5.7)."""
+    cw, ch, rc, rr = tl.info["cube_w"], tl.info["cube_h"], tl.info["root_col"], tl.info["root_row"]
+    nc = cw * ch
+    sip, cube = divmod(tl.rank, nc)
+    row, col = divmod(cube, cw)
+    kind, n_sips, w, h = tl.info["sip_kind"], tl.info["n_sips"], tl.info["sip_w"], tl.info["sip_h"]
+    acc = tl.contribution()
+    if nc > 1:
+        yield tl.phase("P1 row reduce")
+        acc = yield from _converge(tl, acc, col, rc, cw, "W", "E")
+        if col == rc:
+            yield tl.phase("P2 column reduce")
+            acc = yield from _converge(tl, acc, row, rr, ch, "N", "S")
+    if cube == rr * cw + rc:
+        yield tl.phase("P3 inter-SIP")
+        acc = yield from _inter_sip(tl, acc, kind, sip, n_sips, w, h)
+    if nc > 1:
+        if col == rc:
+            yield tl.phase("P4 column broadcast")
+            acc = yield from _spread(tl, acc, row, rr, ch, "N", "S")
+        yield tl.phase("P5 row broadcast")
+        acc = yield from _spread(tl, acc, col, rc, cw, "W", "E")
+    return acc
+
+
+def ring_kernel(tl: Tl):
+    """Flat ring: every rank circulates its whole tile ws-1 times (spec_ccl §5.2)."""
+    tl_acc = tl.contribution()
+    yield tl.phase("ring")
+    return (yield from _ring_circulate(tl, tl_acc, "E", "W", tl.n_ranks))
+
+
+def tree_kernel(tl: Tl):
+    """Binary tree: reduce children into parent up to rank 0, then broadcast down (spec_ccl §5.4)."""
+    acc = tl.contribution()
+    r, n = tl.rank, tl.n_ranks
+    children = [d for d, c in (("child_left", 2 * r + 1), ("child_right", 2 * r + 2)) if c < n]
+    yield tl.phase("reduce")
+    for d in children:
+        acc = tl.add(acc, (yield tl.recv(d)))
+        yield tl.math()
+    if r > 0:
+        yield tl.send("parent", acc)
+        yield tl.phase("broadcast")
+        acc = yield tl.recv("parent")
+    else:
+        yield tl.phase("broadcast")
+    for d in children:
+        yield tl.send(d, acc)
+    return acc
+
+
+def hier3_kernel(tl: Tl):
+    """3-level hierarchical (spec_ccl §5.5): PE line -> pe0, pe0 line over cubes -> cube 0, SIP line -> SIP 0."""
+    n_pe, nc, n_sips = tl.info["n_pe"], tl.info["n_cubes"], tl.info["n_sips"]
+    sip, rest = divmod(tl.rank, nc * n_pe)
+    cube, pe = divmod(rest, n_pe)
+    acc = tl.contribution()
+    levels = [(pe, n_pe, "intra_W", "intra_E", True), (cube, nc, "N", "S", pe == 0),
+              (sip, n_sips, "global_W", "global_E", pe == 0 and cube == 0)]
+    for i, (pos, n, lo, hi, member) in enumerate(levels):
+        if member and n > 1:
+            yield tl.phase(f"L{i + 1} reduce")
+            acc = yield from _converge(tl, acc, pos, 0, n, lo, hi)
+    for i, (pos, n, lo, hi, member) in reversed(list(enumerate(levels))):
+        if member and n > 1:
+            yield tl.phase(f"L{i + 1} broadcast")
+            acc = yield from _spread(tl, acc, pos, 0, n, lo, hi)
+    return acc
+
+
+def rs_ag_kernel(tl: Tl):
+    """Chunked ring reduce-scatter then all-gather; payload bits: chunk c holds ranks at c*n .. c*n+n-1."""
+    n, r = tl.n_ranks, tl.rank
+    chunk = max(tl.nbytes // n, 1)
+    elem = max(tl.n_elem // n, 1)
+    full_chunk = (1 << n) - 1
+    have = [1 << (c * n + r) for c in range(n)]
+    yield tl.phase("reduce-scatter")
+    for step in range(n - 1):
+        send_c, recv_c = (r - step) % n, (r - step - 1) % n
+        yield tl.send("E", have[send_c], chunk)
+        got = yield tl.recv("W", chunk)
+        have[recv_c] = tl.add(have[recv_c], got)
+        yield tl.math(elem)
+    yield tl.phase("all-gather")
+    for step in range(n - 1):
+        send_c, recv_c = (r + 1 - step) % n, (r - step) % n
+        yield tl.send("E", have[send_c], chunk)
+        have[recv_c] = yield tl.recv("W", chunk)
+    out = 0
+    for c in range(n):
+        if have[c] != full_chunk << (c * n):
+            return out
+        out |= have[c]
+    return out
+
+
+KERNELS = {"lrab": lrab_kernel, "lrab_corner": lrab_kernel, "ring": ring_kernel, "tree": tree_kernel,
+           "hier3": hier3_kernel, "rs_ag": rs_ag_kernel}
+
+
+def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", ranks: str | None = None,
+              launch: bool = True) -> Collective:
+    """Build the Program of one all-reduce of ``nbytes`` per rank; runs the symbolic check."""
+    if algorithm not in ALGORITHMS:
+        raise KbfastError(f"unknown all-reduce algorithm {algorithm!r}: {did_you_mean(algorithm, ALGORITHMS)}")
+    if nbytes <= 0:
+        raise KbfastError(f"all-reduce size must be > 0 bytes (got {nbytes})")
+    lay = t.layout
+    ranks = ranks or ("cube_pe0" if algorithm.startswith("lrab") else "all_pes")
+    if algorithm.startswith("lrab") and ranks != "cube_pe0":
+        raise KbfastError("lrab runs on pe0 of every cube (ranks=cube_pe0)")
+    if algorithm == "hier3" and ranks != "all_pes":
+        raise KbfastError("hier3 runs on every PE (ranks=all_pes)")
+    nodes = _cube_ranks(t) if ranks == "cube_pe0" else _all_pe_ranks(t)
+    n = len(nodes)
+    kind, w, h = _sip_fn(t)
+    n_pe = len(t.plan.pe_router)
+    info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
+            "sip_h": h, "n_pe": n_pe, "n_cubes": lay.n_cubes_per_sip}
+    if algorithm == "lrab_corner":
+        info.update(root_col=lay.cube_w - 1, root_row=lay.cube_h - 1)
+    else:
+        info.update(root_col=lay.cube_w // 2, root_row=lay.cube_h // 2)
+    if algorithm.startswith("lrab"):
+        inst = intercube_install(t)
+    elif algorithm == "tree":
+        inst = install(n, neighbor_fn("tree_binary", n))
+    elif algorithm == "hier3":
+        inst = _hier3_install(n_pe, lay.n_cubes_per_sip, lay.n_sips)
+    else:
+        inst = install(n, neighbor_fn("ring_1d", n))
+    b = ProgramBuilder(t, router, name=f"allreduce-{algorithm}@{nbytes}B")
+    agents = [b.pe_agent(v) for v in nodes]
+    expect = None
+    if algorithm == "rs_ag":
+        full = (1 << (n * n)) - 1
+        expect = lambda r: full  # noqa: E731
+    run_kernels(b, agents, inst, KERNELS[algorithm], nbytes, expect=expect, info=info)
+    target = launch_timing(t, router, np.array(nodes)).target_start_ns if launch else 0.0
+    return Collective(program=b.build(launch_ns=target), algorithm=algorithm, n_ranks=n, nbytes=nbytes,
+                      launch_ns=target)
+
+
+def _hier3_install(n_pe: int, n_cubes: int, n_sips: int) -> Install:
+    line = lambda n: (lambda pos, m: {**({"W": pos - 1} if pos > 0 else {}), **({"E": pos + 1} if pos < n - 1 else {})})  # noqa: E731
+
+    def table(rank: int, n: int) -> dict[str, int]:
+        sip, rest = divmod(rank, n_cubes * n_pe)
+        cube, pe = divmod(rest, n_pe)
+        out = {f"intra_{d}": sip * n_cubes * n_pe + cube * n_pe + p for d, p in line(n_pe)(pe, n_pe).items()}
+        if pe == 0:
+            out.update({{"W": "N", "E": "S"}[d]: sip * n_cubes * n_pe + c * n_pe for d, c in
+                        line(n_cubes)(cube, n_cubes).items()})
+            if cube == 0:
+                out.update({f"global_{d}": s * n_cubes * n_pe for d, s in line(n_sips)(sip, n_sips).items()})
+        return out
+
+    return install(n_pe * n_cubes * n_sips, table)
+
+
+def busbw_gbps(nbytes: int, n_ranks: int, latency_ns: float) -> float:
+    """NCCL-style bus bandwidth of an all-reduce: (bytes / time) * 2 (n-1) / n."""
+    if latency_ns <= 0 or n_ranks < 2:
+        return 0.0
+    return nbytes / latency_ns * 2.0 * (n_ranks - 1) / n_ranks
+
+
+HOPS = {
+    "h1": ("intra-cube horizontal", (0, 0, 0), (0, 0, 1)),
+    "h2": ("intra-cube vertical", (0, 0, 0), (0, 0, 4)),
+    "h3": ("inter-cube horizontal", (0, 0, 0), (0, 1, 0)),
+    "h4": ("inter-cube vertical", (0, 0, 0), (0, -1, 0)),   # cube w: one row down
+    "h5": ("inter-SIP", (0, 0, 0), (1, 0, 0)),
+}
+
+
+def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = False, consume: bool = True,
+          launch: bool = True) -> Collective:
+    """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store."""
+    if hop not in HOPS:
+        raise KbfastError(f"unknown hop class {hop!r}: {did_you_mean(hop, HOPS)}")
+    if nbytes <= 0:
+        raise KbfastError(f"pe2pe size must be > 0 bytes (got {nbytes})")
+    _, (s0, c0, p0), (s1, c1, p1) = HOPS[hop]
+    lay = t.layout
+    if c1 < 0:
+        c1 = lay.cube_w
+    if s1 >= lay.n_sips or c1 >= lay.n_cubes_per_sip or p1 >= len(t.plan.pe_router):
+        raise KbfastError(f"hop class {hop} needs a second {'SIP' if s1 else 'cube'} in this topology")
+    src, dst = pe_block(t, s0, c0, p0), pe_block(t, s1, c1, p1)
+    b = ProgramBuilder(t, router, name=f"pe2pe-{hop}-{'dma' if raw_dma else 'ipcq'}@{nbytes}B")
+    a, z = b.pe_agent(src), b.pe_agent(dst)
+    b.start(a)
+    b.start(z)
+    if raw_dma:
+        from kbfast.topology.names import hbm_ctrl
+
+        b.dma(a, hbm_ctrl(t, s0, c0, p0), nbytes, write=False)      # tl.load from the own slice
+        b.dma(a, hbm_ctrl(t, s1, c1, p1), nbytes, write=True)       # tl.store into the peer's slice
+    else:
+        ch = b.channel(a, z)
+        b.send(a, ch, nbytes)
+        b.recv(z, ch, nbytes, consume=consume)
+    target = launch_timing(t, router, np.array([src, dst])).target_start_ns if launch else 0.0
+    return Collective(program=b.build(launch_ns=target), algorithm=f"pe2pe_{hop}", n_ranks=2, nbytes=nbytes,
+                      launch_ns=target)

@@ -1,0 +1,146 @@
+"""IPCQ install: neighbour tables, reverse directions and the install invariants (spec_ccl §1.4, §3, §5.10).
+
+Kernels see only direction labels; an install maps every (rank, direction) to a
+peer and decides on which direction the peer receives: the opposite direction
+when it points back (E<->W, N<->S, global_*, intra_*), else the first direction
+of the peer that points back (ADR-0025), else a receive-only opposite label.
+At install it checks I3 (every send direction has a receiving side) and I3.1
+(no two senders share a receiver's rx range); failures raise F4.  An
+uninstalled direction at run time raises F1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kbfast.errors import KbfastError
+
+OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
+for _p in ("global_", "intra_"):
+    OPPOSITE.update({_p + a: _p + b for a, b in list(OPPOSITE.items())[:4]})
+
+Table = dict[str, int]
+NeighborFn = Callable[[int, int], Table]
+
+
+class IpcqInvalidDirection(KbfastError):
+    """F1: a kernel used a direction the install did not wire."""
+
+
+class IpcqInitError(KbfastError):
+    """F4: the install violates an invariant (I3, I3.1) or names an unknown topology."""
+
+
+def ring_1d(rank: int, n: int) -> Table:
+    return {} if n < 2 else {"E": (rank + 1) % n, "W": (rank - 1) % n}
+
+
+def ring_1d_unidir(rank: int, n: int) -> Table:
+    return {} if n < 2 else {"E": (rank + 1) % n}
+
+
+def grid(w: int, h: int, wrap: bool, prefix: str = "") -> NeighborFn:
+    """2-D neighbours on a w x h row-major grid (row = rank // w); ``wrap`` makes it a torus."""
+
+    def table(rank: int, n: int) -> Table:
+        row, col = divmod(rank, w)
+        out: Table = {}
+        for d, (dr, dc) in (("E", (0, 1)), ("W", (0, -1)), ("S", (1, 0)), ("N", (-1, 0))):
+            r, c = row + dr, col + dc
+            if wrap:
+                r, c = r % h, c % w
+            if 0 <= r < h and 0 <= c < w and (r, c) != (row, col):
+                out[prefix + d] = r * w + c
+        return out
+
+    return table
+
+
+def tree_binary(rank: int, n: int) -> Table:
+    out: Table = {}
+    if rank > 0:
+        out["parent"] = (rank - 1) // 2
+    for d, child in (("child_left", 2 * rank + 1), ("child_right", 2 * rank + 2)):
+        if child < n:
+            out[d] = child
+    return out
+
+
+def neighbor_fn(kind: str, n: int, w: int = 0, h: int = 0, prefix: str = "") -> NeighborFn:
+    """The neighbour table of a built-in topology (spec_ccl §1.4, §5.2–§5.4, §5.9)."""
+    if kind in ("ring_1d", "ring_1d_unidir"):
+        base = ring_1d if kind == "ring_1d" else ring_1d_unidir
+        return lambda r, m: {prefix + d: p for d, p in base(r, m).items()}
+    if kind in ("mesh_2d", "torus_2d", "mesh_2d_no_wrap"):
+        if w * h != n:
+            raise IpcqInitError(f"{kind} needs w*h == {n} ranks (got {w}x{h})")
+        return grid(w, h, wrap=kind != "mesh_2d_no_wrap", prefix=prefix)
+    if kind == "tree_binary":
+        return lambda r, m: {prefix + d: p for d, p in tree_binary(r, m).items()}
+    raise IpcqInitError(f"unknown IPCQ topology {kind!r}; use ring_1d, ring_1d_unidir, mesh_2d, torus_2d, "
+                        "mesh_2d_no_wrap, tree_binary or a custom neighbors() function")
+
+
+@dataclass(frozen=True)
+class Install:
+    """Directions of every rank: ``send[(rank, d)] = peer`` and ``recv_dir[(rank, d)] = peer's receiving label``."""
+
+    n_ranks: int
+    tables: tuple[Table, ...]
+    recv_dir: dict[tuple[int, str], str]
+    sender_of: dict[tuple[int, str], tuple[int, str]]   # (receiver, label) -> (sender, its direction)
+
+    def peer(self, rank: int, d: str) -> int:
+        try:
+            return self.tables[rank][d]
+        except KeyError:
+            raise IpcqInvalidDirection(f"rank {rank} has no IPCQ direction {d!r} installed "
+                                       f"(installed: {', '.join(sorted(self.tables[rank])) or 'none'})") from None
+
+    def inbound(self, rank: int, label: str) -> tuple[int, str]:
+        """The (sender, send direction) whose messages rank ``rank`` receives on ``label``."""
+        try:
+            return self.sender_of[(rank, label)]
+        except KeyError:
+            raise IpcqInvalidDirection(f"rank {rank} receives on no IPCQ direction {label!r}") from None
+
+
+def reverse_direction(tables: list[Table], me: int, peer: int, d: str) -> str | None:
+    """The peer's label for messages from ``me`` sent on ``d`` (ADR-0025 opposite preference)."""
+    opp = OPPOSITE.get(d)
+    if opp is not None and tables[peer].get(opp) == me:
+        return opp
+    for d2, p2 in tables[peer].items():
+        if p2 == me:
+            return d2
+    if opp is not None and opp not in tables[peer]:
+        return opp   # receive-only label (e.g. a unidirectional ring)
+    return None
+
+
+def install(n_ranks: int, *fns: NeighborFn) -> Install:
+    """Merge neighbour functions into one table per rank and check I3 / I3.1."""
+    tables: list[Table] = []
+    for r in range(n_ranks):
+        merged: Table = {}
+        for fn in fns:
+            for d, p in fn(r, n_ranks).items():
+                if not 0 <= p < n_ranks:
+                    raise IpcqInitError(f"rank {r} direction {d!r} points to rank {p}, outside 0..{n_ranks - 1}")
+                merged[d] = p
+        tables.append(merged)
+    recv_dir: dict[tuple[int, str], str] = {}
+    sender_of: dict[tuple[int, str], tuple[int, str]] = {}
+    for r, table in enumerate(tables):
+        for d, p in table.items():
+            label = reverse_direction(tables, r, p, d)
+            if label is None:
+                raise IpcqInitError(f"I3 violated: rank {r} sends {d!r} to rank {p}, which has no direction back")
+            if (p, label) in sender_of:
+                other = sender_of[(p, label)]
+                raise IpcqInitError(f"I3.1 violated: rank {p} would receive both from rank {other[0]} ({other[1]!r}) "
+                                    f"and from rank {r} ({d!r}) on {label!r}; their rx ranges would overlap")
+            recv_dir[(r, d)] = label
+            sender_of[(p, label)] = (r, d)
+    return Install(n_ranks=n_ranks, tables=tuple(tables), recv_dir=recv_dir, sender_of=sender_of)

@@ -1,0 +1,162 @@
+"""Kernel-style collective generators, run symbolically to emit Program IR.
+
+A kernel is a Python generator per rank, written like the original ``tl.*``
+kernels (spec_ccl §5.0)::
+
+    def kernel(tl):
+        acc = tl.contribution()
+        r = yield tl.recv("W")
+        acc = tl.add(acc, r)          # PE_MATH over the tile
+        yield tl.math()
+        yield tl.send("E", acc)
+        return acc
+
+:func:`run_kernels` steps every rank's generator, blocking a rank on a recv
+whose channel is still empty, and appends each yielded op to the rank's agent
+in program order.  Every payload carries the set of contributing ranks (a
+bitset); ``tl.add`` refuses to count a rank twice and, at the end, every rank
+must hold every contribution exactly once — a broken schedule is caught before
+anyone trusts its timing (the symbolic correctness check).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+
+from kbfast.errors import KbfastError
+from kbfast.ir import ProgramBuilder
+from kbfast.workloads.install import Install
+
+
+class ScheduleError(KbfastError):
+    """The collective's schedule is wrong: it double counts, misses a contribution, or deadlocks."""
+
+
+@dataclass(frozen=True)
+class Request:
+    kind: str                 # "send", "recv", "math", "compute", "phase"
+    direction: str = ""
+    payload: int = 0
+    nbytes: int = 0
+    value: float = 0.0
+
+
+@dataclass
+class Tl:
+    """What a kernel sees: its rank, the tile size, and the op constructors."""
+
+    rank: int
+    n_ranks: int
+    nbytes: int
+    n_elem: int
+    info: dict = field(default_factory=dict)
+
+    def contribution(self) -> int:
+        return 1 << self.rank
+
+    def add(self, acc: int, other: int) -> int:
+        """acc + other over sets of contributors; a contributor counted twice is a schedule error."""
+        if acc & other:
+            dup = [r for r in range(self.n_ranks) if (acc & other) >> r & 1]
+            raise ScheduleError(f"rank {self.rank} adds contributions of ranks {dup[:8]} twice")
+        return acc | other
+
+    def send(self, direction: str, payload: int, nbytes: int | None = None) -> Request:
+        return Request("send", direction, payload, self.nbytes if nbytes is None else nbytes)
+
+    def recv(self, direction: str, nbytes: int | None = None) -> Request:
+        return Request("recv", direction, nbytes=self.nbytes if nbytes is None else nbytes)
+
+    def math(self, n_elem: int | None = None) -> Request:
+        return Request("math", nbytes=self.n_elem if n_elem is None else n_elem)
+
+    def compute(self, ns: float) -> Request:
+        return Request("compute", value=ns)
+
+    def phase(self, name: str) -> Request:
+        return Request("phase", direction=name)
+
+
+Kernel = Callable[[Tl], Generator[Request, int, int]]
+
+
+def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel: Kernel, nbytes: int,
+                expect: Callable[[int], int] | None = None, info: dict | None = None) -> list[int]:
+    """Run ``kernel`` on every rank (rank i = agent ``agents[i]``); emit ops; check the payloads.
+
+    ``expect(rank)`` is the contributor set rank must end with (default: all ranks).
+    Returns the final payload of every rank.
+    """
+    n = len(agents)
+    elem = b.t.spec.pe.elem_bytes
+    tls = [Tl(rank=r, n_ranks=n, nbytes=nbytes, n_elem=max(nbytes // elem, 1), info=info or {}) for r in range(n)]
+    gens = [kernel(tl) for tl in tls]
+    for a in agents:
+        b.start(a)
+    queues: dict[tuple[int, str], deque[int]] = {}
+    channels: dict[tuple[int, str], int] = {}
+    pending: list[Request | None] = [None] * n
+    value: list[int | None] = [None] * n
+    done: list[int | None] = [None] * n
+    live = deque(range(n))
+
+    def channel(sender: int, d: str) -> int:
+        key = (sender, d)
+        if key not in channels:
+            channels[key] = b.channel(agents[sender], agents[inst.peer(sender, d)])
+        return channels[key]
+
+    blocked_since = 0
+    while live:
+        r = live.popleft()
+        req = pending[r]
+        while True:
+            if req is None:
+                try:
+                    req = gens[r].send(value[r]) if value[r] is not None else next(gens[r])
+                except StopIteration as stop:
+                    done[r] = stop.value if stop.value is not None else 0
+                    req = None
+                    break
+                value[r] = None
+            if req.kind == "recv":
+                sender, sdir = inst.inbound(r, req.direction)
+                q = queues.get((sender, sdir))
+                if not q:
+                    break  # blocked: try other ranks
+                value[r] = q.popleft()
+                b.recv(agents[r], channel(sender, sdir), req.nbytes)
+            elif req.kind == "send":
+                inst.peer(r, req.direction)
+                queues.setdefault((r, req.direction), deque()).append(req.payload)
+                b.send(agents[r], channel(r, req.direction), req.nbytes)
+                value[r] = 0
+            elif req.kind == "math":
+                b.math(agents[r], req.nbytes)
+                value[r] = 0
+            elif req.kind == "compute":
+                b.compute(agents[r], req.value)
+                value[r] = 0
+            else:
+                b.phase(agents[r], req.direction)
+                value[r] = 0
+            req = None
+            blocked_since = 0
+        pending[r] = req
+        if done[r] is None:
+            live.append(r)
+            blocked_since += 1
+            if blocked_since > len(live):
+                waits = [f"rank {i} on recv {pending[i].direction!r}" for i in live if pending[i] is not None]
+                raise ScheduleError("the collective deadlocks (every remaining rank waits on an empty channel): "
+                                    + "; ".join(waits[:8]))
+    full = (1 << n) - 1
+    for r, got in enumerate(done):
+        want = expect(r) if expect else full
+        if got != want:
+            missing = [i for i in range(n) if (want & ~got) >> i & 1]
+            raise ScheduleError(f"rank {r} ends without the contributions of ranks {missing[:8]}"
+                                + (f" (and {len(missing) - 8} more)" if len(missing) > 8 else ""))
+    return [int(x) for x in done]
