@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.exact.heap import heap_new, heap_pop, unpack
+from kbfast.fabric import bottleneck, ctrl_latency
 from kbfast.runtime import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, push
 
 # transaction kinds
@@ -41,27 +42,6 @@ K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA, K_IPCQ = 0, 1, 2, 3, 4
 EV_FLIT, EV_PUT, EV_TXN_DONE, EV_CTRL_ARRIVE, EV_CHUNK = 8, 9, 10, 11, 12
 # status
 OK, DEADLOCK, BUDGET = 0, 1, 2
-
-
-@njit(cache=True)
-def _ctrl_latency(r, r_ptr, r_edges, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
-    """Zero-byte message: propagation of every edge plus the overhead of every intermediate node."""
-    lat = 0.0
-    lo, hi = r_ptr[r], r_ptr[r + 1]
-    for k in range(lo, hi):
-        e = r_edges[k]
-        lat += e_prop[e]
-        if k < hi - 1:
-            lat += n_ovh[e_dst[e]]
-    return lat
-
-
-@njit(cache=True)
-def _bottleneck(r, r_ptr, r_edges, e_bw):  # pragma: no cover - jitted
-    bn = np.inf
-    for k in range(r_ptr[r], r_ptr[r + 1]):
-        bn = min(bn, e_bw[r_edges[k]])
-    return bn
 
 
 @njit(cache=True, inline="always")
@@ -229,7 +209,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_aux[txn] = now + n_ovh[v]
                 t_last[txn] = t_aux[txn]
                 nch = (op_nbytes[t_op[txn]] + burst_bytes - 1) // burst_bytes
-                delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
+                delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], e_bw) / nch
                 size, seq = push(heap, size, seq, t_aux[txn] + delta, EV_CHUNK, txn, 0, 0)
             else:
                 size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
@@ -253,7 +233,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 pc_busy[g] += burst_commit_ns
                 t_last[txn] = max(t_last[txn], fin)
             if i + 1 < nch:
-                delta = op_nbytes[o] / _bottleneck(r, r_ptr, r_edges, e_bw) / nch
+                delta = op_nbytes[o] / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], e_bw) / nch
                 size, seq = push(heap, size, seq, t_aux[txn] + (i + 2) * delta, EV_CHUNK, txn, i + 1, 0)
             else:
                 # Data streams back on the reverse route from the controller (overhead already paid).
@@ -268,7 +248,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
                 t_op[d] = o
                 when = max(now, t_last[txn])
                 if t_nflits[d] == 0:
-                    when += _ctrl_latency(t_route[d], r_ptr, r_edges, e_dst, e_prop, n_ovh)
+                    when += ctrl_latency(r_edges, r_ptr[t_route[d]], r_ptr[t_route[d] + 1], e_dst, e_prop, n_ovh)
                     size, seq = push(heap, size, seq, when, EV_CTRL_ARRIVE, d, 0, 0)
                 else:
                     size, seq = push(heap, size, seq, when, EV_PUT, d, 0, 0)
@@ -282,7 +262,7 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             elif t_kind[txn] == K_PE_REQ:
                 rr = op_rroute[o]
                 pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
-                arrive = now + _ctrl_latency(rr, r_ptr, r_edges, e_dst, e_prop, n_ovh) + n_ovh[pe]
+                arrive = now + ctrl_latency(r_edges, r_ptr[rr], r_ptr[rr + 1], e_dst, e_prop, n_ovh) + n_ovh[pe]
                 size, seq = push(heap, size, seq, arrive, EV_OP_DONE, o, 0, 0)
             else:
                 size, seq = push(heap, size, seq, now, EV_OP_DONE, o, 0, 0)
@@ -338,5 +318,5 @@ def _start_dma(o, now, d, is_host, op_code, op_nbytes, op_addr, op_route,
     t_nflits[d] = (t_nbytes[d] + flit_bytes - 1) // flit_bytes
     t0 = now + n_ovh[e_src[r_edges[r_ptr[op_route[o]]]]]
     if t_nflits[d] == 0:
-        return t0 + _ctrl_latency(op_route[o], r_ptr, r_edges, e_dst, e_prop, n_ovh), EV_CTRL_ARRIVE
+        return t0 + ctrl_latency(r_edges, r_ptr[op_route[o]], r_ptr[op_route[o] + 1], e_dst, e_prop, n_ovh), EV_CTRL_ARRIVE
     return t0, EV_PUT

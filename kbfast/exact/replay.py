@@ -63,8 +63,8 @@ def estimate_memory_bytes(p: Program) -> int:
 
 
 @dataclass(frozen=True)
-class ExactResult:
-    """Per-op timestamps and per-resource statistics of one replay."""
+class ReplayTimes:
+    """Per-op timestamps of one replay (issue, begin = resources acquired, end) and agent finish times."""
 
     program: Program
     n_events: int
@@ -73,6 +73,12 @@ class ExactResult:
     op_issue_ns: np.ndarray
     op_begin_ns: np.ndarray
     op_end_ns: np.ndarray
+
+
+@dataclass(frozen=True)
+class ExactResult(ReplayTimes):
+    """Per-op timestamps and per-resource statistics of one exact replay."""
+
     edges: pd.DataFrame      # one row per edge used: kind, src, dst, bytes, busy_ns, utilization, peak_queue_flits
     pcs: pd.DataFrame        # one row per (controller, pc): commits, busy_ns, max_backlog_ns
 

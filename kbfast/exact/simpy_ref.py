@@ -32,12 +32,11 @@ serve them in a different order (both read "FIFO in arrival order", spec_fabric
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import simpy
 
-from kbfast.exact.replay import ReplayDeadlock
+from kbfast.exact.replay import ReplayDeadlock, ReplayTimes
 from kbfast.ir import AgentKind, Op, Program
 from kbfast.topology.kinds import NodeKind
 
@@ -46,17 +45,7 @@ WRITE, READ = 0, 1                                   # PC directions (spec_memor
 DMA = (Op.DMA_WRITE, Op.DMA_READ)
 
 
-@dataclass(frozen=True)
-class SimpyResult:
-    """Per-op timestamps, with the meaning of :class:`~kbfast.exact.replay.ExactResult`."""
-
-    program: Program
-    n_events: int
-    wall_s: float
-    agent_finish_ns: np.ndarray
-    op_issue_ns: np.ndarray
-    op_begin_ns: np.ndarray
-    op_end_ns: np.ndarray
+SimpyResult = ReplayTimes   # per-op timestamps, with the meaning of ExactResult's
 
 
 class _Txn:

@@ -17,7 +17,6 @@ valid bound contain the true in-flight intervals, so each pass stays valid.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 

@@ -31,20 +31,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from kbfast.fabric import bottleneck, ctrl_latency
+
 # transfer kinds
 PE_REQ, H2D, D2H = 0, 1, 2
-
-
-@njit(cache=True, inline="always")
-def ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
-    """Zero-byte message over edges[lo:hi]: propagation plus intermediate-node overheads."""
-    lat = 0.0
-    for k in range(lo, hi):
-        e = edges[k]
-        lat += e_prop[e]
-        if k < hi - 1:
-            lat += n_ovh[e_dst[e]]
-    return lat
 
 
 @njit(cache=True)
@@ -230,9 +220,7 @@ def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_d
     if kind == D2H:
         t_cmd = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh)
         hbm = e_dst[fwd[fhi - 1]]
-        bn = np.inf
-        for k in range(flo, fhi):
-            bn = min(bn, e_bw[fwd[k]])
+        bn = bottleneck(fwd, flo, fhi, e_bw)
         send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit, pen)
         if nbytes == 0:
             return send + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]

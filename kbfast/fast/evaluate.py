@@ -35,8 +35,19 @@ class FastResult:
     agent_finish_lo_ns: np.ndarray
     agent_finish_hi_ns: np.ndarray
     op_contended: np.ndarray     # bool per op: shared an edge with another active flow
-    edges: pd.DataFrame          # per edge: bytes, busy_ns, utilization, contended
-    pcs: pd.DataFrame            # per (controller, pc): commits, busy_ns
+    compact: Compact
+    edge_contended: np.ndarray   # bool per compact edge
+    data_route: np.ndarray       # per op: the route carrying its payload, or -1
+
+    @property
+    def edges(self) -> pd.DataFrame:
+        """Per edge: bytes, busy_ns, utilization, contended (built on demand)."""
+        return _edge_table(self.program, self.compact, self.edge_contended, self.agent_finish_ns, self.data_route)
+
+    @property
+    def pcs(self) -> pd.DataFrame:
+        """Per (controller, pc): commits, busy_ns (built on demand)."""
+        return _pc_table(self.program, self.compact, self.data_route)
 
     def _span(self, finish: np.ndarray) -> float:
         return float(finish.max() - self.program.agent_start_ns.min()) if len(finish) else 0.0
@@ -142,7 +153,7 @@ def run_fast(p: Program) -> FastResult:
 
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
     head = head_offsets(data_route, p.op_nbytes, p.route_ptr, c.route_edges, e_src, e_dst, e_bw,
-                        t.edge_prop_ns[c.edges], n_ovh, n_flit, shared_edge, spec.fabric.flit_bytes)
+                        t.edge_prop_ns[c.edges], n_ovh, n_flit, shared_edge, shared_node, spec.fabric.flit_bytes)
     args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.channels.route,
             p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
             spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
@@ -177,7 +188,7 @@ def run_fast(p: Program) -> FastResult:
     return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end,
                       op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=S.a_finish,
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
-                      edges=_edge_table(p, c, point[2], S.a_finish, data_route), pcs=_pc_table(p, c, data_route))
+                      compact=c, edge_contended=point[2], data_route=data_route)
 
 
 def _checked(p: Program, result):

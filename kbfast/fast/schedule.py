@@ -35,8 +35,9 @@ EV_JOIN, EV_FLOW_DONE = 8, 9
 
 @njit(cache=True)
 def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_prop, n_ovh, n_flit, shared_edge,
-                 F):  # pragma: no cover - jitted
-    """Zero-load time from a flow's start until its head reaches its first shared edge (0 if none).
+                 shared_node, F):  # pragma: no cover - jitted
+    """Zero-load time from a flow's start until its head reaches its first shared resource (0 if none):
+    a shared edge, or a shared node worker (reached at the end of the edge into it).
 
     Source overhead, then per edge the first flit's serialization and propagation and the
     next node's overhead; a store-and-forward node on the way adds the rest of the train.
@@ -55,6 +56,9 @@ def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_pr
             if shared_edge[e]:
                 break
             bn = min(bn, e_bw[e])
+            if shared_node[e_dst[e]]:
+                t += s0 / e_bw[e] + e_prop[e]
+                break
             t += s0 / e_bw[e] + e_prop[e] + n_ovh[e_dst[e]]
             if not n_flit[e_dst[e]]:
                 t += (op_nbytes[o] - s0) / bn

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kbfast.config.schema import SystemSpec
-from kbfast.topology.floorplan import CORNERS, PORTS, FloorPlan, build_floorplan
+from kbfast.topology.floorplan import PORTS, FloorPlan, build_floorplan
 from kbfast.topology.kinds import FLIT_AWARE, OVERHEAD_KEY, PE_BLOCK_KINDS, PE_BLOCKS, EdgeKind, NodeKind
 
 INF = np.inf

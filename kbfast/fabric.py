@@ -1,0 +1,28 @@
+"""Small fabric formulas shared by both evaluators (Numba)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
+    """A zero-byte control message over edges[lo:hi]: every edge's propagation plus every
+    intermediate node's overhead; it uses no bandwidth and no serial worker (spec_fabric §5.3)."""
+    lat = 0.0
+    for k in range(lo, hi):
+        e = edges[k]
+        lat += e_prop[e]
+        if k < hi - 1:
+            lat += n_ovh[e_dst[e]]
+    return lat
+
+
+@njit(cache=True, inline="always")
+def bottleneck(edges, lo, hi, e_bw):  # pragma: no cover - jitted
+    """Smallest bandwidth on edges[lo:hi] (inf when none serializes)."""
+    bn = np.inf
+    for k in range(lo, hi):
+        bn = min(bn, e_bw[edges[k]])
+    return bn
