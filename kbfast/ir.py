@@ -156,6 +156,7 @@ class ProgramBuilder:
         self._agents: list[_AgentOps] = []
         self._ops: list[tuple] = []   # (agent, code, target, nbytes, addr, async, arg), op id = position
         self._channels: list[tuple[int, int, str, int, int]] = []   # (src, dst, kind, n_slots, slot_size)
+        self._hop_cache: dict[tuple[int, int, str], float] = {}
         self._phase_names: list[str] = []
         self._op_phase: list[int] = []
         self._agent_phase: dict[int, int] = {}
@@ -322,12 +323,14 @@ class ProgramBuilder:
         largest = np.zeros(n, np.int64)
         sends = code == Op.SEND
         np.maximum.at(largest, target[sends], nbytes[sends])
-        in_lists = [[c for c in range(n) if dst[c] == a] for a in range(len(self._agents))]
+        n_agents = len(self._agents)
+        in_list = np.argsort(dst, kind="stable")   # inbound channels per agent, in install order
+        in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n_agents))]).astype(np.int64)
         empty = np.zeros(0, np.int64)
         if n == 0:
             return Channels(src=empty, dst=empty, route=empty, n_slots=empty, slot_size=empty,
                             kind=np.zeros(0, np.int8), setup_ns=np.zeros(0), tier_bw=np.zeros(0), hop_bw=np.zeros(0),
-                            credit_ns=np.zeros(0), in_ptr=np.zeros(len(self._agents) + 1, np.int64), in_list=empty,
+                            credit_ns=np.zeros(0), in_ptr=np.zeros(n_agents + 1, np.int64), in_list=empty,
                             credit_blocking=cfg.credit_mode == "blocking",
                             poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0), n_routes
         data = self.router.routes(agent_node[src], agent_node[dst], "pe_dma")
@@ -338,16 +341,14 @@ class ProgramBuilder:
         kinds = [c[2] for c in self._channels]
         tiers = [getattr(cfg.tiers, k) for k in kinds]
         hop_bw = np.array([self._hop_bw(int(agent_node[dst[c]]), kinds[c]) for c in range(n)])
-        credit_ns = np.empty(n)
-        for c in range(n):
-            edges = credit.edges_of(c)
-            nodes = np.concatenate([[credit.src[c]], t.edge_dst[edges]])
-            bn = float(t.edge_bw_gbs[edges].min())
-            if cfg.credit_mode == "blocking":
-                credit_ns[c] = float(t.node_overhead_ns[nodes].sum() + t.edge_prop_ns[edges].sum()) \
-                    + cfg.credit_bytes / bn
-            else:
-                credit_ns[c] = cfg.credit_bytes / bn
+        # Credit latency per channel, over the credit route's CSR (spec_ccl §2.4).
+        starts = credit.ptr[:-1]
+        bn = np.minimum.reduceat(t.edge_bw_gbs[credit.edges], starts)
+        if cfg.credit_mode == "blocking":
+            hops = np.add.reduceat(t.node_overhead_ns[t.edge_dst[credit.edges]] + t.edge_prop_ns[credit.edges], starts)
+            credit_ns = t.node_overhead_ns[credit.src] + hops + cfg.credit_bytes / bn
+        else:
+            credit_ns = cfg.credit_bytes / bn
         channels = Channels(
             src=src, dst=dst, route=n_routes + np.arange(n, dtype=np.int64),
             n_slots=np.array([c[3] for c in self._channels], np.int64),
@@ -355,8 +356,7 @@ class ProgramBuilder:
             kind=np.array([BUFFER_KINDS.index(k) for k in kinds], np.int8),
             setup_ns=np.array([tr.setup_ns for tr in tiers]), tier_bw=np.array([tr.bw_gbs for tr in tiers]),
             hop_bw=hop_bw, credit_ns=credit_ns,
-            in_ptr=np.concatenate([[0], np.cumsum([len(x) for x in in_lists])]).astype(np.int64),
-            in_list=np.array([c for x in in_lists for c in x], np.int64),
+            in_ptr=in_ptr, in_list=in_list.astype(np.int64),
             credit_blocking=cfg.credit_mode == "blocking",
             poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0)
         return channels, n_routes + n
@@ -365,6 +365,13 @@ class ProgramBuilder:
         """Bottleneck of the PE <-> slot bank path: the cube SRAM, or the PE's own HBM slice (spec_ccl §2.7)."""
         if kind == "tcm":
             return float("inf")
+        sip, cube, local = locate(self.t, pe_dma)
+        key = (cube, local, kind)   # every SIP is identical
+        if key not in self._hop_cache:
+            self._hop_cache[key] = self._bank_bottleneck(self.t.layout.cube_node_base(0, cube) + local, kind)
+        return self._hop_cache[key]
+
+    def _bank_bottleneck(self, pe_dma: int, kind: str) -> float:
         sip, cube, local = locate(self.t, pe_dma)
         pe = int(self.t.cube_names[local].split(".")[0][2:])
         bank = node_id(self.t, f"sip{sip}.cube{cube}." + ("sram" if kind == "sram" else f"hbm_ctrl.pe{pe}"))

@@ -53,7 +53,7 @@ def probe(
         if len(chosen) != 1 or len(sizes) != 1:
             raise KbfastError("--trace needs exactly one --case and one --size")
         write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
-        console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
+        err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
     evaluator = exact_evaluator if exact else fast_evaluator
     df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
     checks = check_invariants(df)

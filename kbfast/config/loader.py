@@ -232,6 +232,11 @@ def check_cross_fields(label: str, spec: SystemSpec) -> None:
             if port.phy in phys:
                 raise ConfigError(label, f"{key}.phy", port.phy, "duplicate PHY name")
             phys.add(port.phy)
+    n_pe = 4 * spec.cube.pe_layout.pe_per_corner
+    if spec.hbm.slices_per_cube != n_pe:
+        raise ConfigError(label, "hbm.slices_per_cube", spec.hbm.slices_per_cube,
+                          f"every PE owns one HBM slice, and a cube has {n_pe} PEs (4 corners x pe_per_corner)",
+                          f"set hbm.slices_per_cube={n_pe}")
     geo, pe = spec.cube.geometry, spec.cube.pe_layout
     span = 2 * pe.corner_inset_mm + 2 * (pe.pe_per_corner - 1) * pe.pe_pitch_mm
     if span >= geo.w_mm:

@@ -25,12 +25,13 @@ import numpy as np
 from numba import njit
 
 from kbfast.exact.heap import heap_new, heap_pop, unpack
+from kbfast.fabric import bottleneck
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, train_exit_last, transfer_end
 from kbfast.runtime import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
 LOWER, POINT, UPPER = 0, 1, 2
 # schedule event kinds (0..7 belong to kbfast.runtime)
-EV_JOIN, EV_FLOW_DONE = 8, 9
+EV_JOIN, EV_FLOW_DONE, EV_SOLO_DRAIN = 8, 9, 10
 
 
 @njit(cache=True)
@@ -76,15 +77,17 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
 
     A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
     wire (capacity = bw), ``w = overhead / bytes`` on a node's serial worker (capacity 1).
-    Each flow is also capped by its own bottleneck ``bn``.
+    Each flow is also capped by its own bottleneck ``bn``.  A resource whose users could
+    not exceed it even at their bottleneck rates cannot bind and is left out; flows that
+    touch no binding resource run at ``bn``.  A serial worker with one active flow only
+    delays it by its overhead (already in its isolated latency) and never binds.
     """
     for k in range(n_active):
         o = active[k]
-        frozen[o] = False
         for j in range(sh_ptr[o], sh_ptr[o + 1]):
             r = sh_res[j]
-            cap_rem[r] = cap[r]
-            weight[r] = 0.0
+            cap_rem[r] = 0.0     # demand at bottleneck rates
+            weight[r] = 0.0      # summed weights
     for k in range(n_active):
         o = active[k]
         for j in range(sh_ptr[o], sh_ptr[o + 1]):
@@ -93,20 +96,38 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
                 r_contended[r] = True
                 o_contended[o] = True
             weight[r] += sh_w[j]
-    # A serial worker used by one active flow only delays it by its overhead, already in its
-    # isolated latency: only workers with several active flows constrain rates.
+            cap_rem[r] += sh_w[j] * bn[o]
+    left = 0
+    for k in range(n_active):
+        o = active[k]
+        binds = False
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            r = sh_res[j]
+            if r_contended[r]:
+                o_contended[o] = True
+            single_worker = r >= n_edges and weight[r] == sh_w[j]
+            if not single_worker and cap_rem[r] > cap[r] * (1.0 + 1e-12):
+                binds = True
+        frozen[o] = not binds
+        if binds:
+            left += 1
+        else:
+            rate[o] = bn[o]
+    # Capacity left on binding resources, and the weights of their unfrozen users.
     for k in range(n_active):
         o = active[k]
         for j in range(sh_ptr[o], sh_ptr[o + 1]):
             r = sh_res[j]
-            if r >= n_edges and weight[r] == sh_w[j]:
-                cap_rem[r] = np.inf
+            cap_rem[r] = cap[r]
+            weight[r] = 0.0
     for k in range(n_active):
         o = active[k]
         for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            if r_contended[sh_res[j]]:
-                o_contended[o] = True
-    left = n_active
+            r = sh_res[j]
+            if frozen[o]:
+                cap_rem[r] -= sh_w[j] * rate[o]
+            else:
+                weight[r] += sh_w[j]
     while left > 0:
         level = np.inf
         best_res = -1
@@ -121,7 +142,7 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
                 best_res = -1
             for j in range(sh_ptr[o], sh_ptr[o + 1]):
                 r = sh_res[j]
-                if weight[r] > 0.0:
+                if weight[r] > 0.0 and not (r >= n_edges and weight[r] == sh_w[j]):
                     lv = cap_rem[r] / weight[r]
                     if lv < level:
                         level = lv
@@ -147,7 +168,6 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
                     weight[r] -= sh_w[j]
 
 
-
 @njit(cache=True)
 def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
              e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
@@ -157,6 +177,13 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
     Every DMA and every IPCQ SEND's data is a flow.  Shared resources (CSR
     ``sh_ptr``/``sh_edges`` with weights ``sh_w``) are numbered edges first, then
     node workers; ``res_cap`` holds their capacities.
+
+    POINT mode keeps the fluid small: a flow that meets no other in-flight flow on
+    its shared resources runs *solo* at its bottleneck rate with a scheduled end;
+    only when another flow joins one of its resources is it moved, with its
+    remaining bytes, into the fluid set.  Trains leave their source FIFO: a flow
+    joins only after the previous flow on its first edge has drained (conservative
+    when the two routes part before their bottleneck).
     """
     n_ops = len(P.op_code)
     n_edges = len(e_src)
@@ -168,27 +195,31 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
     buf = np.zeros((9, 2 * max_route + 2))
     S = new_state(P)
 
-    # fluid state (POINT mode)
     lat = np.zeros(n_ops)
     start = np.zeros(n_ops)
     rem = np.zeros(n_ops)
     rate = np.zeros(n_ops)
     bn = np.full(n_ops, np.inf)
     fixed = np.zeros(n_ops)
+    join_t = np.zeros(n_ops)
+    ver = np.zeros(n_ops, np.int64)
+    solo = np.zeros(n_ops, np.bool_)
+    in_fluid = np.zeros(n_ops, np.bool_)
     active = np.empty(n_ops, np.int64)
     n_active = 0
     frozen = np.zeros(n_ops, np.bool_)
     n_res = len(res_cap)
+    users = np.zeros(n_res, np.int64)
+    holder = np.full(n_res, -1, np.int64)     # the solo flow holding a resource, if any
     cap_rem = np.zeros(n_res)
     weight = np.zeros(n_res)
     r_contended = np.zeros(n_res, np.bool_)
     o_contended = np.zeros(n_ops, np.bool_)
-    # Trains leave their source FIFO: a flow waits for the previous flow on its first edge to drain.
     eg_last = np.full(n_edges, -1, np.int64)
     eg_waiter = np.full(n_ops, -1, np.int64)
     drained = np.zeros(n_ops, np.bool_)
 
-    heap = heap_new(4 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16)
+    heap = heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16)
     size = 0
     seq = 0
     for a in range(len(P.a_start)):
@@ -209,14 +240,11 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
                 o = active[k]
                 rem[o] -= rate[o] * dt
                 if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1):
-                    end = max(start[o] + lat[o], now + fixed[o])
-                    size, seq = push(heap, size, seq, end, EV_FLOW_DONE, o, 0, 0)
                     n_active -= 1
                     active[k] = active[n_active]
-                    drained[o] = True
-                    w = eg_waiter[o]
-                    if w >= 0:
-                        size, seq = push(heap, size, seq, max(now, start[w] + head[w]), EV_JOIN, w, 0, 0)
+                    in_fluid[o] = False
+                    size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users,
+                                         sh_ptr, sh_edges, drained, eg_waiter, start, head, ver)
                 else:
                     k += 1
             _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
@@ -232,12 +260,37 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
         kind, x, y, z = unpack(payload)
         n_pend = 0
         if kind == EV_JOIN:
-            active[n_active] = x
-            n_active += 1
+            o = x
+            join_t[o] = now
+            contended = False
+            for j in range(sh_ptr[o], sh_ptr[o + 1]):
+                r = sh_edges[j]
+                users[r] += 1
+                if users[r] > 1:
+                    contended = True
+            if not contended:
+                solo[o] = True
+                for j in range(sh_ptr[o], sh_ptr[o + 1]):
+                    holder[sh_edges[j]] = o
+                size, seq = push(heap, size, seq, now + P.op_nbytes[o] / bn[o], EV_SOLO_DRAIN, o, ver[o], 0)
+                continue
+            n_active = _enter_fluid(o, now, P, sh_ptr, sh_edges, holder, solo, in_fluid, rem, bn, join_t, ver,
+                                    active, n_active)
             _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
                    r_contended, o_contended, n_edges)
             continue
+        if kind == EV_SOLO_DRAIN:
+            o = x
+            if y != ver[o] or not solo[o]:
+                continue
+            solo[o] = False
+            _release(o, sh_ptr, sh_edges, holder)
+            size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, sh_ptr,
+                                 sh_edges, drained, eg_waiter, start, head, ver)
+            continue
         if kind == EV_FLOW_DONE:
+            if y != ver[x]:
+                continue
             if P.op_code[x] == OP_SEND:
                 size, seq = ipcq_arrive(x, now, P, S, heap, size, seq)
             else:
@@ -245,7 +298,6 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
         else:
             size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, pend, 0)
         # Begin the flows released by this event.
-        changed = False
         for k in range(n_pend):
             o = pend[k]
             start[o] = now
@@ -257,7 +309,6 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
                                              t_src, P.op_nbytes[o], F, buf)
                 lat[o] = last + n_ovh[e_dst[r_edges[r_ptr[r + 1] - 1]]]
                 route = r
-                kind_t = PE_REQ
             else:
                 a = S.op_agent[o]
                 write = P.op_code[o] == OP_DMA_WRITE
@@ -286,26 +337,62 @@ def schedule(mode, extra, share, head, P, op_addr, op_route, op_rroute, ch_route
             if mode == UPPER:
                 lat[o] += extra[o]
             if mode == POINT and share[o] and P.op_nbytes[o] > 0:
-                b = np.inf
-                for j in range(r_ptr[route], r_ptr[route + 1]):
-                    b = min(b, e_bw[r_edges[j]])
-                bn[o] = b
+                bn[o] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
+                fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / bn[o]
                 rem[o] = P.op_nbytes[o]
-                fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / b
                 e0 = r_edges[r_ptr[route]]
                 prev = eg_last[e0]
                 eg_last[e0] = o
                 if prev >= 0 and not drained[prev]:
-                    eg_waiter[prev] = o
-                elif head[o] > 0.0:
-                    size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
+                    eg_waiter[prev] = o          # FIFO behind the previous train from this source
                 else:
-                    active[n_active] = o
-                    n_active += 1
-                    changed = True
+                    size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
             else:
-                size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, 0, 0)
-        if changed:
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges)
+                size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, ver[o], 0)
     return S, o_contended, r_contended[:n_edges]
+
+
+@njit(cache=True)
+def _drained(o, now, end, heap, size, seq, users, sh_ptr, sh_res, drained, eg_waiter, start, head,
+             ver):  # pragma: no cover - jitted
+    """A flow's bytes have passed: free its resources, schedule its end, release a train waiting behind it."""
+    drained[o] = True
+    for j in range(sh_ptr[o], sh_ptr[o + 1]):
+        users[sh_res[j]] -= 1
+    size, seq = push(heap, size, seq, end, EV_FLOW_DONE, o, ver[o], 0)
+    w = eg_waiter[o]
+    if w >= 0:
+        size, seq = push(heap, size, seq, max(now, start[w] + head[w]), EV_JOIN, w, 0, 0)
+    return size, seq
+
+
+@njit(cache=True, inline="always")
+def _release(g, sh_ptr, sh_res, holder):  # pragma: no cover - jitted
+    for i in range(sh_ptr[g], sh_ptr[g + 1]):
+        if holder[sh_res[i]] == g:
+            holder[sh_res[i]] = -1
+
+
+@njit(cache=True)
+def _enter_fluid(o, now, P, sh_ptr, sh_res, holder, solo, in_fluid, rem, bn, join_t, ver, active,
+                 n_active):  # pragma: no cover - jitted
+    """Put flow ``o`` into the fluid set, with every solo flow holding one of its resources.
+
+    A solo flow is the only user of each of its resources, so ``holder`` finds it; it
+    has run at its bottleneck rate since it joined.
+    """
+    in_fluid[o] = True
+    active[n_active] = o
+    n_active += 1
+    for j in range(sh_ptr[o], sh_ptr[o + 1]):
+        g = holder[sh_res[j]]
+        if g < 0 or not solo[g]:
+            continue
+        solo[g] = False
+        _release(g, sh_ptr, sh_res, holder)
+        ver[g] += 1                      # its scheduled solo drain is void now
+        rem[g] = max(P.op_nbytes[g] - bn[g] * (now - join_t[g]), 0.0)
+        in_fluid[g] = True
+        active[n_active] = g
+        n_active += 1
+    return n_active

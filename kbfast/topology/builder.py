@@ -15,6 +15,7 @@ Id layout (every consumer relies on it, routing in particular):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,7 +152,7 @@ class Layout:
         return 1 + sip * self.nodes_per_sip + self.io_nodes + cube * self.nodes_per_cube
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Tables:
     """The compiled system graph as struct-of-arrays numpy tables."""
 
@@ -182,7 +183,7 @@ class Tables:
     def n_edges(self) -> int:
         return len(self.edge_src)
 
-    @property
+    @functools.cached_property
     def edge_prop_ns(self) -> np.ndarray:
         """Propagation per edge: ``distance_mm * ns_per_mm`` (spec_fabric §5.2)."""
         return self.edge_mm * self.spec.fabric.ns_per_mm

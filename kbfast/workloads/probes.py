@@ -114,7 +114,7 @@ def build_catalogue(t: Tables, router: Router) -> dict[str, ProbeCase]:
     nb_stride = 1 << 20  # each issuer writes its own 1 MiB region of the target slice
     for k in (1, 2, 3):
         if k < n_pe:
-            pe_case(f"ctrl_hot_{k}", f"pe1..pe{k} of cube0 to pe0's slice", "congestion",
+            pe_case(f"ctrl_hot_{k}", f"{'pe1' if k == 1 else f'pe1..pe{k}'} of cube0 to pe0's slice", "congestion",
                     [(pe_block(t, 0, 0, p), hot) for p in range(1, k + 1)], nb_stride)
     pe_case("all_pe_cube0_to_pe0", "all PEs of cube0 to pe0's slice", "congestion",
             [(pe_block(t, 0, 0, p), hot) for p in range(n_pe)], nb_stride)

@@ -1,0 +1,182 @@
+"""``kbfast run allreduce|pe2pe`` end to end through the typer app."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kbfast.cli.common import parse_size
+from kbfast.cli.main import app
+from kbfast.config import load_system
+from kbfast.errors import KbfastError
+from kbfast.fast.evaluate import run_fast
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import allreduce, busbw_gbps
+
+PHASES = ("P1 row reduce", "P2 column reduce", "P3 inter-SIP", "P4 column broadcast", "P5 row broadcast")
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def run(runner: CliRunner, *args: str):
+    return runner.invoke(app, ["run", *args], catch_exceptions=False)
+
+
+def run_json(runner: CliRunner, *args: str) -> dict:
+    res = run(runner, *args, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.fixture(scope="module")
+def torus6_96k(runner: CliRunner) -> dict:
+    """``--compare`` on torus6 at 96 KiB: the fast row plus the exact latency and the error."""
+    return run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB", "--compare")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def test_allreduce_json(runner: CliRunner) -> None:
+    row = run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB")
+    assert row["workload"] == "lrab" and row["mode"] == "fast"
+    assert row["nbytes"] == 96 * 1024 and row["n_ranks"] == 96      # pe0 of 16 cubes x 6 SIPs
+    assert {"latency_ns", "busbw_gbps", "launch_ns", "latency_lo_ns", "latency_hi_ns", "contention"} <= set(row)
+    assert [f"phase_end_ns[{p}]" for p in PHASES] == [k for k in row if k.startswith("phase_end_ns[")]
+    ends = [row[f"phase_end_ns[{p}]"] for p in PHASES]
+    assert ends == sorted(ends) and ends[-1] == pytest.approx(row["latency_ns"])
+    assert row["latency_lo_ns"] <= row["latency_ns"] <= row["latency_hi_ns"]
+    assert row["busbw_gbps"] == pytest.approx(busbw_gbps(96 * 1024, 96, row["latency_ns"]))
+    # the same number as the Python API
+    t = build_tables(load_system("torus6"))
+    c = allreduce(t, Router(t), 96 * 1024, "lrab")
+    assert row["latency_ns"] == pytest.approx(run_fast(c.program).agent_finish_ns.max() - c.launch_ns, rel=1e-12)
+    assert row["launch_ns"] == pytest.approx(c.launch_ns)
+    assert 17_200 < row["latency_ns"] < 30_000
+
+
+def test_allreduce_compare(torus6_96k: dict) -> None:
+    row = torus6_96k
+    assert row["mode"] == "fast" and "exact_latency_ns" in row
+    assert row["rel_error"] == pytest.approx((row["latency_ns"] - row["exact_latency_ns"]) / row["exact_latency_ns"])
+    assert abs(row["rel_error"]) <= 0.05                        # measured -0.115 %
+    assert row["latency_lo_ns"] <= row["exact_latency_ns"] <= row["latency_hi_ns"]
+
+
+def test_allreduce_exact(runner: CliRunner, torus6_96k: dict) -> None:
+    row = run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB", "--exact")
+    assert row["mode"] == "exact"
+    assert "latency_lo_ns" not in row and "rel_error" not in row
+    assert row["latency_ns"] == pytest.approx(torus6_96k["exact_latency_ns"], rel=1e-12)
+    assert row[f"phase_end_ns[{PHASES[-1]}]"] == pytest.approx(row["latency_ns"])
+
+
+def test_allreduce_buffer_kind_and_slots(runner: CliRunner) -> None:
+    args = ("allreduce", "--topology", "torus6", "--size", "16KiB")
+    tcm = run_json(runner, *args)
+    sram = run_json(runner, *args, "--buffer-kind", "sram", "--n-slots", "2")
+    assert sram["latency_ns"] > tcm["latency_ns"]
+    # the options are config overrides: the API with the same overrides gives the same number
+    t = build_tables(load_system("torus6", overrides={"ipcq.buffer_kind": "sram", "ipcq.n_slots": 2}))
+    c = allreduce(t, Router(t), 16 * 1024, "lrab")
+    assert set(c.program.channels.n_slots) == {2} and set(c.program.channels.kind) == {1}
+    assert sram["latency_ns"] == pytest.approx(run_fast(c.program).agent_finish_ns.max() - c.launch_ns, rel=1e-12)
+
+
+def test_allreduce_ring_algorithm(runner: CliRunner) -> None:
+    # ring over every PE of ahbm_2sip is 256 ranks and ~200k ops (about 20 s on the fast path); the
+    # cube_pe0 ranks (32) exercise the same code path.
+    row = run_json(runner, "allreduce", "--algorithm", "ring", "--topology", "ahbm_2sip", "--size", "4KiB",
+                   "--ranks", "cube_pe0")
+    assert row["workload"] == "ring" and row["n_ranks"] == 32 and row["nbytes"] == 4096
+    assert [k for k in row if k.startswith("phase_end_ns[")] == ["phase_end_ns[ring]"]
+    assert row["phase_end_ns[ring]"] == pytest.approx(row["latency_ns"])
+    assert row["latency_lo_ns"] <= row["latency_ns"] <= row["latency_hi_ns"]
+
+
+def test_allreduce_table_output(runner: CliRunner) -> None:
+    res = run(runner, "allreduce", "--topology", "ahbm_2sip", "--size", "4KiB")
+    assert res.exit_code == 0, res.stderr
+    assert "lrab (fast)" in res.stdout and "latency_ns" in res.stdout and "busbw_gbps" in res.stdout
+
+
+def test_unknown_algorithm(runner: CliRunner) -> None:
+    res = run(runner, "allreduce", "--algorithm", "lrap", "--size", "4KiB")
+    assert res.exit_code == 2
+    err = flat(res.stderr)
+    assert "unknown all-reduce algorithm 'lrap'" in err and "did you mean 'lrab'" in err
+    assert "Traceback" not in res.output
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def _csv(res) -> dict:
+    assert res.exit_code == 0, res.stderr
+    df = pd.read_csv(io.StringIO(res.stdout))
+    assert len(df) == 1
+    return df.iloc[0].to_dict()
+
+
+def test_pe2pe_csv(runner: CliRunner) -> None:
+    ipcq = _csv(run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--format", "csv"))
+    raw = _csv(run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--raw-dma", "--format", "csv"))
+    assert ipcq["workload"] == raw["workload"] == "pe2pe_h3" and ipcq["nbytes"] == 4096
+    assert {"latency_ns", "busbw_gbps", "latency_lo_ns", "latency_hi_ns", "contention"} <= set(ipcq)
+    # exact-mode values (test_calibration_collectives): IPCQ 176.625, raw DMA 197.5; the fast path is exact here
+    assert ipcq["latency_ns"] == 176.625 and raw["latency_ns"] == 197.5
+    assert ipcq["n_ops"] == 4 and raw["n_ops"] == 4
+
+
+def test_pe2pe_exact_and_no_consume(runner: CliRunner) -> None:
+    ex = run_json(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--exact")
+    nc = run_json(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--no-consume", "--compare")
+    assert ex["mode"] == "exact" and ex["latency_ns"] == 176.625
+    assert nc["latency_ns"] == 176.625 - 8.0                   # no slot read: 4096 / 512
+    assert nc["rel_error"] == 0.0
+
+
+def test_pe2pe_unknown_hop(runner: CliRunner) -> None:
+    res = run(runner, "pe2pe", "--hop", "h9", "--size", "4KiB")
+    assert res.exit_code == 2 and "unknown hop class 'h9'" in flat(res.stderr)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "nbytes"), [
+    ("4096", 4096), ("4096B", 4096), ("4KiB", 4096), ("4kib", 4096), ("4K", 4096), ("4KB", 4000),
+    ("96KiB", 98304), ("96KB", 96000), ("1MiB", 1 << 20), ("1.5KiB", 1536), (" 2 KiB ", 2048),
+])
+def test_parse_size(text: str, nbytes: int) -> None:
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["4XB", "KiB", "-4KiB", "1.3B", "", "4 Ki B"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(KbfastError):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(("size", "nbytes"), [("2048", 2048), ("2KiB", 2048), ("2KB", 2000)])
+def test_size_suffixes_on_the_command_line(runner: CliRunner, size: str, nbytes: int) -> None:
+    row = run_json(runner, "pe2pe", "--hop", "h1", "--size", size)
+    assert row["nbytes"] == nbytes
+
+
+@pytest.mark.parametrize("command", ["allreduce", "pe2pe"])
+@pytest.mark.parametrize("size", ["4XB", "0", "1.5B"])
+def test_bad_size_exits_2(runner: CliRunner, command: str, size: str) -> None:
+    res = run(runner, command, "--size", size)
+    assert res.exit_code == 2, res.output
+    err = flat(res.stderr)
+    assert err.startswith("error:")
+    assert ("not understood" in err) or ("must be > 0" in err) or ("whole" in err)
+    assert "Traceback" not in res.output
