@@ -118,9 +118,86 @@ def bench_simpy_ratio() -> list[BenchRow]:
     return rows
 
 
+def bench_fast_flows() -> list[BenchRow]:
+    """Batched isolated-flow evaluations (kbfast.fast.batch) and 1e5 random flows on the 1024-SIP what-if."""
+    from kbfast.fast.batch import isolated_latencies
+
+    rows = []
+    for preset, n in (("ahbm_2sip", 1_000_000), ("whatif_1024", 100_000)):
+        t = build_tables(load_system(preset))
+        router = Router(t)
+        lay = t.layout
+        rng = np.random.default_rng(0)
+
+        def rand_nodes(name: str, stride: int) -> np.ndarray:
+            sips = rng.integers(0, lay.n_sips, n)
+            cubes, pes = rng.integers(0, lay.n_cubes_per_sip, n), rng.integers(0, 8, n)
+            return 1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube + \
+                t.cube_names.index(name) + stride * pes
+
+        src, dst = rand_nodes("pe0.pe_dma", 9), rand_nodes("hbm_ctrl.pe0", 1)
+        nbytes = rng.integers(1, 1 << 20, n)
+        isolated_latencies(t, router, src[:10], dst[:10], nbytes[:10])
+        t0 = time.perf_counter()
+        isolated_latencies(t, router, src, dst, nbytes)
+        wall = time.perf_counter() - t0
+        if preset == "ahbm_2sip":
+            rows.append(BenchRow("fast isolated flows, batched (routes included)", n / wall / 1e6, "M flows/s",
+                                 ">= 10", n / wall >= 1e7, f"{n:,} random PE->HBM flows, 1 B..1 MiB"))
+        else:
+            rows.append(BenchRow("fast: 1e5 random flows on 1024 SIPs (routes included)", wall, "s", "<= 1 s",
+                                 wall <= 1.0))
+    return rows
+
+
+SEED_SIZES = (8, 32, 64, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 49152)   # n_elem, f16
+
+
+def bench_allreduce() -> list[BenchRow]:
+    """The 36-point seed grid exactly; fast all-reduce points per minute; one large all-reduce."""
+    from kbfast.fast.evaluate import run_fast
+    from kbfast.workloads.collectives import allreduce
+
+    rows = []
+    programs = []
+    for preset in ("ring6", "torus6", "mesh6"):
+        t = build_tables(load_system(preset))
+        router = Router(t)
+        programs += [allreduce(t, router, n * 2).program for n in SEED_SIZES]
+    run_exact(programs[0])
+    t0 = time.perf_counter()
+    events = sum(run_exact(p).n_events for p in programs)
+    wall = time.perf_counter() - t0
+    rows.append(BenchRow("exact: 36-point seed all-reduce grid (6 SIPs)", wall, "s", "<= 5 s", wall <= 5.0,
+                         f"{events:,} events, {events / wall / 1e6:.1f} M events/s"))
+    t0 = time.perf_counter()
+    n_points = 0
+    for preset in ("ring6", "torus6", "mesh6", "torus16"):
+        for kind in ("tcm", "sram", "hbm"):
+            t = build_tables(load_system(preset, {"ipcq.buffer_kind": kind}))
+            router = Router(t)
+            for n in SEED_SIZES[::3]:
+                run_fast(allreduce(t, router, n * 2).program)
+                n_points += 1
+    wall = time.perf_counter() - t0
+    rows.append(BenchRow("fast: mixed all-reduce grid (topology x buffer kind x size)", n_points / wall * 60,
+                         "points/min", ">= 1e5", n_points / wall * 60 >= 1e5,
+                         f"{n_points} points in {wall:.1f} s, program build included"))
+    t = build_tables(load_system("whatif_256"))
+    router = Router(t)
+    t0 = time.perf_counter()
+    res = run_fast(allreduce(t, router, 96 * 1024).program)
+    wall = time.perf_counter() - t0
+    rows.append(BenchRow("fast: one lrab all-reduce, 256 SIPs (4,096 cubes), 96 KiB", wall, "s",
+                         "<= 1 s (1024 SIPs)", None, f"{res.program.n_ops:,} ops"))
+    return rows
+
+
 BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "topology": bench_topology_1024,
     "routes": bench_routes_1024,
     "exact": bench_exact_rate,
     "simpy": bench_simpy_ratio,
+    "flows": bench_fast_flows,
+    "allreduce": bench_allreduce,
 }
