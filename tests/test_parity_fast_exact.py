@@ -30,6 +30,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import ProbeCase, build_catalogue
+from topo_cache import topo  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 REL = 1e-9
@@ -246,21 +247,6 @@ def test_p1_chains(tables: Tables, router: Router, t_sw: Tables, kind: str, pena
 
 # --------------------------------------------------------------------------------------------------------------
 # P1 with hypothesis: isolated flows over random topologies
-ONE_PORT_IO = [{"id": "io0", "n_connections": 4,
-                "cube_ports": [{"cube": [0, 0], "side": "N", "phy": "P0", "distance_mm": 2.0}]}]
-_TOPO_CACHE: dict[tuple, tuple[Tables, Router]] = {}
-
-
-def topo(overrides: dict) -> tuple[Tables, Router]:
-    """Tables and router of the default system with ``overrides``, cached by the override items."""
-    key = tuple(sorted((k, repr(v)) for k, v in overrides.items()))
-    if key not in _TOPO_CACHE:
-        ov = dict(overrides)
-        if ov.get("sip.cube_mesh.w", 4) == 1:
-            ov["sip.io_chiplets"] = ONE_PORT_IO
-        t = build_tables(load_system(overrides=ov))
-        _TOPO_CACHE[key] = (t, Router(t))
-    return _TOPO_CACHE[key]
 
 
 bandwidths = st.one_of(st.sampled_from([16.0, 64.0, 128.0, 256.0, 512.0, math.inf]),

@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from kbfast.config import load_system
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, Program, ProgramBuilder
-from kbfast.topology.builder import Tables, build_tables
+from kbfast.topology.builder import Tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
+from topo_cache import topo  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 REL = 1e-9
@@ -38,21 +38,6 @@ SETTINGS = settings(max_examples=30, deadline=None,
 
 LINK_CLASSES = ("pe_to_router", "router_mesh", "router_hbm", "router_sram", "ucie_conn", "ucie_internal",
                 "ucie_mesh", "pcie_ep_noc", "io_noc_cpu", "io_conn", "io_to_cube", "pcie")
-ONE_PORT_IO = [{"id": "io0", "n_connections": 4,
-                "cube_ports": [{"cube": [0, 0], "side": "N", "phy": "P0", "distance_mm": 2.0}]}]
-_TOPO_CACHE: dict[tuple, tuple[Tables, Router]] = {}
-
-
-def topo(overrides: dict) -> tuple[Tables, Router]:
-    """Tables and router of the default system with ``overrides``, cached by the override items."""
-    key = tuple(sorted((k, repr(v)) for k, v in overrides.items()))
-    if key not in _TOPO_CACHE:
-        ov = dict(overrides)
-        if ov.get("sip.cube_mesh.w", 4) == 1:
-            ov["sip.io_chiplets"] = ONE_PORT_IO
-        t = build_tables(load_system(overrides=ov))
-        _TOPO_CACHE[key] = (t, Router(t))
-    return _TOPO_CACHE[key]
 
 
 def le(a, b, rel: float = REL) -> bool:
