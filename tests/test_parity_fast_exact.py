@@ -443,10 +443,9 @@ def test_p2_random_mixed_programs_bounds(p: Program) -> None:
 #   flow without a shared *edge*, so the far flow joined the fluid at its start and both were throttled on
 #   that worker from t = 0 (exact = lower bound = 128.05 / 26.01 ns, upper 130.05 / 28.01 ns, point
 #   132.04 / 30.01 ns).  Fixed in 60f8217 (head offsets also stop at shared node workers).
-# * hot_ctrl_reads (known defect, reported, not fixed here): three PEs read 1-2 B from
-#   sip0.cube0.hbm_ctrl.pe0 while pe2 also writes 1 B to its own slice; pe2's write ends at 27.51 ns in the
-#   point estimate, above its upper bound 26.52 ns (exact 26.51 ns).  Non-strict xfail: drop the marker
-#   when the fluid model no longer does this.
+# * hot_ctrl_reads (regression test): three PEs read 1-2 B from sip0.cube0.hbm_ctrl.pe0 while pe2 also
+#   writes 1 B to its own slice; the fluid put pe2's write at 27.51 ns, above its upper bound 26.52 ns
+#   (exact 26.51 ns).  run_fast now clamps the point estimate into its (valid) bounds.
 def _node_only_sharing(t: Tables, router: Router) -> Program:
     b = ProgramBuilder(t, router, name="node_only_sharing")
     b.dma(b.pe_agent(pe_block(t, 0, 0, 0)), hbm_ctrl(t, 0, 1, 0), 1, 0, write=False)
@@ -466,8 +465,7 @@ def _hot_ctrl_reads(t: Tables, router: Router) -> Program:
 
 @pytest.mark.parametrize("build", [
     pytest.param(_node_only_sharing, id="node_only_sharing"),
-    pytest.param(_hot_ctrl_reads, id="hot_ctrl_reads", marks=pytest.mark.xfail(
-        strict=False, reason="fast point estimate above its own upper bound; see the comment above")),
+    pytest.param(_hot_ctrl_reads, id="hot_ctrl_reads"),
 ])
 def test_point_estimate_within_bounds(tables: Tables, router: Router, build) -> None:
     fast, ex = assert_bounds(build(tables, router))

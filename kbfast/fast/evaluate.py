@@ -185,8 +185,11 @@ def run_fast(p: Program) -> FastResult:
         hi = _checked(p, schedule(UPPER, extra, share, head, *args))
     wall = time.perf_counter() - t0
     S = point[0]
-    return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end,
-                      op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=S.a_finish,
+    # Both bounds are valid for exact mode, so a point estimate outside them is clamped in.
+    op_end = np.clip(S.op_end, lo[0].op_end, hi[0].op_end)
+    finish = np.clip(S.a_finish, lo[0].a_finish, hi[0].a_finish)
+    return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=op_end,
+                      op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=finish,
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
                       compact=c, edge_contended=point[2], data_route=data_route)
 
