@@ -340,7 +340,7 @@ class ProgramBuilder:
         edge_parts.append(data.edges)
         kinds = [c[2] for c in self._channels]
         tiers = [getattr(cfg.tiers, k) for k in kinds]
-        hop_bw = np.array([self._hop_bw(int(agent_node[dst[c]]), kinds[c]) for c in range(n)])
+        hop_bw = np.array([self.bank_hop_bw(int(agent_node[dst[c]]), kinds[c]) for c in range(n)])
         # Credit latency per channel, over the credit route's CSR (spec_ccl §2.4).
         starts = credit.ptr[:-1]
         bn = np.minimum.reduceat(t.edge_bw_gbs[credit.edges], starts)
@@ -361,7 +361,7 @@ class ProgramBuilder:
             poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0)
         return channels, n_routes + n
 
-    def _hop_bw(self, pe_dma: int, kind: str) -> float:
+    def bank_hop_bw(self, pe_dma: int, kind: str) -> float:
         """Bottleneck of the PE <-> slot bank path: the cube SRAM, or the PE's own HBM slice (spec_ccl §2.7)."""
         if kind == "tcm":
             return float("inf")

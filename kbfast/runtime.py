@@ -109,7 +109,7 @@ def push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
     return size + 1, seq + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Run agent ``a`` until it blocks; ops to begin now are appended to ``pend``."""
     S.a_block[a] = BLK_NONE
@@ -209,7 +209,7 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
     return size, seq, n_pend
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """A DMA or RECV op completed at ``now``: free its DMA channel, wake its agent if waiting."""
     S.op_end[o] = now
@@ -235,7 +235,7 @@ def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - 
     return size, seq, n_pend
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """The data of ``send_op`` reassembled at the receiver's pe_dma: slot write, then visible (FIFO)."""
     c = P.op_target[send_op]
@@ -244,7 +244,7 @@ def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitt
     return push(heap, size, seq, vis, EV_VISIBLE, c, 0, 0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """Data and head of the next message of channel ``c`` become visible (spec_ccl §4.5)."""
     S.q_vis[c] += 1
@@ -256,7 +256,7 @@ def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """Serve the channel's oldest waiting RECV if its message is visible (spec_ccl §2.4)."""
     o = S.q_rhead[c]
@@ -286,7 +286,7 @@ def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """A credit lands at the sender: the tail cache advances; a sender blocked on a full ring wakes."""
     S.q_tailc[c] = max(S.q_tailc[c], value)
@@ -297,7 +297,7 @@ def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Dispatch a shared event; returns (size, seq, n_pend)."""
     if kind == EV_AGENT:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from numba import njit
 
 from kbfast.errors import KbfastError
 from kbfast.exact.replay import Compact, ReplayDeadlock, blocked_report, compact
@@ -85,36 +86,69 @@ def _data_routes(p: Program) -> np.ndarray:
 
 def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float):
-    """(op, resource id, work) entries: shared wires, flit-aware node workers, HBM controllers."""
+    """(op, resource id, work kind, work base) entries: shared wires (bytes / bw), flit-aware node
+    workers (their overhead) and HBM controllers (commit + switch penalty per flit)."""
     n_e, n_n = len(c.edges), len(c.nodes)
-    ops, res, work = [], [], []
-    flit = p.tables.spec.fabric.flit_bytes
+    ops, res, kind, base = [], [], [], []
     for o in np.flatnonzero(data_route >= 0):
         edges = c.route_edges[p.route_ptr[data_route[o]]:p.route_ptr[data_route[o] + 1]]
-        nbytes = int(p.op_nbytes[o])
-        units = -(-nbytes // flit)
         finite = np.isfinite(e_bw[edges])
-        e_work = nbytes / e_bw[edges[finite]]
         nodes = e_dst[edges]
         workers = nodes[n_flit[nodes]]
         ops += [o] * (int(finite.sum()) + len(workers))
         res += list(edges[finite]) + list(n_e + workers)
-        work += list(e_work) + list(n_ovh[workers])
+        kind += [0] * int(finite.sum()) + [1] * len(workers)
+        base += list(1.0 / e_bw[edges[finite]]) + list(n_ovh[workers])
         hbm = -1 if p.op_code[o] == Op.SEND else int(c.node_hbm[e_dst[c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])
-        if hbm >= 0 and units > 0:
+        if hbm >= 0:
             ops.append(o)
             res.append(n_e + n_n + hbm)
-            work.append(units * (commit + sw))
-    return np.array(ops, np.int64), np.array(res, np.int64), np.array(work, np.float64)
+            kind.append(2)
+            base.append(commit + sw)
+    return np.array(ops, np.int64), np.array(res, np.int64), np.array(kind, np.int8), np.array(base, np.float64)
 
 
-def run_fast(p: Program) -> FastResult:
-    """Evaluate ``p`` analytically: exact where flows never share a resource, bounded elsewhere."""
+@njit(cache=True)
+def work_of(kind, base, res_ptr, op_nbytes, flit):  # pragma: no cover - jitted
+    """Work per resource entry for the given sizes (entries are grouped by op via ``res_ptr``)."""
+    out = np.empty(len(kind))
+    for o in range(len(res_ptr) - 1):
+        n = op_nbytes[o]
+        for k in range(res_ptr[o], res_ptr[o + 1]):
+            if kind[k] == 0:
+                out[k] = n * base[k]
+            elif kind[k] == 1:
+                out[k] = base[k]
+            else:
+                out[k] = ((n + flit - 1) // flit) * base[k]
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the fast schedule needs that depends on the program's structure, not its sizes."""
+
+    program: Program
+    compact: Compact
+    data_route: np.ndarray
+    args: tuple               # schedule arguments after (mode, extra, share, head)
+    share: np.ndarray
+    head_args: tuple          # head_offsets arguments after (data_route, op_nbytes)
+    sh_is_node: np.ndarray    # per shared-resource entry: a serial worker (weight = overhead / bytes)
+    sh_base: np.ndarray       # per entry: 1 for a wire, the overhead for a worker
+    bound_args: tuple         # (res_ptr, res_ids, users_ptr, user_pairs)
+    work_kind: np.ndarray     # per resource entry: 0 bytes/bw, 1 constant, 2 per flit
+    work_base: np.ndarray     # per entry: 1/bw, the overhead, or commit + switch penalty
+    flit_bytes: int
+    switch_penalty: float
+
+
+def plan_fast(p: Program) -> Plan:
+    """Compact the program and find its shared resources (design §6)."""
     t, spec = p.tables, p.tables.spec
     if spec.fabric.flit_bytes != spec.hbm.burst_bytes:
         raise KbfastError(f"the fast path needs fabric.flit_bytes == hbm.burst_bytes (got "
                           f"{spec.fabric.flit_bytes} and {spec.hbm.burst_bytes}); use exact mode for finer flits")
-    t0 = time.perf_counter()
     c = compact(p)
     e_src = np.searchsorted(c.nodes, t.edge_src[c.edges]).astype(np.int32)
     e_dst = np.searchsorted(c.nodes, t.edge_dst[c.edges]).astype(np.int32)
@@ -138,51 +172,69 @@ def run_fast(p: Program) -> FastResult:
         users[n_e + np.unique(e_dst[edges])] += 1
     shared_edge = (users[:n_e] > 1) & np.isfinite(e_bw)
     shared_node = (users[n_e:] > 1) & n_flit & (n_ovh > 0)
-    sh_lists, w_lists = [], []
-    for o, edges in enumerate(per_op):
+    sh_lists, node_lists = [], []
+    for edges in per_op:
         nodes = np.unique(e_dst[edges])
         nodes = nodes[shared_node[nodes]]
         sh_lists.append(np.concatenate([edges[shared_edge[edges]], n_e + nodes]))
-        w_lists.append(np.concatenate([np.ones(int(shared_edge[edges].sum())),
-                                       n_ovh[nodes] / max(int(p.op_nbytes[o]), 1)]))
+        node_lists.append(np.concatenate([np.zeros(int(shared_edge[edges].sum()), bool), np.ones(len(nodes), bool)]))
     sh_ptr = np.concatenate([[0], np.cumsum([len(x) for x in sh_lists])]).astype(np.int64)
     sh_res = np.concatenate(sh_lists).astype(np.int64) if sh_lists else np.zeros(0, np.int64)
-    sh_w = np.concatenate(w_lists) if w_lists else np.zeros(0)
+    sh_is_node = np.concatenate(node_lists) if node_lists else np.zeros(0, bool)
+    sh_base = np.where(sh_is_node, n_ovh[np.maximum(sh_res - n_e, 0)], 1.0)
     res_cap = np.concatenate([e_bw, np.ones(len(c.nodes))])
     share = np.diff(sh_ptr) > 0
-
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
-    head = head_offsets(data_route, p.op_nbytes, p.route_ptr, c.route_edges, e_src, e_dst, e_bw,
-                        t.edge_prop_ns[c.edges], n_ovh, n_flit, shared_edge, shared_node, spec.fabric.flit_bytes)
     args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.channels.route,
             p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
             spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
-            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_ptr, sh_res, max_route, sh_w, res_cap)
-    zero = np.zeros(p.n_ops)
-    lo = _checked(p, schedule(LOWER, zero, share, head, *args))
-    point = _checked(p, schedule(POINT, zero, share, head, *args))
+            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_ptr, sh_res, max_route,
+            _sh_weights(sh_base, sh_is_node, sh_ptr, p.op_nbytes), res_cap)
+    head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit,
+                 shared_edge, shared_node, spec.fabric.flit_bytes)
 
-    ops, res, work = _resources(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
+    ops, res, work_kind, work_base = _resources(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
     order = np.lexsort((ops, res))
     n_res = len(c.edges) + len(c.nodes) + len(c.hbm_ctrls)
     users_ptr = np.concatenate([[0], np.cumsum(np.bincount(res, minlength=n_res))]).astype(np.int64)
     user_pairs = np.stack([ops[order], order]).T.astype(np.int64) if len(ops) else np.zeros((0, 2), np.int64)
     res_order = np.argsort(ops, kind="stable")
     res_ptr = np.concatenate([[0], np.cumsum(np.bincount(ops, minlength=p.n_ops))]).astype(np.int64)
-    own = np.zeros(p.n_ops)
-    if sw > 0:
-        units = -(-p.op_nbytes // spec.fabric.flit_bytes)
-        own = np.where(data_route >= 0, units * sw, 0.0)
+    return Plan(program=p, compact=c, data_route=data_route, args=args, share=share, head_args=head_args,
+                sh_is_node=sh_is_node, sh_base=sh_base,
+                bound_args=(res_ptr, res[res_order].astype(np.int64), users_ptr, user_pairs),
+                work_kind=work_kind, work_base=work_base, flit_bytes=spec.fabric.flit_bytes, switch_penalty=sw)
+
+
+def _sh_weights(sh_base: np.ndarray, sh_is_node: np.ndarray, sh_ptr: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """Weight per shared-resource entry: 1 on a wire, overhead / bytes on a serial worker."""
+    per_entry = np.repeat(np.maximum(nbytes, 1), np.diff(sh_ptr))
+    return np.where(sh_is_node, sh_base / per_entry, 1.0)
+
+
+def run_fast(p: Program) -> FastResult:
+    """Evaluate ``p`` analytically: exact where flows never share a resource, bounded elsewhere."""
+    t0 = time.perf_counter()
+    plan = plan_fast(p)
+    data_route, args, share = plan.data_route, plan.args, plan.share
+    head = head_offsets(data_route, p.op_nbytes, *plan.head_args)
+    zero = np.zeros(p.n_ops)
+    iso = np.full(p.n_ops, np.nan)
+    lo = _checked(p, schedule(LOWER, zero, share, head, iso, *args))
+    point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
+    work = work_of(plan.work_kind, plan.work_base, plan.bound_args[0], p.op_nbytes, plan.flit_bytes)
+    own = _own_penalty(p, plan)
     begin_lo = lo[0].op_begin
-    extra = interference(res_ptr, res[res_order], work, users_ptr, user_pairs, begin_lo, begin_lo, False, own)
-    hi = _checked(p, schedule(UPPER, extra, share, head, *args))
+    extra = interference(*plan.bound_args[:1], plan.bound_args[1], work, *plan.bound_args[2:], begin_lo, begin_lo,
+                         False, own)
+    hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
     for _ in range(BOUND_PASSES):
-        tighter = interference(res_ptr, res[res_order], work, users_ptr, user_pairs, begin_lo, _flow_end(p, hi[0]),
-                               True, own)
+        tighter = interference(*plan.bound_args[:1], plan.bound_args[1], work, *plan.bound_args[2:], begin_lo,
+                               _flow_end(p, hi[0]), True, own)
         if np.array_equal(tighter, extra):
             break
         extra = tighter
-        hi = _checked(p, schedule(UPPER, extra, share, head, *args))
+        hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
     wall = time.perf_counter() - t0
     S = point[0]
     # Both bounds are valid for exact mode, so a point estimate outside them is clamped in.
@@ -191,7 +243,15 @@ def run_fast(p: Program) -> FastResult:
     return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=op_end,
                       op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=finish,
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
-                      compact=c, edge_contended=point[2], data_route=data_route)
+                      compact=plan.compact, edge_contended=point[2], data_route=data_route)
+
+
+def _own_penalty(p: Program, plan: Plan) -> np.ndarray:
+    """Every own commit may pay the read/write switch penalty."""
+    if plan.switch_penalty <= 0:
+        return np.zeros(p.n_ops)
+    units = -(-p.op_nbytes // plan.flit_bytes)
+    return np.where(plan.data_route >= 0, units * plan.switch_penalty, 0.0)
 
 
 def _checked(p: Program, result):

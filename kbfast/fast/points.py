@@ -1,0 +1,121 @@
+"""Many configuration points of one collective in one jitted call (design §6 "batched").
+
+A collective's op structure does not depend on the tile size, the IPCQ buffer
+kind or the ring depth, so the Program is built (and symbolically checked) once
+and planned once.  Each point then only rescales the message sizes and the
+MATH durations and swaps the channels' slot tier and ``n_slots``; the kernel
+loops over points with no Python work per point and runs the lower, point and
+upper schedules of each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from numba import njit
+
+from kbfast.errors import KbfastError
+from kbfast.fast.bounds import interference
+from kbfast.fast.evaluate import plan_fast, work_of
+from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
+from kbfast.ir import BUFFER_KINDS, Op, ProgramBuilder
+from kbfast.runtime import Prog
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import allreduce, busbw_gbps
+
+
+@njit(cache=True)
+def _sh_w(sh_base, sh_is_node, sh_ptr, nbytes):  # pragma: no cover - jitted
+    out = np.empty(len(sh_base))
+    for o in range(len(sh_ptr) - 1):
+        n = max(nbytes[o], 1)
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            out[j] = sh_base[j] / n if sh_is_node[j] else 1.0
+    return out
+
+
+@njit(cache=True)
+def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
+                  tier_bw, hop_bw, launch, share, data_route, head_args, sh_base, sh_is_node, bound_args,
+                  work_kind, work_base, flit, args):  # pragma: no cover - jitted
+    """Per point: (latency, lower, upper, contention) with latency = max agent finish - launch."""
+    n_pts = len(sizes)
+    out = np.empty((n_pts, 4))
+    n_ops = len(P.op_code)
+    zero = np.zeros(n_ops)
+    iso = np.full(n_ops, np.nan)
+    for i in range(n_pts):
+        if i == 0 or sizes[i] != sizes[i - 1]:
+            iso[:] = np.nan   # isolated latencies depend on the sizes only (points come sorted by size)
+        nbytes = np.empty(n_ops, np.int64)
+        arg = P.op_arg.copy()
+        for o in range(n_ops):
+            nbytes[o] = max(np.int64(sizes[i] * ratio[o]), 1) if ratio[o] > 0.0 else P.op_nbytes[o]
+            if P.op_code[o] == 7:  # MATH
+                n_elem = max(np.int64(sizes[i] * math_n[o] / elem_bytes), 1)
+                nbytes[o] = n_elem
+                arg[o] = max(math_ovh, n_elem * math_per_elem)
+        k = kinds[i]
+        n_ch = len(P.ch_src)
+        Pi = Prog(P.a_start, P.a_host, P.op_ptr, P.agent_ops, P.op_code, P.op_target, nbytes, P.op_async, arg,
+                  P.ch_src, P.ch_dst, np.full(n_ch, n_slots[i], np.int64), np.full(n_ch, tier_setup[k]),
+                  np.full(n_ch, tier_bw[k]), hop_bw[:, k].copy(), P.ch_credit, P.ch_in_ptr, P.ch_in_list,
+                  P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
+        head = head_offsets(data_route, nbytes, *head_args)
+        sh_w = _sh_w(sh_base, sh_is_node, args[22], nbytes)
+        rest = args[1:25] + (sh_w,) + args[26:]
+        lo = schedule(LOWER, zero, share, head, iso, Pi, *rest)
+        pt = schedule(POINT, zero, share, head, iso, Pi, *rest)
+        work = work_of(work_kind, work_base, bound_args[0], nbytes, flit)
+        extra = interference(bound_args[0], bound_args[1], work, bound_args[2], bound_args[3], lo[0].op_begin,
+                             lo[0].op_begin, False, zero)
+        hi = schedule(UPPER, extra, share, head, iso, Pi, *rest)
+        f_lo = lo[0].a_finish.max()
+        f_hi = hi[0].a_finish.max()
+        f_pt = min(max(pt[0].a_finish.max(), f_lo), f_hi)
+        out[i, 0] = f_pt - launch
+        out[i, 1] = f_lo - launch
+        out[i, 2] = f_hi - launch
+        out[i, 3] = 1.0 if pt[1].any() else 0.0
+    return out
+
+
+def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, algorithm: str = "lrab",
+                     ranks: str | None = None) -> pd.DataFrame:
+    """Fast-path all-reduce latencies for every (size, buffer kind, n_slots) triple, one jitted call.
+
+    The upper bound here is the first (window-free) pass of ``kbfast.fast.bounds``: valid, looser
+    than ``run_fast``'s.
+    """
+    sizes = np.asarray(sizes, np.int64)
+    kinds = np.array([BUFFER_KINDS.index(k) for k in np.broadcast_to(np.asarray(buffer_kinds), sizes.shape)])
+    slots = np.broadcast_to(np.asarray(n_slots, np.int64), sizes.shape).copy()
+    if np.any(sizes <= 0) or np.any(slots <= 0):
+        raise KbfastError("sizes and n_slots must be > 0")
+    ref = int(sizes.max())
+    coll = allreduce(t, router, ref, algorithm, ranks)
+    p = coll.program
+    plan = plan_fast(p)
+    P = plan.args[0]
+    moving = (p.op_code == Op.SEND) | (p.op_code == Op.RECV)
+    ratio = np.where(moving, p.op_nbytes / ref, 0.0)
+    math_n = np.where(p.op_code == Op.MATH, p.op_nbytes * t.spec.pe.elem_bytes / ref, 0.0)
+    cfg = t.spec.ipcq
+    tiers = [getattr(cfg.tiers, k) for k in BUFFER_KINDS]
+    b = ProgramBuilder(t, router)
+    hop = np.stack([[b.bank_hop_bw(int(p.agent_node[d]), k) for d in p.channels.dst] for k in BUFFER_KINDS],
+                   axis=1).reshape(len(p.channels), len(BUFFER_KINDS))
+    order = np.argsort(sizes, kind="stable")
+    out = np.empty((len(sizes), 4))
+    out[order] = points_kernel(P, sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n, t.spec.pe.math_overhead_ns,
+                        t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
+                        np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
+                        coll.launch_ns, plan.share, plan.data_route, plan.head_args, plan.sh_base, plan.sh_is_node,
+                        plan.bound_args, plan.work_kind, plan.work_base, plan.flit_bytes, plan.args)
+    return pd.DataFrame({
+        "algorithm": algorithm, "size": sizes, "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
+        "n_ranks": coll.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
+        "busbw_gbps": [busbw_gbps(int(s), coll.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])],
+        "contention": out[:, 3] > 0,
+    })

@@ -1,0 +1,60 @@
+"""Batched collective points (kbfast.fast.points) equal one-at-a-time fast evaluations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kbfast.config import load_system
+from kbfast.errors import KbfastError
+from kbfast.fast.evaluate import run_fast
+from kbfast.fast.points import allreduce_points
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import allreduce
+
+
+@pytest.fixture(scope="module")
+def torus6():
+    t = build_tables(load_system("torus6"))
+    return t, Router(t)
+
+
+def _one(preset: str, size: int, kind: str, n_slots: int, algorithm: str = "lrab") -> tuple[float, float, float]:
+    t = build_tables(load_system(preset, {"ipcq.buffer_kind": kind, "ipcq.n_slots": n_slots}))
+    c = allreduce(t, Router(t), size, algorithm)
+    f = run_fast(c.program)
+    return (float(f.agent_finish_ns.max() - c.launch_ns), float(f.agent_finish_lo_ns.max() - c.launch_ns),
+            float(f.agent_finish_hi_ns.max() - c.launch_ns))
+
+
+def test_points_equal_single_evaluations(torus6) -> None:
+    t, router = torus6
+    sizes = np.array([96 * 1024, 16, 4096, 65536, 4096])
+    kinds = ["tcm", "sram", "hbm", "sram", "tcm"]
+    slots = [4, 1, 2, 8, 4]
+    df = allreduce_points(t, router, sizes, kinds, slots)
+    assert list(df["size"]) == list(sizes) and list(df["buffer_kind"]) == kinds
+    for row in df.itertuples():
+        point, lo, hi = _one("torus6", int(row.size), row.buffer_kind, int(row.n_slots))
+        assert row.latency_ns == pytest.approx(point, rel=1e-12)
+        assert row.latency_lo_ns == pytest.approx(lo, rel=1e-12)
+        # the batch keeps the first (window-free) upper bound: valid, never tighter than run_fast's
+        assert row.latency_hi_ns >= hi * (1 - 1e-12)
+        assert row.latency_lo_ns <= row.latency_ns <= row.latency_hi_ns
+        assert row.busbw_gbps > 0
+
+
+def test_points_other_algorithm(torus6) -> None:
+    t, router = torus6
+    df = allreduce_points(t, router, [2048, 8192], "tcm", 4, algorithm="lrab_corner")
+    for row in df.itertuples():
+        assert row.latency_ns == pytest.approx(_one("torus6", int(row.size), "tcm", 4, "lrab_corner")[0], rel=1e-12)
+
+
+def test_points_reject_bad_sizes(torus6) -> None:
+    t, router = torus6
+    with pytest.raises(KbfastError, match="> 0"):
+        allreduce_points(t, router, [0, 16], "tcm", 4)
+    with pytest.raises(ValueError):
+        allreduce_points(t, router, [16], "dram", 4)
