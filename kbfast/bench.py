@@ -56,18 +56,25 @@ def bench_topology_1024() -> list[BenchRow]:
                      f"tables {t.nbytes() / 2**20:.0f} MiB, peak during build {peak / 2**20:.0f} MiB")]
 
 
+def random_pe_flows(t, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` random (pe_dma, HBM controller) node pairs anywhere in the system."""
+    lay = t.layout
+    rng = np.random.default_rng(seed)
+    n_pe = len(t.plan.pe_router)
+    stride = len(t.cube_names[t.cube_names.index("pe0.pe_dma"):t.cube_names.index("pe1.pe_dma")])
+
+    def nodes(name: str, step: int) -> np.ndarray:
+        sips, cubes = rng.integers(0, lay.n_sips, n), rng.integers(0, lay.n_cubes_per_sip, n)
+        return (1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube
+                + t.cube_names.index(name) + step * rng.integers(0, n_pe, n))
+
+    return nodes("pe0.pe_dma", stride), nodes("hbm_ctrl.pe0", 1)
+
+
 def bench_routes_1024(n: int = 100_000) -> list[BenchRow]:
     """Resolve a batch of random PE-to-HBM routes on the 1024-SIP what-if."""
     t = build_tables(load_system("whatif_1024"))
-    lay = t.layout
-    rng = np.random.default_rng(0)
-
-    def rand_nodes(name: str, stride: int) -> np.ndarray:
-        sips, cubes, pes = rng.integers(0, lay.n_sips, n), rng.integers(0, lay.n_cubes_per_sip, n), rng.integers(0, 8, n)
-        return 1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube + \
-            t.cube_names.index(name) + stride * pes
-
-    src, dst = rand_nodes("pe0.pe_dma", 9), rand_nodes("hbm_ctrl.pe0", 1)
+    src, dst = random_pe_flows(t, n)
     Router(t).routes(src[:10], dst[:10])  # JIT warm-up
     router = Router(t)
     t0 = time.perf_counter()
@@ -126,16 +133,8 @@ def bench_fast_flows() -> list[BenchRow]:
     for preset, n in (("ahbm_2sip", 1_000_000), ("whatif_1024", 100_000)):
         t = build_tables(load_system(preset))
         router = Router(t)
-        lay = t.layout
         rng = np.random.default_rng(0)
-
-        def rand_nodes(name: str, stride: int) -> np.ndarray:
-            sips = rng.integers(0, lay.n_sips, n)
-            cubes, pes = rng.integers(0, lay.n_cubes_per_sip, n), rng.integers(0, 8, n)
-            return 1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube + \
-                t.cube_names.index(name) + stride * pes
-
-        src, dst = rand_nodes("pe0.pe_dma", 9), rand_nodes("hbm_ctrl.pe0", 1)
+        src, dst = random_pe_flows(t, n)
         nbytes = rng.integers(1, 1 << 20, n)
         isolated_latencies(t, router, src[:10], dst[:10], nbytes[:10])
         t0 = time.perf_counter()
