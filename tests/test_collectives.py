@@ -423,3 +423,16 @@ def test_recv_without_send_deadlocks(small, evaluate) -> None:
     assert "sip0.cube0.pe0: blocked on op" in msg and "(RECV), which never completed" in msg
     assert "ch1 sip0.cube0.pe1 -> sip0.cube0.pe0: my_head=0" in msg
     assert "my_head=" in msg and "peer_tail_cache=" in msg
+
+
+@pytest.mark.parametrize("evaluate", [run_exact, run_fast], ids=["exact", "fast"])
+def test_send_never_received_breaks_i1(small, evaluate) -> None:
+    """A message that fits the ring but is never received finishes the replay, yet violates I1."""
+    from kbfast.exact.replay import IpcqUnconsumed
+
+    t, r = small["ring2_2x2"]
+    b = ProgramBuilder(t, r, name="lonely")
+    a0, a1 = b.pe_agent(pe_block(t, 0, 0, 0)), b.pe_agent(pe_block(t, 0, 0, 1))
+    b.send(a0, b.channel(a0, a1), 256)
+    with pytest.raises(IpcqUnconsumed, match="1 IPCQ message"):
+        evaluate(b.build())

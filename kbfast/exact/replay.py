@@ -132,6 +132,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
                                    "raise max_events if the workload really is this large")
     if status == engine.DEADLOCK:
         raise ReplayDeadlock(blocked_report(p, S))
+    check_consumed(p, S)
     a_finish = S.a_finish
     makespan = float(a_finish.max() - p.agent_start_ns.min()) if len(a_finish) else 0.0
     edges = pd.DataFrame({
@@ -168,6 +169,19 @@ def _check_limits(p: Program) -> None:
         raise KbfastError(f"exact replay supports at most {heap.MAX_A // 2:,} ops; {p.name!r} has {p.n_ops:,}")
     if longest > heap.MAX_C:
         raise KbfastError(f"exact replay supports routes of at most {heap.MAX_C} edges; {p.name!r} has {longest}")
+
+
+class IpcqUnconsumed(KbfastError):
+    """I1 (spec_ccl §3): a message was sent and never received."""
+
+
+def check_consumed(p: Program, S) -> None:
+    """Every IPCQ message must be received exactly once (invariant I1)."""
+    left = np.flatnonzero(S.q_head > S.q_tail)
+    if len(left):
+        raise IpcqUnconsumed(f"I1 violated in {p.name!r}: {int((S.q_head - S.q_tail)[left].sum())} IPCQ "
+                             f"message(s) were sent and never received (every send needs one recv)\npointers:\n"
+                             + runtime.pointer_dump(p, S))
 
 
 def blocked_report(p: Program, S) -> str:

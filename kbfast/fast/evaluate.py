@@ -10,7 +10,7 @@ import pandas as pd
 from numba import njit
 
 from kbfast.errors import KbfastError
-from kbfast.exact.replay import Compact, ReplayDeadlock, blocked_report, compact
+from kbfast.exact.replay import Compact, ReplayDeadlock, blocked_report, check_consumed, compact
 from kbfast.runtime import make_prog
 from kbfast.fast.bounds import interference
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
@@ -259,6 +259,7 @@ def _checked(p: Program, result):
     S = result[0]
     if np.any(S.a_finish < 0):
         raise ReplayDeadlock(blocked_report(p, S))
+    check_consumed(p, S)
     return result
 
 
