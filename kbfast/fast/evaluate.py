@@ -189,7 +189,7 @@ def plan_fast(p: Program) -> Plan:
             p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
             spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
             commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_ptr, sh_res, max_route,
-            _sh_weights(sh_base, sh_is_node, sh_ptr, p.op_nbytes), res_cap)
+            sh_weights(sh_base, sh_is_node, sh_ptr, p.op_nbytes), res_cap)
     head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit,
                  shared_edge, shared_node, spec.fabric.flit_bytes)
 
@@ -206,10 +206,15 @@ def plan_fast(p: Program) -> Plan:
                 work_kind=work_kind, work_base=work_base, flit_bytes=spec.fabric.flit_bytes, switch_penalty=sw)
 
 
-def _sh_weights(sh_base: np.ndarray, sh_is_node: np.ndarray, sh_ptr: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+@njit(cache=True)
+def sh_weights(sh_base, sh_is_node, sh_ptr, nbytes):  # pragma: no cover - jitted
     """Weight per shared-resource entry: 1 on a wire, overhead / bytes on a serial worker."""
-    per_entry = np.repeat(np.maximum(nbytes, 1), np.diff(sh_ptr))
-    return np.where(sh_is_node, sh_base / per_entry, 1.0)
+    out = np.empty(len(sh_base))
+    for o in range(len(sh_ptr) - 1):
+        n = max(nbytes[o], 1)
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            out[j] = sh_base[j] / n if sh_is_node[j] else 1.0
+    return out
 
 
 def run_fast(p: Program) -> FastResult:

@@ -16,23 +16,13 @@ from numba import njit
 
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference
-from kbfast.fast.evaluate import plan_fast, work_of
+from kbfast.fast.evaluate import plan_fast, sh_weights, work_of
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, ProgramBuilder
 from kbfast.runtime import Prog
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, busbw_gbps
-
-
-@njit(cache=True)
-def _sh_w(sh_base, sh_is_node, sh_ptr, nbytes):  # pragma: no cover - jitted
-    out = np.empty(len(sh_base))
-    for o in range(len(sh_ptr) - 1):
-        n = max(nbytes[o], 1)
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            out[j] = sh_base[j] / n if sh_is_node[j] else 1.0
-    return out
 
 
 @njit(cache=True)
@@ -63,7 +53,7 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
                   np.full(n_ch, tier_bw[k]), hop_bw[:, k].copy(), P.ch_credit, P.ch_in_ptr, P.ch_in_list,
                   P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
         head = head_offsets(data_route, nbytes, *head_args)
-        sh_w = _sh_w(sh_base, sh_is_node, args[22], nbytes)
+        sh_w = sh_weights(sh_base, sh_is_node, args[22], nbytes)
         rest = args[1:25] + (sh_w,) + args[26:]
         lo = schedule(LOWER, zero, share, head, iso, Pi, *rest)
         pt = schedule(POINT, zero, share, head, iso, Pi, *rest)
