@@ -281,8 +281,8 @@ def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     S.q_busy[c] = end
     size, seq = push(heap, size, seq, end, EV_OP_DONE, o, 0, 0)
     size, seq = push(heap, size, seq, credit_at, EV_CREDIT, S.q_tail[c], c, 0)
-    if S.q_rhead[c] >= 0:
-        size, seq = push(heap, size, seq, end, EV_RECV_TRY, c, 0, 0)
+    # Retry when this recv ends: a recv may be queued meanwhile while its message is already visible.
+    size, seq = push(heap, size, seq, end, EV_RECV_TRY, c, 0, 0)
     return size, seq
 
 

@@ -18,19 +18,29 @@ so that ``kbfast bench`` has a baseline:
   penalty) and finalizes asynchronously (spec_memory §3.4–§3.6); host reads
   run the command-only chunk loop (spec_memory §3.7) and stream the data back
   (§3.8); PE DMA channels are ``simpy.Resource(capacity=1)`` held through the
-  round trip (spec_pe §4.3).
+  round trip (spec_pe §4.3);
+* IPCQ, the protocol of :mod:`kbfast.runtime` (spec_ccl §2, §4): a SEND parks
+  while its ring is full (§2.2), then injects its data towards the receiver's
+  ``pe_dma`` (a store-and-forward terminal); the slot write makes it visible at
+  ``max(t_a + SLOT + HOP, previous visibility)`` (§2.3, §4.6).  One process per
+  channel serves its RECVs in order (§2.4, §4.7): slot read (not with
+  ``recv_no_consume``), then the credit, blocking or forked (§2.5).  Parked
+  agents re-check on wake; poll mode wakes on the grid started when they
+  parked (§2.6).  RECV on no channel is round robin from a cursor (§4.9).
 
 Nodes and edges are created lazily, so the cost follows the Program, not the system.
 
 Two differences from the engine are deliberate.  Simultaneous events run in
 SimPy's scheduling order, not the engine's (time, insertion) order: when flits of
-different transactions reach one node at exactly the same time, the two may
-serve them in a different order (both read "FIFO in arrival order", spec_fabric
-§5.3), so cross-checks use tie-free cases.  ``n_events`` counts SimPy events.
+different transactions reach one node at exactly the same time (e.g. IPCQ trains
+of several agents released at one instant), the two may serve them in a different
+order (both read "FIFO in arrival order", spec_fabric §5.3), so cross-checks use
+tie-free cases.  ``n_events`` counts SimPy events.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -40,7 +50,7 @@ from kbfast.exact.replay import ReplayDeadlock, ReplayTimes
 from kbfast.ir import AgentKind, Op, Program
 from kbfast.topology.kinds import NodeKind
 
-PE_REQ, PE_RESP, H2D, D2H_CMD, D2H_DATA = range(5)   # transaction kinds
+PE_REQ, PE_RESP, H2D, D2H_CMD, D2H_DATA, IPCQ = range(6)   # transaction kinds
 WRITE, READ = 0, 1                                   # PC directions (spec_memory §3.2)
 DMA = (Op.DMA_WRITE, Op.DMA_READ)
 
@@ -82,34 +92,61 @@ class _Sim:
         self.done = [self.env.event() for _ in range(n)]   # triggered when op o completes
         self.channels = [(simpy.Resource(self.env, 1), simpy.Resource(self.env, 1))   # (write, read)
                          for _ in range(p.n_agents)]
+        self._init_ipcq()
         for a in range(p.n_agents):
             self.env.process(self._agent(a))
 
-    # -- agents (design §4; spec_pe §4.3) -----------------------------------------------
+    def _init_ipcq(self) -> None:
+        """Queue-pair state (spec_ccl §1.2) and one recv server per channel."""
+        p, ch = self.p, self.p.channels
+        self.ch, n = ch, len(ch)
+        self.msgs = [[] for _ in range(n)]   # message k of a channel = its k-th SEND in program order
+        for a in range(p.n_agents):
+            for o in p.ops_of(a):
+                if p.op_code[o] == Op.SEND:
+                    self.msgs[p.op_target[o]].append(o)
+        self.head, self.tail_cache = [0] * n, [0] * n   # sender: my_head, peer_tail_cache
+        self.n_vis, self.tail = [0] * n, [0] * n        # receiver: peer_head_cache, my_tail
+        self.waiting, self.last_vis = [0] * n, [-np.inf] * n   # RECVs queued and not yet served; last t_vis
+        self.recv_q = [simpy.Store(self.env) for _ in range(n)]
+        # Parking events: a sender on a full ring, a recv server for the next message, an agent in RECV on any.
+        self.send_wait, self.vis_wait, self.any_wait = [None] * n, [None] * n, [None] * p.n_agents
+        self.rr = [0] * p.n_agents                      # round-robin cursor of RECV on any channel
+        for c in range(n):
+            self.env.process(self._recv_server(c))
+
+    # -- agents (design §4; spec_pe §4.3; spec_ccl §4.3) ---------------------------------
     def _agent(self, a: int):
         p, env = self.p, self.env
         yield env.timeout(p.agent_start_ns[a] - env.now)   # the clock starts at the earliest agent start
-        dmas = []                                  # this agent's DMAs issued so far
+        outstanding = []                           # this agent's DMAs and RECVs issued so far
         for o in p.ops_of(a):
             self.issue[o] = env.now
             code = p.op_code[o]
             if code == Op.START:
                 self.begin[o] = self.end[o] = env.now
             elif code in DMA:
-                dmas.append(o)
+                outstanding.append(o)
                 env.process(self._dma(a, o))
                 if not p.op_async[o]:
                     yield self.done[o]
+            elif code == Op.SEND:
+                yield from self._send_op(o)
+            elif code == Op.RECV:
+                yield from self._recv_op(a, o)
+                outstanding.append(o)
+                if not p.op_async[o]:
+                    yield self.done[o]
             elif code == Op.WAIT:
-                tgt = p.op_target[o]   # one op, or every outstanding DMA of this agent
-                pending = [self.done[k] for k in ([tgt] if tgt >= 0 else dmas) if not self.done[k].triggered]
+                tgt = p.op_target[o]   # one op, or every outstanding DMA and RECV of this agent
+                pending = [self.done[k] for k in ([tgt] if tgt >= 0 else outstanding) if not self.done[k].triggered]
                 if pending:
                     yield simpy.AllOf(env, pending)
                 self.begin[o], self.end[o] = self.issue[o], env.now
-            else:  # COMPUTE
+            else:  # COMPUTE and MATH: busy for op_arg ns
                 self.begin[o], self.end[o] = env.now, env.now + p.op_arg[o]
                 yield env.timeout(p.op_arg[o])
-            if code not in DMA:
+            if code not in DMA and code != Op.RECV:
                 self.done[o].succeed()
         self.finish[a] = env.now
 
@@ -120,8 +157,8 @@ class _Sim:
         host = p.agent_kind[a] == AgentKind.HOST
         channel = None if host else self.channels[a][0 if write else 1]
         req = channel.request() if channel else None
-        if req is not None:
-            yield req
+        if req is not None and not req.triggered:   # a free channel is taken at once: transfers an agent
+            yield req                                # issues at one instant reach the wire in program order
         self.begin[o] = env.now
         route = self.routes[p.op_route[o]]
         yield env.timeout(self.ovh[self.e_src[route[0]]])   # the source pays its overhead first
@@ -132,6 +169,113 @@ class _Sim:
         self.end[o] = env.now
         if req is not None:
             channel.release(req)
+
+    # -- IPCQ (spec_ccl §2, §4) ---------------------------------------------------------
+    def _at(self, t: float) -> simpy.Timeout:
+        """A timeout firing at the absolute time ``t`` (the delay is nudged until ``now + delay == t``)."""
+        now, d = self.env.now, max(t - self.env.now, 0.0)
+        while now + d < t:
+            d = math.nextafter(d, math.inf)
+        while d > 0 and now + d > t:
+            d = math.nextafter(d, -math.inf)
+        return self.env.timeout(d)
+
+    def _wake_time(self, since: float, now: float) -> float:
+        """Sleep wakes at the trigger ``now``; poll at the first tick of the grid started at ``since`` (§2.6)."""
+        poll = self.ch.poll_ns
+        return now if poll <= 0.0 or now <= since else since + np.ceil((now - since) / poll) * poll
+
+    def _poll(self, since: float):
+        t = self._wake_time(since, self.env.now)
+        if t > self.env.now:
+            yield self._at(t)
+
+    @staticmethod
+    def _wake(ev: simpy.Event | None) -> None:
+        if ev is not None and not ev.triggered:
+            ev.succeed()
+
+    def _slot(self, c: int, n: int) -> float:
+        """SLOT + HOP: tier setup + n / tier bw, plus the PE <-> bank hop (spec_ccl §2.7)."""
+        ch = self.ch
+        return ch.setup_ns[c] + n / ch.tier_bw[c] + n / ch.hop_bw[c]
+
+    def _send_op(self, o: int):
+        """SEND (§2.2): park while the ring is full, then inject the data and return at once."""
+        c = self.p.op_target[o]
+        while self.head[c] - self.tail_cache[c] >= self.ch.n_slots[c]:
+            since = self.env.now
+            self.send_wait[c] = self.env.event()   # woken by the credit worker (§2.5), then re-check
+            yield self.send_wait[c]
+            yield from self._poll(since)
+        self.head[c] += 1
+        self.begin[o] = self.end[o] = self.env.now
+        self.env.process(self._inject(o, self.routes[self.ch.route[c]]))
+
+    def _inject(self, o: int, route: list[int]):
+        yield self.env.timeout(self.ovh[self.e_src[route[0]]])   # the sender's pe_dma pays its overhead
+        self._send(_Txn(IPCQ, o, route, int(self.p.op_nbytes[o]), 0, WRITE, self.flit))
+
+    def _ipcq_arrive(self, txn: _Txn) -> None:
+        """Data reassembled at the receiver's pe_dma: slot write, then visible in order (§2.3, §4.6)."""
+        c = self.p.op_target[txn.op]
+        vis = max(self.env.now + self._slot(c, txn.nbytes), self.last_vis[c])
+        self.last_vis[c] = vis
+        self._at(vis).callbacks.append(lambda _: self._visible(c))
+
+    def _visible(self, c: int) -> None:
+        """Data and head become visible (§4.5): wake the channel's recv server, then any-channel waiters."""
+        self.n_vis[c] += 1
+        self._wake(self.vis_wait[c])
+        self._wake(self.any_wait[self.ch.dst[c]])
+
+    def _recv_op(self, a: int, o: int):
+        """RECV: pick the channel (round robin for RECV on any channel, §4.9) and queue on its server."""
+        c = self.p.op_target[o]
+        while c < 0 and (c := self._round_robin(a)) < 0:
+            since = self.env.now
+            self.any_wait[a] = self.env.event()
+            yield self.any_wait[a]
+            yield from self._poll(since)
+        self.waiting[c] += 1
+        self.recv_q[c].put(o)
+
+    def _round_robin(self, a: int) -> int:
+        """The first inbound channel from the cursor with a visible message and no queued RECV."""
+        ch = self.ch
+        inbound = ch.in_list[ch.in_ptr[a]:ch.in_ptr[a + 1]]
+        for j in range(len(inbound)):
+            c = inbound[(self.rr[a] + j) % len(inbound)]
+            if self.n_vis[c] > self.tail[c] and self.waiting[c] == 0:
+                self.rr[a] = (self.rr[a] + j + 1) % len(inbound)
+                return int(c)
+        return -1
+
+    def _recv_server(self, c: int):
+        """Serve the channel's RECVs in order, one at a time: the next begins when the previous ends (§2.4)."""
+        p, ch, env = self.p, self.ch, self.env
+        for msg in self.msgs[c]:
+            o = yield self.recv_q[c].get()
+            while self.n_vis[c] <= self.tail[c]:   # park until the message is visible
+                self.vis_wait[c] = env.event()
+                yield self.vis_wait[c]
+            self.waiting[c] -= 1
+            self.tail[c] += 1
+            t0 = self._wake_time(self.issue[o], env.now)   # poll: grid started at the recv's issue
+            t1 = t0 + (self._slot(c, int(p.op_nbytes[msg])) if p.op_arg[o] > 0.0 else 0.0)   # slot read
+            credit_at = t1 + ch.credit_ns[c]
+            end = credit_at if ch.credit_blocking else t1   # blocking: the recv returns with the credit (§2.4)
+            self.begin[o] = t0
+            done = self._at(end)
+            self._at(credit_at).callbacks.append(lambda _, v=self.tail[c]: self._credit(c, v))
+            yield done
+            self.end[o] = end
+            self.done[o].succeed()
+
+    def _credit(self, c: int, value: int) -> None:
+        """A credit lands at the sender (§2.5): the tail cache advances, a parked sender wakes."""
+        self.tail_cache[c] = max(self.tail_cache[c], value)
+        self._wake(self.send_wait[c])
 
     # -- transport (spec_fabric §5.1–§5.3) -----------------------------------------------
     def _send(self, txn: _Txn) -> None:
@@ -261,6 +405,8 @@ class _Sim:
             self._send(_Txn(PE_RESP, txn.op, self.routes[self.p.op_rroute[txn.op]], 0, 0, txn.dir, self.flit))
         elif txn.kind == D2H_CMD:
             self.env.process(self._chunk_loop(txn))
+        elif txn.kind == IPCQ:
+            self._ipcq_arrive(txn)
         else:   # PE_RESP back at pe_dma, H2D at the controller, D2H_DATA at pcie_ep
             self.done[txn.op].succeed()
 
