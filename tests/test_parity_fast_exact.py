@@ -30,7 +30,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import ProbeCase, build_catalogue
-from topo_cache import topo  # noqa: E402
+from topo_cache import destination, topo  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 REL = 1e-9
@@ -292,17 +292,7 @@ def _isolated_program(t: Tables, router: Router, flow: dict) -> Program:
     rng = np.random.default_rng(flow["seed"])
     n_pe = len(t.plan.pe_router)
     src_sip, src_cube = int(rng.integers(lay.n_sips)), int(rng.integers(lay.n_cubes_per_sip))
-    where = flow["where"]
-    if where == "other_sip" and lay.n_sips < 2:
-        where = "other_cube"
-    if where == "other_cube" and lay.n_cubes_per_sip < 2:
-        where = "same_cube"
-    dst_sip, dst_cube = src_sip, src_cube
-    if where == "other_cube":
-        dst_cube = int((src_cube + 1 + rng.integers(lay.n_cubes_per_sip - 1)) % lay.n_cubes_per_sip)
-    elif where == "other_sip":
-        dst_sip = int((src_sip + 1 + rng.integers(lay.n_sips - 1)) % lay.n_sips)
-        dst_cube = int(rng.integers(lay.n_cubes_per_sip))
+    dst_sip, dst_cube = destination(t, rng, flow["where"], src_sip, src_cube)
     addr = flow["addr"] & ~255 if flow["aligned"] else flow["addr"]
     b = ProgramBuilder(t, router, name=f"isolated:{flow}")
     a = b.host_agent(src_sip) if flow["host"] else b.pe_agent(pe_block(t, src_sip, src_cube, int(rng.integers(n_pe))))

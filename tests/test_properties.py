@@ -28,7 +28,7 @@ from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
-from topo_cache import topo  # noqa: E402
+from topo_cache import destination, topo  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 REL = 1e-9
@@ -86,17 +86,7 @@ def endpoints(t: Tables, route: dict) -> tuple[int, int, int, int, int]:
     rng = np.random.default_rng(route["seed"])
     n_pe = len(t.plan.pe_router)
     sip, cube, pe = int(rng.integers(lay.n_sips)), int(rng.integers(lay.n_cubes_per_sip)), int(rng.integers(n_pe))
-    where = route["where"]
-    if where == "other_sip" and lay.n_sips < 2:
-        where = "other_cube"
-    if where == "other_cube" and lay.n_cubes_per_sip < 2:
-        where = "same_cube"
-    d_sip, d_cube = sip, cube
-    if where == "other_cube":
-        d_cube = int((cube + 1 + rng.integers(lay.n_cubes_per_sip - 1)) % lay.n_cubes_per_sip)
-    elif where == "other_sip":
-        d_sip = int((sip + 1 + rng.integers(lay.n_sips - 1)) % lay.n_sips)
-        d_cube = int(rng.integers(lay.n_cubes_per_sip))
+    d_sip, d_cube = destination(t, rng, route["where"], sip, cube)
     return sip, cube, pe, hbm_ctrl(t, d_sip, d_cube, int(rng.integers(n_pe))), d_sip
 
 

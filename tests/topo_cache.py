@@ -22,3 +22,19 @@ def topo(overrides: dict) -> tuple[Tables, Router]:
         t = build_tables(load_system(overrides=ov))
         _TOPO_CACHE[key] = (t, Router(t))
     return _TOPO_CACHE[key]
+
+
+def destination(t: Tables, rng, where: str, sip: int, cube: int) -> tuple[int, int]:
+    """(sip, cube) of a destination ``where`` = same_cube / other_cube / other_sip from (sip, cube),
+    falling back to a nearer class when the topology has no second cube or SIP."""
+    lay = t.layout
+    if where == "other_sip" and lay.n_sips < 2:
+        where = "other_cube"
+    if where == "other_cube" and lay.n_cubes_per_sip < 2:
+        where = "same_cube"
+    if where == "other_cube":
+        return sip, int((cube + 1 + rng.integers(lay.n_cubes_per_sip - 1)) % lay.n_cubes_per_sip)
+    if where == "other_sip":
+        d_sip = int((sip + 1 + rng.integers(lay.n_sips - 1)) % lay.n_sips)
+        return d_sip, int(rng.integers(lay.n_cubes_per_sip))
+    return sip, cube
