@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system, parse_override
+from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
 from kbfast.errors import KbfastError
 
 console = Console()
@@ -34,24 +35,6 @@ def user_errors(fn: F) -> F:
             sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]
-
-
-_SUFFIX = {"": 1, "B": 1, "KB": 1000, "MB": 10**6, "GB": 10**9, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30,
-           "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``4096``, ``16KiB``, ``1MiB``, ``96KB`` (KB = 1000 B, KiB = 1024 B)."""
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
-    unit = m.group(2).upper() if m else None
-    if m is None or unit not in _SUFFIX:
-        raise KbfastError(f"size {text!r} is not understood; use bytes or a suffix: 256B, 16KiB, 1MiB, 96KB")
-    value = float(m.group(1)) * _SUFFIX[unit]
-    if value != int(value) or value < 0:
-        raise KbfastError(f"size {text!r} is not a whole, non-negative number of bytes")
-    return int(value)
 
 
 def load(topology: str | None, sets: list[str] | None) -> SystemSpec:

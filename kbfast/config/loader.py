@@ -93,6 +93,8 @@ def _model_at(path: list[str]) -> type[BaseModel] | None:
     """The pydantic model class found by walking ``path`` from SystemSpec."""
     model: Any = SystemSpec
     for key in path:
+        if key.isdigit():
+            continue  # an item of a list of models
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             return None
         field = model.model_fields.get(key)
@@ -126,6 +128,19 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), yaml.safe_load(value)
     except yaml.YAMLError:
         return key.strip(), value
+
+
+def check_key_path(label: str, dotted: str) -> None:
+    """Raise ``ConfigError`` (with did-you-mean) unless ``dotted`` names a key of the system schema."""
+    parts = dotted.split(".")
+    for depth, key in enumerate(parts):
+        model = _model_at(parts[:depth])
+        if key.isdigit() or (model is None and _is_mapping_field(parts[:depth])):
+            continue
+        if model is None:
+            raise ConfigError(label, dotted, None, f"{'.'.join(parts[:depth])} has no sub-keys")
+        if key not in model.model_fields:
+            raise ConfigError(label, dotted, None, f"unknown key {key!r}", did_you_mean(key, list(model.model_fields)))
 
 
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any], label: str = "--set") -> dict[str, Any]:

@@ -1,0 +1,43 @@
+"""Sizes with suffixes and geometric ranges, as users write them on the command line and in sweep specs."""
+
+from __future__ import annotations
+
+import re
+
+from kbfast.errors import KbfastError
+
+_SUFFIX = {"": 1, "B": 1, "KB": 1000, "MB": 10**6, "GB": 10**9, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30,
+           "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+_GEOM = re.compile(r"\s*geom\(\s*([^,]+?)\s*,\s*([^,]+?)\s*,\s*[xX]\s*(\d+(?:\.\d+)?)\s*\)\s*")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``4096``, ``16KiB``, ``1MiB``, ``96KB`` (KB = 1000 B, KiB = 1024 B)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).upper() if m else None
+    if m is None or unit not in _SUFFIX:
+        raise KbfastError(f"size {text!r} is not understood; use bytes or a suffix: 256B, 16KiB, 1MiB, 96KB")
+    value = float(m.group(1)) * _SUFFIX[unit]
+    if value != int(value) or value < 0:
+        raise KbfastError(f"size {text!r} is not a whole, non-negative number of bytes")
+    return int(value)
+
+
+def is_geom(text: object) -> bool:
+    """Whether ``text`` is written as a geometric range ``geom(START, STOP, xFACTOR)``."""
+    return isinstance(text, str) and text.strip().startswith("geom(")
+
+
+def parse_geom(text: str) -> list[int]:
+    """``geom(16B, 64MiB, x2)`` -> [16, 32, ..., 64 MiB]: START * FACTOR**k up to and including STOP."""
+    m = _GEOM.fullmatch(text)
+    if m is None:
+        raise KbfastError(f"range {text!r} is not understood; write geom(START, STOP, xFACTOR), e.g. geom(16B, 64MiB, x2)")
+    start, stop, factor = parse_size(m.group(1)), parse_size(m.group(2)), float(m.group(3))
+    if start <= 0 or stop < start or factor <= 1:
+        raise KbfastError(f"range {text!r} needs 0 < START <= STOP and a factor > 1")
+    out, value = [], float(start)
+    while value <= stop * (1 + 1e-12):
+        out.append(int(round(value)))
+        value *= factor
+    return out
