@@ -18,7 +18,7 @@ from kbfast.config import load_system
 from kbfast.exact import run_exact
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.probes import build_catalogue, random_pe_flows
 
 
 @dataclass(frozen=True)
@@ -54,21 +54,6 @@ def bench_topology_1024() -> list[BenchRow]:
                      f"{t.n_nodes:,} nodes, {t.n_edges:,} edges"),
             BenchRow("topology memory, 1024 SIPs", peak / 2**20, "MiB", "<= 1024 MiB", peak <= 2**30,
                      f"tables {t.nbytes() / 2**20:.0f} MiB, peak during build {peak / 2**20:.0f} MiB")]
-
-
-def random_pe_flows(t, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` random (pe_dma, HBM controller) node pairs anywhere in the system."""
-    lay = t.layout
-    rng = np.random.default_rng(seed)
-    n_pe = len(t.plan.pe_router)
-    stride = len(t.cube_names[t.cube_names.index("pe0.pe_dma"):t.cube_names.index("pe1.pe_dma")])
-
-    def nodes(name: str, step: int) -> np.ndarray:
-        sips, cubes = rng.integers(0, lay.n_sips, n), rng.integers(0, lay.n_cubes_per_sip, n)
-        return (1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube
-                + t.cube_names.index(name) + step * rng.integers(0, n_pe, n))
-
-    return nodes("pe0.pe_dma", stride), nodes("hbm_ctrl.pe0", 1)
 
 
 def bench_routes_1024(n: int = 100_000) -> list[BenchRow]:
@@ -202,6 +187,37 @@ def bench_allreduce() -> list[BenchRow]:
     return rows
 
 
+def bench_sweep(n_random: int | None = None) -> list[BenchRow]:
+    """The bundled 10^5-point mixed all-reduce sweep end to end (expansion, batches, 2 processes, Parquet), and
+    the share of one process's time spent outside the evaluators on a 10^4-point cut of it."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from kbfast.sweep.runner import run_sweep
+    from kbfast.sweep.spec import load_spec
+
+    spec = load_spec("mixed_1e5")
+
+    def cut(n: int):
+        axes = [spec.axes[0], {"random": {**spec.axes[1]["random"], "n": n}}]
+        return replace(spec, axes=axes)
+
+    full = cut(n_random) if n_random else spec
+    with tempfile.TemporaryDirectory() as tmp:
+        run_sweep(cut(2), Path(tmp) / "warm")   # JIT caches
+        one = run_sweep(cut(1000), Path(tmp) / "one")
+        t0 = time.perf_counter()
+        out = run_sweep(full, Path(tmp) / "full", jobs=2)
+        wall = time.perf_counter() - t0
+    n = out.n_points
+    overhead = (one.wall_s - one.eval_s) / one.wall_s
+    return [BenchRow(f"sweep: mixed all-reduce sweep end to end, 2 processes ({n:,} points)", wall, "s",
+                     "<= 60 s for 1e5", wall <= 60.0 * n / 1e5, f"{n / wall * 60:,.0f} points/min, {out.n_errors} errors"),
+            BenchRow("sweep: time outside the evaluators, 1 process", 100 * overhead, "%", "<= 10 %", overhead <= 0.10,
+                     f"{one.n_points:,} points in {one.wall_s:.1f} s, {one.eval_s:.1f} s in evaluators")]
+
+
 BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "topology": bench_topology_1024,
     "routes": bench_routes_1024,
@@ -209,4 +225,5 @@ BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "simpy": bench_simpy_ratio,
     "flows": bench_fast_flows,
     "allreduce": bench_allreduce,
+    "sweep": bench_sweep,
 }

@@ -8,6 +8,7 @@ from kbfast import __version__
 from kbfast.cli.bench import bench
 from kbfast.cli.probe import probe
 from kbfast.cli.run import run_app
+from kbfast.cli.sweep import check, plot, sweep
 from kbfast.cli.topo import topo_app
 
 app = typer.Typer(
@@ -17,6 +18,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("sweep")(sweep)
+app.command("check")(check)
+app.command("plot")(plot)
 app.add_typer(topo_app, name="topo")
 app.command("probe")(probe)
 app.command("bench")(bench)

@@ -151,3 +151,31 @@ def select(catalogue: dict[str, ProbeCase], names: list[str] | None) -> list[Pro
         out.append(catalogue[n])
     return out
 
+
+def random_pe_flows(t: Tables, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` random (pe_dma, HBM controller) node pairs anywhere in the system."""
+    lay = t.layout
+    rng = np.random.default_rng(seed)
+    n_pe = len(t.plan.pe_router)
+    stride = len(t.cube_names[t.cube_names.index("pe0.pe_dma"):t.cube_names.index("pe1.pe_dma")])
+
+    def nodes(name: str, step: int) -> np.ndarray:
+        sips, cubes = rng.integers(0, lay.n_sips, n), rng.integers(0, lay.n_cubes_per_sip, n)
+        return (1 + sips * lay.nodes_per_sip + lay.io_nodes + cubes * lay.nodes_per_cube
+                + t.cube_names.index(name) + step * rng.integers(0, n_pe, n))
+
+    return nodes("pe0.pe_dma", stride), nodes("hbm_ctrl.pe0", 1)
+
+
+def random_traffic(t: Tables, n_flows: int, seed: int = 0) -> ProbeCase:
+    """A DMA traffic pattern: ``n_flows`` PEs anywhere each write to a random HBM slice, all at once.
+
+    Issuers and targets are drawn independently with replacement, so flows may share a DMA engine or a
+    controller; each flow uses its own 1 MiB region of its target slice.
+    """
+    if n_flows <= 0:
+        raise KbfastError(f"traffic needs n_flows > 0 (got {n_flows})")
+    src, dst = random_pe_flows(t, n_flows, seed)
+    flows = tuple(Flow(int(s), int(d), i << 20) for i, (s, d) in enumerate(zip(src, dst)))
+    return ProbeCase(f"traffic_random_{n_flows}", "pe_dma", f"{n_flows} random PE DMA writes (seed {seed})", flows,
+                     "traffic")

@@ -1,0 +1,149 @@
+"""``kbfast sweep``, ``kbfast check`` and ``kbfast plot`` (design §9)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import pandas as pd
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from kbfast.cli.common import console, err_console, user_errors
+from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
+from kbfast.sweep.evaluate import make_batches
+from kbfast.sweep.runner import run_local, check_sample, read_table, run_sweep
+from kbfast.sweep.spec import load_spec
+
+
+class Fmt(str, Enum):
+    parquet = "parquet"
+    csv = "csv"
+
+
+SpecArg = Annotated[str, typer.Argument(help="Sweep spec YAML, or a bundled spec: seed36, buffer_kinds, scaling, "
+                                             "ucie_whatif.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Local worker processes.")]
+
+
+@contextmanager
+def _progress(label: str) -> Iterator:
+    """A rich progress bar (points done / total, points per second, ETA) on stderr; yields the update callback."""
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                   console=err_console, transient=False)
+    state = {"task": None, "t0": time.perf_counter(), "start": 0}
+
+    def update(done: int, total: int) -> None:
+        if state["task"] is None:
+            state["task"] = bar.add_task(label, total=total, completed=done, rate="")
+            state["start"] = done
+            return
+        rate = (done - state["start"]) / max(time.perf_counter() - state["t0"], 1e-9)
+        bar.update(state["task"], completed=done, rate=f"{rate:,.0f} pts/s")
+
+    with bar:
+        yield update
+
+
+def _print_table(df: pd.DataFrame, title: str, floatfmt: str = "{:,.3f}") -> None:
+    table = Table(df.index.name or "", *map(str, df.columns), title=title)
+    for idx, row in df.iterrows():
+        table.add_row(str(idx), *[floatfmt.format(v) if isinstance(v, float) else str(v) for v in row])
+    console.print(table)
+
+
+def _print_check(df: pd.DataFrame) -> None:
+    chk = check_summary(df)
+    if chk:
+        console.print("fast vs exact: " + "; ".join(f"{k} {v}" for k, v in check_text(chk).items()))
+
+
+@user_errors
+def sweep(
+    spec: SpecArg,
+    out: Annotated[Path | None, typer.Option(help="Output folder (default results/<spec name>).")] = None,
+    fmt: Annotated[Fmt, typer.Option("--format", help="parquet or csv")] = Fmt.parquet,
+    jobs: JobsOpt = 1,
+    scheduler: Annotated[str | None, typer.Option(help="Dask scheduler address (tcp://host:8786), or 'local' to "
+                                                       "start a LocalCluster of --jobs workers.")] = None,
+    check: Annotated[int, typer.Option(help="Replay K random points exactly and record the fast-vs-exact error.")] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="Keep the points already saved in --out; do the rest.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Discard results already in --out.")] = False,
+    exact: Annotated[bool, typer.Option("--exact", help="Evaluate every point exactly (slow).")] = False,
+    links: Annotated[bool, typer.Option("--links", help="Also write links.<fmt>: per point and edge.")] = False,
+    pcs: Annotated[bool, typer.Option("--pcs", help="Also write pcs.<fmt>: per point, controller and PC.")] = False,
+    plots: Annotated[bool, typer.Option(help="Write the default plots.")] = True,
+) -> None:
+    """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
+    s = load_spec(spec)
+    out = out or Path("results") / s.name
+    with _progress(f"sweep {s.name}") as update:
+        res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
+                        progress=update)
+    df = res.results
+    pngs = default_plots(df, out / "plots") if plots else []
+    rate = res.n_evaluated / res.wall_s if res.wall_s > 0 else 0.0
+    facts = {"spec": s.label, "mode": s.mode, "points": res.n_points, "evaluated now": res.n_evaluated,
+             "errors": res.n_errors, "wall time": f"{res.wall_s:.2f} s ({rate:,.0f} points/s)",
+             "results": ", ".join(str(f) for f in res.files)}
+    summary = write_summary(df, out / "summary.md", s.name, facts, pngs)
+    table = summary_table(df)
+    if not table.empty:
+        _print_table(table, f"{s.name}: latency")
+    _print_check(df)
+    if res.n_errors:
+        err_console.print(f"[yellow]{res.n_errors} point(s) failed; their errors are in the 'error' column[/]")
+    console.print(f"{res.n_points} points ({res.n_evaluated} evaluated) in {res.wall_s:.2f} s; "
+                  f"written: {', '.join(str(f) for f in [*res.files, summary, *pngs])}")
+
+
+@user_errors
+def check(
+    spec: SpecArg,
+    sample: Annotated[int, typer.Option(help="How many random points to cross-check.")] = 5,
+    seed: Annotated[int | None, typer.Option(help="Sample seed (default: the spec's).")] = None,
+    jobs: JobsOpt = 1,
+    out: Annotated[Path | None, typer.Option(help="Also write the parity table as CSV.")] = None,
+) -> None:
+    """Cross-check K random points of a sweep fast vs exact and print a parity table."""
+    s = load_spec(spec)
+    points = s.points()
+    chosen = check_sample(len(points), sample, s.seed if seed is None else seed)
+    picked = [p for p in points if p.index in chosen]
+    rows = []
+    with _progress(f"check {s.name}") as update:
+        update(0, len(picked))
+        for batch, res in run_local(make_batches(picked, "fast", chosen, max_points=1), jobs):
+            rows.append(res.rows)
+            update(sum(len(r) for r in rows), len(picked))
+    df = pd.concat(rows, ignore_index=True).sort_values("point").set_index("point")
+    cols = [c for c in (*series_columns(df.reset_index(), x=""), "latency_ns", "exact_latency_ns", "rel_error",
+                        "exact_in_bounds", "error", "check_error") if c in df]
+    _print_table(df[cols], f"{s.name}: fast vs exact", "{:,.4g}")
+    _print_check(df)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        df.reset_index().to_csv(out, index=False)
+        console.print(f"parity table written to {out}")
+
+
+@user_errors
+def plot(
+    results: Annotated[Path, typer.Argument(help="results.parquet or results.csv of a sweep.")],
+    x: Annotated[str, typer.Option(help="Column on the x axis.")] = "size",
+    y: Annotated[str, typer.Option(help="Column on the y axis.")] = "latency_ns",
+    hue: Annotated[list[str] | None, typer.Option(help="Column(s) that split the lines (default: the varying "
+                                                       "inputs).")] = None,
+    out: Annotated[Path | None, typer.Option(help="PNG file (default: <y>_vs_<x>.png beside RESULTS).")] = None,
+) -> None:
+    """Re-plot saved sweep results without recomputing anything."""
+    df = read_table(results)
+    png = plot_xy(df, x, y, hue if hue else series_columns(df, x), out or results.parent / f"{y}_vs_{x}.png",
+                  f"{y} vs {x}")
+    console.print(f"plot written to {png}")

@@ -1,0 +1,282 @@
+"""Evaluate sweep points in batches that share a topology (design §6 "batched", §8 outputs, §10).
+
+Points whose system differs only in the IPCQ buffer kind and ring depth, and
+whose all-reduce differs only in size, form one batch: the tables are built and
+the collective planned once, and ``allreduce_points`` evaluates them in one
+jitted call.  Other workloads share the tables of their batch and are evaluated
+point by point.  A point that raises is recorded with its error; if a batched
+call fails, its points are retried one at a time so that only the bad ones
+fail.  A point's result never depends on which batch it was in, so results are
+the same whatever the number of jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kbfast import __version__
+from kbfast.config.loader import apply_overrides, load_raw, validate
+from kbfast.config.schema import SystemSpec
+from kbfast.errors import KbfastError
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.fast.points import allreduce_points
+from kbfast.ir import Program
+from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator
+from kbfast.sweep.spec import Point
+from kbfast.topology.builder import Tables, build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import Collective, allreduce, busbw_gbps, pe2pe
+from kbfast.workloads.probes import build_catalogue, random_traffic, select
+
+BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
+METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
+           "n_ranks")
+CHECK_COLUMNS = ("exact_latency_ns", "rel_error", "exact_in_bounds")
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Points evaluated together; ``check`` holds the indices of points to replay exactly as well."""
+
+    id: int
+    points: tuple[Point, ...]
+    mode: str
+    check: frozenset[int] = frozenset()
+    links: bool = False
+    pcs: bool = False
+
+
+@dataclass
+class BatchResult:
+    batch_id: int
+    rows: pd.DataFrame
+    links: pd.DataFrame | None = None
+    pcs: pd.DataFrame | None = None
+    eval_s: float = 0.0          # time inside the evaluators (the kernels), for the overhead figure
+    errors: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _shared_key(p: Point, mode: str) -> str:
+    """Points with the same key share a batch: same base, same overrides and workload up to the batched keys."""
+    batched = p.workload["kind"] == "allreduce" and mode == "fast"
+    over = {k: v for k, v in p.overrides.items() if not (batched and k in BATCHED_KEYS)}
+    work = {k: v for k, v in p.workload.items() if k != "size"}
+    return json.dumps([p.topology, over, work], sort_keys=True, default=str)
+
+
+def make_batches(points: list[Point], mode: str, check: set[int] | None = None, max_points: int = 4096,
+                 links: bool = False, pcs: bool = False) -> list[Batch]:
+    """Group points by shared topology and workload (in order of first appearance), split at ``max_points``."""
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        groups.setdefault(_shared_key(p, mode), []).append(p)
+    check = check or set()
+    batches: list[Batch] = []
+    for members in groups.values():
+        for i in range(0, len(members), max_points):
+            chunk = tuple(members[i:i + max_points])
+            batches.append(Batch(len(batches), chunk, mode, frozenset(p.index for p in chunk if p.index in check),
+                                 links, pcs))
+    return batches
+
+
+@lru_cache(maxsize=16)
+def _raw(topology: str) -> tuple[str, dict]:
+    return load_raw(topology)
+
+
+@lru_cache(maxsize=256)
+def _system(topology: str, overrides_json: str) -> SystemSpec:
+    label, data = _raw(topology)
+    return validate(label, apply_overrides(data, json.loads(overrides_json), label=f"{label} (sweep axis)"))
+
+
+def _system_key(p: Point) -> tuple[str, str]:
+    return p.topology, json.dumps(p.overrides, sort_keys=True, default=str)
+
+
+def system_of(p: Point) -> SystemSpec:
+    """The validated system of a point (ConfigError names the topology file and the key); cached, as a
+    batch holds few distinct systems."""
+    return _system(*_system_key(p))
+
+
+@lru_cache(maxsize=4)
+def _tables(topology: str, overrides_json: str) -> tuple[Tables, Router]:
+    t = build_tables(_system(topology, overrides_json))
+    return t, Router(t)
+
+
+def tables_of(p: Point) -> tuple[Tables, Router]:
+    """Tables and router of a point's system, cached per process for the few systems a batch touches."""
+    return _tables(*_system_key(p))
+
+
+def _program(p: Point) -> tuple[Program, Collective | None, Any]:
+    """The workload's Program; collectives return their ``Collective``, probes and traffic their case."""
+    t, router = tables_of(p)
+    w = p.workload
+    kind, size = w["kind"], int(w["size"])
+    if kind == "allreduce":
+        c = allreduce(t, router, size, w["algorithm"], w["ranks"])
+        return c.program, c, None
+    if kind == "pe2pe":
+        c = pe2pe(t, router, w["hop"], size, raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
+        return c.program, c, None
+    if kind == "probe":
+        case = select(build_catalogue(t, router), [str(w["case"])])[0]
+    elif w["pattern"] == "random":
+        case = random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
+    else:
+        raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
+    return case.program(t, router, size), None, case
+
+
+def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
+    """Metrics of one point on one evaluator."""
+    prog, coll, case = _program(p)
+    size = int(p.workload["size"])
+    if case is not None:
+        t, router = tables_of(p)
+        row = evaluate_case(t, router, case, size, exact_evaluator if exact else fast_evaluator)
+        lat = row["makespan_ns"]
+        out = {"latency_ns": lat, "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
+               "latency_hi_ns": row.get("makespan_hi_ns", np.nan), "busbw_gbps": np.nan,
+               "effective_bw_gbps": row["effective_bw_gbps"], "contention": row.get("contention", np.nan),
+               "n_ranks": case.n_issuers, "util_single": row["util_single"], "util_aggregate": row["util_aggregate"]}
+        return out
+    res = run_exact(prog) if exact else run_fast(prog)
+    lat = float(res.agent_finish_ns.max() - coll.launch_ns)
+    out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
+           "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if p.workload["kind"] == "allreduce" else np.nan,
+           "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
+    if not exact:
+        out.update(latency_lo_ns=float(res.agent_finish_lo_ns.max() - coll.launch_ns),
+                   latency_hi_ns=float(res.agent_finish_hi_ns.max() - coll.launch_ns), contention=res.contention)
+    return out
+
+
+def _allreduce_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
+    """All points of a batch in one ``allreduce_points`` call (they share everything but the batched keys)."""
+    specs = [system_of(p) for p in points]
+    t, router = tables_of(points[0])
+    w = points[0].workload
+    df = allreduce_points(t, router, [int(p.workload["size"]) for p in points], [s.ipcq.buffer_kind for s in specs],
+                          [s.ipcq.n_slots for s in specs], w["algorithm"], w["ranks"])
+    out = []
+    for row in df.itertuples(index=False):
+        out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
+                    "latency_hi_ns": row.latency_hi_ns, "busbw_gbps": row.busbw_gbps,
+                    "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
+                    "contention": bool(row.contention), "n_ranks": row.n_ranks})
+    return out
+
+
+def _describe(p: Point) -> dict[str, Any]:
+    """The resolved, standard input columns of a point (whatever its axes were)."""
+    w = p.workload
+    out: dict[str, Any] = {"topology": p.topology, "workload": w["kind"], "size": int(w["size"])}
+    out.update({k: w[k] for k in ("algorithm", "hop", "case") if k in w})
+    try:
+        s = system_of(p)
+    except KbfastError:
+        return out
+    out.update(sip_topology=s.sips.topology, n_sips=s.sips.count, buffer_kind=s.ipcq.buffer_kind,
+               n_slots=s.ipcq.n_slots)
+    return out
+
+
+def _error_text(err: Exception) -> str:
+    return str(err) if isinstance(err, KbfastError) else f"{type(err).__name__}: {err}"
+
+
+def evaluate_batch(batch: Batch) -> BatchResult:
+    """Evaluate every point of ``batch``; never raises for a point's own problem."""
+    t0 = time.perf_counter()
+    metrics: dict[int, dict[str, Any]] = {}
+    errors: dict[int, str] = {}
+    kernel_s = 0.0
+    pts = batch.points
+    if batch.mode == "fast" and pts[0].workload["kind"] == "allreduce" and len(pts) > 1:
+        k0 = time.perf_counter()
+        try:
+            metrics.update(zip((p.index for p in pts), _allreduce_fast(pts)))
+        except Exception:   # noqa: BLE001 - retried point by point below, which records each point's own error
+            pass
+        kernel_s += time.perf_counter() - k0
+    for p in pts:
+        if p.index in metrics:
+            continue
+        k0 = time.perf_counter()
+        try:
+            if batch.mode == "fast" and p.workload["kind"] == "allreduce":
+                metrics[p.index] = _allreduce_fast((p,))[0]
+            else:
+                metrics[p.index] = evaluate_point(p, batch.mode == "exact")
+        except Exception as err:   # noqa: BLE001 - a failing point is recorded, the sweep goes on (design §10)
+            errors[p.index] = _error_text(err)
+        kernel_s += time.perf_counter() - k0
+    rows = []
+    for p in pts:
+        row: dict[str, Any] = {"point": p.index, **p.params, **_describe(p)}
+        row.update(metrics.get(p.index, {}))
+        row["error"] = errors.get(p.index)
+        rows.append(row)
+    checks, k_s = _cross_check(batch, metrics)
+    kernel_s += k_s
+    for row in rows:
+        row.update(checks.get(row["point"], {}))
+    for row, p in zip(rows, pts):
+        row.update(kbfast_version=__version__, config_hash=p.config_hash, mode=batch.mode)
+    links, pcs = _occupancy(batch, errors)
+    df = pd.DataFrame(rows)
+    return BatchResult(batch.id, df, links, pcs, kernel_s, len(errors), {"wall_s": time.perf_counter() - t0})
+
+
+def _cross_check(batch: Batch, metrics: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], float]:
+    """Replay the batch's checked points exactly: the exact latency, the relative error and whether the
+    fast bounds hold (design §7)."""
+    out: dict[int, dict[str, Any]] = {}
+    k0 = time.perf_counter()
+    for p in batch.points:
+        if p.index not in batch.check or p.index not in metrics or batch.mode == "exact":
+            continue
+        fast = metrics[p.index]
+        try:
+            ex = evaluate_point(p, exact=True)["latency_ns"]
+        except Exception as err:   # noqa: BLE001 - recorded with the point
+            out[p.index] = {"check_error": _error_text(err)}
+            continue
+        lo, hi = fast["latency_lo_ns"], fast["latency_hi_ns"]
+        tol = 1e-9 * max(abs(ex), 1.0)
+        out[p.index] = {"exact_latency_ns": ex, "rel_error": (fast["latency_ns"] - ex) / ex if ex else 0.0,
+                        "exact_in_bounds": bool(lo - tol <= ex <= hi + tol) if np.isfinite(lo) else None}
+    return out, time.perf_counter() - k0
+
+
+def _occupancy(batch: Batch, errors: dict[int, str]) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """Per (point, edge) and per (point, controller, pc) tables, when asked for (one more evaluation per point)."""
+    if not (batch.links or batch.pcs):
+        return None, None
+    links, pcs = [], []
+    for p in batch.points:
+        if p.index in errors:
+            continue
+        prog = _program(p)[0]
+        res = run_exact(prog) if batch.mode == "exact" else run_fast(prog)
+        tag = {"point": p.index, "config_hash": p.config_hash}
+        if batch.links:
+            links.append(res.edges.assign(**tag))
+        if batch.pcs:
+            pcs.append(res.pcs.assign(**tag))
+    cat = lambda parts: pd.concat(parts, ignore_index=True) if parts else None  # noqa: E731
+    return cat(links), cat(pcs)

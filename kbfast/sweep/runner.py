@@ -1,0 +1,227 @@
+"""Run a sweep: batches on this process, a local process pool or a Dask cluster, saved as they finish (design §10).
+
+Every finished batch is written at once to ``DIR/parts/`` (a temp file, then an
+atomic rename), so Ctrl-C or a kill loses only batches still running.
+``resume`` reads the parts, skips the points whose config hash is there and
+evaluates the rest.  At the end the parts are joined, in point order, into
+``DIR/results.<fmt>`` (and ``links``/``pcs`` tables when asked for).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kbfast.errors import KbfastError
+from kbfast.sweep.evaluate import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
+from kbfast.sweep.spec import Point, SweepSpec
+
+FORMATS = ("parquet", "csv")
+PROVENANCE = ("kbfast_version", "config_hash", "mode", "param_set", "seed")
+STANDARD = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "hop", "case", "size", "buffer_kind",
+            "n_slots")
+
+
+class SweepInterrupted(KbfastError):
+    """Ctrl-C during a sweep: what finished is saved; ``--resume`` continues."""
+
+    exit_code = 130
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep produced: the results table and where it went, with timing for the overhead figure."""
+
+    spec: SweepSpec
+    out_dir: Path
+    results: pd.DataFrame
+    files: list[Path]
+    n_points: int
+    n_evaluated: int
+    wall_s: float
+    eval_s: float
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n_errors(self) -> int:
+        return int(self.results["error"].notna().sum()) if "error" in self.results else 0
+
+
+def atomic_write(df: pd.DataFrame, path: Path) -> None:
+    """Write ``df`` as Parquet or CSV (by suffix) to a temp file beside ``path``, then rename it into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if path.suffix == ".csv":
+        df.to_csv(tmp, index=False)
+    else:
+        df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A results table written by ``atomic_write`` (Parquet or CSV by suffix)."""
+    if not path.is_file():
+        raise KbfastError(f"{path}: no such results file")
+    return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+
+
+def _tidy(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns that mix types (an axis of ``[null, 2]`` next to strings) become text, so Parquet accepts them."""
+    for col in df.columns:
+        if df[col].dtype == object:
+            types = {type(v) for v in df[col] if v is not None and not (isinstance(v, float) and np.isnan(v))}
+            if len(types) > 1:
+                df[col] = df[col].map(lambda v: None if v is None else str(v))
+    return df
+
+
+def _part_name(batch: Batch) -> str:
+    digest = hashlib.sha256("".join(p.config_hash for p in batch.points).encode()).hexdigest()[:16]
+    return f"{digest}-{len(batch.points)}"
+
+
+def _save(parts: Path, batch: Batch, res: BatchResult) -> None:
+    name = _part_name(batch)
+    for kind, df in (("links", res.links), ("pcs", res.pcs)):
+        if df is not None:
+            atomic_write(df, parts / f"{kind}-{name}.parquet")
+    atomic_write(_tidy(res.rows), parts / f"results-{name}.parquet")   # last: its presence marks the batch done
+
+
+def _read_parts(parts: Path, kind: str) -> pd.DataFrame | None:
+    files = sorted(parts.glob(f"{kind}-*.parquet"))
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else None
+
+
+def check_sample(n_points: int, k: int, seed: int) -> set[int]:
+    """The ``k`` point indices to cross-check exactly, drawn from the spec's seed (independent of jobs)."""
+    if k <= 0 or n_points == 0:
+        return set()
+    rng = np.random.default_rng(seed)
+    return {int(i) for i in rng.choice(n_points, size=min(k, n_points), replace=False)}
+
+
+def run_local(batches: list[Batch], jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
+    if jobs <= 1:
+        for b in batches:
+            yield b, evaluate_batch(b)
+        return
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(evaluate_batch, b): b for b in batches}
+        try:
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
+def _run_dask(batches: list[Batch], scheduler: str, jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
+    try:
+        from dask.distributed import Client, LocalCluster
+        from dask.distributed import as_completed as dask_completed
+    except ImportError:
+        raise KbfastError("--scheduler needs Dask distributed: pip install 'kbfast[dist]'") from None
+    if scheduler == "local":
+        cluster = LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1, processes=True, dashboard_address=None)
+    elif scheduler.startswith(("tcp://", "tls://", "inproc://", "ws://")):
+        cluster = None
+    else:
+        raise KbfastError(f"--scheduler {scheduler!r}: give a scheduler address like tcp://host:8786, or 'local'")
+    try:
+        client = Client(cluster if cluster is not None else scheduler, timeout="30s")
+    except OSError as err:
+        raise KbfastError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({err})") from None
+    try:
+        futures = {client.submit(evaluate_batch, b, pure=False, key=f"kbfast-batch-{_part_name(b)}"): b
+                   for b in batches}
+        for fut in dask_completed(list(futures)):
+            yield futures[fut], fut.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _order_columns(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
+    """Inputs (axis keys, then the standard columns), metrics, errors and checks, provenance.  An axis
+    ``workload.<field>`` is the standard column ``<field>`` and is not repeated."""
+    df = df.drop(columns=[f"workload.{c}" for c in STANDARD if f"workload.{c}" in df])
+    first = ["point", *[k for k in spec.axis_keys if k not in STANDARD], *STANDARD]
+    last = ["error", *CHECK_COLUMNS, "check_error", *PROVENANCE]
+    middle = [*METRICS]
+    cols = [c for c in first if c in df] + [c for c in middle if c in df]
+    cols += [c for c in df.columns if c not in cols and c not in last] + [c for c in last if c in df]
+    return df[cols]
+
+
+def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
+    """One row per point, in point order, from the saved parts (a point found twice keeps its newest row)."""
+    saved = _read_parts(parts, "results")
+    order = pd.DataFrame({"point": [p.index for p in points], "config_hash": [p.config_hash for p in points]})
+    if saved is None:
+        return order.iloc[:0]
+    rows = saved.drop(columns=["point"]).drop_duplicates("config_hash", keep="last")
+    df = _tidy(order.merge(rows, on="config_hash", how="inner"))   # parts may disagree on a column's type
+    df["param_set"] = spec.name
+    df["seed"] = spec.seed
+    return _order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 1, scheduler: str | None = None,
+              check: int = 0, resume: bool = False, overwrite: bool = False, exact: bool = False,
+              links: bool = False, pcs: bool = False, max_batch: int = 4096,
+              progress: Callable[[int, int], None] | None = None) -> SweepOutcome:
+    """Evaluate every point of ``spec`` and write the results; ``progress(done, total)`` after each batch."""
+    if fmt not in FORMATS:
+        raise KbfastError(f"--format {fmt!r}: use parquet or csv")
+    if jobs < 1:
+        raise KbfastError(f"--jobs {jobs}: use 1 or more")
+    t0 = time.perf_counter()
+    spec = replace(spec, mode="exact" if exact else spec.mode)
+    points = spec.points()
+    parts = out_dir / "parts"
+    if parts.exists() and any(parts.iterdir()) and not resume:
+        if not overwrite:
+            raise KbfastError(f"{out_dir} already holds sweep results: pass --resume to finish them, --overwrite to "
+                              "start again, or choose another --out")
+        shutil.rmtree(parts)
+    parts.mkdir(parents=True, exist_ok=True)
+    saved = _read_parts(parts, "results")
+    done = set(saved["config_hash"]) if saved is not None else set()
+    pending = [p for p in points if p.config_hash not in done]
+    batches = make_batches(pending, spec.mode, check_sample(len(points), check, spec.seed), max_batch, links, pcs)
+    if progress:
+        progress(len(points) - len(pending), len(points))
+    finished, eval_s = len(points) - len(pending), 0.0
+    runner = _run_dask(batches, scheduler, jobs) if scheduler else run_local(batches, jobs)
+    try:
+        for batch, res in runner:
+            _save(parts, batch, res)
+            finished += len(batch.points)
+            eval_s += res.eval_s
+            if progress:
+                progress(finished, len(points))
+    except KeyboardInterrupt:
+        raise SweepInterrupted(f"interrupted: {finished} of {len(points)} points are saved in {parts}; "
+                               "run the same command with --resume to finish") from None
+    results = assemble(spec, points, parts)
+    files = [out_dir / f"results.{fmt}"]
+    atomic_write(results, files[0])
+    for kind, wanted in (("links", links), ("pcs", pcs)):
+        table = _read_parts(parts, kind) if wanted else None
+        if table is not None:
+            files.append(out_dir / f"{kind}.{fmt}")
+            atomic_write(table[table["config_hash"].isin(set(results["config_hash"]))].reset_index(drop=True),
+                         files[-1])
+    return SweepOutcome(spec, out_dir, results, files, len(points), len(pending), time.perf_counter() - t0, eval_s)

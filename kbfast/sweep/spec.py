@@ -1,0 +1,318 @@
+"""Sweep specs: a base topology, a workload and parameter axes, expanded into points (design §1, §8).
+
+A spec is a YAML mapping::
+
+    name: seed36
+    topology: torus6                 # preset or topology YAML (an axis may vary it)
+    workload: {kind: allreduce, algorithm: lrab, size: 96KiB}
+    set: {ipcq.buffer_kind: tcm}     # fixed overrides for every point
+    seed: 0
+    axes:
+      - zip:  {topology: [ring6, torus6, mesh6]}
+      - grid: {workload.size: geom(16B, 64KiB, x4)}
+      - random: {n: 100, seed: 7, axes: {link.ucie_conn.bw_gbs: {uniform: [32, 256]}}}
+
+Axis groups combine as a cartesian product, in order; inside a group, ``grid``
+is cartesian, ``zip`` pairs equal-length lists and ``random`` draws ``n``
+samples (``uniform``, ``log_uniform`` or a list to choose from) from a seeded
+generator.  An axis key is ``topology``, ``workload.<field>`` or any key path of
+the system schema.  Values that make a point invalid are not checked here: the
+point is evaluated and records its error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from kbfast import __version__
+from kbfast.config import DEFAULT_TOPOLOGY
+from kbfast.config.loader import check_key_path, load_raw
+from kbfast.config.units import is_geom, parse_geom, parse_size
+from kbfast.errors import ConfigError, KbfastError, did_you_mean
+
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "allreduce": {"algorithm": "lrab", "size": "96KiB", "ranks": None},
+    "pe2pe": {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True},
+    "probe": {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"},
+    "traffic": {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"},
+}
+SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
+MODES = ("fast", "exact")
+GROUPS = ("grid", "zip", "random")
+DISTRIBUTIONS = ("uniform", "log_uniform")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration point: where it came from and everything needed to evaluate it."""
+
+    index: int
+    params: dict[str, Any]        # the axis values, by axis key
+    topology: str                 # preset name or topology YAML path
+    overrides: dict[str, Any]     # dotted key path -> value (spec ``set`` plus topology axes)
+    workload: dict[str, Any]      # kind and fields; ``size`` in bytes
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep spec; ``points()`` expands its axes."""
+
+    label: str
+    name: str
+    description: str
+    topology: str
+    workload: dict[str, Any]
+    fixed: dict[str, Any]
+    axes: list[dict[str, Any]] = field(default_factory=list)
+    seed: int = 0
+    mode: str = "fast"
+
+    @property
+    def axis_keys(self) -> list[str]:
+        return [k for group in self.axes for k in _group_values(group)]
+
+    def points(self) -> list[Point]:
+        """Every point, in a fixed order (the product of the groups, the first varying slowest)."""
+        rows = [{}]
+        for gi, group in enumerate(self.axes):
+            rows = [{**a, **b} for a in rows for b in _expand(self.label, gi, group, self.seed)]
+        return [self._point(i, row) for i, row in enumerate(rows)]
+
+    def _point(self, index: int, params: dict[str, Any]) -> Point:
+        topology = resolve_topology(str(params.get("topology", self.topology)), str(Path(self.label).parent))
+        overrides = dict(self.fixed)
+        workload = dict(self.workload)
+        for key, value in params.items():
+            if key.startswith("workload."):
+                workload[key.split(".", 1)[1]] = value
+            elif key != "topology":
+                overrides[key] = value
+        if workload.get("size") is not None:
+            workload["size"] = _size(self.label, "workload.size", workload["size"])
+            if "workload.size" in params:
+                params = {**params, "workload.size": workload["size"]}
+        return Point(index, params, topology, overrides, workload,
+                     config_hash(topology, overrides, workload, self.mode))
+
+
+def _size(label: str, key: str, value: Any) -> Any:
+    try:
+        return parse_size(value)
+    except KbfastError as err:
+        raise ConfigError(label, key, value, str(err)) from None
+
+
+def config_hash(topology: str, overrides: dict[str, Any], workload: dict[str, Any], mode: str) -> str:
+    """A digest of everything that determines a point's result: the resolved base topology, overrides,
+    workload, mode and the kbfast version (16 hex digits)."""
+    base = _topology_digest(topology)
+    text = json.dumps([base, overrides, workload, mode, __version__], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=256)
+def _topology_digest(topology: str) -> str:
+    try:
+        _, data = load_raw(topology)
+    except KbfastError:
+        return f"unresolved:{topology}"   # the point will record the error
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def resolve_topology(topology: str, folder: str) -> str:
+    """A topology path in a spec is relative to the spec's folder; preset names stay as they are."""
+    if topology.endswith((".yaml", ".yml")) and not Path(topology).is_absolute():
+        candidate = Path(folder) / topology
+        if candidate.exists():
+            return str(candidate)
+    return topology
+
+
+def _group_values(group: dict[str, Any]) -> dict[str, Any]:
+    """The group's axis keys (and their values, except for a zip written as rows)."""
+    kind = next(iter(group))
+    body = group[kind]
+    if isinstance(body, list):   # zip rows
+        return {k: None for row in body for k in row}
+    return body.get("axes", {}) if kind == "random" else body
+
+
+def _values(label: str, key: str, raw: Any) -> list[Any]:
+    """An axis's values: a list, one scalar, or ``geom(START, STOP, xFACTOR)``."""
+    if is_geom(raw):
+        try:
+            return list(parse_geom(raw))
+        except KbfastError as err:
+            raise ConfigError(label, key, raw, str(err)) from None
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ConfigError(label, key, raw, "an axis needs at least one value")
+    return values
+
+
+def _expand(label: str, gi: int, group: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    kind = next(iter(group))
+    body = group[kind]
+    where = f"axes.{gi}.{kind}"
+    if kind == "grid":
+        keys = list(body)
+        lists = [_values(label, f"{where}.{k}", body[k]) for k in keys]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*lists)]
+    if kind == "zip" and isinstance(body, list):
+        return [dict(row) for row in body]
+    if kind == "zip":
+        lists = {k: _values(label, f"{where}.{k}", v) for k, v in body.items()}
+        lengths = {k: len(v) for k, v in lists.items()}
+        if len(set(lengths.values())) > 1:
+            raise ConfigError(label, where, lengths, "zip axes must have equal lengths",
+                              "give every key the same number of values, or use grid")
+        n = next(iter(lengths.values()))
+        return [{k: lists[k][i] for k in lists} for i in range(n)]
+    rng = np.random.default_rng(int(body.get("seed", seed)))
+    n = int(body["n"])
+    columns = {k: _draw(label, f"{where}.axes.{k}", v, n, rng) for k, v in body["axes"].items()}
+    return [{k: columns[k][i] for k in columns} for i in range(n)]
+
+
+def _draw(label: str, key: str, raw: Any, n: int, rng: np.random.Generator) -> list[Any]:
+    """``n`` samples: a list is chosen from; ``{uniform|log_uniform: [lo, hi]}`` is drawn (whole numbers stay whole)."""
+    if not isinstance(raw, dict):
+        values = _values(label, key, raw)
+        return [values[i] for i in rng.integers(0, len(values), n)]
+    dist, bounds = next(iter(raw.items()))
+    if len(raw) != 1 or dist not in DISTRIBUTIONS:
+        raise ConfigError(label, key, raw, "a random axis is a list to choose from or one distribution",
+                          f"write {{uniform: [lo, hi]}} or {{log_uniform: [lo, hi]}}; {did_you_mean(str(dist), DISTRIBUTIONS)}")
+    if not (isinstance(bounds, list) and len(bounds) == 2):
+        raise ConfigError(label, f"{key}.{dist}", bounds, "bounds must be a list [lo, hi]")
+    whole = all(isinstance(b, int) or (isinstance(b, str) and not is_geom(b)) for b in bounds)
+    lo, hi = (_size(label, f"{key}.{dist}", b) if isinstance(b, str) else float(b) for b in bounds)
+    if not 0 <= lo <= hi or (dist == "log_uniform" and lo <= 0):
+        raise ConfigError(label, f"{key}.{dist}", bounds, "need 0 <= lo <= hi (lo > 0 for log_uniform)")
+    u = rng.random(n)
+    x = lo + u * (hi - lo) if dist == "uniform" else np.exp(np.log(lo) + u * (np.log(hi) - np.log(lo)))
+    return [int(round(v)) for v in x] if whole else [float(v) for v in x]
+
+
+def _check_key(label: str, key: str, workload_kind: str) -> None:
+    if key == "topology":
+        return
+    if key.startswith("workload."):
+        name = key.split(".", 1)[1]
+        fields = WORKLOADS[workload_kind]
+        if name == "kind":
+            raise ConfigError(label, key, None, "the workload kind is fixed per spec", "write one spec per workload")
+        if name not in fields:
+            raise ConfigError(label, key, None, f"unknown {workload_kind} field {name!r}",
+                              did_you_mean(name, list(fields)))
+        return
+    check_key_path(label, key)
+
+
+def _check_group(label: str, gi: int, group: Any, workload_kind: str) -> None:
+    where = f"axes.{gi}"
+    if not (isinstance(group, dict) and len(group) == 1):
+        raise ConfigError(label, where, group, "an axis group is a mapping with one key: grid, zip or random")
+    kind, body = next(iter(group.items()))
+    if kind not in GROUPS:
+        raise ConfigError(label, f"{where}.{kind}", None, "unknown axis group", did_you_mean(kind, GROUPS))
+    if kind == "zip" and isinstance(body, list):
+        for ri, row in enumerate(body):
+            if not isinstance(row, dict) or not row:
+                raise ConfigError(label, f"{where}.zip.{ri}", row, "a zip row is a mapping of axis key -> value")
+        if not body:
+            raise ConfigError(label, f"{where}.zip", body, "a zip needs at least one row")
+        keys = _group_values(group)
+    elif not isinstance(body, dict) or not body:
+        raise ConfigError(label, f"{where}.{kind}", body, "expected a mapping of axis key -> values")
+    elif kind == "random":
+        extra = set(body) - {"n", "seed", "axes"}
+        if extra:
+            raise ConfigError(label, f"{where}.random.{sorted(extra)[0]}", None, "unknown key",
+                              "a random group takes n, seed and axes")
+        if not isinstance(body.get("n"), int) or body["n"] <= 0:
+            raise ConfigError(label, f"{where}.random.n", body.get("n"), "the sample count must be a whole number > 0")
+        if not isinstance(body.get("axes"), dict) or not body["axes"]:
+            raise ConfigError(label, f"{where}.random.axes", body.get("axes"), "expected a mapping of axis key -> values")
+        keys = body["axes"]
+    else:
+        keys = body
+    for key in keys:
+        _check_key(label, str(key), workload_kind)
+
+
+def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
+    """Validate a spec mapping; every problem is a ``ConfigError`` naming ``label`` and the key path."""
+    if not isinstance(data, dict):
+        raise ConfigError(label, "<root>", data, "a sweep spec must be a mapping")
+    for key in data:
+        if key not in SPEC_KEYS:
+            raise ConfigError(label, str(key), data[key], "unknown key", did_you_mean(str(key), SPEC_KEYS))
+    workload = data.get("workload")
+    if not isinstance(workload, dict) or "kind" not in workload:
+        raise ConfigError(label, "workload", workload, "a workload with a kind is required",
+                          f"e.g. workload: {{kind: allreduce, algorithm: lrab}}; kinds: {', '.join(WORKLOADS)}")
+    kind = workload["kind"]
+    if kind not in WORKLOADS:
+        raise ConfigError(label, "workload.kind", kind, "unknown workload kind", did_you_mean(str(kind), WORKLOADS))
+    for key in workload:
+        if key != "kind" and key not in WORKLOADS[kind]:
+            raise ConfigError(label, f"workload.{key}", workload[key], f"unknown {kind} field",
+                              did_you_mean(str(key), list(WORKLOADS[kind])))
+    fixed = data.get("set") or {}
+    if not isinstance(fixed, dict):
+        raise ConfigError(label, "set", fixed, "expected a mapping of key path -> value")
+    for key in fixed:
+        check_key_path(label, f"{key}")
+    axes = data.get("axes") or []
+    if not isinstance(axes, list):
+        raise ConfigError(label, "axes", axes, "expected a list of axis groups", "e.g. axes: [{grid: {workload.size: [16B, 1KiB]}}]")
+    for gi, group in enumerate(axes):
+        _check_group(label, gi, group, kind)
+    keys = [k for g in axes for k in _group_values(g)]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ConfigError(label, "axes", dup[0], "the key appears in more than one axis", "put it in one group")
+    mode = data.get("mode", "fast")
+    if mode not in MODES:
+        raise ConfigError(label, "mode", mode, "unknown mode", did_you_mean(str(mode), MODES))
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int):
+        raise ConfigError(label, "seed", seed, "the seed must be a whole number")
+    return SweepSpec(label=label, name=str(data.get("name") or Path(label).stem), description=str(data.get("description", "")),
+                     topology=str(data.get("topology", DEFAULT_TOPOLOGY)),
+                     workload={**WORKLOADS[kind], **workload}, fixed=dict(fixed), axes=axes, seed=seed, mode=mode)
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec YAML (a path, or the name of a bundled spec such as ``seed36``)."""
+    path = Path(path)
+    bundled = {Path(p).stem: p for p in example_specs()}
+    if not path.exists() and str(path) in bundled:
+        path = Path(bundled[str(path)])
+    if not path.is_file():
+        raise ConfigError(str(path), "<file>", str(path), "no such sweep spec",
+                          did_you_mean(str(path), bundled) or "bundled specs: " + ", ".join(bundled))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), "<yaml>", "", f"not valid YAML: {err}") from None
+    return parse_spec(data, str(path))
+
+
+def example_specs() -> list[str]:
+    """Paths of the sweep specs shipped with kbfast."""
+    from importlib import resources
+
+    folder = resources.files("kbfast.topologies").joinpath("sweeps")
+    return sorted(str(p) for p in folder.iterdir() if p.name.endswith(".yaml"))
