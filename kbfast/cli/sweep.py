@@ -17,7 +17,7 @@ from rich.table import Table
 from kbfast.cli.common import console, err_console, user_errors
 from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
 from kbfast.sweep.evaluate import make_batches
-from kbfast.sweep.runner import run_local, check_sample, read_table, run_sweep
+from kbfast.sweep.runner import check_sample, order_columns, read_table, run_local, run_sweep
 from kbfast.sweep.spec import load_spec
 
 
@@ -122,10 +122,10 @@ def check(
         for batch, res in run_local(make_batches(picked, "fast", chosen, max_points=1), jobs):
             rows.append(res.rows)
             update(sum(len(r) for r in rows), len(picked))
-    df = pd.concat(rows, ignore_index=True).sort_values("point").set_index("point")
-    cols = [c for c in (*series_columns(df.reset_index(), x=""), "latency_ns", "exact_latency_ns", "rel_error",
-                        "exact_in_bounds", "error", "check_error") if c in df]
-    _print_table(df[cols], f"{s.name}: fast vs exact", "{:,.4g}")
+    df = order_columns(pd.concat(rows, ignore_index=True).sort_values("point"), s).set_index("point")
+    cols = [*series_columns(df, x="size"), "size", "latency_ns", "exact_latency_ns", "rel_error", "exact_in_bounds"]
+    cols += [c for c in ("error", "check_error") if c in df and df[c].notna().any()]
+    _print_table(df[[c for c in cols if c in df]], f"{s.name}: fast vs exact", "{:,.4g}")
     _print_check(df)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,13 +23,22 @@ MAX_SERIES = 12
 
 
 def series_columns(df: pd.DataFrame, x: str = "size") -> list[str]:
-    """Input columns (standard ones and axis key paths) that take more than one value, other than ``x``."""
+    """Input columns (standard ones and axis key paths) that take more than one value, other than ``x`` and
+    other than columns that merely restate ``x`` or an earlier column (one-to-one with it)."""
     axis_cols = [c for c in df.columns if "." in c]
     cols = [c for c in (*INPUTS, *axis_cols) if c in df and c != x and df[c].astype(str).nunique() > 1]
-    # an axis key path that merely restates a standard column adds nothing
-    return [c for i, c in enumerate(cols)
-            if not any(df.groupby(p)[c].nunique().max() == 1 and df.groupby(c)[p].nunique().max() == 1
-                       for p in cols[:i])]
+    seen = [x] if x in df else []
+    out = []
+    for c in cols:
+        if not any(_one_to_one(df, p, c) for p in seen):
+            out.append(c)
+        seen.append(c)
+    return out
+
+
+def _one_to_one(df: pd.DataFrame, a: str, b: str) -> bool:
+    pair = df[[a, b]].astype(str)
+    return bool(pair.groupby(a)[b].nunique().max() == 1 and pair.groupby(b)[a].nunique().max() == 1)
 
 
 def series_labels(df: pd.DataFrame, cols: list[str]) -> pd.Series:

@@ -75,10 +75,12 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def _tidy(df: pd.DataFrame) -> pd.DataFrame:
-    """Columns that mix types (an axis of ``[null, 2]`` next to strings) become text, so Parquet accepts them."""
+    """Object columns hold None for a missing value (as Parquet reads them back), and columns that mix
+    types (an axis of ``[null, 2]`` next to strings) become text, so Parquet accepts them."""
     for col in df.columns:
         if df[col].dtype == object:
-            types = {type(v) for v in df[col] if v is not None and not (isinstance(v, float) and np.isnan(v))}
+            df[col] = df[col].where(df[col].notna(), None)
+            types = {type(v) for v in df[col] if v is not None}
             if len(types) > 1:
                 df[col] = df[col].map(lambda v: None if v is None else str(v))
     return df
@@ -111,22 +113,22 @@ def check_sample(n_points: int, k: int, seed: int) -> set[int]:
 
 
 def run_local(batches: list[Batch], jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
+    """Evaluate batches in this process (``jobs`` = 1) or on spawned worker processes; yield them as they finish."""
     if jobs <= 1:
         for b in batches:
             yield b, evaluate_batch(b)
         return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(evaluate_batch, b): b for b in batches}
-        try:
-            for fut in as_completed(futures):
-                yield futures[fut], fut.result()
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
+    futures = {pool.submit(evaluate_batch, b): b for b in batches}
+    try:
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+    finally:   # on Ctrl-C do not wait for the running batches: what finished is saved already
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _run_dask(batches: list[Batch], scheduler: str, jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
+    """The same batches on a Dask cluster: a running scheduler's address, or ``local`` for a LocalCluster."""
     try:
         from dask.distributed import Client, LocalCluster
         from dask.distributed import as_completed as dask_completed
@@ -153,7 +155,7 @@ def _run_dask(batches: list[Batch], scheduler: str, jobs: int) -> Iterator[tuple
             cluster.close()
 
 
-def _order_columns(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
+def order_columns(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
     """Inputs (axis keys, then the standard columns), metrics, errors and checks, provenance.  An axis
     ``workload.<field>`` is the standard column ``<field>`` and is not repeated."""
     df = df.drop(columns=[f"workload.{c}" for c in STANDARD if f"workload.{c}" in df])
@@ -166,16 +168,19 @@ def _order_columns(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
 
 
 def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
-    """One row per point, in point order, from the saved parts (a point found twice keeps its newest row)."""
+    """One row per point, in point order, from the saved parts: the row saved for the same point and config
+    hash, else (the spec was reordered since) any row saved for the same config hash."""
     saved = _read_parts(parts, "results")
     order = pd.DataFrame({"point": [p.index for p in points], "config_hash": [p.config_hash for p in points]})
     if saved is None:
         return order.iloc[:0]
-    rows = saved.drop(columns=["point"]).drop_duplicates("config_hash", keep="last")
-    df = _tidy(order.merge(rows, on="config_hash", how="inner"))   # parts may disagree on a column's type
+    same = order.merge(saved.drop_duplicates(["point", "config_hash"], keep="last"), on=["point", "config_hash"])
+    rest = order[~order["point"].isin(same["point"])]
+    moved = rest.merge(saved.drop(columns=["point"]).drop_duplicates("config_hash", keep="last"), on="config_hash")
+    df = _tidy(pd.concat([same, moved], ignore_index=True))   # parts may disagree on a column's type
     df["param_set"] = spec.name
     df["seed"] = spec.seed
-    return _order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
+    return order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 1, scheduler: str | None = None,
@@ -215,6 +220,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 
     except KeyboardInterrupt:
         raise SweepInterrupted(f"interrupted: {finished} of {len(points)} points are saved in {parts}; "
                                "run the same command with --resume to finish") from None
+    finally:
+        runner.close()
     results = assemble(spec, points, parts)
     files = [out_dir / f"results.{fmt}"]
     atomic_write(results, files[0])

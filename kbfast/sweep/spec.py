@@ -83,13 +83,15 @@ class SweepSpec:
 
     def points(self) -> list[Point]:
         """Every point, in a fixed order (the product of the groups, the first varying slowest)."""
-        rows = [{}]
+        rows: list[dict[str, Any]] = [{}]
         for gi, group in enumerate(self.axes):
-            rows = [{**a, **b} for a in rows for b in _expand(self.label, gi, group, self.seed)]
-        return [self._point(i, row) for i, row in enumerate(rows)]
+            expanded = _expand(self.label, gi, group, self.seed)
+            rows = [{**a, **b} for a in rows for b in expanded]
+        folder = str(Path(self.label).parent)
+        return [self._point(i, row, folder) for i, row in enumerate(rows)]
 
-    def _point(self, index: int, params: dict[str, Any]) -> Point:
-        topology = resolve_topology(str(params.get("topology", self.topology)), str(Path(self.label).parent))
+    def _point(self, index: int, params: dict[str, Any], folder: str) -> Point:
+        topology = resolve_topology(str(params.get("topology", self.topology)), folder)
         overrides = dict(self.fixed)
         workload = dict(self.workload)
         for key, value in params.items():
@@ -106,6 +108,8 @@ class SweepSpec:
 
 
 def _size(label: str, key: str, value: Any) -> Any:
+    if type(value) is int and value >= 0:
+        return value
     try:
         return parse_size(value)
     except KbfastError as err:
@@ -129,6 +133,7 @@ def _topology_digest(topology: str) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+@lru_cache(maxsize=1024)
 def resolve_topology(topology: str, folder: str) -> str:
     """A topology path in a spec is relative to the spec's folder; preset names stay as they are."""
     if topology.endswith((".yaml", ".yml")) and not Path(topology).is_absolute():

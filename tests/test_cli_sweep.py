@@ -1,0 +1,151 @@
+"""``kbfast sweep``, ``kbfast check`` and ``kbfast plot`` through the typer app."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kbfast.cli.main import app
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+TINY = """\
+name: tiny
+topology: torus6
+workload: {kind: allreduce, algorithm: lrab}
+axes:
+  - zip: {topology: [torus6, ring6]}
+  - grid: {workload.size: [1KiB, 4KiB]}
+"""
+
+
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "200"})
+
+
+def invoke(runner: CliRunner, *args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def assert_png(path: Path) -> None:
+    assert path.is_file()
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    img = matplotlib.image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+
+
+@pytest.fixture(scope="module")
+def tiny_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("spec") / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def swept(runner: CliRunner, tiny_spec: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``kbfast sweep`` of the tiny spec (4 points) with one cross-checked point, as CSV."""
+    out = tmp_path_factory.mktemp("sweep") / "out"
+    res = invoke(runner, "sweep", tiny_spec, "--out", out, "--check", "1", "--format", "csv")
+    return res, out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def test_sweep_writes_results_summary_and_plots(swept) -> None:
+    res, out = swept
+    assert res.exit_code == 0, res.output
+    text = flat(res.stdout)
+    assert "tiny: latency" in text
+    assert "torus6 (µs)" in text and "ring6 (µs)" in text and "1 KiB" in text and "4 KiB" in text
+    assert "fast vs exact: checked points 1" in text
+    assert "4 points (4 evaluated)" in text
+    assert "Traceback" not in res.output
+    df = pd.read_csv(out / "results.csv")
+    assert list(df["point"]) == [0, 1, 2, 3] and df["error"].isna().all()
+    assert df["rel_error"].notna().sum() == 1 and df["rel_error"].abs().max() < 0.05
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# Sweep tiny")
+    assert "## Latency" in summary and "## Fast vs exact" in summary and "## Plots" in summary
+    assert "- points: 4" in summary and "- errors: 0" in summary
+    pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
+    assert pngs == ["busbw_vs_size.png", "latency_vs_size.png", "parity.png"]
+    for name in pngs:
+        assert f"(plots/{name})" in summary
+        assert_png(out / "plots" / name)
+
+
+def test_sweep_resume_and_existing_output(runner: CliRunner, swept, tiny_spec: Path, tmp_path: Path) -> None:
+    out = shutil.copytree(swept[1], tmp_path / "out")      # leave the shared output as it is
+    again = invoke(runner, "sweep", tiny_spec, "--out", out, "--format", "csv", "--no-plots")
+    assert again.exit_code == 2 and "--resume" in flat(again.stderr) and "Traceback" not in again.output
+    resumed = invoke(runner, "sweep", tiny_spec, "--out", out, "--check", "1", "--format", "csv", "--resume",
+                     "--no-plots")
+    assert resumed.exit_code == 0, resumed.output
+    assert "4 points (0 evaluated)" in flat(resumed.stdout)
+
+
+def test_plot_from_results(runner: CliRunner, swept, tmp_path: Path) -> None:
+    _, out = swept
+    png = tmp_path / "f.png"
+    res = invoke(runner, "plot", out / "results.csv", "--x", "size", "--y", "busbw_gbps", "--hue", "topology",
+                 "--out", png)
+    assert res.exit_code == 0, res.output
+    assert "plot written to" in flat(res.stdout)
+    assert_png(png)
+
+
+def test_plot_unknown_column(runner: CliRunner, swept, tmp_path: Path) -> None:
+    _, out = swept
+    res = invoke(runner, "plot", out / "results.csv", "--y", "latncy_ns", "--out", tmp_path / "f.png")
+    assert res.exit_code == 2
+    err = flat(res.stderr)
+    assert "'latncy_ns' is not in the results" in err and "did you mean 'latency_ns'" in err
+    assert "Traceback" not in res.output and not (tmp_path / "f.png").exists()
+
+
+def test_check_prints_parity_table(runner: CliRunner, tiny_spec: Path, tmp_path: Path) -> None:
+    csv = tmp_path / "parity.csv"
+    res = invoke(runner, "check", tiny_spec, "--sample", "2", "--out", csv)
+    assert res.exit_code == 0, res.output
+    text = flat(res.stdout)
+    assert "tiny: fast vs exact" in text
+    assert "latency_ns" in text and "exact_latency_ns" in text and "rel_error" in text
+    assert "checked points 2" in text
+    df = pd.read_csv(csv)
+    assert len(df) == 2 and df["exact_latency_ns"].notna().all() and (df["rel_error"].abs() < 0.05).all()
+
+
+@pytest.mark.parametrize(("body", "expected", "hint"), [
+    (TINY.replace("axes:", "axis:"), "axis: unknown key", "did you mean 'axes'?"),
+    (TINY.replace("workload.size", "workload.sise"), "workload.sise: unknown allreduce field 'sise'",
+     "did you mean 'size'?"),
+    (TINY + "  - grid: {ipcq.bufer_kind: [tcm, sram]}\n", "ipcq.bufer_kind: unknown key 'bufer_kind'",
+     "did you mean 'buffer_kind'?"),
+], ids=["top-level", "workload-field", "key-path"])
+def test_spec_typo_exits_2(runner: CliRunner, tmp_path: Path, body: str, expected: str, hint: str) -> None:
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(body)
+    for command in ("sweep", "check"):
+        res = invoke(runner, command, spec, "--out", tmp_path / ("out" if command == "sweep" else "p.csv"))
+        assert res.exit_code == 2, res.output
+        err = flat(res.stderr)
+        assert "".join(err.split()).startswith(f"error:{spec}:")   # the message names the spec (rich may wrap it)
+        assert expected in err and f"hint: {hint}" in err
+        assert "Traceback" not in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_missing_spec(runner: CliRunner, tmp_path: Path) -> None:
+    res = invoke(runner, "sweep", tmp_path / "nope.yaml", "--out", tmp_path / "out")
+    assert res.exit_code == 2
+    err = flat(res.stderr)
+    assert "no such sweep spec" in err and "seed36" in err and "Traceback" not in res.output

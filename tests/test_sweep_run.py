@@ -1,0 +1,233 @@
+"""Sweeps end to end (kbfast.sweep.runner): results files, errors, cross-checks, jobs, Dask, resume, occupancy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kbfast import __version__
+from kbfast.errors import KbfastError
+from kbfast.sweep.runner import PROVENANCE, SweepInterrupted, SweepOutcome, run_sweep
+from kbfast.sweep.spec import SweepSpec, parse_spec
+
+METRIC_COLUMNS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "contention")
+# two topologies -> two batches of four points (a batch holds the points that share a topology)
+TINY = {"name": "tiny", "topology": "torus6", "workload": {"kind": "allreduce", "algorithm": "lrab"},
+        "axes": [{"zip": {"topology": ["torus6", "ring6"]}},
+                 {"grid": {"workload.size": ["1KiB", "4KiB"], "ipcq.buffer_kind": ["tcm", "sram"]}}]}
+CHECK = 2
+
+
+def spec(data: dict[str, Any] = TINY, name: str = "tiny.yaml") -> SweepSpec:
+    return parse_spec(data, name)
+
+
+def small(kind: str, **fields: Any) -> SweepSpec:
+    """Two points of one workload on torus6: 1 KiB and 4 KiB."""
+    return spec({"topology": "torus6", "workload": {"kind": kind, **fields},
+                 "axes": [{"grid": {"workload.size": ["1KiB", "4KiB"]}}]}, f"{kind}.yaml")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> SweepOutcome:
+    """The tiny sweep on this process, with two points cross-checked exactly."""
+    return run_sweep(spec(), tmp_path_factory.mktemp("ref"), check=CHECK)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def test_results_parquet(reference: SweepOutcome) -> None:
+    out = reference.out_dir
+    assert reference.files == [out / "results.parquet"]
+    df = pd.read_parquet(out / "results.parquet")
+    pd.testing.assert_frame_equal(df, reference.results)   # the file holds the returned table
+    pts = spec().points()
+    assert reference.n_points == reference.n_evaluated == len(df) == 8
+    assert list(df["point"]) == list(range(8))
+    assert list(df["config_hash"]) == [p.config_hash for p in pts]
+    assert list(df["topology"]) == ["torus6"] * 4 + ["ring6"] * 4
+    assert list(df["sip_topology"]) == ["torus_2d"] * 4 + ["ring_1d"] * 4
+    assert list(df["size"]) == [1024, 1024, 4096, 4096] * 2
+    assert list(df["buffer_kind"]) == list(df["ipcq.buffer_kind"]) == ["tcm", "sram"] * 4
+    assert set(PROVENANCE) | set(METRIC_COLUMNS) <= set(df.columns)
+    assert (df["kbfast_version"] == __version__).all() and (df["mode"] == "fast").all()
+    assert (df["param_set"] == "tiny").all() and (df["seed"] == 0).all()
+    assert df["error"].isna().all() and reference.n_errors == 0
+    assert (df["latency_lo_ns"] <= df["latency_ns"]).all() and (df["latency_ns"] <= df["latency_hi_ns"]).all()
+    assert (df["busbw_gbps"] > 0).all() and (df["n_ranks"] == 96).all()
+    # sram slots are slower than tcm, bigger messages take longer
+    assert (df["latency_ns"].to_numpy()[1::2] > df["latency_ns"].to_numpy()[::2]).all()
+    assert (df.loc[df["size"] == 4096, "latency_ns"].to_numpy() > df.loc[df["size"] == 1024, "latency_ns"].to_numpy()).all()
+
+
+def test_results_csv(reference: SweepOutcome, tmp_path: Path) -> None:
+    res = run_sweep(spec(), tmp_path, fmt="csv", check=CHECK)
+    assert res.files == [tmp_path / "results.csv"] and not (tmp_path / "results.parquet").exists()
+    df = pd.read_csv(tmp_path / "results.csv")
+    ref = reference.results
+    assert list(df.columns) == list(ref.columns)
+    assert list(df["point"]) == list(range(8)) and list(df["config_hash"]) == list(ref["config_hash"])
+    np.testing.assert_allclose(df["latency_ns"], ref["latency_ns"], rtol=1e-12)
+    assert (df["mode"] == "fast").all() and (df["kbfast_version"] == __version__).all()
+
+
+def test_check_adds_exact_columns(reference: SweepOutcome) -> None:
+    df = reference.results
+    checked = df[df["rel_error"].notna()]
+    assert len(checked) == CHECK and df["exact_latency_ns"].notna().sum() == CHECK
+    assert (checked["rel_error"].abs() < 0.05).all()
+    np.testing.assert_allclose(checked["rel_error"],
+                               (checked["latency_ns"] - checked["exact_latency_ns"]) / checked["exact_latency_ns"])
+    assert checked["exact_in_bounds"].tolist() == [True] * CHECK
+    assert (checked["latency_lo_ns"] <= checked["exact_latency_ns"]).all()
+    assert (checked["exact_latency_ns"] <= checked["latency_hi_ns"]).all()
+
+
+def test_exact_mode_matches_check(reference: SweepOutcome, tmp_path: Path) -> None:
+    res = run_sweep(spec(), tmp_path, exact=True)
+    df, ref = res.results, reference.results
+    assert (df["mode"] == "exact").all() and res.spec.mode == "exact"
+    assert "rel_error" not in df and df["latency_lo_ns"].isna().all()
+    assert not set(df["config_hash"]) & set(ref["config_hash"])             # the mode is part of the hash
+    checked = ref["rel_error"].notna().to_numpy()
+    np.testing.assert_allclose(df["latency_ns"].to_numpy()[checked], ref["exact_latency_ns"].to_numpy()[checked], rtol=1e-9)
+    assert (df["busbw_gbps"] > 0).all() and df["error"].isna().all()
+
+
+def test_invalid_point_is_recorded(tmp_path: Path) -> None:
+    """ring_1d on torus6 keeps its sips.w/h: that point fails alone, the others have results."""
+    s = spec({"topology": "torus6", "workload": {"kind": "allreduce", "size": "1KiB"},
+              "axes": [{"grid": {"sips.topology": ["torus_2d", "ring_1d", "mesh_2d_no_wrap"]}}]}, "bad.yaml")
+    res = run_sweep(s, tmp_path)
+    df = res.results
+    assert list(df["point"]) == [0, 1, 2] and res.n_errors == 1
+    assert df["error"].isna().tolist() == [True, False, True]
+    assert "sips.w" in df.loc[1, "error"] and "ring_1d" not in str(df.loc[0, "error"])
+    assert np.isnan(df.loc[1, "latency_ns"])
+    ok = df.drop(index=1)
+    assert (ok["latency_ns"] > 0).all() and list(ok["sip_topology"]) == ["torus_2d", "mesh_2d_no_wrap"]
+    assert pd.read_parquet(tmp_path / "results.parquet")["error"].notna().sum() == 1
+
+
+def test_value_of_wrong_type_is_recorded(tmp_path: Path) -> None:
+    """A string where a number belongs fails its point; the results still save as Parquet (the two points are
+    in different batches, whose parts disagree on the column's type)."""
+    s = spec({"topology": "torus6", "workload": {"kind": "allreduce", "size": "1KiB"},
+              "axes": [{"grid": {"sips.count": [6, "six"]}}]}, "typo.yaml")
+    df = run_sweep(s, tmp_path).results
+    assert df["error"].isna().tolist() == [True, False] and "sips.count" in df.loc[1, "error"]
+    saved = pd.read_parquet(tmp_path / "results.parquet")
+    assert list(saved["sips.count"].astype(str)) == ["6", "six"] and saved.loc[0, "latency_ns"] > 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def test_jobs_do_not_change_results(reference: SweepOutcome, tmp_path: Path) -> None:
+    res = run_sweep(spec(), tmp_path, jobs=2, check=CHECK)
+    pd.testing.assert_frame_equal(res.results, reference.results)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "results.parquet"),
+                                  pd.read_parquet(reference.out_dir / "results.parquet"))
+
+
+@pytest.mark.slow   # starts a Dask LocalCluster of two worker processes; runs in CI with everything else
+def test_dask_local_cluster(reference: SweepOutcome, tmp_path: Path) -> None:
+    pytest.importorskip("dask.distributed")
+    res = run_sweep(spec(), tmp_path, jobs=2, scheduler="local", check=CHECK)
+    assert res.n_evaluated == 8
+    pd.testing.assert_frame_equal(res.results, reference.results)
+
+
+def test_bad_scheduler(tmp_path: Path) -> None:
+    pytest.importorskip("dask.distributed")
+    with pytest.raises(KbfastError, match="scheduler address"):
+        run_sweep(small("pe2pe"), tmp_path, scheduler="localhost:8786")
+
+
+def test_resume_after_interrupt(reference: SweepOutcome, tmp_path: Path) -> None:
+    calls: list[tuple[int, int]] = []
+
+    def interrupt_after_first_batch(done: int, total: int) -> None:
+        calls.append((done, total))
+        if done > 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(SweepInterrupted, match="--resume") as info:
+        run_sweep(spec(), tmp_path, check=CHECK, progress=interrupt_after_first_batch)
+    assert info.value.exit_code == 130
+    assert calls == [(0, 8), (4, 8)]
+    parts = sorted((tmp_path / "parts").glob("results-*.parquet"))
+    assert len(parts) == 1 and not (tmp_path / "results.parquet").exists()
+    first = pd.read_parquet(parts[0])
+    assert list(first["config_hash"]) == list(reference.results["config_hash"][:4])   # the torus6 batch
+
+    seen: list[tuple[int, int]] = []
+    res = run_sweep(spec(), tmp_path, check=CHECK, resume=True, progress=lambda d, t: seen.append((d, t)))
+    assert res.n_points == 8 and res.n_evaluated == 4
+    assert seen == [(4, 8), (8, 8)]
+    assert len(list((tmp_path / "parts").glob("results-*.parquet"))) == 2
+    assert res.results["config_hash"].is_unique and list(res.results["point"]) == list(range(8))
+    pd.testing.assert_frame_equal(res.results, reference.results)
+
+    again = run_sweep(spec(), tmp_path, check=CHECK, resume=True)          # nothing left to do
+    assert again.n_evaluated == 0
+    pd.testing.assert_frame_equal(again.results, reference.results)
+
+
+def test_existing_results_need_resume_or_overwrite(tmp_path: Path) -> None:
+    s = small("pe2pe", hop="h3")
+    first = run_sweep(s, tmp_path)
+    with pytest.raises(KbfastError, match="--resume.*--overwrite"):
+        run_sweep(s, tmp_path)
+    again = run_sweep(s, tmp_path, overwrite=True)
+    assert again.n_evaluated == again.n_points == 2
+    assert len(list((tmp_path / "parts").glob("results-*.parquet"))) == 1
+    pd.testing.assert_frame_equal(again.results, first.results)
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    with pytest.raises(KbfastError, match="--format"):
+        run_sweep(small("pe2pe"), tmp_path, fmt="xlsx")
+    with pytest.raises(KbfastError, match="--jobs"):
+        run_sweep(small("pe2pe"), tmp_path, jobs=0)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def test_links_and_pcs_tables(tmp_path: Path) -> None:
+    res = run_sweep(small("probe", case="SAME_CUBE_PE_LOCAL"), tmp_path, links=True, pcs=True)
+    assert [f.name for f in res.files] == ["results.parquet", "links.parquet", "pcs.parquet"]
+    hashes = dict(zip(res.results["point"], res.results["config_hash"]))
+    for name, cols in (("links", {"edge", "kind", "src", "dst", "bytes", "busy_ns", "utilization"}),
+                       ("pcs", {"controller", "pc", "commits", "busy_ns"})):
+        table = pd.read_parquet(tmp_path / f"{name}.parquet")
+        assert cols | {"point", "config_hash"} <= set(table.columns)
+        assert set(table["point"]) == {0, 1}
+        assert all(hashes[p] == h for p, h in zip(table["point"], table["config_hash"]))
+    links = pd.read_parquet(tmp_path / "links.parquet")
+    moved = links.groupby("point")["bytes"].max()
+    assert moved[1] > moved[0] > 0                                          # 4 KiB moves more than 1 KiB
+    assert pd.read_parquet(tmp_path / "pcs.parquet")["commits"].sum() > 0
+
+
+@pytest.mark.parametrize(("kind", "fields"), [
+    ("pe2pe", {"hop": "h3"}),
+    ("probe", {"case": "REMOTE_SIP"}),
+    ("traffic", {"n_flows": 8, "flow_seed": 1}),
+])
+def test_other_workloads(kind: str, fields: dict[str, Any], tmp_path: Path) -> None:
+    df = run_sweep(small(kind, **fields), tmp_path).results
+    assert df["error"].isna().all(), df["error"].tolist()
+    assert list(df["workload"]) == [kind, kind] and list(df["size"]) == [1024, 4096]
+    assert (df["latency_ns"] > 0).all() and (df["effective_bw_gbps"] > 0).all()
+    assert (df["latency_lo_ns"] <= df["latency_ns"]).all() and (df["latency_ns"] <= df["latency_hi_ns"]).all()
+    assert df.loc[1, "latency_ns"] >= df.loc[0, "latency_ns"]
+    if kind == "pe2pe":
+        assert df.loc[1, "latency_ns"] == 176.625                           # the calibrated h3 4 KiB stream
+        assert df["busbw_gbps"].isna().all() and (df["hop"] == "h3").all()
+
+
+def test_workload_error_is_recorded(tmp_path: Path) -> None:
+    df = run_sweep(small("probe", case="SAME_CUBE_PE_REMOTE"), tmp_path).results
+    assert df["error"].notna().all()
+    assert "did you mean 'SAME_CUBE_PE_REMOTE_BEST'" in df.loc[0, "error"]
