@@ -26,40 +26,61 @@ from kbfast.workloads.collectives import allreduce, busbw_gbps
 
 
 @njit(cache=True)
+def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pragma: no cover - jitted
+    """Per op, for tile ``size``: bytes (moving ops scale with the size; a MATH op's element count) and arg
+    (a MATH op's duration)."""
+    n_ops = len(P.op_code)
+    nbytes = np.empty(n_ops, np.int64)
+    arg = P.op_arg.copy()
+    for o in range(n_ops):
+        nbytes[o] = max(np.int64(size * ratio[o]), 1) if ratio[o] > 0.0 else P.op_nbytes[o]
+        if P.op_code[o] == 7:  # MATH
+            n_elem = max(np.int64(size * math_n[o] / elem_bytes), 1)
+            nbytes[o] = n_elem
+            arg[o] = max(math_ovh, n_elem * math_per_elem)
+    return nbytes, arg
+
+
+@njit(cache=True)
 def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
                   tier_bw, hop_bw, launch, share, data_route, head_args, sh_base, sh_is_node, bound_args,
                   work_kind, work_base, flit, args):  # pragma: no cover - jitted
-    """Per point: (latency, lower, upper, contention) with latency = max agent finish - launch."""
+    """Per point: (latency, lower, upper, contention) with latency = max agent finish - launch.
+
+    Points come sorted by size: what depends on the size only (bytes, head offsets, weights,
+    interference bound, isolated latencies) is computed once per distinct size.
+    """
     n_pts = len(sizes)
     out = np.empty((n_pts, 4))
     n_ops = len(P.op_code)
+    n_ch = len(P.ch_src)
     zero = np.zeros(n_ops)
     iso = np.full(n_ops, np.nan)
+    ch_nslots = np.empty(n_ch, np.int64)
+    ch_setup = np.empty(n_ch)
+    ch_tier_bw = np.empty(n_ch)
+    ch_hop_bw = np.empty(n_ch)
     for i in range(n_pts):
         if i == 0 or sizes[i] != sizes[i - 1]:
-            iso[:] = np.nan   # isolated latencies depend on the sizes only (points come sorted by size)
-        nbytes = np.empty(n_ops, np.int64)
-        arg = P.op_arg.copy()
-        for o in range(n_ops):
-            nbytes[o] = max(np.int64(sizes[i] * ratio[o]), 1) if ratio[o] > 0.0 else P.op_nbytes[o]
-            if P.op_code[o] == 7:  # MATH
-                n_elem = max(np.int64(sizes[i] * math_n[o] / elem_bytes), 1)
-                nbytes[o] = n_elem
-                arg[o] = max(math_ovh, n_elem * math_per_elem)
+            iso[:] = np.nan
+            nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
+            head = head_offsets(data_route, nbytes, *head_args)
+            sh_w = sh_weights(sh_base, sh_is_node, args[22], nbytes)
+            rest = args[1:25] + (sh_w,) + args[26:]
+            work = work_of(work_kind, work_base, bound_args[0], nbytes, flit)
+            # window-free: the begin/end times are not read
+            extra = interference(bound_args[0], bound_args[1], work, bound_args[2], bound_args[3], zero, zero, False,
+                                 zero)
         k = kinds[i]
-        n_ch = len(P.ch_src)
+        ch_nslots[:] = n_slots[i]
+        ch_setup[:] = tier_setup[k]
+        ch_tier_bw[:] = tier_bw[k]
+        ch_hop_bw[:] = hop_bw[:, k]
         Pi = Prog(P.a_start, P.a_host, P.op_ptr, P.agent_ops, P.op_code, P.op_target, nbytes, P.op_async, arg,
-                  P.ch_src, P.ch_dst, np.full(n_ch, n_slots[i], np.int64), np.full(n_ch, tier_setup[k]),
-                  np.full(n_ch, tier_bw[k]), hop_bw[:, k].copy(), P.ch_credit, P.ch_in_ptr, P.ch_in_list,
-                  P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
-        head = head_offsets(data_route, nbytes, *head_args)
-        sh_w = sh_weights(sh_base, sh_is_node, args[22], nbytes)
-        rest = args[1:25] + (sh_w,) + args[26:]
+                  P.ch_src, P.ch_dst, ch_nslots, ch_setup, ch_tier_bw, ch_hop_bw, P.ch_credit, P.ch_in_ptr,
+                  P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
         lo = schedule(LOWER, zero, share, head, iso, Pi, *rest)
         pt = schedule(POINT, zero, share, head, iso, Pi, *rest)
-        work = work_of(work_kind, work_base, bound_args[0], nbytes, flit)
-        extra = interference(bound_args[0], bound_args[1], work, bound_args[2], bound_args[3], lo[0].op_begin,
-                             lo[0].op_begin, False, zero)
         hi = schedule(UPPER, extra, share, head, iso, Pi, *rest)
         f_lo = lo[0].a_finish.max()
         f_hi = hi[0].a_finish.max()

@@ -21,6 +21,8 @@ trip, FIFO), blocking/asynchronous ops, WAIT and COMPUTE.  Three modes:
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -70,9 +72,9 @@ def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_pr
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weight, frozen, r_contended,
-           o_contended, n_edges):  # pragma: no cover - jitted
+           o_contended, n_edges, n_users, mj, mj_ptr):  # pragma: no cover - jitted
     """Max-min fair rates (water-filling) of the active flows over their shared resources.
 
     A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
@@ -81,30 +83,50 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
     not exceed it even at their bottleneck rates cannot bind and is left out; flows that
     touch no binding resource run at ``bn``.  A serial worker with one active flow only
     delays it by its overhead (already in its isolated latency) and never binds.
+
+    Only resources with two or more active users can bind (a wire's one user runs at most
+    at its bottleneck <= the wire's bw), so the filling runs on those entries only: active
+    flow ``k``'s are ``mj[mj_ptr[k]:mj_ptr[k + 1]]``.
     """
     for k in range(n_active):
         o = active[k]
         for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            r = sh_res[j]
-            cap_rem[r] = 0.0     # demand at bottleneck rates
-            weight[r] = 0.0      # summed weights
+            n_users[sh_res[j]] = 0
     for k in range(n_active):
         o = active[k]
         for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            n_users[sh_res[j]] += 1
+    m = 0
+    for k in range(n_active):
+        o = active[k]
+        mj_ptr[k] = m
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
             r = sh_res[j]
-            if weight[r] > 0.0:
+            if n_users[r] > 1:
                 r_contended[r] = True
+                mj[m] = j
+                m += 1
+                cap_rem[r] = 0.0     # demand at bottleneck rates
+                weight[r] = 0.0      # summed weights
+    mj_ptr[n_active] = m
+    for k in range(n_active):
+        o = active[k]
+        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            if r_contended[sh_res[j]]:
                 o_contended[o] = True
+                break
+        for i in range(mj_ptr[k], mj_ptr[k + 1]):
+            j = mj[i]
+            r = sh_res[j]
             weight[r] += sh_w[j]
             cap_rem[r] += sh_w[j] * bn[o]
     left = 0
     for k in range(n_active):
         o = active[k]
         binds = False
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+        for i in range(mj_ptr[k], mj_ptr[k + 1]):
+            j = mj[i]
             r = sh_res[j]
-            if r_contended[r]:
-                o_contended[o] = True
             single_worker = r >= n_edges and weight[r] == sh_w[j]
             if not single_worker and cap_rem[r] > cap[r] * (1.0 + 1e-12):
                 binds = True
@@ -114,15 +136,14 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
         else:
             rate[o] = bn[o]
     # Capacity left on binding resources, and the weights of their unfrozen users.
+    for i in range(m):
+        r = sh_res[mj[i]]
+        cap_rem[r] = cap[r]
+        weight[r] = 0.0
     for k in range(n_active):
         o = active[k]
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            r = sh_res[j]
-            cap_rem[r] = cap[r]
-            weight[r] = 0.0
-    for k in range(n_active):
-        o = active[k]
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+        for i in range(mj_ptr[k], mj_ptr[k + 1]):
+            j = mj[i]
             r = sh_res[j]
             if frozen[o]:
                 cap_rem[r] -= sh_w[j] * rate[o]
@@ -140,7 +161,8 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
                 level = bn[o]
                 best_flow = o
                 best_res = -1
-            for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            for i in range(mj_ptr[k], mj_ptr[k + 1]):
+                j = mj[i]
                 r = sh_res[j]
                 if weight[r] > 0.0 and not (r >= n_edges and weight[r] == sh_w[j]):
                     lv = cap_rem[r] / weight[r]
@@ -155,14 +177,15 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
                 continue
             hit = o == best_flow
             if best_res >= 0:
-                for j in range(sh_ptr[o], sh_ptr[o + 1]):
-                    if sh_res[j] == best_res:
+                for i in range(mj_ptr[k], mj_ptr[k + 1]):
+                    if sh_res[mj[i]] == best_res:
                         hit = True
             if hit:
                 frozen[o] = True
                 rate[o] = level
                 left -= 1
-                for j in range(sh_ptr[o], sh_ptr[o + 1]):
+                for i in range(mj_ptr[k], mj_ptr[k + 1]):
+                    j = mj[i]
                     r = sh_res[j]
                     cap_rem[r] -= sh_w[j] * level
                     weight[r] -= sh_w[j]
@@ -188,46 +211,57 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     joins only after the previous flow on its first edge has drained (conservative
     when the two routes part before their bottleneck).
     """
-    n_ops = len(P.op_code)
-    n_edges = len(e_src)
     n_ctrl = 0
     for v in range(len(n_hbm)):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
-    pc_dir = np.full(max(n_ctrl * n_pcs, 1), -1, np.int8)
-    pen = np.zeros(n_pcs)
-    buf = np.zeros((9, 2 * max_route + 2))
     S = new_state(P)
+    W = _scratch(P, len(res_cap), len(e_src), len(sh_edges), n_ctrl * n_pcs, n_pcs, max_route)
+    _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
+         e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
+         sh_ptr, sh_edges, sh_w, res_cap)
+    return S, W.o_contended, W.r_contended[:len(e_src)]
 
-    lat = np.zeros(n_ops)
-    start = np.zeros(n_ops)
-    rem = np.zeros(n_ops)
-    rate = np.zeros(n_ops)
-    bn = np.full(n_ops, np.inf)
-    fixed = np.zeros(n_ops)
-    join_t = np.zeros(n_ops)
-    ver = np.zeros(n_ops, np.int64)
-    solo = np.zeros(n_ops, np.bool_)
-    in_fluid = np.zeros(n_ops, np.bool_)
-    active = np.empty(n_ops, np.int64)
+
+Scratch = namedtuple("Scratch", [
+    "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
+    "active", "frozen", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
+    "eg_waiter", "drained", "heap", "pend", "n_users", "mj", "mj_ptr"])
+
+
+@njit(cache=True)
+def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route):  # pragma: no cover - jitted
+    """Fresh per-run arrays of :func:`_run` (per op, per shared resource, per edge; the event heap)."""
+    n_ops = len(P.op_code)
+    return Scratch(
+        pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pen=np.zeros(n_pcs), buf=np.zeros((9, 2 * max_route + 2)),
+        lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
+        bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),
+        solo=np.zeros(n_ops, np.bool_), in_fluid=np.zeros(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
+        frozen=np.zeros(n_ops, np.bool_), users=np.zeros(n_res, np.int64),
+        holder=np.full(n_res, -1, np.int64),     # the solo flow holding a resource, if any
+        cap_rem=np.zeros(n_res), weight=np.zeros(n_res), r_contended=np.zeros(n_res, np.bool_),
+        o_contended=np.zeros(n_ops, np.bool_), eg_last=np.full(n_edges, -1, np.int64),
+        eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
+        heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
+        n_users=np.zeros(n_res, np.int64), mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64))
+
+
+# No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
+# NRT the inlined runtime helpers pay no atomic reference counting on the many arrays of
+# P and S, which otherwise took most of the loop's time.  Allocation happens in schedule().
+@njit(cache=True, _nrt=False)
+def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
+         e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
+         sh_ptr, sh_edges, sh_w, res_cap):  # pragma: no cover - jitted
+    """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
+    (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, frozen, users, holder,
+     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, n_users, mj, mj_ptr) = W
+    n_edges = len(e_src)
     n_active = 0
-    frozen = np.zeros(n_ops, np.bool_)
-    n_res = len(res_cap)
-    users = np.zeros(n_res, np.int64)
-    holder = np.full(n_res, -1, np.int64)     # the solo flow holding a resource, if any
-    cap_rem = np.zeros(n_res)
-    weight = np.zeros(n_res)
-    r_contended = np.zeros(n_res, np.bool_)
-    o_contended = np.zeros(n_ops, np.bool_)
-    eg_last = np.full(n_edges, -1, np.int64)
-    eg_waiter = np.full(n_ops, -1, np.int64)
-    drained = np.zeros(n_ops, np.bool_)
-
-    heap = heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16)
     size = 0
     seq = 0
     for a in range(len(P.a_start)):
         size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
-    pend = np.empty(n_ops + 1, np.int64)
     now = 0.0
     while size > 0 or n_active > 0:
         t_heap = heap[0][0] if size > 0 else np.inf
@@ -251,7 +285,7 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
                 else:
                     k += 1
             _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges)
+                   r_contended, o_contended, n_edges, n_users, mj, mj_ptr)
             continue
         t, payload = heap_pop(heap, size)
         size -= 1
@@ -280,7 +314,7 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
             n_active = _enter_fluid(o, now, P, sh_ptr, sh_edges, holder, solo, in_fluid, rem, bn, join_t, ver,
                                     active, n_active)
             _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges)
+                   r_contended, o_contended, n_edges, n_users, mj, mj_ptr)
             continue
         if kind == EV_SOLO_DRAIN:
             o = x
@@ -361,10 +395,9 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
                     size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
             else:
                 size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, ver[o], 0)
-    return S, o_contended, r_contended[:n_edges]
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _drained(o, now, end, heap, size, seq, users, sh_ptr, sh_res, drained, eg_waiter, start, head,
              ver):  # pragma: no cover - jitted
     """A flow's bytes have passed: free its resources, schedule its end, release a train waiting behind it."""
@@ -385,7 +418,7 @@ def _release(g, sh_ptr, sh_res, holder):  # pragma: no cover - jitted
             holder[sh_res[i]] = -1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _enter_fluid(o, now, P, sh_ptr, sh_res, holder, solo, in_fluid, rem, bn, join_t, ver, active,
                  n_active):  # pragma: no cover - jitted
     """Put flow ``o`` into the fluid set, with every solo flow holding one of its resources.
