@@ -218,7 +218,7 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     weight = np.zeros(n_res)
     r_contended = np.zeros(n_res, np.bool_)
     o_contended = np.zeros(n_ops, np.bool_)
-    eg_last = np.full(n_edges, -1, np.int64)
+    eg_last = np.full(2 * n_edges, -1, np.int64)   # per (first edge, virtual channel): the last train
     eg_waiter = np.full(n_ops, -1, np.int64)
     drained = np.zeros(n_ops, np.bool_)
 
@@ -352,11 +352,13 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
                 bn[o] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
                 fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / bn[o]
                 rem[o] = P.op_nbytes[o]
-                e0 = r_edges[r_ptr[route]]
-                prev = eg_last[e0]
-                eg_last[e0] = o
+                # A source's trains leave in FIFO order per virtual channel; a PE's DMA (vc_compute)
+                # and IPCQ (vc_comm) trains share its egress link (spec_ccl §2.8).
+                vc = 2 * r_edges[r_ptr[route]] + (1 if P.op_code[o] == OP_SEND else 0)
+                prev = eg_last[vc]
+                eg_last[vc] = o
                 if prev >= 0 and not drained[prev]:
-                    eg_waiter[prev] = o          # FIFO behind the previous train from this source
+                    eg_waiter[prev] = o          # FIFO behind the previous train of this channel
                 else:
                     size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
             else:
