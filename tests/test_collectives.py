@@ -264,6 +264,34 @@ def test_all_pes_ring_on_a_small_system(small) -> None:
         _check_matched(c.program)
 
 
+def test_rs_ag_symbolic_check_catches_a_chunk_in_the_wrong_slot(small) -> None:
+    """The rs_ag payload carries its chunk index: forwarding the wrong chunk is a schedule error."""
+    from kbfast.workloads.collectives import rs_ag_kernel
+
+    def wrong_chunk(tl: Tl):
+        gen = rs_ag_kernel(tl)
+        req = next(gen)
+        while True:
+            if req.kind == "send" and tl.rank == 1:   # rank 1 tags its chunks with a wrong index
+                req = type(req)("send", req.direction, req.payload ^ 1, req.nbytes)
+            try:
+                req = gen.send((yield req))
+            except StopIteration as stop:
+                return stop.value
+
+    t, router = small["single_cube_ring3"]
+    b = ProgramBuilder(t, router)
+    agents = [b.pe_agent(pe_block(t, 0, 0, p)) for p in range(4)]
+    with pytest.raises(ScheduleError, match="into the slot of chunk"):
+        run_kernels(b, agents, install(4, neighbor_fn("ring_1d", 4)), wrong_chunk, 4096)
+
+
+def test_rs_ag_is_limited_in_ranks() -> None:
+    t = build_tables(load_system("torus16"))
+    with pytest.raises(KbfastError, match="limited to 1024 ranks"):
+        allreduce(t, Router(t), 4096, "rs_ag")   # every PE of 16 SIPs: 2048 ranks
+
+
 def test_lrab_single_cube_fast_path(small) -> None:
     # 1 x 1 cube mesh: no intra-SIP phases, straight to the inter-SIP exchange (spec_ccl §5.8)
     t, r = small["single_cube_ring3"]

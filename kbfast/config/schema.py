@@ -175,12 +175,22 @@ class Ipcq(Strict):
     tiers: SlotTiers
 
 
+class VcWeights(Strict):
+    """Weighted round robin of PE_DMA's two virtual channels on the PE's egress link, in flits
+    (= ``vc_chunk_size``, 256 B; spec_ccl §2.8, ADR-0023 D8)."""
+
+    compute: PositiveInt
+    comm: PositiveInt
+
+
 class Pe(Strict):
-    """PE compute costs the sources never valued (spec_pe §0.2): MATH = max(overhead, n_elem * ns_per_elem)."""
+    """PE compute costs the sources never valued (spec_pe §0.2): MATH = max(overhead, n_elem * ns_per_elem);
+    and the PE_DMA virtual-channel arbitration."""
 
     elem_bytes: PositiveInt
     math_ns_per_elem: NonNegativeFloat
     math_overhead_ns: NonNegativeFloat
+    vc_weights: VcWeights
 
 
 class Routing(Strict):

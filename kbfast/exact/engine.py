@@ -24,6 +24,13 @@ Semantics (design §5; spec_fabric §5.1–§5.3, §5.7; spec_memory §3–§4; 
 * Agents, DMA channels and the IPCQ protocol are kbfast.runtime (shared with
   the fast path); an IPCQ SEND injects its data towards the receiver's
   ``pe_dma`` (store-and-forward terminal) and reports the reassembly time.
+* A PE's egress link (the first edge out of its ``pe_dma``) carries two virtual
+  channels, ``vc_compute`` (DMA data) and ``vc_comm`` (IPCQ data), each a FIFO of
+  transactions.  The link serves one flit at a time by weighted round robin:
+  up to ``w_compute`` flits of one, then up to ``w_comm`` of the other, skipping
+  an empty channel (spec_ccl §2.8, ADR-0023 D8).  The arbiter decides after
+  every other event of the same instant, so it sees every flit put at that
+  time.  Alone, a channel streams back to back like any other wire.
 * Events at equal times run in insertion order (bit-for-bit reproducible).
 """
 
@@ -39,7 +46,8 @@ from kbfast.runtime import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, 
 # transaction kinds
 K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA, K_IPCQ = 0, 1, 2, 3, 4
 # engine event kinds (0..7 belong to kbfast.runtime)
-EV_FLIT, EV_PUT, EV_TXN_DONE, EV_CTRL_ARRIVE, EV_CHUNK = 8, 9, 10, 11, 12
+EV_FLIT, EV_PUT, EV_TXN_DONE, EV_CTRL_ARRIVE, EV_CHUNK, EV_VC_SERVE = 8, 9, 10, 11, 12, 13
+VC_COMPUTE, VC_COMM = 0, 1
 # status
 OK, DEADLOCK, BUDGET = 0, 1, 2
 
@@ -52,7 +60,7 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
 @njit(cache=True, error_model="numpy")
 def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
            n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
-           P, op_addr, op_route, op_rroute, ch_route, max_events, heap_capacity):  # pragma: no cover - jitted
+           P, op_addr, op_route, op_rroute, ch_route, vc_edge, vc_w, max_events, heap_capacity):  # pragma: no cover - jitted
     """Replay a Program; returns (status, n_events, runtime state, edge and PC stats).
 
     A put of a whole transaction on one edge (source injection or a
@@ -60,7 +68,9 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     flits' arrival events are then generated one after another (flit i+1 when
     flit i arrives), which keeps the heap small.  On an edge without
     serialization all flits arrive together and are pushed at once, which keeps
-    the wire's FIFO order.
+    the wire's FIFO order.  On a PE egress link (``vc_edge``) a put joins its
+    virtual channel's queue instead and the link's arbiter (``EV_VC_SERVE``)
+    sends one flit per event.
     """
     n_nodes = len(n_ovh)
     n_edges = len(e_src)
@@ -88,7 +98,17 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     t_aux = np.zeros(max_txn)            # chunk-loop start (D2H command)
     t_train_hop = np.full(max_txn, -1, np.int64)
     t_train_dep0 = np.zeros(max_txn)     # departure of flit 0 of the current train
+    t_sent = np.zeros(max_txn, np.int64)  # flits already sent by a VC arbiter
+    t_qnext = np.full(max_txn, -1, np.int64)
+    t_qhop = np.zeros(max_txn, np.int64)
     n_txn = 0
+    # per edge and virtual channel: FIFO of transactions (head, tail); per edge: turn, flits left in it
+    q_head = np.full((n_edges, 2), -1, np.int64)
+    q_tail = np.full((n_edges, 2), -1, np.int64)
+    vc_turn = np.zeros(n_edges, np.int64)
+    vc_left = np.full(n_edges, vc_w[VC_COMPUTE], np.int64)
+    vc_busy = np.zeros(n_edges, np.bool_)
+    q_bytes = np.zeros(n_edges)
 
     node_free = np.zeros(n_nodes)
     avail = np.zeros(n_edges)
@@ -107,11 +127,20 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     for a in range(n_agents):
         size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
 
+    # Arbiter decisions wait in their own heap and run after every other event of their instant,
+    # so that they see every flit put on their link at that time, whatever the events' order.
+    vheap = heap_new(n_edges + 16)
+    vsize = 0
+
     n_events = 0
     status = OK
-    while size > 0:
-        now, payload = heap_pop(heap, size)
-        size -= 1
+    while size > 0 or vsize > 0:
+        if vsize > 0 and (size == 0 or vheap[0][0] < heap[0][0]):
+            now, payload = heap_pop(vheap, vsize)
+            vsize -= 1
+        else:
+            now, payload = heap_pop(heap, size)
+            size -= 1
         kind, x, y, z = unpack(payload)
         n_events += 1
         if n_events > max_events:
@@ -181,6 +210,23 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             e = r_edges[r_ptr[t_route[txn]] + hop]
             nfl = t_nflits[txn]
             nbytes = t_nbytes[txn]
+            if vc_edge[e]:
+                c = VC_COMM if t_kind[txn] == K_IPCQ else VC_COMPUTE
+                e_peak[e] = max(e_peak[e], q_bytes[e] + max(avail[e] - now, 0.0) * e_bw[e])
+                q_bytes[e] += nbytes
+                t_sent[txn] = 0
+                t_qnext[txn] = -1
+                t_qhop[txn] = hop
+                t_train_hop[txn] = -1
+                if q_tail[e, c] < 0:
+                    q_head[e, c] = txn
+                else:
+                    t_qnext[q_tail[e, c]] = txn
+                q_tail[e, c] = txn
+                if not vc_busy[e]:
+                    vc_busy[e] = True
+                    vsize, seq = push(vheap, vsize, seq, max(now, avail[e]), EV_VC_SERVE, e, 0, 0)
+                continue
             if avail[e] > now:
                 e_peak[e] = max(e_peak[e], (avail[e] - now) * e_bw[e])
             dep0 = max(now, avail[e])
@@ -198,6 +244,35 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
             t_train_dep0[txn] = dep0
             arr = dep0 + _flit_size(0, nfl, nbytes, flit_bytes) / e_bw[e] + e_prop[e]
             size, seq = push(heap, size, seq, arr, EV_FLIT, txn, 0, hop)
+            continue
+
+        if kind == EV_VC_SERVE:
+            # Weighted round robin: keep the turn while its channel has flits and quota, else switch.
+            e = x
+            c = vc_turn[e]
+            if q_head[e, c] < 0 or vc_left[e] <= 0:
+                if q_head[e, 1 - c] >= 0:
+                    c = 1 - c
+                    vc_turn[e] = c
+                vc_left[e] = vc_w[c]
+            txn = q_head[e, c]
+            i = t_sent[txn]
+            t_sent[txn] = i + 1
+            vc_left[e] -= 1
+            nb = _flit_size(i, t_nflits[txn], t_nbytes[txn], flit_bytes)
+            avail[e] = now + nb / e_bw[e]
+            q_bytes[e] -= nb
+            e_bytes[e] += nb
+            e_busy[e] += nb / e_bw[e]
+            size, seq = push(heap, size, seq, avail[e] + e_prop[e], EV_FLIT, txn, i, t_qhop[txn])
+            if i + 1 == t_nflits[txn]:
+                q_head[e, c] = t_qnext[txn]
+                if q_head[e, c] < 0:
+                    q_tail[e, c] = -1
+            if q_head[e, 0] >= 0 or q_head[e, 1] >= 0:
+                vsize, seq = push(vheap, vsize, seq, avail[e], EV_VC_SERVE, e, 0, 0)
+            else:
+                vc_busy[e] = False
             continue
 
         if kind == EV_CTRL_ARRIVE:

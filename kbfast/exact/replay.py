@@ -50,6 +50,12 @@ def compact(p: Program) -> Compact:
                    hbm_ctrls=nodes[is_hbm], node_hbm=node_hbm)
 
 
+def vc_edges(p: Program, edges: np.ndarray) -> np.ndarray:
+    """Which of ``edges`` are PE egress links, where PE_DMA's two virtual channels meet (spec_ccl §2.8)."""
+    t = p.tables
+    return t.node_kind[t.edge_src[edges]] == NodeKind.PE_DMA
+
+
 def heap_capacity(p: Program) -> int:
     """Bound on pending events: one per flit of every transaction, plus agent and control events."""
     flit = p.tables.spec.fabric.flit_bytes
@@ -122,7 +128,9 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         hbm.pcs_per_pe, int(hbm.burst_bytes).bit_length() - 1, hbm.burst_bytes, flit,
         flit / pc_bw, hbm.burst_bytes / pc_bw, hbm.switch_penalty_ns,
         make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64),
-        p.channels.route, np.int64(max_events), np.int64(heap_capacity(p)),
+        p.channels.route, vc_edges(p, c.edges),
+        np.array([spec.pe.vc_weights.compute, spec.pe.vc_weights.comm], np.int64),
+        np.int64(max_events), np.int64(heap_capacity(p)),
     )
     t0 = time.perf_counter()
     status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog = engine.replay(*args)

@@ -27,6 +27,8 @@ so that ``kbfast bench`` has a baseline:
   ``recv_no_consume``), then the credit, blocking or forked (§2.5).  Parked
   agents re-check on wake; poll mode wakes on the grid started when they
   parked (§2.6).  RECV on no channel is round robin from a cursor (§4.9).
+* a PE's egress link serves its two virtual channels, DMA (``vc_compute``)
+  and IPCQ (``vc_comm``), flit by flit in weighted round robin (spec_ccl §2.8).
 
 Nodes and edges are created lazily, so the cost follows the Program, not the system.
 
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 import numpy as np
 import simpy
@@ -83,6 +86,10 @@ class _Sim:
         self.penalty = spec.hbm.switch_penalty_ns
         self.routes = [p.route(r).tolist() for r in range(len(p.route_ptr) - 1)]
         self.wires: dict[int, simpy.Store] = {}
+        self.is_pe_dma = t.node_kind == NodeKind.PE_DMA
+        self.vc_w = (spec.pe.vc_weights.compute, spec.pe.vc_weights.comm)
+        self.vc_queues: dict[int, tuple[deque, deque]] = {}
+        self.vc_wake: dict[int, simpy.Event] = {}
         self.inboxes: dict[int, simpy.Store] = {}
         self.pc_avail: dict[tuple[int, int], float] = {}
         self.pc_dir: dict[tuple[int, int], int] = {}
@@ -298,9 +305,52 @@ class _Sim:
 
     def _stream(self, txn: _Txn, hop: int) -> None:
         """Put every flit of ``txn`` on the wire of route hop ``hop`` (in one go)."""
-        store = self._wire(txn.route[hop])
+        e = txn.route[hop]
+        if self.is_pe_dma[self.e_src[e]]:
+            queues = self._vc_link(e)
+            queues[1 if txn.kind == IPCQ else 0].extend((txn, i, hop) for i in range(txn.nflits))
+            if not self.vc_wake[e].triggered:
+                self.vc_wake[e].succeed()
+            return
+        store = self._wire(e)
         for i in range(txn.nflits):
             store.put((txn, i, hop))
+
+    def _settle(self):
+        """Let every other event of this instant run first, as the engine's arbiter does (marked
+        timeouts of other arbiters do not count)."""
+        now = self.env.now
+        while any(t == now and not getattr(ev, "vc_settle", False) for t, _, _, ev in self.env._queue):
+            tick = self.env.timeout(0)
+            tick.vc_settle = True
+            yield tick
+
+    def _vc_link(self, e: int) -> tuple[deque, deque]:
+        if e not in self.vc_queues:
+            self.vc_queues[e] = (deque(), deque())
+            self.vc_wake[e] = self.env.event()
+            self.env.process(self._vc_link_proc(e))
+        return self.vc_queues[e]
+
+    def _vc_link_proc(self, e: int):
+        """PE egress: up to ``w`` flits of the channel whose turn it is, then the other's; skip an empty one."""
+        bw, prop = self.e_bw[e], self.e_prop[e]
+        queues = self.vc_queues[e]
+        turn, left = 0, self.vc_w[0]
+        while True:
+            if not queues[0] and not queues[1]:
+                self.vc_wake[e] = self.env.event()
+                yield self.vc_wake[e]
+                continue
+            yield from self._settle()
+            if not queues[turn] or left <= 0:
+                if queues[1 - turn]:
+                    turn = 1 - turn
+                left = self.vc_w[turn]
+            txn, i, hop = queues[turn].popleft()
+            left -= 1
+            yield self.env.timeout(self._flit_bytes(txn, i) / bw)
+            self.env.timeout(prop).callbacks.append(lambda _, f=(txn, i, hop): self._arrive(*f))
 
     def _flit_bytes(self, txn: _Txn, i: int) -> int:
         return self.flit if i < txn.nflits - 1 else txn.nbytes - self.flit * (txn.nflits - 1)

@@ -84,28 +84,65 @@ def _data_routes(p: Program) -> np.ndarray:
     return out
 
 
+def _route_entries(p: Program, c: Compact, ops: np.ndarray, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(op, edge) for every edge of every op's route, op by op, each route in order."""
+    lo, hi = p.route_ptr[routes], p.route_ptr[routes + 1]
+    lens = hi - lo
+    pos = np.repeat(lo - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+    return np.repeat(ops, lens), c.route_edges[pos].astype(np.int64)
+
+
 def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float):
-    """(op, resource id, work kind, work base) entries: shared wires (bytes / bw), flit-aware node
-    workers (their overhead) and HBM controllers (commit + switch penalty per flit)."""
+    """(op, resource id, work kind, work base) entries, op by op: the payload route's finite wires
+    (bytes / bw), then its flit-aware node workers (their overhead), both in route order, then the HBM
+    controller (commit + switch penalty per flit)."""
     n_e, n_n = len(c.edges), len(c.nodes)
-    ops, res, kind, base = [], [], [], []
-    for o in np.flatnonzero(data_route >= 0):
-        edges = c.route_edges[p.route_ptr[data_route[o]]:p.route_ptr[data_route[o] + 1]]
-        finite = np.isfinite(e_bw[edges])
-        nodes = e_dst[edges]
-        workers = nodes[n_flit[nodes]]
-        ops += [o] * (int(finite.sum()) + len(workers))
-        res += list(edges[finite]) + list(n_e + workers)
-        kind += [0] * int(finite.sum()) + [1] * len(workers)
-        base += list(1.0 / e_bw[edges[finite]]) + list(n_ovh[workers])
-        hbm = -1 if p.op_code[o] == Op.SEND else int(c.node_hbm[e_dst[c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])
-        if hbm >= 0:
-            ops.append(o)
-            res.append(n_e + n_n + hbm)
-            kind.append(2)
-            base.append(commit + sw)
-    return np.array(ops, np.int64), np.array(res, np.int64), np.array(kind, np.int8), np.array(base, np.float64)
+    ops = np.flatnonzero(data_route >= 0)
+    op_e, edges = _route_entries(p, c, ops, data_route[ops])
+    finite = np.isfinite(e_bw[edges])
+    nodes = e_dst[edges]
+    worker = n_flit[nodes]
+    dma = ops[p.op_code[ops] != Op.SEND]
+    last = c.route_edges[p.route_ptr[p.op_route[dma] + 1] - 1]
+    hbm = c.node_hbm[e_dst[last]].astype(np.int64)
+    dma, hbm = dma[hbm >= 0], hbm[hbm >= 0]
+    all_ops = np.concatenate([op_e[finite], op_e[worker], dma])
+    order = np.argsort(all_ops, kind="stable")
+    res = np.concatenate([edges[finite], n_e + nodes[worker], n_e + n_n + hbm])[order]
+    kind = np.concatenate([np.zeros(int(finite.sum()), np.int8), np.ones(int(worker.sum()), np.int8),
+                           np.full(len(dma), 2, np.int8)])[order]
+    base = np.concatenate([1.0 / e_bw[edges[finite]], n_ovh[nodes[worker]].astype(np.float64),
+                           np.full(len(dma), commit + sw)])[order]
+    return all_ops[order].astype(np.int64), res.astype(np.int64), kind, base
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (a, b) pairs, sorted by a then b."""
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    keep = np.ones(len(a), bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return a[keep], b[keep]
+
+
+def _shared(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, e_dst: np.ndarray,
+            n_flit: np.ndarray, n_ovh: np.ndarray):
+    """Resources more than one op's payload uses (finite-bandwidth edges, overhead-paying serial workers),
+    and per op its shared entries: its shared edges, then its shared workers (``n_e + node``), each sorted."""
+    n_e, n_n = len(c.edges), len(c.nodes)
+    ops = np.flatnonzero(data_route >= 0)
+    op_e, edges = _unique_pairs(*_route_entries(p, c, ops, data_route[ops]))
+    op_n, nodes = _unique_pairs(op_e, e_dst[edges].astype(np.int64))
+    shared_edge = (np.bincount(edges, minlength=n_e) > 1) & np.isfinite(e_bw)
+    shared_node = (np.bincount(nodes, minlength=n_n) > 1) & n_flit & (n_ovh > 0)
+    se, sn = shared_edge[edges], shared_node[nodes]
+    all_ops = np.concatenate([op_e[se], op_n[sn]])
+    order = np.argsort(all_ops, kind="stable")
+    sh_res = np.concatenate([edges[se], n_e + nodes[sn]])[order].astype(np.int64)
+    sh_is_node = np.concatenate([np.zeros(int(se.sum()), bool), np.ones(int(sn.sum()), bool)])[order]
+    sh_ptr = np.concatenate([[0], np.cumsum(np.bincount(all_ops, minlength=p.n_ops))]).astype(np.int64)
+    return shared_edge, shared_node, sh_ptr, sh_res, sh_is_node
 
 
 @njit(cache=True)
@@ -161,26 +198,8 @@ def plan_fast(p: Program) -> Plan:
     sw = hbm.switch_penalty_ns
     data_route = _data_routes(p)
 
-    # Resources more than one op's payload uses: finite-bandwidth edges and overhead-paying
-    # serial workers.  Only there can flows meet.
     n_e = len(c.edges)
-    per_op = [np.unique(c.route_edges[p.route_ptr[r]:p.route_ptr[r + 1]]) if r >= 0 else np.zeros(0, np.int64)
-              for r in data_route]
-    users = np.zeros(n_e + len(c.nodes), np.int64)
-    for edges in per_op:
-        users[edges] += 1
-        users[n_e + np.unique(e_dst[edges])] += 1
-    shared_edge = (users[:n_e] > 1) & np.isfinite(e_bw)
-    shared_node = (users[n_e:] > 1) & n_flit & (n_ovh > 0)
-    sh_lists, node_lists = [], []
-    for edges in per_op:
-        nodes = np.unique(e_dst[edges])
-        nodes = nodes[shared_node[nodes]]
-        sh_lists.append(np.concatenate([edges[shared_edge[edges]], n_e + nodes]))
-        node_lists.append(np.concatenate([np.zeros(int(shared_edge[edges].sum()), bool), np.ones(len(nodes), bool)]))
-    sh_ptr = np.concatenate([[0], np.cumsum([len(x) for x in sh_lists])]).astype(np.int64)
-    sh_res = np.concatenate(sh_lists).astype(np.int64) if sh_lists else np.zeros(0, np.int64)
-    sh_is_node = np.concatenate(node_lists) if node_lists else np.zeros(0, bool)
+    shared_edge, shared_node, sh_ptr, sh_res, sh_is_node = _shared(p, c, data_route, e_bw, e_dst, n_flit, n_ovh)
     sh_base = np.where(sh_is_node, n_ovh[np.maximum(sh_res - n_e, 0)], 1.0)
     res_cap = np.concatenate([e_bw, np.ones(len(c.nodes))])
     share = np.diff(sh_ptr) > 0

@@ -240,7 +240,8 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route):  # pragm
         frozen=np.zeros(n_ops, np.bool_), users=np.zeros(n_res, np.int64),
         holder=np.full(n_res, -1, np.int64),     # the solo flow holding a resource, if any
         cap_rem=np.zeros(n_res), weight=np.zeros(n_res), r_contended=np.zeros(n_res, np.bool_),
-        o_contended=np.zeros(n_ops, np.bool_), eg_last=np.full(n_edges, -1, np.int64),
+        o_contended=np.zeros(n_ops, np.bool_),
+        eg_last=np.full(2 * n_edges, -1, np.int64),   # per (first edge, virtual channel): the last train
         eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
         heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
         n_users=np.zeros(n_res, np.int64), mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64))
@@ -386,11 +387,13 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                 bn[o] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
                 fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / bn[o]
                 rem[o] = P.op_nbytes[o]
-                e0 = r_edges[r_ptr[route]]
-                prev = eg_last[e0]
-                eg_last[e0] = o
+                # A source's trains leave in FIFO order per virtual channel; a PE's DMA (vc_compute)
+                # and IPCQ (vc_comm) trains share its egress link (spec_ccl §2.8).
+                vc = 2 * r_edges[r_ptr[route]] + (1 if P.op_code[o] == OP_SEND else 0)
+                prev = eg_last[vc]
+                eg_last[vc] = o
                 if prev >= 0 and not drained[prev]:
-                    eg_waiter[prev] = o          # FIFO behind the previous train from this source
+                    eg_waiter[prev] = o          # FIFO behind the previous train of this channel
                 else:
                     size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
             else:
