@@ -45,7 +45,7 @@ def _progress(label: str) -> Iterator:
             state["start"] = done
             return
         rate = (done - state["start"]) / max(time.perf_counter() - state["t0"], 1e-9)
-        bar.update(state["task"], completed=done, rate=f"{rate:,.0f} pts/s")
+        bar.update(state["task"], completed=done, rate=f"{rate:,.0f} pts/s" if rate >= 10 else f"{rate:.2f} pts/s")
 
     with bar:
         yield update
