@@ -36,6 +36,8 @@ Semantics (design §5; spec_fabric §5.1–§5.3, §5.7; spec_memory §3–§4; 
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -72,64 +74,71 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     virtual channel's queue instead and the link's arbiter (``EV_VC_SERVE``)
     sends one flit per event.
     """
-    n_nodes = len(n_ovh)
-    n_edges = len(e_src)
-    n_agents = len(P.a_start)
-    n_ops = len(P.op_code)
-    op_nbytes = P.op_nbytes
     n_ctrl = 0
-    for v in range(n_nodes):
+    for v in range(len(n_ovh)):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
-    n_pc_all = max(n_ctrl * n_pcs, 1)
-    pc_mask = n_pcs - 1
     S = new_state(P)
-    pend = np.empty(n_ops + 1, np.int64)
+    W = _scratch(len(P.op_code), len(n_ovh), len(e_src), max(n_ctrl * n_pcs, 1), vc_w, heap_capacity)
+    status, n_events = _run(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges, n_pcs, pc_shift,
+                            burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty, P, S, W, op_addr,
+                            op_route, op_rroute, ch_route, vc_edge, vc_w, max_events)
+    return status, n_events, S, W.e_bytes, W.e_busy, W.e_peak, W.pc_commits, W.pc_busy, W.pc_backlog
 
+
+Scratch = namedtuple("Scratch", [
+    "pend", "t_route", "t_nbytes", "t_nflits", "t_addr", "t_dir", "t_kind", "t_op", "t_count", "t_last", "t_aux",
+    "t_train_hop", "t_train_dep0", "t_sent", "t_qnext", "t_qhop", "q_head", "q_tail", "vc_turn", "vc_left",
+    "vc_busy", "q_bytes", "node_free", "avail", "e_bytes", "e_busy", "e_peak", "pc_avail", "pc_dir", "pc_commits",
+    "pc_busy", "pc_backlog", "heap", "vheap"])
+
+
+@njit(cache=True)
+def _scratch(n_ops, n_nodes, n_edges, n_pc_all, vc_w, heap_capacity):  # pragma: no cover - jitted
+    """Fresh arrays of :func:`_run`: per transaction, per edge (and virtual channel), per node, per PC; the heaps."""
     max_txn = 2 * n_ops + 1
-    t_route = np.empty(max_txn, np.int64)
-    t_nbytes = np.empty(max_txn, np.int64)
-    t_nflits = np.empty(max_txn, np.int64)
-    t_addr = np.empty(max_txn, np.int64)
-    t_dir = np.empty(max_txn, np.int8)
-    t_kind = np.empty(max_txn, np.int8)
-    t_op = np.empty(max_txn, np.int64)
-    t_count = np.zeros(max_txn, np.int64)
-    t_last = np.zeros(max_txn)
-    t_aux = np.zeros(max_txn)            # chunk-loop start (D2H command)
-    t_train_hop = np.full(max_txn, -1, np.int64)
-    t_train_dep0 = np.zeros(max_txn)     # departure of flit 0 of the current train
-    t_sent = np.zeros(max_txn, np.int64)  # flits already sent by a VC arbiter
-    t_qnext = np.full(max_txn, -1, np.int64)
-    t_qhop = np.zeros(max_txn, np.int64)
+    return Scratch(
+        pend=np.empty(n_ops + 1, np.int64),
+        t_route=np.empty(max_txn, np.int64), t_nbytes=np.empty(max_txn, np.int64),
+        t_nflits=np.empty(max_txn, np.int64), t_addr=np.empty(max_txn, np.int64), t_dir=np.empty(max_txn, np.int8),
+        t_kind=np.empty(max_txn, np.int8), t_op=np.empty(max_txn, np.int64), t_count=np.zeros(max_txn, np.int64),
+        t_last=np.zeros(max_txn),
+        t_aux=np.zeros(max_txn),                        # chunk-loop start (D2H command)
+        t_train_hop=np.full(max_txn, -1, np.int64),
+        t_train_dep0=np.zeros(max_txn),                 # departure of flit 0 of the current train
+        t_sent=np.zeros(max_txn, np.int64),             # flits already sent by a VC arbiter
+        t_qnext=np.full(max_txn, -1, np.int64), t_qhop=np.zeros(max_txn, np.int64),
+        # per edge and virtual channel: FIFO of transactions (head, tail); per edge: turn, flits left in it
+        q_head=np.full((n_edges, 2), -1, np.int64), q_tail=np.full((n_edges, 2), -1, np.int64),
+        vc_turn=np.zeros(n_edges, np.int64), vc_left=np.full(n_edges, vc_w[VC_COMPUTE], np.int64),
+        vc_busy=np.zeros(n_edges, np.bool_), q_bytes=np.zeros(n_edges),
+        node_free=np.zeros(n_nodes), avail=np.zeros(n_edges), e_bytes=np.zeros(n_edges), e_busy=np.zeros(n_edges),
+        e_peak=np.zeros(n_edges), pc_avail=np.zeros(n_pc_all), pc_dir=np.full(n_pc_all, -1, np.int8),
+        pc_commits=np.zeros(n_pc_all, np.int64), pc_busy=np.zeros(n_pc_all), pc_backlog=np.zeros(n_pc_all),
+        heap=heap_new(heap_capacity),
+        # Arbiter decisions wait in their own heap and run after every other event of their instant,
+        # so that they see every flit put on their link at that time, whatever the events' order.
+        vheap=heap_new(n_edges + 16))
+
+
+# No NRT (here and in _start_dma): the loop allocates nothing, and without NRT the inlined
+# runtime helpers pay no atomic reference counting on the many arrays of P and S.
+# Allocation happens in replay().
+@njit(cache=True, error_model="numpy", _nrt=False)
+def _run(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges, n_pcs, pc_shift, burst_bytes, flit_bytes,
+         commit_ns, burst_commit_ns, switch_penalty, P, S, W, op_addr, op_route, op_rroute, ch_route, vc_edge, vc_w,
+         max_events):  # pragma: no cover - jitted
+    """The event loop of :func:`replay`, on the arrays of ``S`` and ``W``; returns (status, n_events)."""
+    (pend, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, t_count, t_last, t_aux, t_train_hop,
+     t_train_dep0, t_sent, t_qnext, t_qhop, q_head, q_tail, vc_turn, vc_left, vc_busy, q_bytes, node_free, avail,
+     e_bytes, e_busy, e_peak, pc_avail, pc_dir, pc_commits, pc_busy, pc_backlog, heap, vheap) = W
+    n_agents = len(P.a_start)
+    op_nbytes = P.op_nbytes
+    pc_mask = n_pcs - 1
     n_txn = 0
-    # per edge and virtual channel: FIFO of transactions (head, tail); per edge: turn, flits left in it
-    q_head = np.full((n_edges, 2), -1, np.int64)
-    q_tail = np.full((n_edges, 2), -1, np.int64)
-    vc_turn = np.zeros(n_edges, np.int64)
-    vc_left = np.full(n_edges, vc_w[VC_COMPUTE], np.int64)
-    vc_busy = np.zeros(n_edges, np.bool_)
-    q_bytes = np.zeros(n_edges)
-
-    node_free = np.zeros(n_nodes)
-    avail = np.zeros(n_edges)
-    e_bytes = np.zeros(n_edges)
-    e_busy = np.zeros(n_edges)
-    e_peak = np.zeros(n_edges)
-    pc_avail = np.zeros(n_pc_all)
-    pc_dir = np.full(n_pc_all, -1, np.int8)
-    pc_commits = np.zeros(n_pc_all, np.int64)
-    pc_busy = np.zeros(n_pc_all)
-    pc_backlog = np.zeros(n_pc_all)
-
-    heap = heap_new(heap_capacity)
     size = 0
     seq = 0
     for a in range(n_agents):
         size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
-
-    # Arbiter decisions wait in their own heap and run after every other event of their instant,
-    # so that they see every flit put on their link at that time, whatever the events' order.
-    vheap = heap_new(n_edges + 16)
     vsize = 0
 
     n_events = 0
@@ -369,10 +378,10 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
         for a in range(n_agents):
             if S.a_finish[a] < 0:
                 status = DEADLOCK
-    return status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog
+    return status, n_events
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _start_dma(o, now, d, is_host, op_code, op_nbytes, op_addr, op_route,
                t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges, e_src, e_dst, e_prop,
                n_ovh, flit_bytes):  # pragma: no cover - jitted

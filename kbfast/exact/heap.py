@@ -1,13 +1,23 @@
-"""An array-based binary min-heap of events keyed by (time, insertion sequence), for Numba.
+"""The event queue of both evaluators, keyed by (time, insertion sequence), for Numba.
 
 Equal times pop in insertion order, which makes every replay reproducible bit
-for bit (design §5 "Ties").  The heap is a tuple ``(time, seq, payload)`` of
-parallel arrays; an event's kind and fields are packed into the int64 payload
-(:func:`pack`).  Callers own ``size`` and the sequence counter and size the
-heap for the most events that can be pending at once (one per flit in flight,
-see ``kbfast.exact.replay.heap_capacity``): a fixed capacity keeps the hot loop
-free of reallocation.  Plain functions (no jitclass) keep the replay kernel
-cacheable on disk.
+for bit (design §5 "Ties").  Many events share their time (an instant often
+holds dozens), so events wait in FIFO *buckets*, one per pending time, and a
+binary min-heap orders the buckets by (time, sequence of their first event): a
+push at a time that already has a bucket is an append, a pop that leaves its
+bucket non-empty is O(1).  A small direct-mapped table (hash of the time) finds
+a time's bucket; when two times collide a fresh bucket is opened, and only the
+newest bucket of a time takes appends, which keeps the exact (time, sequence)
+order.  An event's kind and fields are packed into an int64 payload
+(:func:`pack`).
+
+The queue is a tuple of arrays whose first is the buckets' heap of times, so
+``queue[0][0]`` is the next event's time.  Callers own ``size`` (pending events)
+and the sequence counter and size the queue for the most events that can be
+pending at once (one per flit in flight, see
+``kbfast.exact.replay.heap_capacity``): a fixed capacity keeps the hot loops
+free of allocation.  Plain functions (no jitclass) keep the kernels cacheable
+on disk.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from numba import njit
 # payload bits: kind 4 | a 27 | b 20 | c 12
 _KIND_SHIFT, _A_SHIFT, _B_SHIFT = 59, 32, 12
 MAX_A, MAX_B, MAX_C = (1 << 27) - 1, (1 << 20) - 1, (1 << 12) - 1
+_TABLE_BITS = 10
+_MIX = -7046029254386353131   # 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing)
 
 
 @njit(cache=True, inline="always")
@@ -33,37 +45,79 @@ def unpack(p):  # pragma: no cover - jitted
 
 @njit(cache=True)
 def heap_new(capacity):  # pragma: no cover - jitted
+    """An empty queue for up to ``capacity`` pending events."""
     capacity = max(capacity, 16)
-    return np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+    free = np.empty(2 * capacity + 3, np.int64)    # free event slots, free buckets, counts of both, buckets in heap
+    free[:capacity] = np.arange(capacity)
+    free[capacity:2 * capacity] = np.arange(capacity)
+    free[2 * capacity] = capacity
+    free[2 * capacity + 1] = capacity
+    free[2 * capacity + 2] = 0
+    return (np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+            np.empty(capacity, np.float64), np.full(capacity, -1, np.int64), np.empty(capacity, np.int64),
+            np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.full(1 << _TABLE_BITS, -1, np.int64), free)
 
 
 @njit(cache=True, inline="always")
 def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
-    """Insert at the hole ``size`` (the caller guarantees capacity) and sift the hole up."""
-    ht, hs, hp = heap
-    i = size
+    """Queue ``payload`` at ``time`` with sequence ``seq`` (the caller guarantees capacity)."""
+    ht, hs, hb, b_time, b_head, b_tail, nxt, pay, table, free = heap
+    cap = len(ht)
+    n_free = free[2 * cap]
+    ev = free[n_free - 1]
+    free[2 * cap] = n_free - 1
+    pay[ev] = payload
+    nxt[ev] = -1
+    slot = ((np.int64(time * 4096.0) * _MIX) >> 40) & ((1 << _TABLE_BITS) - 1)
+    b = table[slot]
+    if b >= 0 and b_head[b] >= 0 and b_time[b] == time:
+        nxt[b_tail[b]] = ev
+        b_tail[b] = ev
+        return
+    nb_free = free[2 * cap + 1]
+    b = free[cap + nb_free - 1]
+    free[2 * cap + 1] = nb_free - 1
+    table[slot] = b
+    b_time[b] = time
+    b_head[b] = ev
+    b_tail[b] = ev
+    i = free[2 * cap + 2]
+    free[2 * cap + 2] = i + 1
     while i > 0:
         parent = (i - 1) >> 1
         if time < ht[parent] or (time == ht[parent] and seq < hs[parent]):
             ht[i] = ht[parent]
             hs[i] = hs[parent]
-            hp[i] = hp[parent]
+            hb[i] = hb[parent]
             i = parent
         else:
             break
     ht[i] = time
     hs[i] = seq
-    hp[i] = payload
+    hb[i] = b
 
 
 @njit(cache=True, inline="always")
 def heap_pop(heap, size):  # pragma: no cover - jitted
-    """Remove the root of a heap of ``size`` items; returns (time, payload).  New size is size-1."""
-    ht, hs, hp = heap
-    time, payload = ht[0], hp[0]
-    n = size - 1
+    """Remove the next event of a non-empty queue; returns (time, payload).  New size is size-1."""
+    ht, hs, hb, b_time, b_head, b_tail, nxt, pay, table, free = heap
+    cap = len(ht)
+    b = hb[0]
+    ev = b_head[b]
+    time, payload = ht[0], pay[ev]
+    n_free = free[2 * cap]
+    free[n_free] = ev
+    free[2 * cap] = n_free + 1
+    b_head[b] = nxt[ev]
+    if b_head[b] >= 0:
+        return time, payload
+    nb_free = free[2 * cap + 1]
+    free[cap + nb_free] = b
+    free[2 * cap + 1] = nb_free + 1
+    n = free[2 * cap + 2] - 1
+    free[2 * cap + 2] = n
     if n > 0:
-        lt, ls, lp = ht[n], hs[n], hp[n]
+        lt, ls, lb = ht[n], hs[n], hb[n]
         i = 0
         while True:
             child = 2 * i + 1
@@ -75,11 +129,11 @@ def heap_pop(heap, size):  # pragma: no cover - jitted
             if ht[child] < lt or (ht[child] == lt and hs[child] < ls):
                 ht[i] = ht[child]
                 hs[i] = hs[child]
-                hp[i] = hp[child]
+                hb[i] = hb[child]
                 i = child
             else:
                 break
         ht[i] = lt
         hs[i] = ls
-        hp[i] = lp
+        hb[i] = lb
     return time, payload

@@ -65,7 +65,8 @@ def heap_capacity(p: Program) -> int:
 def estimate_memory_bytes(p: Program) -> int:
     """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight."""
     flits = int(np.sum((p.op_nbytes + p.tables.spec.fabric.flit_bytes - 1) // p.tables.spec.fabric.flit_bytes))
-    return 200 * p.n_ops + 64 * len(p.route_edges) + 33 * 2 * (flits + p.n_ops + p.n_agents)
+    # 80 B per queue slot (kbfast.exact.heap: 8 arrays of 8 B, two free lists)
+    return 200 * p.n_ops + 64 * len(p.route_edges) + 80 * (flits + p.n_ops + p.n_agents)
 
 
 @dataclass(frozen=True)
