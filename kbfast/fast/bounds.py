@@ -17,23 +17,62 @@ valid bound contain the true in-flight intervals, so each pass stays valid.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
 def interference(res_ptr, res_ids, res_work, users_ptr, users, begin_lo, end_hi, use_windows,
                  own_extra):  # pragma: no cover - jitted
-    """extra[o] = own_extra[o] + sum over o's resources of the work of overlapping co-users."""
+    """extra[o] = own_extra[o] + sum over o's resources of the work of overlapping co-users.
+
+    Co-user ``g`` overlaps ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]``.  As
+    every window has ``begin_lo <= end_hi``, the overlapping work on a resource is
+    ``W(begin_lo[g] <= end_hi[o]) - W(end_hi[g] < begin_lo[o])``: two prefix sums over the resource's
+    users sorted by begin and by end, so a call costs O(U log U) for U (op, resource) pairs, not the
+    O(U^2) of comparing every pair.  ``o``'s own work (entry ``k`` of ``res_work``: entries are grouped
+    by op, in order) is then taken out.
+    """
     n_ops = len(res_ptr) - 1
+    n_users = len(users)
+    w = np.empty(n_users)
+    b = np.empty(n_users)
+    e = np.empty(n_users)
+    for j in range(n_users):
+        w[j] = res_work[users[j, 1]]
+        b[j] = begin_lo[users[j, 0]]
+        e[j] = end_hi[users[j, 0]]
+    by_b = np.empty(n_users)            # per resource: begins sorted, and the work prefix in that order
+    by_e = np.empty(n_users)
+    cum_b = np.empty(n_users + len(users_ptr))
+    cum_e = np.empty(n_users + len(users_ptr))
+    total = np.zeros(len(users_ptr) - 1)
+    for r in range(len(users_ptr) - 1):
+        lo, hi = users_ptr[r], users_ptr[r + 1]
+        for j in range(lo, hi):
+            total[r] += w[j]
+        if not use_windows or hi - lo < 2:
+            continue
+        ob = lo + np.argsort(b[lo:hi], kind="mergesort")
+        oe = lo + np.argsort(e[lo:hi], kind="mergesort")
+        cum_b[lo + r] = 0.0
+        cum_e[lo + r] = 0.0
+        for k in range(hi - lo):
+            by_b[lo + k] = b[ob[k]]
+            by_e[lo + k] = e[oe[k]]
+            cum_b[lo + r + k + 1] = cum_b[lo + r + k] + w[ob[k]]
+            cum_e[lo + r + k + 1] = cum_e[lo + r + k] + w[oe[k]]
     extra = own_extra.copy()
     for o in range(n_ops):
         for k in range(res_ptr[o], res_ptr[o + 1]):
             r = res_ids[k]
-            for j in range(users_ptr[r], users_ptr[r + 1]):
-                g = users[j, 0]
-                if g == o:
-                    continue
-                if use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g]):
-                    continue
-                extra[o] += res_work[users[j, 1]]
+            lo, hi = users_ptr[r], users_ptr[r + 1]
+            if hi - lo < 2:
+                continue
+            if use_windows:
+                started = np.searchsorted(by_b[lo:hi], end_hi[o], side="right")     # begin_lo[g] <= end_hi[o]
+                ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")      # end_hi[g] < begin_lo[o]
+                extra[o] += max(cum_b[lo + r + started] - cum_e[lo + r + ended] - res_work[k], 0.0)
+            else:
+                extra[o] += max(total[r] - res_work[k], 0.0)
     return extra
