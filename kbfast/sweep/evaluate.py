@@ -12,7 +12,6 @@ the same whatever the number of jobs.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -70,7 +69,7 @@ def _shared_key(p: Point, mode: str) -> str:
     batched = p.workload["kind"] == "allreduce" and mode == "fast"
     over = {k: v for k, v in p.overrides.items() if not (batched and k in BATCHED_KEYS)}
     work = {k: v for k, v in p.workload.items() if k != "size"}
-    return json.dumps([p.topology, over, work], sort_keys=True, default=str)
+    return repr([p.topology, sorted(over.items()), sorted(work.items())])
 
 
 def make_batches(points: list[Point], mode: str, check: set[int] | None = None, max_points: int = 4096,
@@ -94,14 +93,20 @@ def _raw(topology: str) -> tuple[str, dict]:
     return load_raw(topology)
 
 
+_OVERRIDES: dict[str, dict[str, Any]] = {}   # the overrides behind each system key
+
+
 @lru_cache(maxsize=256)
-def _system(topology: str, overrides_json: str) -> SystemSpec:
+def _system(topology: str, overrides_key: str) -> SystemSpec:
     label, data = _raw(topology)
-    return validate(label, apply_overrides(data, json.loads(overrides_json), label=f"{label} (sweep axis)"))
+    return validate(label, apply_overrides(data, _OVERRIDES[overrides_key], label=f"{label} (sweep axis)"))
 
 
 def _system_key(p: Point) -> tuple[str, str]:
-    return p.topology, json.dumps(p.overrides, sort_keys=True, default=str)
+    """(topology, a text key of the overrides): cheap to build for every point, equal for equal overrides."""
+    key = repr(sorted(p.overrides.items()))
+    _OVERRIDES.setdefault(key, p.overrides)
+    return p.topology, key
 
 
 def system_of(p: Point) -> SystemSpec:
@@ -111,8 +116,8 @@ def system_of(p: Point) -> SystemSpec:
 
 
 @lru_cache(maxsize=4)
-def _tables(topology: str, overrides_json: str) -> tuple[Tables, Router]:
-    t = build_tables(_system(topology, overrides_json))
+def _tables(topology: str, overrides_key: str) -> tuple[Tables, Router]:
+    t = build_tables(_system(topology, overrides_key))
     return t, Router(t)
 
 
