@@ -120,7 +120,7 @@ def config_hash(topology: str, overrides: dict[str, Any], workload: dict[str, An
     """A digest of everything that determines a point's result: the resolved base topology, overrides,
     workload, mode and the kbfast version (16 hex digits)."""
     base = _topology_digest(topology)
-    text = json.dumps([base, overrides, workload, mode, __version__], sort_keys=True, default=str)
+    text = repr([base, sorted(overrides.items()), sorted(workload.items()), mode, __version__])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
