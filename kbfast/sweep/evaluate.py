@@ -13,7 +13,7 @@ the same whatever the number of jobs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -60,8 +60,6 @@ class BatchResult:
     links: pd.DataFrame | None = None
     pcs: pd.DataFrame | None = None
     eval_s: float = 0.0          # time inside the evaluators (the kernels), for the overhead figure
-    errors: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _shared_key(p: Point, mode: str) -> str:
@@ -206,7 +204,6 @@ def _error_text(err: Exception) -> str:
 
 def evaluate_batch(batch: Batch) -> BatchResult:
     """Evaluate every point of ``batch``; never raises for a point's own problem."""
-    t0 = time.perf_counter()
     metrics: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
     kernel_s = 0.0
@@ -244,7 +241,7 @@ def evaluate_batch(batch: Batch) -> BatchResult:
         row.update(kbfast_version=__version__, config_hash=p.config_hash, mode=batch.mode)
     links, pcs = _occupancy(batch, errors)
     df = pd.DataFrame(rows)
-    return BatchResult(batch.id, df, links, pcs, kernel_s, len(errors), {"wall_s": time.perf_counter() - t0})
+    return BatchResult(batch.id, df, links, pcs, kernel_s)
 
 
 def _cross_check(batch: Batch, metrics: dict[int, dict[str, Any]]) -> tuple[dict[int, dict[str, Any]], float]:

@@ -15,7 +15,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -50,7 +50,6 @@ class SweepOutcome:
     n_evaluated: int
     wall_s: float
     eval_s: float
-    extra: dict = field(default_factory=dict)
 
     @property
     def n_errors(self) -> int:
