@@ -23,6 +23,15 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
+def format_size(n: float) -> str:
+    """The inverse of :func:`parse_size` for display: ``98304`` -> ``96 KiB``, ``16`` -> ``16 B``."""
+    n = int(n)
+    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
 def is_geom(text: object) -> bool:
     """Whether ``text`` is written as a geometric range ``geom(START, STOP, xFACTOR)``."""
     return isinstance(text, str) and text.strip().startswith("geom(")

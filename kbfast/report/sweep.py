@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 
 INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "hop", "case", "buffer_kind", "n_slots")
@@ -79,7 +80,7 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     one_per_cell = not pd.concat([labels, ok["size"]], axis=1).duplicated().any() if "size" in ok else False
     if one_per_cell and ok["size"].nunique() <= 32 and labels.nunique() <= 8:
         table = pd.concat([labels, ok["size"], us], axis=1).pivot(index="size", columns="series", values="latency_us")
-        table.index = [_size_text(n) for n in table.index]
+        table.index = [format_size(n) for n in table.index]
         table.index.name = "size"
         table.columns = [f"{c} (µs)" for c in table.columns]
         return table
@@ -87,14 +88,6 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return g.agg(points=("latency_us", "size"), min_latency_us=("latency_us", "min"),
                  median_latency_us=("latency_us", "median"), max_latency_us=("latency_us", "max"),
                  max_busbw_gbps=("busbw_gbps", "max"))
-
-
-def _size_text(n: float) -> str:
-    n = int(n)
-    for unit, div in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n} B"
 
 
 def write_summary(df: pd.DataFrame, path: Path, title: str, facts: dict[str, object], plots: list[Path]) -> Path:

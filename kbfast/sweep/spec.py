@@ -278,7 +278,7 @@ def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
     if not isinstance(fixed, dict):
         raise ConfigError(label, "set", fixed, "expected a mapping of key path -> value")
     for key in fixed:
-        check_key_path(label, f"{key}")
+        check_key_path(label, str(key))
     axes = data.get("axes") or []
     if not isinstance(axes, list):
         raise ConfigError(label, "axes", axes, "expected a list of axis groups", "e.g. axes: [{grid: {workload.size: [16B, 1KiB]}}]")
