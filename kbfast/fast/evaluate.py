@@ -84,65 +84,166 @@ def _data_routes(p: Program) -> np.ndarray:
     return out
 
 
-def _route_entries(p: Program, c: Compact, ops: np.ndarray, routes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(op, edge) for every edge of every op's route, op by op, each route in order."""
-    lo, hi = p.route_ptr[routes], p.route_ptr[routes + 1]
-    lens = hi - lo
-    pos = np.repeat(lo - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
-    return np.repeat(ops, lens), c.route_edges[pos].astype(np.int64)
-
-
 def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float):
     """(op, resource id, work kind, work base) entries, op by op: the payload route's finite wires
     (bytes / bw), then its flit-aware node workers (their overhead), both in route order, then the HBM
     controller (commit + switch penalty per flit)."""
-    n_e, n_n = len(c.edges), len(c.nodes)
-    ops = np.flatnonzero(data_route >= 0)
-    op_e, edges = _route_entries(p, c, ops, data_route[ops])
-    finite = np.isfinite(e_bw[edges])
-    nodes = e_dst[edges]
-    worker = n_flit[nodes]
-    dma = ops[p.op_code[ops] != Op.SEND]
+    hbm = np.full(p.n_ops, -1, np.int64)
+    dma = (data_route >= 0) & (p.op_code != Op.SEND)
     last = c.route_edges[p.route_ptr[p.op_route[dma] + 1] - 1]
-    hbm = c.node_hbm[e_dst[last]].astype(np.int64)
-    dma, hbm = dma[hbm >= 0], hbm[hbm >= 0]
-    all_ops = np.concatenate([op_e[finite], op_e[worker], dma])
-    order = np.argsort(all_ops, kind="stable")
-    res = np.concatenate([edges[finite], n_e + nodes[worker], n_e + n_n + hbm])[order]
-    kind = np.concatenate([np.zeros(int(finite.sum()), np.int8), np.ones(int(worker.sum()), np.int8),
-                           np.full(len(dma), 2, np.int8)])[order]
-    base = np.concatenate([1.0 / e_bw[edges[finite]], n_ovh[nodes[worker]].astype(np.float64),
-                           np.full(len(dma), commit + sw)])[order]
-    return all_ops[order].astype(np.int64), res.astype(np.int64), kind, base
+    hbm[dma] = c.node_hbm[e_dst[last]]
+    return _resource_entries(data_route, p.route_ptr, c.route_edges, e_bw, e_dst, n_flit, n_ovh.astype(np.float64),
+                             hbm, len(c.edges), len(c.nodes), commit + sw)
 
 
-def _unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (a, b) pairs, sorted by a then b."""
-    order = np.lexsort((b, a))
-    a, b = a[order], b[order]
-    keep = np.ones(len(a), bool)
-    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
-    return a[keep], b[keep]
+@njit(cache=True)
+def _resource_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_ovh, hbm, n_e, n_n,
+                      commit):  # pragma: no cover - jitted
+    """Kernel of :func:`_resources`: two passes over the routes (count, then fill)."""
+    n = 0
+    for o in range(len(data_route)):
+        r = data_route[o]
+        if r < 0:
+            continue
+        for k in range(route_ptr[r], route_ptr[r + 1]):
+            e = route_edges[k]
+            n += np.isfinite(e_bw[e]) + n_flit[e_dst[e]]
+        n += hbm[o] >= 0
+    ops = np.empty(n, np.int64)
+    res = np.empty(n, np.int64)
+    kind = np.empty(n, np.int8)
+    base = np.empty(n)
+    i = 0
+    for o in range(len(data_route)):
+        r = data_route[o]
+        if r < 0:
+            continue
+        for k in range(route_ptr[r], route_ptr[r + 1]):
+            e = route_edges[k]
+            if np.isfinite(e_bw[e]):
+                ops[i], res[i], kind[i], base[i] = o, e, 0, 1.0 / e_bw[e]
+                i += 1
+        for k in range(route_ptr[r], route_ptr[r + 1]):
+            v = e_dst[route_edges[k]]
+            if n_flit[v]:
+                ops[i], res[i], kind[i], base[i] = o, n_e + v, 1, n_ovh[v]
+                i += 1
+        if hbm[o] >= 0:
+            ops[i], res[i], kind[i], base[i] = o, n_e + n_n + hbm[o], 2, commit
+            i += 1
+    return ops, res, kind, base
+
+
+@njit(cache=True)
+def _users(ops, res, n_ops, n_res):  # pragma: no cover - jitted
+    """CSR views of the entries (grouped by op, in order): per op (``res_ptr``), and per resource the
+    (op, entry) pairs in entry order (``users_ptr``, ``pairs``): a stable counting sort by resource."""
+    res_ptr = np.zeros(n_ops + 1, np.int64)
+    users_ptr = np.zeros(n_res + 1, np.int64)
+    for i in range(len(ops)):
+        res_ptr[ops[i] + 1] += 1
+        users_ptr[res[i] + 1] += 1
+    for o in range(n_ops):
+        res_ptr[o + 1] += res_ptr[o]
+    for r in range(n_res):
+        users_ptr[r + 1] += users_ptr[r]
+    fill = users_ptr[:-1].copy()
+    pairs = np.empty((len(ops), 2), np.int64)
+    for i in range(len(ops)):
+        j = fill[res[i]]
+        fill[res[i]] = j + 1
+        pairs[j, 0] = ops[i]
+        pairs[j, 1] = i
+    return res_ptr, users_ptr, pairs
+
+
+@njit(cache=True)
+def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_ovh, n_e,
+                    n_n):  # pragma: no cover - jitted
+    """Kernel of :func:`_shared`.  Ops on the same route touch the same resources, so the distinct
+    sorted edges and nodes are found once per route and counted with the route's number of ops."""
+    n_routes = len(route_ptr) - 1
+    n_ops_of = np.zeros(n_routes, np.int64)
+    for o in range(len(data_route)):
+        if data_route[o] >= 0:
+            n_ops_of[data_route[o]] += 1
+    # per used route: its distinct edges, then its distinct nodes, each sorted (CSR over routes)
+    u_ptr = np.zeros(n_routes + 1, np.int64)
+    n_u_edges = np.zeros(n_routes, np.int64)
+    seen_e = np.full(n_e, -1, np.int64)
+    seen_n = np.full(n_n, -1, np.int64)
+    total = 0
+    for r in range(n_routes):
+        if n_ops_of[r] > 0:
+            total += 2 * (route_ptr[r + 1] - route_ptr[r])
+    ids = np.empty(total, np.int64)
+    m = 0
+    for r in range(n_routes):
+        u_ptr[r] = m
+        if n_ops_of[r] == 0:
+            continue
+        m0 = m
+        for k in range(route_ptr[r], route_ptr[r + 1]):
+            e = route_edges[k]
+            if seen_e[e] != r:
+                seen_e[e] = r
+                ids[m] = e
+                m += 1
+        ids[m0:m] = np.sort(ids[m0:m])
+        n_u_edges[r] = m - m0
+        m1 = m
+        for k in range(m0, m1):
+            v = e_dst[ids[k]]
+            if seen_n[v] != r:
+                seen_n[v] = r
+                ids[m] = v
+                m += 1
+        ids[m1:m] = np.sort(ids[m1:m])
+    u_ptr[n_routes] = m
+    edge_users = np.zeros(n_e, np.int64)
+    node_users = np.zeros(n_n, np.int64)
+    for r in range(n_routes):
+        for k in range(u_ptr[r], u_ptr[r + 1]):
+            if k - u_ptr[r] < n_u_edges[r]:
+                edge_users[ids[k]] += n_ops_of[r]
+            else:
+                node_users[ids[k]] += n_ops_of[r]
+    shared_edge = (edge_users > 1) & np.isfinite(e_bw)
+    shared_node = (node_users > 1) & n_flit & (n_ovh > 0)
+    sh_ptr = np.zeros(len(data_route) + 1, np.int64)
+    for o in range(len(data_route)):
+        r = data_route[o]
+        c = 0
+        if r >= 0:
+            for k in range(u_ptr[r], u_ptr[r + 1]):
+                is_edge = k - u_ptr[r] < n_u_edges[r]
+                c += shared_edge[ids[k]] if is_edge else shared_node[ids[k]]
+        sh_ptr[o + 1] = sh_ptr[o] + c
+    sh_res = np.empty(sh_ptr[-1], np.int64)
+    sh_is_node = np.empty(sh_ptr[-1], np.bool_)
+    i = 0
+    for o in range(len(data_route)):
+        r = data_route[o]
+        if r < 0:
+            continue
+        for k in range(u_ptr[r], u_ptr[r + 1]):
+            if k - u_ptr[r] < n_u_edges[r]:
+                if shared_edge[ids[k]]:
+                    sh_res[i], sh_is_node[i] = ids[k], False
+                    i += 1
+            elif shared_node[ids[k]]:
+                sh_res[i], sh_is_node[i] = n_e + ids[k], True
+                i += 1
+    return shared_edge, shared_node, sh_ptr, sh_res, sh_is_node
 
 
 def _shared(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, e_dst: np.ndarray,
             n_flit: np.ndarray, n_ovh: np.ndarray):
     """Resources more than one op's payload uses (finite-bandwidth edges, overhead-paying serial workers),
     and per op its shared entries: its shared edges, then its shared workers (``n_e + node``), each sorted."""
-    n_e, n_n = len(c.edges), len(c.nodes)
-    ops = np.flatnonzero(data_route >= 0)
-    op_e, edges = _unique_pairs(*_route_entries(p, c, ops, data_route[ops]))
-    op_n, nodes = _unique_pairs(op_e, e_dst[edges].astype(np.int64))
-    shared_edge = (np.bincount(edges, minlength=n_e) > 1) & np.isfinite(e_bw)
-    shared_node = (np.bincount(nodes, minlength=n_n) > 1) & n_flit & (n_ovh > 0)
-    se, sn = shared_edge[edges], shared_node[nodes]
-    all_ops = np.concatenate([op_e[se], op_n[sn]])
-    order = np.argsort(all_ops, kind="stable")
-    sh_res = np.concatenate([edges[se], n_e + nodes[sn]])[order].astype(np.int64)
-    sh_is_node = np.concatenate([np.zeros(int(se.sum()), bool), np.ones(int(sn.sum()), bool)])[order]
-    sh_ptr = np.concatenate([[0], np.cumsum(np.bincount(all_ops, minlength=p.n_ops))]).astype(np.int64)
-    return shared_edge, shared_node, sh_ptr, sh_res, sh_is_node
+    return _shared_entries(data_route, p.route_ptr, c.route_edges, e_bw, e_dst, n_flit, n_ovh, len(c.edges),
+                           len(c.nodes))
 
 
 @njit(cache=True)
@@ -213,15 +314,10 @@ def plan_fast(p: Program) -> Plan:
                  shared_edge, shared_node, spec.fabric.flit_bytes)
 
     ops, res, work_kind, work_base = _resources(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
-    order = np.lexsort((ops, res))
     n_res = len(c.edges) + len(c.nodes) + len(c.hbm_ctrls)
-    users_ptr = np.concatenate([[0], np.cumsum(np.bincount(res, minlength=n_res))]).astype(np.int64)
-    user_pairs = np.stack([ops[order], order]).T.astype(np.int64) if len(ops) else np.zeros((0, 2), np.int64)
-    res_order = np.argsort(ops, kind="stable")
-    res_ptr = np.concatenate([[0], np.cumsum(np.bincount(ops, minlength=p.n_ops))]).astype(np.int64)
+    res_ptr, users_ptr, user_pairs = _users(ops, res, p.n_ops, n_res)
     return Plan(program=p, compact=c, data_route=data_route, args=args, share=share, head_args=head_args,
-                sh_is_node=sh_is_node, sh_base=sh_base,
-                bound_args=(res_ptr, res[res_order].astype(np.int64), users_ptr, user_pairs),
+                sh_is_node=sh_is_node, sh_base=sh_base, bound_args=(res_ptr, res, users_ptr, user_pairs),
                 work_kind=work_kind, work_base=work_base, flit_bytes=spec.fabric.flit_bytes, switch_penalty=sw)
 
 

@@ -264,19 +264,28 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
     for a in range(len(P.a_start)):
         size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
     now = 0.0
+    # The fluid set's remaining bytes are materialised lazily: ``rem`` holds them as of ``t_rem``,
+    # and the rates (and the next drain time ``t_drain``) are recomputed once per instant, after
+    # every event of that instant has changed the set ("dirty" implies t_rem == now).
+    t_rem = 0.0
+    t_drain = np.inf
+    dirty = False
     while size > 0 or n_active > 0:
         t_heap = heap[0][0] if size > 0 else np.inf
-        t_drain = np.inf
-        for k in range(n_active):
-            o = active[k]
-            t_drain = min(t_drain, now + rem[o] / rate[o])
-        if t_drain <= t_heap and n_active > 0:
-            dt = t_drain - now
+        if dirty and t_heap > now:
+            dirty = False
+            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
+                   r_contended, o_contended, n_edges, n_users, mj, mj_ptr)
+            t_drain = np.inf
+            for k in range(n_active):
+                o = active[k]
+                t_drain = min(t_drain, now + rem[o] / rate[o])
+        if n_active > 0 and not dirty and t_drain <= t_heap:
+            t_rem = _advance(active, n_active, rem, rate, t_rem, t_drain)
             now = t_drain
             k = 0
             while k < n_active:
                 o = active[k]
-                rem[o] -= rate[o] * dt
                 if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1):
                     n_active -= 1
                     active[k] = active[n_active]
@@ -285,15 +294,10 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                                          sh_ptr, sh_edges, drained, eg_waiter, start, head, ver)
                 else:
                     k += 1
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges, n_users, mj, mj_ptr)
+            dirty = True
             continue
         t, payload = heap_pop(heap, size)
         size -= 1
-        if n_active > 0 and t > now:
-            for k in range(n_active):
-                o = active[k]
-                rem[o] -= rate[o] * (t - now)
         now = t
         kind, x, y, z = unpack(payload)
         n_pend = 0
@@ -312,10 +316,10 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                     holder[sh_edges[j]] = o
                 size, seq = push(heap, size, seq, now + P.op_nbytes[o] / bn[o], EV_SOLO_DRAIN, o, ver[o], 0)
                 continue
+            t_rem = _advance(active, n_active, rem, rate, t_rem, now)
             n_active = _enter_fluid(o, now, P, sh_ptr, sh_edges, holder, solo, in_fluid, rem, bn, join_t, ver,
                                     active, n_active)
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges, n_users, mj, mj_ptr)
+            dirty = True
             continue
         if kind == EV_SOLO_DRAIN:
             o = x
@@ -398,6 +402,17 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                     size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
             else:
                 size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, ver[o], 0)
+
+
+@njit(cache=True, _nrt=False)
+def _advance(active, n_active, rem, rate, t_rem, t):  # pragma: no cover - jitted
+    """Drain the fluid set at its current rates from ``t_rem`` to ``t``; returns the new ``t_rem``."""
+    if t > t_rem:
+        dt = t - t_rem
+        for k in range(n_active):
+            o = active[k]
+            rem[o] -= rate[o] * dt
+    return t
 
 
 @njit(cache=True, _nrt=False)
