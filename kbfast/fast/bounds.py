@@ -30,8 +30,9 @@ def interference(res_ptr, res_ids, res_work, users_ptr, users, begin_lo, end_hi,
     every window has ``begin_lo <= end_hi``, the overlapping work on a resource is
     ``W(begin_lo[g] <= end_hi[o]) - W(end_hi[g] < begin_lo[o])``: two prefix sums over the resource's
     users sorted by begin and by end, so a call costs O(U log U) for U (op, resource) pairs, not the
-    O(U^2) of comparing every pair.  ``o``'s own work (entry ``k`` of ``res_work``: entries are grouped
-    by op, in order) is then taken out.
+    O(U^2) of comparing every pair.  A resource whose windows all contain one instant overlaps entirely
+    and needs no sort.  ``o``'s own work (entry ``k`` of ``res_work``: entries are grouped by op, in
+    order) is then taken out.
     """
     n_ops = len(res_ptr) - 1
     n_users = len(users)
@@ -47,11 +48,18 @@ def interference(res_ptr, res_ids, res_work, users_ptr, users, begin_lo, end_hi,
     cum_b = np.empty(n_users + len(users_ptr))
     cum_e = np.empty(n_users + len(users_ptr))
     total = np.zeros(len(users_ptr) - 1)
+    windowed = np.zeros(len(users_ptr) - 1, np.bool_)
     for r in range(len(users_ptr) - 1):
         lo, hi = users_ptr[r], users_ptr[r + 1]
+        last_begin = -np.inf
+        first_end = np.inf
         for j in range(lo, hi):
             total[r] += w[j]
-        if not use_windows or hi - lo < 2:
+            last_begin = max(last_begin, b[j])
+            first_end = min(first_end, e[j])
+        # when every window holds the latest begin, all of them overlap: the total, no sorting
+        windowed[r] = use_windows and hi - lo >= 2 and last_begin > first_end
+        if not windowed[r]:
             continue
         ob = lo + np.argsort(b[lo:hi], kind="mergesort")
         oe = lo + np.argsort(e[lo:hi], kind="mergesort")
@@ -69,7 +77,7 @@ def interference(res_ptr, res_ids, res_work, users_ptr, users, begin_lo, end_hi,
             lo, hi = users_ptr[r], users_ptr[r + 1]
             if hi - lo < 2:
                 continue
-            if use_windows:
+            if windowed[r]:
                 started = np.searchsorted(by_b[lo:hi], end_hi[o], side="right")     # begin_lo[g] <= end_hi[o]
                 ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")      # end_hi[g] < begin_lo[o]
                 extra[o] += max(cum_b[lo + r + started] - cum_e[lo + r + ended] - res_work[k], 0.0)

@@ -215,7 +215,7 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     for v in range(len(n_hbm)):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
     S = new_state(P)
-    W = _scratch(P, len(res_cap), len(e_src), len(sh_edges), n_ctrl * n_pcs, n_pcs, max_route)
+    W = _scratch(P, len(res_cap), len(e_src), len(sh_edges), n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
     _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
          e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
          sh_ptr, sh_edges, sh_w, res_cap)
@@ -225,11 +225,11 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
 Scratch = namedtuple("Scratch", [
     "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "frozen", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
-    "eg_waiter", "drained", "heap", "pend", "n_users", "mj", "mj_ptr"])
+    "eg_waiter", "drained", "heap", "pend", "n_users", "mj", "mj_ptr", "route_nbytes", "route_iso"])
 
 
 @njit(cache=True)
-def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route):  # pragma: no cover - jitted
+def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes):  # pragma: no cover - jitted
     """Fresh per-run arrays of :func:`_run` (per op, per shared resource, per edge; the event heap)."""
     n_ops = len(P.op_code)
     return Scratch(
@@ -244,7 +244,8 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route):  # pragm
         eg_last=np.full(2 * n_edges, -1, np.int64),   # per (first edge, virtual channel): the last train
         eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
         heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
-        n_users=np.zeros(n_res, np.int64), mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64))
+        n_users=np.zeros(n_res, np.int64), mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64),
+        route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes))   # per route: last SEND's iso
 
 
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
@@ -256,7 +257,8 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
          sh_ptr, sh_edges, sh_w, res_cap):  # pragma: no cover - jitted
     """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, frozen, users, holder,
-     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, n_users, mj, mj_ptr) = W
+     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, n_users, mj, mj_ptr,
+     route_nbytes, route_iso) = W
     n_edges = len(e_src)
     n_active = 0
     size = 0
@@ -347,10 +349,13 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                 # Data to the receiver's pe_dma: source overhead, train, reassembly + its overhead.
                 r = ch_route[P.op_target[o]]
                 if np.isnan(iso[o]):
-                    t_src = n_ovh[e_src[r_edges[r_ptr[r]]]]
-                    last, _, _ = train_exit_last(r_edges, r_ptr[r], r_ptr[r + 1], e_dst, e_c, e_prop, n_ovh, n_flit,
-                                                 t_src, P.op_nbytes[o], F, buf)
-                    iso[o] = last + n_ovh[e_dst[r_edges[r_ptr[r + 1] - 1]]]
+                    if route_nbytes[r] != P.op_nbytes[o]:      # else: the route's last SEND had this size
+                        t_src = n_ovh[e_src[r_edges[r_ptr[r]]]]
+                        last, _, _ = train_exit_last(r_edges, r_ptr[r], r_ptr[r + 1], e_dst, e_c, e_prop, n_ovh,
+                                                     n_flit, t_src, P.op_nbytes[o], F, buf)
+                        route_nbytes[r] = P.op_nbytes[o]
+                        route_iso[r] = last + n_ovh[e_dst[r_edges[r_ptr[r + 1] - 1]]]
+                    iso[o] = route_iso[r]
                 lat[o] = iso[o]
                 route = r
             else:
