@@ -25,10 +25,19 @@ from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.install import Install, Wiring, grid_peers, install, neighbor_fn, ring_peers, tree_peers, wire
+from kbfast.workloads.install import (
+    Install,
+    Wiring,
+    grid_peers,
+    install,
+    neighbor_fn,
+    ring_peers,
+    tree_peers,
+    wire,
+)
 from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
-from kbfast.workloads.symbolic import run_traced
 from kbfast.workloads.launch import launch_timing
+from kbfast.workloads.symbolic import run_traced
 
 RS_AG_MAX_RANKS = 1024
 ALGORITHMS = ("lrab", "lrab_corner", "ring", "tree", "hier3", "rs_ag")

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.ir import Op, ProgramBuilder
-from kbfast.workloads.install import IpcqInvalidDirection, Wiring
+from kbfast.workloads.install import Wiring
 from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
 from kbfast.workloads.trace import templates_to_arrays, trace
 

@@ -42,7 +42,7 @@ class Template:
 
 def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int], math_ns) -> Template:
     """Run ``kernel`` on ``tl`` with symbolic payloads; ``labels`` maps direction names to indices
-    (unknown names get -1), ``phases`` collects phase names (ids in order of first trace)."""
+    (unknown names are appended), ``phases`` collects phase names (ids in order of first trace)."""
     t = Template([], [], [], [], [], [], [], [], [], 1, -1)
     uses: dict[int, int] = {}
 
@@ -98,13 +98,13 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
 
 def templates_to_arrays(tpls: list[Template]) -> dict[str, np.ndarray]:
     """Concatenate templates into flat arrays (CSR by template, and the kill lists CSR by instruction)."""
-    cat = lambda f, d: np.array([x for tp in tpls for x in getattr(tp, f)], d)  # noqa: E731
+    cat = lambda f, d: np.array([x for tp in tpls for x in getattr(tp, f)], d)
     kills = [k for tp in tpls for k in tp.kills]
-    return dict(
-        ptr=np.concatenate([[0], np.cumsum([len(tp.op) for tp in tpls])]).astype(np.int64),
-        op=cat("op", np.int8), label=cat("label", np.int64), val=cat("val", np.int64), a=cat("a", np.int64),
-        b=cat("b", np.int64), nbytes=cat("nbytes", np.int64), arg=cat("arg", np.float64),
-        phase=cat("phase", np.int64),
-        kill_ptr=np.concatenate([[0], np.cumsum([len(k) for k in kills])]).astype(np.int64),
-        kill=np.array([v for k in kills for v in k], np.int64),
-        n_values=np.array([tp.n_values for tp in tpls], np.int64), ret=np.array([tp.ret for tp in tpls], np.int64))
+    cols = {f: cat(f, d) for f, d in (("op", np.int8), ("label", np.int64), ("val", np.int64), ("a", np.int64),
+                                     ("b", np.int64), ("nbytes", np.int64), ("arg", np.float64), ("phase", np.int64))}
+    return {**cols,
+            "ptr": np.concatenate([[0], np.cumsum([len(tp.op) for tp in tpls])]).astype(np.int64),
+            "kill_ptr": np.concatenate([[0], np.cumsum([len(k) for k in kills])]).astype(np.int64),
+            "kill": np.array([v for k in kills for v in k], np.int64),
+            "n_values": np.array([tp.n_values for tp in tpls], np.int64),
+            "ret": np.array([tp.ret for tp in tpls], np.int64)}
