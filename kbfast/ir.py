@@ -28,7 +28,7 @@ Generators build Programs through :class:`ProgramBuilder`, never by hand.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
@@ -61,6 +61,8 @@ class AgentKind(IntEnum):
 
 
 WAIT_ALL = -1
+# dtypes of an op row / block: agent, code, target, nbytes, addr, async, arg, phase
+_OP_DTYPES = (np.int64, np.int8, np.int32, np.int64, np.int64, bool, np.float64, np.int16)
 
 
 @dataclass(frozen=True)
@@ -138,34 +140,45 @@ class Channels:
         return len(self.src)
 
 
-@dataclass
-class _AgentOps:
-    node: int
-    kind: AgentKind
-    start_ns: float = 0.0
-    ops: list[int] = field(default_factory=list)   # op ids, in program order
-
-
 class ProgramBuilder:
-    """Collects agents and ops, then resolves every route in one batch."""
+    """Collects agents and ops, then resolves every route in one batch.
+
+    Ops come one at a time (``start``, ``send``, ...) or in bulk (:meth:`add_ops`, used by the
+    collective generators); op ids are positions in that one sequence either way.
+    """
 
     def __init__(self, tables: Tables, router: Router | None = None, name: str = "program"):
         self.t = tables
         self.router = router or Router(tables)
         self.name = name
-        self._agents: list[_AgentOps] = []
-        self._ops: list[tuple] = []   # (agent, code, target, nbytes, addr, async, arg), op id = position
-        self._channels: list[tuple[int, int, str, int, int]] = []   # (src, dst, kind, n_slots, slot_size)
+        self._agent_node: list[int] = []
+        self._agent_kind: list[int] = []
+        self._agent_start: list[float] = []
+        self._rows: list[tuple] = []      # single ops not yet in a block: (agent, code, target, nbytes, addr, async, arg, phase)
+        self._blocks: list[tuple[np.ndarray, ...]] = []   # op columns in op order, same fields as a row
+        self._n_ops = 0
+        self._ch_src: list[int] = []
+        self._ch_dst: list[int] = []
+        self._ch_kind: list[str] = []
+        self._ch_slots: list[int] = []
+        self._ch_size: list[int] = []
         self._hop_cache: dict[tuple[int, int, str], float] = {}
         self._phase_names: list[str] = []
-        self._op_phase: list[int] = []
         self._agent_phase: dict[int, int] = {}
 
     def phase(self, agent: int, name: str) -> None:
         """Tag the agent's following ops with a phase (for per-phase breakdowns)."""
+        self._agent_phase[agent] = self.phase_index(name)
+
+    def phase_index(self, name: str) -> int:
+        """Index of phase ``name`` in the Program's ``phase_names`` (registered on first use)."""
         if name not in self._phase_names:
             self._phase_names.append(name)
-        self._agent_phase[agent] = self._phase_names.index(name)
+        return self._phase_names.index(name)
+
+    def set_phases(self, agents: np.ndarray, phase: np.ndarray) -> None:
+        """Set the current phase (a :meth:`phase_index`) of many agents at once."""
+        self._agent_phase.update(zip(np.asarray(agents).tolist(), np.asarray(phase).tolist()))
 
     # -- agents ---------------------------------------------------------------------
     def pe_agent(self, node: int, start_ns: float = 0.0) -> int:
@@ -173,24 +186,58 @@ class ProgramBuilder:
         _check_start(start_ns)
         if self.t.node_kind[node] != NodeKind.PE_DMA:
             raise KbfastError(f"{node_name(self.t, node)} is not a pe_dma node; PE agents issue from pe_dma")
-        self._agents.append(_AgentOps(node, AgentKind.PE, start_ns))
-        return len(self._agents) - 1
+        self._agent_node.append(int(node))
+        self._agent_kind.append(int(AgentKind.PE))
+        self._agent_start.append(float(start_ns))
+        return len(self._agent_node) - 1
+
+    def pe_agents(self, nodes: np.ndarray, start_ns: float = 0.0) -> np.ndarray:
+        """One PE agent per ``pe_dma`` node of ``nodes``, in order; returns their agent ids."""
+        _check_start(start_ns)
+        nodes = np.asarray(nodes, np.int64)
+        bad = np.flatnonzero(self.t.node_kind[nodes] != NodeKind.PE_DMA)
+        if len(bad):
+            raise KbfastError(f"{node_name(self.t, int(nodes[bad[0]]))} is not a pe_dma node; PE agents issue from pe_dma")
+        first = len(self._agent_node)
+        self._agent_node += nodes.tolist()
+        self._agent_kind += [int(AgentKind.PE)] * len(nodes)
+        self._agent_start += [float(start_ns)] * len(nodes)
+        return np.arange(first, len(self._agent_node), dtype=np.int64)
 
     def host_agent(self, sip: int, start_ns: float = 0.0) -> int:
         """The host, injecting at SIP ``sip``'s ``pcie_ep`` (spec_fabric §10: no host->switch hop)."""
         _check_start(start_ns)
         chip = self.t.spec.sip.io_chiplets[0].id
         node = self.t.layout.sip_node_base(sip) + self.t.io_names.index(f"{chip}.pcie_ep")
-        self._agents.append(_AgentOps(node, AgentKind.HOST, start_ns))
-        return len(self._agents) - 1
+        self._agent_node.append(node)
+        self._agent_kind.append(int(AgentKind.HOST))
+        self._agent_start.append(float(start_ns))
+        return len(self._agent_node) - 1
 
     # -- ops ------------------------------------------------------------------------
     def _add(self, agent: int, code: Op, target: int = -1, nbytes: int = 0, addr: int = 0,
              is_async: bool = False, arg: float = 0.0) -> int:
-        self._ops.append((agent, int(code), int(target), int(nbytes), int(addr), bool(is_async), float(arg)))
-        self._op_phase.append(self._agent_phase.get(agent, -1))
-        self._agents[agent].ops.append(len(self._ops) - 1)
-        return len(self._ops) - 1
+        self._rows.append((agent, int(code), int(target), int(nbytes), int(addr), bool(is_async), float(arg),
+                           self._agent_phase.get(agent, -1)))
+        self._n_ops += 1
+        return self._n_ops - 1
+
+    def add_ops(self, agent: np.ndarray, code: np.ndarray, target: np.ndarray, nbytes: np.ndarray,
+                arg: np.ndarray, phase: np.ndarray) -> None:
+        """Append ops in bulk (synchronous, ``addr`` 0), in the given order; ``phase`` indexes
+        :meth:`phase_index`.  The caller has checked them as the one-op methods would."""
+        self._flush()
+        n = len(agent)
+        self._blocks.append((np.asarray(agent, np.int64), np.asarray(code, np.int8), np.asarray(target, np.int32),
+                             np.asarray(nbytes, np.int64), np.zeros(n, np.int64), np.zeros(n, bool),
+                             np.asarray(arg, np.float64), np.asarray(phase, np.int16)))
+        self._n_ops += n
+
+    def _flush(self) -> None:
+        if self._rows:
+            cols = list(zip(*self._rows))
+            self._blocks.append(tuple(np.array(c, d) for c, d in zip(cols, _OP_DTYPES)))
+            self._rows = []
 
     def start(self, agent: int) -> int:
         return self._add(agent, Op.START)
@@ -215,37 +262,53 @@ class ProgramBuilder:
     def channel(self, src: int, dst: int, kind: str | None = None, n_slots: int | None = None,
                 slot_size: int | None = None) -> int:
         """An IPCQ channel from PE agent ``src`` to PE agent ``dst`` (defaults from ``ipcq`` config)."""
+        return int(self.channels(np.array([src]), np.array([dst]), kind, n_slots, slot_size)[0])
+
+    def channels(self, src: np.ndarray, dst: np.ndarray, kind: str | None = None, n_slots: int | None = None,
+                 slot_size: int | None = None) -> np.ndarray:
+        """IPCQ channels ``src[i] -> dst[i]`` between PE agents, in order; returns their ids."""
         cfg = self.t.spec.ipcq
         kind = kind or cfg.buffer_kind
         if kind not in BUFFER_KINDS:
             raise KbfastError(f"buffer kind {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
-        for a in (src, dst):
-            if self._agents[a].kind != AgentKind.PE:
-                raise KbfastError("IPCQ channels connect PE agents")
-        if src == dst:
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        ends = np.concatenate([src, dst])
+        kinds = [self._agent_kind[a] for a in ends.tolist()] if len(ends) <= 8 else \
+            np.array(self._agent_kind, np.int8)[ends]
+        if np.any(np.asarray(kinds) != AgentKind.PE):
+            raise KbfastError("IPCQ channels connect PE agents")
+        if np.any(src == dst):
             raise KbfastError("an IPCQ channel needs two different PEs")
-        self._channels.append((src, dst, kind, n_slots or cfg.n_slots, slot_size or cfg.slot_size))
-        return len(self._channels) - 1
+        first, n = len(self._ch_src), len(src)
+        self._ch_src += src.tolist()
+        self._ch_dst += dst.tolist()
+        self._ch_kind += [kind] * n
+        self._ch_slots += [n_slots or cfg.n_slots] * n
+        self._ch_size += [slot_size or cfg.slot_size] * n
+        return np.arange(first, first + n, dtype=np.int64)
 
     def send(self, agent: int, channel: int, nbytes: int) -> int:
-        self._check_channel(agent, channel, 0)
+        self._check_channel(agent, channel, self._ch_src)
         return self._add(agent, Op.SEND, channel, nbytes)
 
     def recv(self, agent: int, channel: int, nbytes: int, *, consume: bool = True, is_async: bool = False) -> int:
         if channel != RECV_ANY:
-            self._check_channel(agent, channel, 1)
+            self._check_channel(agent, channel, self._ch_dst)
         return self._add(agent, Op.RECV, channel, nbytes, is_async=is_async, arg=1.0 if consume else 0.0)
 
     def math(self, agent: int, n_elem: int) -> int:
         """PE_MATH over ``n_elem`` elements: ``max(math_overhead_ns, n_elem * math_ns_per_elem)``."""
-        pe = self.t.spec.pe
-        return self._add(agent, Op.MATH, nbytes=n_elem, arg=max(pe.math_overhead_ns, n_elem * pe.math_ns_per_elem))
+        return self._add(agent, Op.MATH, nbytes=n_elem, arg=self.math_ns(n_elem))
 
-    def _check_channel(self, agent: int, channel: int, side: int) -> None:
-        if not 0 <= channel < len(self._channels):
+    def math_ns(self, n_elem: int) -> float:
+        pe = self.t.spec.pe
+        return max(pe.math_overhead_ns, n_elem * pe.math_ns_per_elem)
+
+    def _check_channel(self, agent: int, channel: int, side: list[int]) -> None:
+        if not 0 <= channel < len(self._ch_src):
             raise KbfastError(f"channel {channel} does not exist")
-        if self._channels[channel][side] != agent:
-            role = "sender" if side == 0 else "receiver"
+        if side[channel] != agent:
+            role = "sender" if side is self._ch_src else "receiver"
             raise KbfastError(f"agent {agent} is not the {role} of channel {channel}")
 
     # -- build ----------------------------------------------------------------------
@@ -254,17 +317,13 @@ class ProgramBuilder:
 
         ``launch_ns`` sets every agent's start to the launch barrier.
         """
-        rows = self._ops
-        n = len(rows)
-        code = np.array([op[1] for op in rows], np.int8)
-        target = np.array([op[2] for op in rows], np.int32)
-        nbytes = np.array([op[3] for op in rows], np.int64)
-        addr = np.array([op[4] for op in rows], np.int64)
-        is_async = np.array([op[5] for op in rows], bool)
-        arg = np.array([op[6] for op in rows], np.float64)
-        agent_of = np.array([op[0] for op in rows], np.int64)
-        agent_node = np.array([ag.node for ag in self._agents], np.int32)
-        agent_kind = np.array([int(ag.kind) for ag in self._agents], np.int8)
+        self._flush()
+        cols = [np.concatenate([blk[i] for blk in self._blocks]) if self._blocks else np.zeros(0, d)
+                for i, d in enumerate(_OP_DTYPES)]
+        agent_of, code, target, nbytes, addr, is_async, arg, op_phase = cols
+        n = len(code)
+        agent_node = np.array(self._agent_node, np.int32)
+        agent_kind = np.array(self._agent_kind, np.int8)
 
         waits = (code == Op.WAIT) & (target != WAIT_ALL)
         if np.any((target[waits] < 0) | (target[waits] >= n)):
@@ -301,29 +360,29 @@ class ProgramBuilder:
         route_edges = np.concatenate(edge_parts).astype(np.int32) if edge_parts else np.zeros(0, np.int32)
         route_ptr = np.append(np.concatenate(ptr_parts) if ptr_parts else np.zeros(0, np.int64),
                               len(route_edges)).astype(np.int64)
-        counts = np.array([len(ag.ops) for ag in self._agents], np.int64)
-        start = np.array([ag.start_ns for ag in self._agents], np.float64)
+        counts = np.bincount(agent_of, minlength=len(agent_node)).astype(np.int64)
+        start = np.array(self._agent_start, np.float64)
         if launch_ns is not None:
             start[:] = launch_ns
         return Program(tables=self.t, name=self.name, agent_node=agent_node, agent_kind=agent_kind,
                        agent_start_ns=start, op_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-                       agent_ops=np.array([o for ag in self._agents for o in ag.ops], np.int64),
+                       agent_ops=np.argsort(agent_of, kind="stable").astype(np.int64),   # program order per agent
                        op_code=code, op_target=target, op_nbytes=nbytes, op_addr=addr, op_async=is_async,
                        op_arg=arg, op_route=route, op_rroute=rroute, route_ptr=route_ptr,
                        route_edges=route_edges, channels=channels, launch_ns=float(launch_ns or 0.0),
-                       op_phase=np.array(self._op_phase, np.int16), phase_names=tuple(self._phase_names))
+                       op_phase=op_phase, phase_names=tuple(self._phase_names))
 
     def _build_channels(self, agent_node: np.ndarray, code: np.ndarray, target: np.ndarray, nbytes: np.ndarray,
                         ptr_parts: list, edge_parts: list, n_routes: int) -> tuple[Channels, int]:
         """Routes, slot tiers and credit latencies of the channels (spec_ccl §2.1–§2.7)."""
         t, cfg = self.t, self.t.spec.ipcq
-        n = len(self._channels)
-        src = np.array([c[0] for c in self._channels], np.int64)
-        dst = np.array([c[1] for c in self._channels], np.int64)
+        n = len(self._ch_src)
+        src = np.array(self._ch_src, np.int64)
+        dst = np.array(self._ch_dst, np.int64)
         largest = np.zeros(n, np.int64)
         sends = code == Op.SEND
         np.maximum.at(largest, target[sends], nbytes[sends])
-        n_agents = len(self._agents)
+        n_agents = len(self._agent_node)
         in_list = np.argsort(dst, kind="stable")   # inbound channels per agent, in install order
         in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n_agents))]).astype(np.int64)
         empty = np.zeros(0, np.int64)
@@ -338,9 +397,10 @@ class ProgramBuilder:
         base = sum(len(e) for e in edge_parts)
         ptr_parts.append(base + data.ptr[:-1])
         edge_parts.append(data.edges)
-        kinds = [c[2] for c in self._channels]
-        tiers = [getattr(cfg.tiers, k) for k in kinds]
-        hop_bw = np.array([self.bank_hop_bw(int(agent_node[dst[c]]), kinds[c]) for c in range(n)])
+        kinds = self._ch_kind
+        tier_of = {k: getattr(cfg.tiers, k) for k in set(kinds)}
+        tiers = [tier_of[k] for k in kinds]
+        hop_bw = self._hop_bws(agent_node[dst], kinds)
         # Credit latency per channel, over the credit route's CSR (spec_ccl §2.4).
         starts = credit.ptr[:-1]
         bn = np.minimum.reduceat(t.edge_bw_gbs[credit.edges], starts)
@@ -351,8 +411,8 @@ class ProgramBuilder:
             credit_ns = cfg.credit_bytes / bn
         channels = Channels(
             src=src, dst=dst, route=n_routes + np.arange(n, dtype=np.int64),
-            n_slots=np.array([c[3] for c in self._channels], np.int64),
-            slot_size=np.maximum(np.array([c[4] for c in self._channels], np.int64), largest),
+            n_slots=np.array(self._ch_slots, np.int64),
+            slot_size=np.maximum(np.array(self._ch_size, np.int64), largest),
             kind=np.array([BUFFER_KINDS.index(k) for k in kinds], np.int8),
             setup_ns=np.array([tr.setup_ns for tr in tiers]), tier_bw=np.array([tr.bw_gbs for tr in tiers]),
             hop_bw=hop_bw, credit_ns=credit_ns,
@@ -360,6 +420,15 @@ class ProgramBuilder:
             credit_blocking=cfg.credit_mode == "blocking",
             poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0)
         return channels, n_routes + n
+
+    def _hop_bws(self, pe_dma: np.ndarray, kinds: list[str]) -> np.ndarray:
+        """:meth:`bank_hop_bw` of every channel, one call per distinct (PE within its SIP, kind)."""
+        lay = self.t.layout
+        local = (pe_dma.astype(np.int64) - 1) % lay.nodes_per_sip   # the same PE of every SIP shares a value
+        kind_code = np.array([BUFFER_KINDS.index(k) for k in kinds], np.int64)
+        keys, inverse = np.unique(local * len(BUFFER_KINDS) + kind_code, return_inverse=True)
+        vals = [self.bank_hop_bw(int(1 + k // len(BUFFER_KINDS)), BUFFER_KINDS[k % len(BUFFER_KINDS)]) for k in keys]
+        return np.array(vals)[inverse.ravel()]
 
     def bank_hop_bw(self, pe_dma: int, kind: str) -> float:
         """Bottleneck of the PE <-> slot bank path: the cube SRAM, or the PE's own HBM slice (spec_ccl §2.7)."""

@@ -25,9 +25,19 @@ from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.install import Install, install, neighbor_fn
+from kbfast.workloads.install import (
+    Install,
+    Wiring,
+    grid_peers,
+    install,
+    neighbor_fn,
+    ring_peers,
+    tree_peers,
+    wire,
+)
 from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
 from kbfast.workloads.launch import launch_timing
+from kbfast.workloads.symbolic import run_traced
 
 RS_AG_MAX_RANKS = 1024
 ALGORITHMS = ("lrab", "lrab_corner", "ring", "tree", "hier3", "rs_ag")
@@ -49,15 +59,21 @@ def _sip_fn(t: Tables):
     return kind, w, h
 
 
-def _cube_ranks(t: Tables):
+def _pe_nodes(t: Tables, per_cube: int) -> np.ndarray:
+    """``pe_block(t, s, c, p)`` for every SIP s, cube c and PE p < ``per_cube``, in that order."""
     lay = t.layout
-    return [pe_block(t, s, c, 0) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)]
+    local = np.array([t.cube_names.index(f"pe{p}.pe_dma") for p in range(per_cube)], np.int64)
+    cube = (1 + lay.io_nodes + np.arange(lay.n_cubes_per_sip, dtype=np.int64) * lay.nodes_per_cube)[:, None]
+    sip = (np.arange(lay.n_sips, dtype=np.int64) * lay.nodes_per_sip)[:, None]
+    return (sip + (cube + local).ravel()).ravel()
 
 
-def _all_pe_ranks(t: Tables):
-    lay = t.layout
-    n_pe = len(t.plan.pe_router)
-    return [pe_block(t, s, c, p) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip) for p in range(n_pe)]
+def _cube_ranks(t: Tables) -> np.ndarray:
+    return _pe_nodes(t, 1)
+
+
+def _all_pe_ranks(t: Tables) -> np.ndarray:
+    return _pe_nodes(t, len(t.plan.pe_router))
 
 
 def intercube_install(t: Tables) -> Install:
@@ -81,6 +97,61 @@ def intercube_install(t: Tables) -> Install:
         return {d: p * nc + cube for d, p in sip_fn(sip, lay.n_sips).items()}
 
     return install(lay.n_sips * nc, intra, inter)
+
+
+def intercube_wiring(t: Tables) -> Wiring:
+    """:func:`intercube_install` in array form (the generators' path)."""
+    lay = t.layout
+    nc = lay.n_cubes_per_sip
+    neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)     # the same checks as the install
+    kind, w, h = _sip_fn(t)
+    if kind not in ("ring_1d", "torus_2d", "mesh_2d_no_wrap"):
+        raise KbfastError(f"lrab's inter-SIP exchange supports ring_1d, torus_2d and mesh_2d_no_wrap, "
+                          f"not sips.topology={kind!r}")
+    neighbor_fn(kind, lay.n_sips, w, h, prefix="global_")
+    intra_l, intra = grid_peers(lay.cube_w, lay.cube_h, wrap=False)
+    inter_l, inter = (ring_peers(lay.n_sips, "global_") if kind == "ring_1d" else
+                      grid_peers(w, h, wrap=kind == "torus_2d", prefix="global_"))
+    sip, cube = np.divmod(np.arange(lay.n_sips * nc), nc)
+    a = np.where(intra[cube] >= 0, sip[:, None] * nc + intra[cube], -1)
+    b = np.where(inter[sip] >= 0, inter[sip] * nc + cube[:, None], -1)
+    return wire(intra_l + inter_l, np.concatenate([a, b], axis=1))
+
+
+def _hier3_wiring(n_pe: int, n_cubes: int, n_sips: int) -> Wiring:
+    """:func:`_hier3_install` in array form."""
+    sip, rest = np.divmod(np.arange(n_pe * n_cubes * n_sips), n_cubes * n_pe)
+    cube, pe = np.divmod(rest, n_pe)
+    rank = np.arange(len(sip))
+    rep = pe == 0
+    sip0 = sip * n_cubes * n_pe
+    cols = [np.where(pe > 0, rank - 1, -1), np.where(pe < n_pe - 1, rank + 1, -1),
+            np.where(rep & (cube > 0), sip0 + (cube - 1) * n_pe, -1),
+            np.where(rep & (cube < n_cubes - 1), sip0 + (cube + 1) * n_pe, -1),
+            np.where(rep & (cube == 0) & (sip > 0), (sip - 1) * n_cubes * n_pe, -1),
+            np.where(rep & (cube == 0) & (sip < n_sips - 1), (sip + 1) * n_cubes * n_pe, -1)]
+    return wire(["intra_W", "intra_E", "N", "S", "global_W", "global_E"], np.stack(cols, axis=1))
+
+
+def _roles(algorithm: str, n: int, info: dict) -> np.ndarray:
+    """Per rank, the features its kernel's control flow depends on (ranks with equal rows run the same ops)."""
+    r = np.arange(n)
+    if algorithm.startswith("lrab"):
+        sip, cube = np.divmod(r, info["cube_w"] * info["cube_h"])
+        feats = [cube]
+        if info["sip_kind"] == "mesh_2d_no_wrap":      # the chains of §5.9 depend on the SIP's position
+            srow, scol = np.divmod(sip, info["sip_w"])
+            feats += [scol == 0, scol == info["sip_w"] - 1, srow == 0, srow == info["sip_h"] - 1]
+    elif algorithm == "tree":
+        feats = [r > 0, 2 * r + 1 < n, 2 * r + 2 < n]
+    elif algorithm == "hier3":
+        n_pe, nc = info["n_pe"], info["n_cubes"]
+        sip, rest = np.divmod(r, nc * n_pe)
+        cube, pe = np.divmod(rest, n_pe)
+        feats = [pe == 0, pe == n_pe - 1, cube == 0, cube == nc - 1, sip == 0, sip == info["n_sips"] - 1]
+    else:   # ring: every rank alike
+        feats = [np.zeros(n, bool)]
+    return np.stack([np.asarray(f, np.int64) for f in feats], axis=1)
 
 
 def _inter_sip(tl: Tl, acc: int, kind: str, sip: int, n_sips: int, w: int, h: int):
@@ -301,20 +372,24 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
         info.update(root_col=lay.cube_w - 1, root_row=lay.cube_h - 1)
     else:
         info.update(root_col=lay.cube_w // 2, root_row=lay.cube_h // 2)
-    if algorithm.startswith("lrab"):
-        inst = intercube_install(t)
-    elif algorithm == "tree":
-        inst = install(n, neighbor_fn("tree_binary", n))
-    elif algorithm == "hier3":
-        inst = _hier3_install(n_pe, lay.n_cubes_per_sip, lay.n_sips)
-    else:
-        inst = install(n, neighbor_fn("ring_1d", n))
     if algorithm == "rs_ag" and n > RS_AG_MAX_RANKS:
         raise KbfastError(f"rs_ag sends 2(n-1) chunks per rank, {2 * n * (n - 1):,} messages on {n} ranks; it is "
                           f"limited to {RS_AG_MAX_RANKS} ranks: use ranks=cube_pe0, ring or lrab")
     b = ProgramBuilder(t, router, name=f"allreduce-{algorithm}@{nbytes}B")
-    agents = [b.pe_agent(v) for v in nodes]
-    run_kernels(b, agents, inst, KERNELS[algorithm], nbytes, info=info)
+    if algorithm == "rs_ag":
+        # payloads carry chunk tags (bit arithmetic): run the generators themselves
+        agents = [b.pe_agent(v) for v in nodes.tolist()]
+        run_kernels(b, agents, install(n, neighbor_fn("ring_1d", n)), KERNELS[algorithm], nbytes, info=info)
+    else:
+        if algorithm.startswith("lrab"):
+            wiring = intercube_wiring(t)
+        elif algorithm == "tree":
+            wiring = wire(*tree_peers(n))
+        elif algorithm == "hier3":
+            wiring = _hier3_wiring(n_pe, lay.n_cubes_per_sip, lay.n_sips)
+        else:
+            wiring = wire(*ring_peers(n))
+        run_traced(b, b.pe_agents(nodes), wiring, KERNELS[algorithm], nbytes, _roles(algorithm, n, info), info)
     target = launch_timing(t, router, np.array(nodes)).target_start_ns if launch else 0.0
     return Collective(program=b.build(launch_ns=target), algorithm=algorithm, n_ranks=n, nbytes=nbytes,
                       launch_ns=target)

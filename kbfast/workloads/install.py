@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from kbfast.errors import KbfastError
 
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
@@ -144,3 +146,113 @@ def install(n_ranks: int, *fns: NeighborFn) -> Install:
             recv_dir[(r, d)] = label
             sender_of[(p, label)] = (r, d)
     return Install(n_ranks=n_ranks, tables=tuple(tables), recv_dir=recv_dir, sender_of=sender_of)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Array form (the collective generators): the same install rules, vectorised over ranks.
+@dataclass(frozen=True)
+class Wiring:
+    """An install as arrays over direction labels ``labels`` (send labels, then receive-only ones).
+
+    ``peer[r, k]``: rank that ``r``'s direction ``k`` reaches (-1: not installed);
+    ``inbound[r, k]``: link ``s * L + d`` of the sender whose messages ``r`` receives on label ``k``
+    (-1: none), where ``L = len(labels)``.
+    """
+
+    labels: tuple[str, ...]
+    peer: np.ndarray
+    inbound: np.ndarray
+
+    def fail(self, rank: int, d: str, send: bool) -> None:
+        """F1 for rank ``rank`` lacking direction ``d`` (on the send side, or as a receive label)."""
+        if not send:
+            raise IpcqInvalidDirection(f"rank {rank} receives on no IPCQ direction {d!r}")
+        have = sorted(self.labels[k] for k in np.flatnonzero(self.peer[rank] >= 0))
+        raise IpcqInvalidDirection(f"rank {rank} has no IPCQ direction {d!r} installed "
+                                   f"(installed: {', '.join(have) or 'none'})")
+
+    def to_install(self) -> Install:
+        """The dict form (as :func:`install` builds it)."""
+        n, L = self.peer.shape
+        tables = tuple({self.labels[k]: int(self.peer[r, k]) for k in range(L) if self.peer[r, k] >= 0}
+                       for r in range(n))
+        sender_of = {(r, self.labels[k]): (int(s) // L, self.labels[int(s) % L])
+                     for r in range(n) for k in range(L) if (s := self.inbound[r, k]) >= 0}
+        recv_dir = {snd: label for (_, label), snd in sender_of.items()}
+        recv_dir = {(r, d): recv_dir[(r, d)] for r in range(n) for d in tables[r]}
+        return Install(n_ranks=n, tables=tables, recv_dir=recv_dir, sender_of=sender_of)
+
+
+def wire(labels: list[str], peer: np.ndarray) -> Wiring:
+    """:func:`install` over a neighbour table in array form: ``peer[r, k]`` is rank ``r``'s peer on
+    ``labels[k]`` (-1: none), each rank's directions in ``labels`` order.  Same rules (opposite
+    label, else the peer's first direction pointing back, else a receive-only opposite, ADR-0025)
+    and the same I3 / I3.1 errors, first in (rank, direction) order."""
+    n = len(peer)
+    labels = list(labels)
+    for d in list(labels):
+        if OPPOSITE.get(d) is not None and OPPOSITE[d] not in labels:
+            labels.append(OPPOSITE[d])          # a receive-only label
+    L = len(labels)
+    peer = np.concatenate([peer, np.full((n, L - peer.shape[1]), -1, np.int64)], axis=1).astype(np.int64)
+    me = np.arange(n)[:, None]
+    valid = peer >= 0
+    p = np.where(valid, peer, 0)
+    back = peer[p] == me[:, :, None]                    # [r, k, d2]: the peer's d2 points back to r
+    opp = np.array([labels.index(OPPOSITE[d]) if d in OPPOSITE else -1 for d in labels], np.int64)
+    has_opp = opp >= 0
+    opp_i = np.where(has_opp, opp, 0)
+    opp_back = has_opp & back[:, np.arange(L), opp_i]
+    any_back = back.any(axis=2)
+    opp_free = has_opp & (peer[p, np.broadcast_to(opp_i, (n, L))] < 0)
+    first_back = back.argmax(axis=2) if L else np.zeros((n, 0), np.int64)
+    label = np.where(opp_back, opp, np.where(any_back, first_back, np.where(opp_free, opp, -1)))
+    label = np.where(valid, label, -2)
+    # I3 / I3.1, the first violation in (rank, direction) order
+    flat = np.flatnonzero(valid.ravel())
+    key = peer.ravel()[flat] * L + label.ravel()[flat]
+    i3 = label.ravel()[flat] == -1
+    _, first = np.unique(key, return_index=True)
+    dup = np.ones(len(flat), bool)
+    dup[first] = False
+    bad = np.flatnonzero(i3 | dup)
+    if len(bad):
+        i = bad[0]
+        r, k = divmod(int(flat[i]), L)
+        pr = int(peer[r, k])
+        if i3[i]:
+            raise IpcqInitError(f"I3 violated: rank {r} sends {labels[k]!r} to rank {pr}, which has no direction back")
+        o_r, o_k = divmod(int(flat[np.flatnonzero(key == key[i])[0]]), L)
+        raise IpcqInitError(f"I3.1 violated: rank {pr} would receive both from rank {o_r} ({labels[o_k]!r}) "
+                            f"and from rank {r} ({labels[k]!r}) on {labels[int(label[r, k])]!r}; "
+                            "their rx ranges would overlap")
+    inbound = np.full(n * L, -1, np.int64)
+    inbound[key] = flat
+    return Wiring(labels=tuple(labels), peer=peer, inbound=inbound.reshape(n, L))
+
+
+def ring_peers(n: int, prefix: str = "") -> tuple[list[str], np.ndarray]:
+    """:func:`ring_1d` as arrays: labels and ``peer[r, k]``."""
+    r = np.arange(n)
+    peer = np.stack([(r + 1) % n, (r - 1) % n], axis=1) if n >= 2 else np.zeros((n, 0), np.int64)
+    return [prefix + "E", prefix + "W"][:peer.shape[1]], peer
+
+
+def grid_peers(w: int, h: int, wrap: bool, prefix: str = "") -> tuple[list[str], np.ndarray]:
+    """:func:`grid` as arrays (E, W, S, N; row = rank // w)."""
+    row, col = np.divmod(np.arange(w * h), w)
+    cols = []
+    for dr, dc in ((0, 1), (0, -1), (1, 0), (-1, 0)):
+        r, c = row + dr, col + dc
+        if wrap:
+            r, c = r % h, c % w
+        ok = (r >= 0) & (r < h) & (c >= 0) & (c < w) & ((r != row) | (c != col))
+        cols.append(np.where(ok, r * w + c, -1))
+    return [prefix + d for d in ("E", "W", "S", "N")], np.stack(cols, axis=1)
+
+
+def tree_peers(n: int) -> tuple[list[str], np.ndarray]:
+    """:func:`tree_binary` as arrays."""
+    r = np.arange(n)
+    kids = [np.where(c < n, c, -1) for c in (2 * r + 1, 2 * r + 2)]
+    return ["parent", "child_left", "child_right"], np.stack([np.where(r > 0, (r - 1) // 2, -1)] + kids, axis=1)

@@ -1,0 +1,275 @@
+"""Replay traced kernel templates on every rank, in :func:`~kbfast.workloads.kernels.run_kernels`'s order.
+
+Same scheduler as the generator path: ranks in a round-robin queue, each running until it blocks
+on a recv whose channel is empty; a channel is created at the first send on it.  Same symbolic
+check (spec_ccl §5.0, kernels.py): every value is a set of contributing ranks (a leaf rank, or a
+bitset row of a refcounted pool), ``add`` refuses a rank counted twice, every rank must end with
+every contribution.  Returns the emitted ops in program order, ready for
+:meth:`~kbfast.ir.ProgramBuilder.add_ops`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from kbfast.ir import Op, ProgramBuilder
+from kbfast.workloads.install import Wiring
+from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
+from kbfast.workloads.trace import templates_to_arrays, trace
+
+OK, E_TWICE, E_DEADLOCK, E_MISSING = 0, 1, 2, 3
+_SEND, _RECV, _ADD, _PHASE = int(Op.SEND), int(Op.RECV), 8, 9
+
+
+@njit(cache=True)
+def _has(pool, h, q):
+    """Does value ``h`` (a leaf ``-rank - 1``, or a pool row) contain rank ``q``?"""
+    if h < 0:
+        return q == -h - 1
+    return (pool[h, q >> 6] >> np.uint64(q & 63)) & np.uint64(1) != 0
+
+
+@njit(cache=True)
+def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_values, ret, peer, inbound,
+           n_phases, n_emit, n_msgs):
+    """Returns (err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst,
+    phase_order, last_phase, pc).  ``err_ranks``: twice-counted or missing ranks, or the deadlocked ranks in
+    queue order."""
+    W = (n + 63) >> 6
+    base = np.zeros(n + 1, np.int64)
+    for r in range(n):
+        base[r + 1] = base[r] + n_values[tpl_of[r]]
+    slot = np.full(base[n], -1, np.int64)
+    pc = np.empty(n, np.int64)
+    end = np.empty(n, np.int64)
+    for r in range(n):
+        slot[base[r]] = -r - 1                         # value 0: the rank's own contribution (a leaf)
+        pc[r] = ptr[tpl_of[r]]
+        end[r] = ptr[tpl_of[r] + 1]
+    cap = 64
+    pool = np.zeros((cap, W), np.uint64)
+    refc = np.zeros(cap, np.int64)
+    free = np.arange(cap - 1, -1, -1)
+    n_free = cap
+    head = np.full(n * L, -1, np.int64)
+    tail = np.full(n * L, -1, np.int64)
+    msg_next = np.empty(n_msgs, np.int64)
+    msg_val = np.empty(n_msgs, np.int64)
+    n_msg = 0
+    chan_of = np.full(n * L, -1, np.int64)
+    ch_src = np.empty(n_msgs, np.int64)
+    ch_dst = np.empty(n_msgs, np.int64)
+    n_ch = 0
+    out_rank = np.empty(n_emit, np.int64)
+    out_ins = np.empty(n_emit, np.int64)
+    out_chan = np.full(n_emit, -1, np.int64)
+    out_phase = np.empty(n_emit, np.int64)
+    k = 0
+    cur_phase = np.full(n, -1, np.int64)
+    seen = np.zeros(n_phases, np.bool_)
+    phase_order = np.empty(n_phases, np.int64)
+    n_seen = 0
+    live = np.empty(n + 1, np.int64)
+    for r in range(n):
+        live[r] = r
+    lh, lt, n_live = 0, n, n
+    blocked = np.zeros(n, np.bool_)
+    err_ranks = np.empty(max(n, 8), np.int64)
+    blocked_since = 0
+    while n_live > 0:
+        r = live[lh]
+        lh = (lh + 1) % (n + 1)
+        n_live -= 1
+        while pc[r] < end[r]:
+            i = pc[r]
+            o = op[i]
+            s = base[r]
+            if o == _RECV:
+                link = inbound[r, label[i]]
+                m = head[link]
+                if m < 0:
+                    blocked[r] = True
+                    break
+                head[link] = msg_next[m]
+                if head[link] < 0:
+                    tail[link] = -1
+                slot[s + val[i]] = msg_val[m]
+                out_chan[k] = chan_of[link]
+            elif o == _SEND:
+                link = r * L + label[i]
+                if chan_of[link] < 0:
+                    chan_of[link] = n_ch
+                    ch_src[n_ch] = r
+                    ch_dst[n_ch] = peer[r, label[i]]
+                    n_ch += 1
+                h = slot[s + val[i]]
+                if h >= 0:
+                    refc[h] += 1
+                msg_val[n_msg] = h
+                msg_next[n_msg] = -1
+                if tail[link] >= 0:
+                    msg_next[tail[link]] = n_msg
+                else:
+                    head[link] = n_msg
+                tail[link] = n_msg
+                n_msg += 1
+                out_chan[k] = chan_of[link]
+            elif o == _ADD:
+                if n_free == 0:                          # grow the pool
+                    pool2 = np.zeros((2 * cap, W), np.uint64)
+                    pool2[:cap] = pool
+                    refc2 = np.zeros(2 * cap, np.int64)
+                    refc2[:cap] = refc
+                    free2 = np.empty(2 * cap, np.int64)
+                    free2[:cap] = np.arange(2 * cap - 1, cap - 1, -1)
+                    n_free = cap
+                    pool, refc, free, cap = pool2, refc2, free2, 2 * cap
+                n_free -= 1
+                row = free[n_free]
+                refc[row] = 1
+                x, y = slot[s + a[i]], slot[s + b[i]]
+                if x >= 0:
+                    pool[row] = pool[x]
+                else:
+                    pool[row] = 0
+                    q = -x - 1
+                    pool[row, q >> 6] |= np.uint64(1) << np.uint64(q & 63)
+                twice = False
+                if y >= 0:
+                    for w in range(W):
+                        if (pool[row, w] & pool[y, w]) != 0:
+                            twice = True
+                        pool[row, w] |= pool[y, w]
+                else:
+                    q = -y - 1
+                    bit = np.uint64(1) << np.uint64(q & 63)
+                    twice = (pool[row, q >> 6] & bit) != 0
+                    pool[row, q >> 6] |= bit
+                if twice:
+                    m = 0
+                    for q in range(n):
+                        if _has(pool, x, q) and _has(pool, y, q):
+                            err_ranks[m] = q
+                            m += 1
+                    return (E_TWICE, r, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
+                            ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
+                slot[s + val[i]] = row
+            elif o == _PHASE:
+                cur_phase[r] = phase[i]
+                if not seen[phase[i]]:
+                    seen[phase[i]] = True
+                    phase_order[n_seen] = phase[i]
+                    n_seen += 1
+            if o != _ADD and o != _PHASE:
+                out_rank[k] = r
+                out_ins[k] = i
+                out_phase[k] = cur_phase[r]
+                k += 1
+            for j in range(kill_ptr[i], kill_ptr[i + 1]):
+                h = slot[s + kill[j]]
+                if h >= 0:
+                    refc[h] -= 1
+                    if refc[h] == 0:
+                        free[n_free] = h
+                        n_free += 1
+            pc[r] += 1
+            blocked_since = 0
+        if pc[r] < end[r]:
+            live[lt] = r
+            lt = (lt + 1) % (n + 1)
+            n_live += 1
+            blocked_since += 1
+            if blocked_since > n_live:
+                m = 0
+                for j in range(n_live):
+                    q = live[(lh + j) % (n + 1)]
+                    if blocked[q]:
+                        err_ranks[m] = q
+                        m += 1
+                return (E_DEADLOCK, -1, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
+                        ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
+    # every rank must hold every contribution exactly once
+    for r in range(n):
+        v = ret[tpl_of[r]]
+        h = slot[base[r] + v] if v >= 0 else -(n + 1)
+        full = True
+        if h >= 0:
+            for w in range(W):
+                want = np.uint64(0xFFFFFFFFFFFFFFFF) if (w + 1) * 64 <= n else \
+                    (np.uint64(1) << np.uint64(n - w * 64)) - np.uint64(1)
+                if pool[h, w] != want:
+                    full = False
+        else:
+            full = n == 1 and h == -1
+        if not full:
+            m = 0
+            for q in range(n):
+                if not _has(pool, h, q):
+                    err_ranks[m] = q
+                    m += 1
+            return (E_MISSING, r, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
+                    ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
+    return (OK, -1, err_ranks[:0], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch], ch_dst[:n_ch],
+            phase_order[:n_seen], cur_phase, pc)
+
+
+def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Kernel, nbytes: int,
+               roles: np.ndarray, info: dict | None = None) -> None:
+    """:func:`~kbfast.workloads.kernels.run_kernels` for a kernel whose control flow depends only on the
+    rank's role (``roles[rank]``, one row of features per rank): the same ops, channels, phases and checks."""
+    n = len(agents)
+    agents = np.asarray(agents, np.int64)
+    elem = b.t.spec.pe.elem_bytes
+    _, rep, tpl_of = np.unique(np.asarray(roles).reshape(n, -1), axis=0, return_index=True, return_inverse=True)
+    tpl_of = tpl_of.ravel().astype(np.int64)
+    labels = {d: k for k, d in enumerate(wiring.labels)}
+    phases: dict[str, int] = {}
+    tpls = [trace(kernel, Tl(rank=int(r), n_ranks=n, nbytes=nbytes, n_elem=max(nbytes // elem, 1),
+                             info=info or {}), labels, phases, b.math_ns) for r in rep]
+    names = list(labels)
+    _check_directions(wiring, tpls, tpl_of, names)
+    ar = templates_to_arrays(tpls)
+    per_tpl = np.bincount(tpl_of, minlength=len(tpls))
+    emits = np.array([sum(o not in (8, 9) for o in tp.op) for tp in tpls], np.int64)
+    sends = np.array([sum(o == _SEND for o in tp.op) for tp in tpls], np.int64)
+    L = len(wiring.labels)
+    res = replay(n, L, tpl_of, ar["ptr"], ar["op"], ar["label"], ar["val"], ar["a"], ar["b"], ar["phase"],
+                 ar["kill_ptr"], ar["kill"], ar["n_values"], ar["ret"], wiring.peer, wiring.inbound,
+                 len(phases), int(per_tpl @ emits), int(per_tpl @ sends))
+    err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst, phase_order, last, pc = res
+    bad = err_ranks.tolist()
+    if err == E_TWICE:
+        raise ScheduleError(f"rank {err_rank} adds contributions of ranks {bad[:8]} twice")
+    if err == E_DEADLOCK:
+        waits = [f"rank {i} on recv {names[ar['label'][pc[i]]]!r}" for i in bad]
+        raise ScheduleError("the collective deadlocks (every remaining rank waits on an empty channel): "
+                            + "; ".join(waits[:8]))
+    if err == E_MISSING:
+        raise ScheduleError(f"rank {err_rank} ends without the contributions of ranks {bad[:8]}"
+                            + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""))
+    zeros = np.zeros(n, np.int64)
+    b.add_ops(agents, np.full(n, int(Op.START), np.int8), np.full(n, -1), zeros, zeros.astype(np.float64),
+              np.full(n, -1))
+    b.channels(agents[ch_src], agents[ch_dst])
+    phase_names = list(phases)
+    to_builder = np.full(len(phases) + 1, -1, np.int64)       # trace phase id -> builder phase index (-1 stays)
+    for p in phase_order:
+        to_builder[p] = b.phase_index(phase_names[p])
+    b.add_ops(agents[out_rank], ar["op"][out_ins], out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins],
+              to_builder[out_phase])
+    b.set_phases(agents[last >= 0], to_builder[last[last >= 0]])
+
+
+def _check_directions(wiring: Wiring, tpls: list, tpl_of: np.ndarray, names: list[str]) -> None:
+    """F1 (as ``Install.peer`` / ``Install.inbound`` raise it) for a direction some rank of a role lacks."""
+    L = len(wiring.labels)
+    for t_id, tp in enumerate(tpls):
+        ranks = np.flatnonzero(tpl_of == t_id)
+        for o, k in dict.fromkeys(zip(tp.op, tp.label)):
+            if o not in (_SEND, _RECV):
+                continue
+            side = wiring.peer if o == _SEND else wiring.inbound
+            bad = ranks if k >= L else ranks[side[ranks, k] < 0]
+            if len(bad):
+                wiring.fail(int(bad[0]), names[k], send=o == _SEND)

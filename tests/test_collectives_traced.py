@@ -1,0 +1,168 @@
+"""The traced generator path (trace once per role, replay in Numba) against the generator reference.
+
+``allreduce`` builds lrab, lrab_corner, ring, tree and hier3 by tracing each kernel once per rank role
+(kbfast.workloads.trace) and replaying every rank (kbfast.workloads.symbolic).  Its Program must be
+bit-for-bit the one ``run_kernels`` (one generator per rank) emits, and its symbolic check must raise the
+same ScheduleErrors.  ``tests/snapshot_programs.py`` compares many more cases against a saved snapshot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from kbfast.config import load_system
+from kbfast.ir import Program, ProgramBuilder
+from kbfast.topology.builder import build_tables
+from kbfast.topology.names import pe_block
+from kbfast.topology.routing import Router
+from kbfast.workloads import collectives as C
+from kbfast.workloads.install import (
+    grid_peers,
+    install,
+    neighbor_fn,
+    ring_peers,
+    tree_peers,
+    wire,
+)
+from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
+from kbfast.workloads.symbolic import run_traced
+
+SYSTEMS = {
+    "ring3_2x2": {"sips.count": 3, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 2},
+    "torus6_3x2": {"sips.count": 6, "sips.topology": "torus_2d", "sips.w": 3, "sips.h": 2,
+                   "sip.cube_mesh.w": 3, "sip.cube_mesh.h": 2},
+    "mesh6_3x3": {"sips.count": 6, "sips.topology": "mesh_2d_no_wrap", "sips.w": 2, "sips.h": 3,
+                  "sip.cube_mesh.w": 3, "sip.cube_mesh.h": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def systems():
+    out = {}
+    for name, over in SYSTEMS.items():
+        t = build_tables(load_system(overrides=over))
+        out[name] = (t, Router(t))
+    return out
+
+
+def _reference(t, router, algorithm: str, nbytes: int, ranks: str) -> Program:
+    """``allreduce`` as it was: a generator per rank, driven by ``run_kernels`` over the dict install."""
+    lay = t.layout
+    n_pe = len(t.plan.pe_router)
+    nodes = [pe_block(t, s, c, p) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)
+             for p in range(1 if ranks == "cube_pe0" else n_pe)]
+    n = len(nodes)
+    kind, w, h = C._sip_fn(t)
+    corner = algorithm == "lrab_corner"
+    info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
+            "sip_h": h, "n_pe": n_pe, "n_cubes": lay.n_cubes_per_sip,
+            "root_col": lay.cube_w - 1 if corner else lay.cube_w // 2,
+            "root_row": lay.cube_h - 1 if corner else lay.cube_h // 2}
+    inst = (C.intercube_install(t) if algorithm.startswith("lrab") else
+            install(n, neighbor_fn("tree_binary", n)) if algorithm == "tree" else
+            C._hier3_install(n_pe, lay.n_cubes_per_sip, lay.n_sips) if algorithm == "hier3" else
+            install(n, neighbor_fn("ring_1d", n)))
+    b = ProgramBuilder(t, router, name=f"allreduce-{algorithm}@{nbytes}B")
+    agents = [b.pe_agent(v) for v in nodes]
+    run_kernels(b, agents, inst, C.KERNELS[algorithm], nbytes, info=info)
+    return b.build(launch_ns=C.launch_timing(t, router, np.array(nodes)).target_start_ns)
+
+
+def _assert_same(p: Program, q: Program) -> None:
+    for f in dataclasses.fields(Program):
+        x, y = getattr(p, f.name), getattr(q, f.name)
+        if f.name == "tables":
+            continue
+        if f.name == "channels":
+            for g in dataclasses.fields(x):
+                a, b = getattr(x, g.name), getattr(y, g.name)
+                assert np.asarray(a).dtype == np.asarray(b).dtype and np.array_equal(a, b), g.name
+        elif isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), f.name
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("system", list(SYSTEMS))
+@pytest.mark.parametrize("algorithm,ranks", [("lrab", "cube_pe0"), ("lrab_corner", "cube_pe0"), ("ring", "cube_pe0"),
+                                             ("tree", "cube_pe0"), ("tree", "all_pes"), ("hier3", "all_pes")])
+def test_traced_program_is_the_generator_program(systems, system: str, algorithm: str, ranks: str) -> None:
+    t, router = systems[system]
+    fast = C.allreduce(t, router, 3000, algorithm, ranks=ranks).program
+    _assert_same(fast, _reference(t, router, algorithm, 3000, ranks))
+
+
+def _same_install(a, b) -> None:
+    assert a.tables == b.tables and a.recv_dir == b.recv_dir and a.sender_of == b.sender_of
+
+
+def test_array_install_is_the_dict_install(systems) -> None:
+    for n in (1, 2, 3, 5):
+        _same_install(wire(*ring_peers(n)).to_install(), install(n, neighbor_fn("ring_1d", n)))
+        _same_install(wire(*tree_peers(n)).to_install(), install(n, neighbor_fn("tree_binary", n)))
+        r = np.arange(n)
+        if n > 1:
+            _same_install(wire(["E"], ((r + 1) % n)[:, None]).to_install(),
+                          install(n, neighbor_fn("ring_1d_unidir", n)))
+    for w in (1, 2, 3):
+        for h in (1, 2, 3):
+            for kind in ("torus_2d", "mesh_2d_no_wrap"):
+                _same_install(wire(*grid_peers(w, h, kind == "torus_2d")).to_install(),
+                              install(w * h, neighbor_fn(kind, w * h, w, h)))
+    for t, _ in systems.values():
+        _same_install(C.intercube_wiring(t).to_install(), C.intercube_install(t))
+    _same_install(C._hier3_wiring(4, 3, 2).to_install(), C._hier3_install(4, 3, 2))
+
+
+def test_array_install_errors_match() -> None:
+    from kbfast.workloads.install import IpcqInitError
+
+    for fn, peers in ((lambda r, n: {"E": 2} if r < 2 else {}, (["E"], np.array([[2], [2], [-1]]))),
+                      (lambda r, n: {0: {"X": 1}, 1: {"Y": 2}, 2: {"Y": 1}}[r],
+                       (["X", "Y"], np.array([[1, -1], [-1, 2], [-1, 1]])))):
+        with pytest.raises(IpcqInitError) as want:
+            install(3, fn)
+        with pytest.raises(IpcqInitError) as got:
+            wire(*peers)
+        assert str(got.value) == str(want.value)
+
+
+# Broken kernels: the traced path raises what run_kernels raises.
+def _double(tl: Tl):
+    acc = tl.contribution()
+    yield tl.send("E", acc)
+    got = yield tl.recv("W")
+    return tl.add(tl.add(acc, got), got)
+
+
+def _stuck(tl: Tl):
+    got = yield tl.recv("W")
+    yield tl.send("E", tl.contribution())
+    return tl.add(tl.contribution(), got)
+
+
+def _one_round(tl: Tl):
+    yield tl.send("E", tl.contribution())
+    return tl.add(tl.contribution(), (yield tl.recv("W")))
+
+
+def _bad_direction(tl: Tl):
+    yield tl.send("N", tl.contribution())
+    return tl.contribution()
+
+
+@pytest.mark.parametrize("kernel", [_double, _stuck, _one_round, _bad_direction])
+def test_traced_errors_are_the_generator_errors(systems, kernel) -> None:
+    t, router = systems["ring3_2x2"]
+    nodes = [pe_block(t, 0, 0, p) for p in range(3)]
+    b = ProgramBuilder(t, router)
+    with pytest.raises(Exception) as want:
+        run_kernels(b, [b.pe_agent(v) for v in nodes], install(3, neighbor_fn("ring_1d", 3)), kernel, 256)
+    b = ProgramBuilder(t, router)
+    with pytest.raises(Exception) as got:
+        run_traced(b, b.pe_agents(np.array(nodes)), wire(*ring_peers(3)), kernel, 256, np.zeros((3, 1)))
+    assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
+    assert isinstance(want.value, (ScheduleError, KeyError)) or "direction" in str(want.value)
