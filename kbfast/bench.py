@@ -177,13 +177,17 @@ def bench_allreduce() -> list[BenchRow]:
     rows.append(BenchRow("fast: mixed all-reduce grid, batched (topology x size x buffer kind x n_slots)",
                          n_points / wall * 60, "points/min", ">= 1e5", n_points / wall * 60 >= 1e5,
                          f"{n_points} points in {wall:.1f} s, one symbolic build per topology"))
-    t = build_tables(load_system("whatif_256"))
+    t = build_tables(load_system("whatif_1024"))
     router = Router(t)
+    run_fast(allreduce(t, router, 96 * 1024).program)     # JIT warm-up
     t0 = time.perf_counter()
-    res = run_fast(allreduce(t, router, 96 * 1024).program)
+    coll = allreduce(t, router, 96 * 1024)
+    gen = time.perf_counter() - t0
+    res = run_fast(coll.program)
     wall = time.perf_counter() - t0
-    rows.append(BenchRow("fast: one lrab all-reduce, 256 SIPs (4,096 cubes), 96 KiB", wall, "s",
-                         "<= 1 s (1024 SIPs)", None, f"{res.program.n_ops:,} ops"))
+    rows.append(BenchRow("fast: one lrab all-reduce, 1024 SIPs (16,384 cubes), 96 KiB, generation + evaluation",
+                         wall, "s", "<= 1 s", wall <= 1.0,
+                         f"{res.program.n_ops:,} ops; generation {gen:.2f} s, evaluation {res.wall_s:.2f} s"))
     return rows
 
 
