@@ -188,8 +188,9 @@ def test_ipcq_overhead_under_100ns(ref: pd.DataFrame, hop: str) -> None:
 # pe_dma + slot write + slot read (n/512 each, tcm) + the blocking credit (path latency of 16 B back, which
 # costs what the store's response costs plus 16/128 ns).  The per-byte terms are equal (n/256 either
 # way), so IPCQ stays below raw DMA by a constant: the load's 13 ns + the 8 ns commit - 0.125 = 20.875 ns
-# (20.375 at 128 B, a partial flit).  The 04-27 ordering came from the pre-per-flit model, where the DMA
-# path paid a terminal drain that IPCQ did not.
+# (20.375 at 128 B, a partial flit).  The 04-27 ordering came from an older model (before per-flit wires and
+# the DMA channel held through the HBM round trip); charging the drain again at IPCQ inbound, as that model
+# did, adds only n/128 ns on h3/h4 and would close the gap from about 2.7 KB up, not at 128 B.
 @pytest.mark.xfail(strict=True, reason=(
     "IPCQ < raw DMA on h3/h4 with the current semantics: e.g. h3 4 KiB IPCQ 176.625 ns vs raw DMA 197.5 ns, "
     "IPCQ 20.4-20.9 ns below at every size 128 B..10 KB; raw DMA pays a local HBM load (13 ns + n/256) and "
