@@ -309,23 +309,30 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
         if kind == EV_JOIN:
             o = x
             join_t[o] = now
-            # One pass: count the users; ``o`` holds the resources it is alone on (read only
-            # while ``o`` is solo: a stale holder that is not solo is skipped).
+            # One pass over o's resources: count the users; o holds those it is alone on (read
+            # only while o is solo: a stale holder that is not solo is skipped).  At its first
+            # shared resource o enters the fluid set, and every solo flow holding one of its
+            # resources follows it (a solo flow is the only user of each of its resources).
             contended = False
             for j in range(sh_span[o, 0], sh_span[o, 1]):
                 r = sh_edges[j]
                 users[r] += 1
-                if users[r] > 1:
-                    contended = True
-                else:
+                if users[r] == 1:
                     holder[r] = o
+                    continue
+                if not contended:
+                    contended = True
+                    t_rem = _advance(active, n_active, rem, rate, t_rem, now)
+                    in_fluid[o] = True
+                    active[n_active] = o
+                    n_active += 1
+                g = holder[r]
+                if g >= 0 and solo[g]:
+                    n_active = _pull(g, now, P, solo, in_fluid, rem, bn, join_t, ver, active, n_active)
             if not contended:
                 solo[o] = True
                 size, seq = push(heap, size, seq, now + P.op_nbytes[o] / bn[o], EV_SOLO_DRAIN, o, ver[o], 0)
                 continue
-            t_rem = _advance(active, n_active, rem, rate, t_rem, now)
-            n_active = _enter_fluid(o, now, P, sh_span, sh_edges, holder, solo, in_fluid, rem, bn, join_t, ver,
-                                    active, n_active)
             dirty = True
             continue
         if kind == EV_SOLO_DRAIN:
@@ -441,25 +448,12 @@ def _drained(o, now, end, heap, size, seq, users, holder, sh_span, sh_res, drain
     return size, seq
 
 
-@njit(cache=True, _nrt=False)
-def _enter_fluid(o, now, P, sh_span, sh_res, holder, solo, in_fluid, rem, bn, join_t, ver, active,
-                 n_active):  # pragma: no cover - jitted
-    """Put flow ``o`` into the fluid set, with every solo flow holding one of its resources.
-
-    A solo flow is the only user of each of its resources, so ``holder[r]`` finds it (an entry
-    whose flow is no longer solo is stale); it has run at its bottleneck rate since it joined.
-    """
-    in_fluid[o] = True
-    active[n_active] = o
-    n_active += 1
-    for j in range(sh_span[o, 0], sh_span[o, 1]):
-        g = holder[sh_res[j]]
-        if g < 0 or not solo[g]:
-            continue
-        solo[g] = False                  # (its holder entries go stale)
-        ver[g] += 1                      # its scheduled solo drain is void now
-        rem[g] = max(P.op_nbytes[g] - bn[g] * (now - join_t[g]), 0.0)
-        in_fluid[g] = True
-        active[n_active] = g
-        n_active += 1
-    return n_active
+@njit(cache=True, inline="always")
+def _pull(g, now, P, solo, in_fluid, rem, bn, join_t, ver, active, n_active):  # pragma: no cover - jitted
+    """Move solo flow ``g`` into the fluid set: it has run at its bottleneck rate since it joined."""
+    solo[g] = False                  # (its holder entries go stale)
+    ver[g] += 1                      # its scheduled solo drain is void now
+    rem[g] = max(P.op_nbytes[g] - bn[g] * (now - join_t[g]), 0.0)
+    in_fluid[g] = True
+    active[n_active] = g
+    return n_active + 1
