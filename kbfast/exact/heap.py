@@ -45,16 +45,18 @@ def unpack(p):  # pragma: no cover - jitted
 
 @njit(cache=True)
 def heap_new(capacity):  # pragma: no cover - jitted
-    """An empty queue for up to ``capacity`` pending events."""
+    """An empty queue for up to ``capacity`` pending events.
+
+    O(1) set-up apart from the hash table: event slots and buckets are handed out from a
+    high-water mark first, then from their free stacks (the free lists are not initialised;
+    capacity is often far above the events ever pending at once).
+    """
     capacity = max(capacity, 16)
-    free = np.empty(2 * capacity + 3, np.int64)    # free event slots, free buckets, counts of both, buckets in heap
-    free[:capacity] = np.arange(capacity)
-    free[capacity:2 * capacity] = np.arange(capacity)
-    free[2 * capacity] = capacity
-    free[2 * capacity + 1] = capacity
-    free[2 * capacity + 2] = 0
+    # free event slots, free buckets, then: counts of both stacks, buckets in the heap, high-water marks of both
+    free = np.empty(2 * capacity + 5, np.int64)
+    free[2 * capacity:] = 0
     return (np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
-            np.empty(capacity, np.float64), np.full(capacity, -1, np.int64), np.empty(capacity, np.int64),
+            np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
             np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.full(1 << _TABLE_BITS, -1, np.int64), free)
 
 
@@ -64,8 +66,12 @@ def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
     ht, hs, hb, b_time, b_head, b_tail, nxt, pay, table, free = heap
     cap = len(ht)
     n_free = free[2 * cap]
-    ev = free[n_free - 1]
-    free[2 * cap] = n_free - 1
+    if n_free > 0:
+        ev = free[n_free - 1]
+        free[2 * cap] = n_free - 1
+    else:
+        ev = free[2 * cap + 3]
+        free[2 * cap + 3] = ev + 1
     pay[ev] = payload
     nxt[ev] = -1
     slot = ((np.int64(time * 4096.0) * _MIX) >> 40) & ((1 << _TABLE_BITS) - 1)
@@ -75,8 +81,12 @@ def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
         b_tail[b] = ev
         return
     nb_free = free[2 * cap + 1]
-    b = free[cap + nb_free - 1]
-    free[2 * cap + 1] = nb_free - 1
+    if nb_free > 0:
+        b = free[cap + nb_free - 1]
+        free[2 * cap + 1] = nb_free - 1
+    else:
+        b = free[2 * cap + 4]
+        free[2 * cap + 4] = b + 1
     table[slot] = b
     b_time[b] = time
     b_head[b] = ev

@@ -42,7 +42,11 @@ class Compact:
 def compact(p: Program) -> Compact:
     t = p.tables
     edges, local_edges = np.unique(p.route_edges, return_inverse=True)
-    nodes = np.unique(np.concatenate([t.edge_src[edges], t.edge_dst[edges], p.agent_node]))
+    # sorted distinct nodes by marking the bounded ids (np.unique's sort took 0.15 s at 1024 SIPs)
+    used = np.zeros(len(t.node_kind), np.bool_)
+    for ids in (t.edge_src[edges], t.edge_dst[edges], p.agent_node):
+        used[ids] = True
+    nodes = np.flatnonzero(used).astype(np.result_type(t.edge_src.dtype, p.agent_node.dtype))
     is_hbm = t.node_kind[nodes] == NodeKind.HBM_CTRL
     node_hbm = np.full(len(nodes), -1, np.int32)
     node_hbm[is_hbm] = np.arange(int(is_hbm.sum()), dtype=np.int32)

@@ -31,45 +31,53 @@ def interference(res_ptr, res_ids, res_work, users_ptr, users, begin_lo, end_hi,
     ``W(begin_lo[g] <= end_hi[o]) - W(end_hi[g] < begin_lo[o])``: two prefix sums over the resource's
     users sorted by begin and by end, so a call costs O(U log U) for U (op, resource) pairs, not the
     O(U^2) of comparing every pair.  A resource whose windows all contain one instant overlaps entirely
-    and needs no sort.  ``o``'s own work (entry ``k`` of ``res_work``: entries are grouped by op, in
+    and needs no sort (nor any per-pair array: begins, ends and works are gathered only for the
+    windowed resources).  ``o``'s own work (entry ``k`` of ``res_work``: entries are grouped by op, in
     order) is then taken out.
     """
     n_ops = len(res_ptr) - 1
     n_users = len(users)
-    w = np.empty(n_users)
-    b = np.empty(n_users)
-    e = np.empty(n_users)
-    for j in range(n_users):
-        w[j] = res_work[users[j, 1]]
-        b[j] = begin_lo[users[j, 0]]
-        e[j] = end_hi[users[j, 0]]
+    n_res = len(users_ptr) - 1
+    max_u = 0
+    for r in range(n_res):
+        max_u = max(max_u, users_ptr[r + 1] - users_ptr[r])
+    # a windowed resource's begins, ends and works, gathered into scratch of its size
+    tb = np.empty(max_u)
+    te = np.empty(max_u)
+    tw = np.empty(max_u)
     by_b = np.empty(n_users)            # per resource: begins sorted, and the work prefix in that order
     by_e = np.empty(n_users)
     cum_b = np.empty(n_users + len(users_ptr))
     cum_e = np.empty(n_users + len(users_ptr))
-    total = np.zeros(len(users_ptr) - 1)
-    windowed = np.zeros(len(users_ptr) - 1, np.bool_)
-    for r in range(len(users_ptr) - 1):
+    total = np.zeros(n_res)
+    windowed = np.zeros(n_res, np.bool_)
+    for r in range(n_res):
         lo, hi = users_ptr[r], users_ptr[r + 1]
         last_begin = -np.inf
         first_end = np.inf
         for j in range(lo, hi):
-            total[r] += w[j]
-            last_begin = max(last_begin, b[j])
-            first_end = min(first_end, e[j])
+            g = users[j, 0]
+            total[r] += res_work[users[j, 1]]
+            last_begin = max(last_begin, begin_lo[g])
+            first_end = min(first_end, end_hi[g])
         # when every window holds the latest begin, all of them overlap: the total, no sorting
         windowed[r] = use_windows and hi - lo >= 2 and last_begin > first_end
         if not windowed[r]:
             continue
-        ob = lo + np.argsort(b[lo:hi], kind="mergesort")
-        oe = lo + np.argsort(e[lo:hi], kind="mergesort")
+        for k in range(hi - lo):
+            g = users[lo + k, 0]
+            tw[k] = res_work[users[lo + k, 1]]
+            tb[k] = begin_lo[g]
+            te[k] = end_hi[g]
+        ob = np.argsort(tb[:hi - lo], kind="mergesort")
+        oe = np.argsort(te[:hi - lo], kind="mergesort")
         cum_b[lo + r] = 0.0
         cum_e[lo + r] = 0.0
         for k in range(hi - lo):
-            by_b[lo + k] = b[ob[k]]
-            by_e[lo + k] = e[oe[k]]
-            cum_b[lo + r + k + 1] = cum_b[lo + r + k] + w[ob[k]]
-            cum_e[lo + r + k + 1] = cum_e[lo + r + k] + w[oe[k]]
+            by_b[lo + k] = tb[ob[k]]
+            by_e[lo + k] = te[oe[k]]
+            cum_b[lo + r + k + 1] = cum_b[lo + r + k] + tw[ob[k]]
+            cum_e[lo + r + k + 1] = cum_e[lo + r + k] + tw[oe[k]]
     extra = own_extra.copy()
     for o in range(n_ops):
         for k in range(res_ptr[o], res_ptr[o + 1]):

@@ -16,7 +16,7 @@ from numba import njit
 
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference
-from kbfast.fast.evaluate import plan_fast, sh_weights, work_of
+from kbfast.fast.evaluate import plan_fast, work_of
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, ProgramBuilder
 from kbfast.runtime import Prog
@@ -43,11 +43,11 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
 
 @njit(cache=True)
 def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
-                  tier_bw, hop_bw, launch, share, data_route, head_args, sh_base, sh_is_node, bound_args,
+                  tier_bw, hop_bw, launch, share, data_route, head_args, bound_args,
                   work_kind, work_base, flit, args):  # pragma: no cover - jitted
     """Per point: (latency, lower, upper, contention) with latency = max agent finish - launch.
 
-    Points come sorted by size: what depends on the size only (bytes, head offsets, weights,
+    Points come sorted by size: what depends on the size only (bytes, head offsets,
     interference bound, isolated latencies) is computed once per distinct size.
     """
     n_pts = len(sizes)
@@ -65,8 +65,6 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, *head_args)
-            sh_w = sh_weights(sh_base, sh_is_node, args[22], nbytes)
-            rest = args[1:25] + (sh_w,) + args[26:]
             work = work_of(work_kind, work_base, bound_args[0], nbytes, flit)
             # window-free: the begin/end times are not read
             extra = interference(bound_args[0], bound_args[1], work, bound_args[2], bound_args[3], zero, zero, False,
@@ -79,9 +77,9 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
         Pi = Prog(P.a_start, P.a_host, P.op_ptr, P.agent_ops, P.op_code, P.op_target, nbytes, P.op_async, arg,
                   P.ch_src, P.ch_dst, ch_nslots, ch_setup, ch_tier_bw, ch_hop_bw, P.ch_credit, P.ch_in_ptr,
                   P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
-        lo = schedule(LOWER, zero, share, head, iso, Pi, *rest)
-        pt = schedule(POINT, zero, share, head, iso, Pi, *rest)
-        hi = schedule(UPPER, extra, share, head, iso, Pi, *rest)
+        lo = schedule(LOWER, zero, share, head, iso, Pi, *args[1:])
+        pt = schedule(POINT, zero, share, head, iso, Pi, *args[1:])
+        hi = schedule(UPPER, extra, share, head, iso, Pi, *args[1:])
         f_lo = lo[0].a_finish.max()
         f_hi = hi[0].a_finish.max()
         f_pt = min(max(pt[0].a_finish.max(), f_lo), f_hi)
@@ -122,7 +120,7 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
     out[order] = points_kernel(P, sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n, t.spec.pe.math_overhead_ns,
                         t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
                         np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
-                        coll.launch_ns, plan.share, plan.data_route, plan.head_args, plan.sh_base, plan.sh_is_node,
+                        coll.launch_ns, plan.share, plan.data_route, plan.head_args,
                         plan.bound_args, plan.work_kind, plan.work_base, plan.flit_bytes, plan.args)
     return pd.DataFrame({
         "algorithm": algorithm, "size": sizes, "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,

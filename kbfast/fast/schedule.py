@@ -72,9 +72,15 @@ def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_pr
     return out
 
 
+@njit(cache=True, inline="always")
+def _w(r, o, n_edges, n_ovh, nbytes):  # pragma: no cover - jitted
+    """Capacity flow ``o`` uses per B/ns on resource ``r``: 1 on a wire, overhead / bytes on a worker."""
+    return n_ovh[r - n_edges] / max(nbytes[o], 1) if r >= n_edges else 1.0
+
+
 @njit(cache=True, _nrt=False)
-def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weight, frozen, r_contended,
-           o_contended, n_edges, n_users, mj, mj_ptr):  # pragma: no cover - jitted
+def _rates(active, n_active, rate, bn, sh_span, sh_res, n_ovh, nbytes, cap, cap_rem, weight, frozen, r_contended,
+           o_contended, n_edges, users, mj, mj_ptr):  # pragma: no cover - jitted
     """Max-min fair rates (water-filling) of the active flows over their shared resources.
 
     A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
@@ -84,42 +90,36 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
     touch no binding resource run at ``bn``.  A serial worker with one active flow only
     delays it by its overhead (already in its isolated latency) and never binds.
 
+    ``users[r]`` counts the joined, undrained flows on ``r``; on a resource of an active flow
+    they are all active (a solo flow shares nothing: one that would is moved into the fluid).
     Only resources with two or more active users can bind (a wire's one user runs at most
     at its bottleneck <= the wire's bw), so the filling runs on those entries only: active
     flow ``k``'s are ``mj[mj_ptr[k]:mj_ptr[k + 1]]``.
     """
-    for k in range(n_active):
-        o = active[k]
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            n_users[sh_res[j]] = 0
-    for k in range(n_active):
-        o = active[k]
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            n_users[sh_res[j]] += 1
     m = 0
     for k in range(n_active):
         o = active[k]
         mj_ptr[k] = m
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
+        hit = False
+        for j in range(sh_span[o, 0], sh_span[o, 1]):
             r = sh_res[j]
-            if n_users[r] > 1:
+            if users[r] > 1:
                 r_contended[r] = True
                 mj[m] = j
                 m += 1
                 cap_rem[r] = 0.0     # demand at bottleneck rates
                 weight[r] = 0.0      # summed weights
+            hit = hit or r_contended[r]
+        if hit:
+            o_contended[o] = True
     mj_ptr[n_active] = m
     for k in range(n_active):
         o = active[k]
-        for j in range(sh_ptr[o], sh_ptr[o + 1]):
-            if r_contended[sh_res[j]]:
-                o_contended[o] = True
-                break
         for i in range(mj_ptr[k], mj_ptr[k + 1]):
             j = mj[i]
             r = sh_res[j]
-            weight[r] += sh_w[j]
-            cap_rem[r] += sh_w[j] * bn[o]
+            weight[r] += _w(r, o, n_edges, n_ovh, nbytes)
+            cap_rem[r] += _w(r, o, n_edges, n_ovh, nbytes) * bn[o]
     left = 0
     for k in range(n_active):
         o = active[k]
@@ -127,7 +127,7 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
         for i in range(mj_ptr[k], mj_ptr[k + 1]):
             j = mj[i]
             r = sh_res[j]
-            single_worker = r >= n_edges and weight[r] == sh_w[j]
+            single_worker = r >= n_edges and weight[r] == _w(r, o, n_edges, n_ovh, nbytes)
             if not single_worker and cap_rem[r] > cap[r] * (1.0 + 1e-12):
                 binds = True
         frozen[o] = not binds
@@ -146,9 +146,9 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
             j = mj[i]
             r = sh_res[j]
             if frozen[o]:
-                cap_rem[r] -= sh_w[j] * rate[o]
+                cap_rem[r] -= _w(r, o, n_edges, n_ovh, nbytes) * rate[o]
             else:
-                weight[r] += sh_w[j]
+                weight[r] += _w(r, o, n_edges, n_ovh, nbytes)
     while left > 0:
         level = np.inf
         best_res = -1
@@ -164,7 +164,7 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
             for i in range(mj_ptr[k], mj_ptr[k + 1]):
                 j = mj[i]
                 r = sh_res[j]
-                if weight[r] > 0.0 and not (r >= n_edges and weight[r] == sh_w[j]):
+                if weight[r] > 0.0 and not (r >= n_edges and weight[r] == _w(r, o, n_edges, n_ovh, nbytes)):
                     lv = cap_rem[r] / weight[r]
                     if lv < level:
                         level = lv
@@ -187,22 +187,22 @@ def _rates(active, n_active, rate, bn, sh_ptr, sh_res, sh_w, cap, cap_rem, weigh
                 for i in range(mj_ptr[k], mj_ptr[k + 1]):
                     j = mj[i]
                     r = sh_res[j]
-                    cap_rem[r] -= sh_w[j] * level
-                    weight[r] -= sh_w[j]
+                    cap_rem[r] -= _w(r, o, n_edges, n_ovh, nbytes) * level
+                    weight[r] -= _w(r, o, n_edges, n_ovh, nbytes)
 
 
 @njit(cache=True)
 def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
              e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
-             switch_penalty, sh_ptr, sh_edges, max_route, sh_w, res_cap):  # pragma: no cover - jitted
+             switch_penalty, sh_span, sh_edges, max_route, res_cap):  # pragma: no cover - jitted
     """Run the agents (kbfast.runtime); returns (runtime state, op_contended, edge_contended).
 
     ``iso`` memoises each flow's isolated latency (NaN = not yet computed) across the
     lower, point and upper runs of the same sizes.
 
-    Every DMA and every IPCQ SEND's data is a flow.  Shared resources (CSR
-    ``sh_ptr``/``sh_edges`` with weights ``sh_w``) are numbered edges first, then
-    node workers; ``res_cap`` holds their capacities.
+    Every DMA and every IPCQ SEND's data is a flow.  Flow ``o``'s shared resources are
+    ``sh_edges[sh_span[o, 0]:sh_span[o, 1]]`` (stored once per route), numbered edges
+    first, then node workers (weights in :func:`_w`); ``res_cap`` holds their capacities.
 
     POINT mode keeps the fluid small: a flow that meets no other in-flight flow on
     its shared resources runs *solo* at its bottleneck rate with a scheduled end;
@@ -215,17 +215,20 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     for v in range(len(n_hbm)):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
     S = new_state(P)
-    W = _scratch(P, len(res_cap), len(e_src), len(sh_edges), n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
+    n_entries = 0
+    for o in range(len(sh_span)):
+        n_entries += sh_span[o, 1] - sh_span[o, 0]
+    W = _scratch(P, len(res_cap), len(e_src), n_entries, n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
     _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
          e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
-         sh_ptr, sh_edges, sh_w, res_cap)
+         sh_span, sh_edges, res_cap)
     return S, W.o_contended, W.r_contended[:len(e_src)]
 
 
 Scratch = namedtuple("Scratch", [
     "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "frozen", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
-    "eg_waiter", "drained", "heap", "pend", "n_users", "mj", "mj_ptr", "route_nbytes", "route_iso"])
+    "eg_waiter", "drained", "heap", "pend", "mj", "mj_ptr", "route_nbytes", "route_iso"])
 
 
 @njit(cache=True)
@@ -237,14 +240,14 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
         lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
         bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),
         solo=np.zeros(n_ops, np.bool_), in_fluid=np.zeros(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
-        frozen=np.zeros(n_ops, np.bool_), users=np.zeros(n_res, np.int64),
-        holder=np.full(n_res, -1, np.int64),     # the solo flow holding a resource, if any
+        frozen=np.zeros(n_ops, np.bool_),
+        users=np.zeros(n_res, np.int64), holder=np.full(n_res, -1, np.int64),
         cap_rem=np.zeros(n_res), weight=np.zeros(n_res), r_contended=np.zeros(n_res, np.bool_),
         o_contended=np.zeros(n_ops, np.bool_),
         eg_last=np.full(2 * n_edges, -1, np.int64),   # per (first edge, virtual channel): the last train
         eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
         heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
-        n_users=np.zeros(n_res, np.int64), mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64),
+        mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64),
         route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes))   # per route: last SEND's iso
 
 
@@ -254,10 +257,10 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
 @njit(cache=True, _nrt=False)
 def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
          e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
-         sh_ptr, sh_edges, sh_w, res_cap):  # pragma: no cover - jitted
+         sh_span, sh_edges, res_cap):  # pragma: no cover - jitted
     """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, frozen, users, holder,
-     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, n_users, mj, mj_ptr,
+     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mj, mj_ptr,
      route_nbytes, route_iso) = W
     n_edges = len(e_src)
     n_active = 0
@@ -276,8 +279,8 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
         t_heap = heap[0][0] if size > 0 else np.inf
         if dirty and t_heap > now:
             dirty = False
-            _rates(active, n_active, rate, bn, sh_ptr, sh_edges, sh_w, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges, n_users, mj, mj_ptr)
+            _rates(active, n_active, rate, bn, sh_span, sh_edges, n_ovh, P.op_nbytes, res_cap, cap_rem, weight, frozen,
+                   r_contended, o_contended, n_edges, users, mj, mj_ptr)
             t_drain = np.inf
             for k in range(n_active):
                 o = active[k]
@@ -292,8 +295,8 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                     n_active -= 1
                     active[k] = active[n_active]
                     in_fluid[o] = False
-                    size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users,
-                                         sh_ptr, sh_edges, drained, eg_waiter, start, head, ver)
+                    size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
+                                         sh_span, sh_edges, drained, eg_waiter, start, head, ver)
                 else:
                     k += 1
             dirty = True
@@ -306,21 +309,30 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
         if kind == EV_JOIN:
             o = x
             join_t[o] = now
+            # One pass over o's resources: count the users; o holds those it is alone on (read
+            # only while o is solo: a stale holder that is not solo is skipped).  At its first
+            # shared resource o enters the fluid set, and every solo flow holding one of its
+            # resources follows it (a solo flow is the only user of each of its resources).
             contended = False
-            for j in range(sh_ptr[o], sh_ptr[o + 1]):
+            for j in range(sh_span[o, 0], sh_span[o, 1]):
                 r = sh_edges[j]
                 users[r] += 1
-                if users[r] > 1:
+                if users[r] == 1:
+                    holder[r] = o
+                    continue
+                if not contended:
                     contended = True
+                    t_rem = _advance(active, n_active, rem, rate, t_rem, now)
+                    in_fluid[o] = True
+                    active[n_active] = o
+                    n_active += 1
+                g = holder[r]
+                if g >= 0 and solo[g]:
+                    n_active = _pull(g, now, P, solo, in_fluid, rem, bn, join_t, ver, active, n_active)
             if not contended:
                 solo[o] = True
-                for j in range(sh_ptr[o], sh_ptr[o + 1]):
-                    holder[sh_edges[j]] = o
                 size, seq = push(heap, size, seq, now + P.op_nbytes[o] / bn[o], EV_SOLO_DRAIN, o, ver[o], 0)
                 continue
-            t_rem = _advance(active, n_active, rem, rate, t_rem, now)
-            n_active = _enter_fluid(o, now, P, sh_ptr, sh_edges, holder, solo, in_fluid, rem, bn, join_t, ver,
-                                    active, n_active)
             dirty = True
             continue
         if kind == EV_SOLO_DRAIN:
@@ -328,9 +340,8 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
             if y != ver[o] or not solo[o]:
                 continue
             solo[o] = False
-            _release(o, sh_ptr, sh_edges, holder)
-            size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, sh_ptr,
-                                 sh_edges, drained, eg_waiter, start, head, ver)
+            size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
+                                 sh_span, sh_edges, drained, eg_waiter, start, head, ver)
             continue
         if kind == EV_FLOW_DONE:
             if y != ver[x]:
@@ -421,12 +432,15 @@ def _advance(active, n_active, rem, rate, t_rem, t):  # pragma: no cover - jitte
 
 
 @njit(cache=True, _nrt=False)
-def _drained(o, now, end, heap, size, seq, users, sh_ptr, sh_res, drained, eg_waiter, start, head,
+def _drained(o, now, end, heap, size, seq, users, holder, sh_span, sh_res, drained, eg_waiter, start, head,
              ver):  # pragma: no cover - jitted
     """A flow's bytes have passed: free its resources, schedule its end, release a train waiting behind it."""
     drained[o] = True
-    for j in range(sh_ptr[o], sh_ptr[o + 1]):
-        users[sh_res[j]] -= 1
+    for j in range(sh_span[o, 0], sh_span[o, 1]):
+        r = sh_res[j]
+        users[r] -= 1
+        if holder[r] == o:
+            holder[r] = -1
     size, seq = push(heap, size, seq, end, EV_FLOW_DONE, o, ver[o], 0)
     w = eg_waiter[o]
     if w >= 0:
@@ -435,32 +449,11 @@ def _drained(o, now, end, heap, size, seq, users, sh_ptr, sh_res, drained, eg_wa
 
 
 @njit(cache=True, inline="always")
-def _release(g, sh_ptr, sh_res, holder):  # pragma: no cover - jitted
-    for i in range(sh_ptr[g], sh_ptr[g + 1]):
-        if holder[sh_res[i]] == g:
-            holder[sh_res[i]] = -1
-
-
-@njit(cache=True, _nrt=False)
-def _enter_fluid(o, now, P, sh_ptr, sh_res, holder, solo, in_fluid, rem, bn, join_t, ver, active,
-                 n_active):  # pragma: no cover - jitted
-    """Put flow ``o`` into the fluid set, with every solo flow holding one of its resources.
-
-    A solo flow is the only user of each of its resources, so ``holder`` finds it; it
-    has run at its bottleneck rate since it joined.
-    """
-    in_fluid[o] = True
-    active[n_active] = o
-    n_active += 1
-    for j in range(sh_ptr[o], sh_ptr[o + 1]):
-        g = holder[sh_res[j]]
-        if g < 0 or not solo[g]:
-            continue
-        solo[g] = False
-        _release(g, sh_ptr, sh_res, holder)
-        ver[g] += 1                      # its scheduled solo drain is void now
-        rem[g] = max(P.op_nbytes[g] - bn[g] * (now - join_t[g]), 0.0)
-        in_fluid[g] = True
-        active[n_active] = g
-        n_active += 1
-    return n_active
+def _pull(g, now, P, solo, in_fluid, rem, bn, join_t, ver, active, n_active):  # pragma: no cover - jitted
+    """Move solo flow ``g`` into the fluid set: it has run at its bottleneck rate since it joined."""
+    solo[g] = False                  # (its holder entries go stale)
+    ver[g] += 1                      # its scheduled solo drain is void now
+    rem[g] = max(P.op_nbytes[g] - bn[g] * (now - join_t[g]), 0.0)
+    in_fluid[g] = True
+    active[n_active] = g
+    return n_active + 1
