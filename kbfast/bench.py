@@ -170,24 +170,25 @@ def bench_allreduce() -> list[BenchRow]:
         kinds = np.array(["tcm", "sram", "hbm"])[rng.integers(0, 3, 300)]
         slots = np.array([1, 2, 4, 8])[rng.integers(0, 4, 300)]
         allreduce_points(t, router, sizes[:2], kinds[:2], slots[:2])   # JIT and plan warm-up
-        t0 = time.perf_counter()
-        allreduce_points(t, router, sizes, kinds, slots)
-        wall += time.perf_counter() - t0
+        wall += _best_of(lambda: allreduce_points(t, router, sizes, kinds, slots))
         n_points += len(sizes)
     rows.append(BenchRow("fast: mixed all-reduce grid, batched (topology x size x buffer kind x n_slots)",
                          n_points / wall * 60, "points/min", ">= 1e5", n_points / wall * 60 >= 1e5,
-                         f"{n_points} points in {wall:.1f} s, one symbolic build per topology"))
+                         f"{n_points} points in {wall:.2f} s (best of 3 per topology), one symbolic build per topology"))
     t = build_tables(load_system("whatif_1024"))
     router = Router(t)
     run_fast(allreduce(t, router, 96 * 1024).program)     # JIT warm-up
-    t0 = time.perf_counter()
-    coll = allreduce(t, router, 96 * 1024)
-    gen = time.perf_counter() - t0
-    res = run_fast(coll.program)
-    wall = time.perf_counter() - t0
+    wall = gen = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        coll = allreduce(t, router, 96 * 1024)
+        t1 = time.perf_counter()
+        res = run_fast(coll.program)
+        if time.perf_counter() - t0 < wall:
+            wall, gen = time.perf_counter() - t0, t1 - t0
     rows.append(BenchRow("fast: one lrab all-reduce, 1024 SIPs (16,384 cubes), 96 KiB, generation + evaluation",
                          wall, "s", "<= 1 s", wall <= 1.0,
-                         f"{res.program.n_ops:,} ops; generation {gen:.2f} s, evaluation {res.wall_s:.2f} s"))
+                         f"{res.program.n_ops:,} ops; best of 3: generation {gen:.2f} s, evaluation {wall - gen:.2f} s"))
     return rows
 
 
