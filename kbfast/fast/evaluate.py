@@ -86,9 +86,9 @@ def _data_routes(p: Program) -> np.ndarray:
 
 def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float):
-    """(res_ptr, resource id, work kind, work base): resource entries grouped by op (CSR), op by op: the payload route's finite wires
-    (bytes / bw), then its flit-aware node workers (their overhead), both in route order, then the HBM
-    controller (commit + switch penalty per flit)."""
+    """(res_ptr, resource id, work kind, work base): resource entries grouped by op (CSR), op by op: the
+    payload route's finite wires (bytes / bw), then its flit-aware node workers (their overhead), both in
+    route order, then the HBM controller (commit + switch penalty per flit)."""
     hbm = np.full(p.n_ops, -1, np.int64)
     dma = (data_route >= 0) & (p.op_code != Op.SEND)
     last = c.route_edges[p.route_ptr[p.op_route[dma] + 1] - 1]
@@ -161,25 +161,25 @@ def _users(res_ptr, res, n_res):  # pragma: no cover - jitted
 @njit(cache=True)
 def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_ovh, n_e,
                     n_n):  # pragma: no cover - jitted
-    """Kernel of :func:`_shared`.  Ops on the same route touch the same resources, so the distinct
-    sorted edges and nodes are found once per route and counted with the route's number of ops, and
-    the shared entries are stored once per route (op ``o``'s: ``sh_res[sh_span[o, 0]:sh_span[o, 1]]``;
-    per op they would be ~6 M entries at 1024 SIPs, whose cache misses dominated the POINT schedule)."""
+    """Kernel of :func:`_shared`.  Resources are numbered edges first, then nodes (``n_e + node``).
+    Ops on the same route touch the same resources, so each route's distinct resources are found
+    once, sorted, and counted with the route's number of ops; the shared entries are stored once per
+    route (op ``o``'s: ``sh_res[sh_span[o, 0]:sh_span[o, 1]]``; per op they would be ~6 M entries at
+    1024 SIPs, whose cache misses dominated the POINT schedule)."""
     n_routes = len(route_ptr) - 1
     n_ops_of = np.zeros(n_routes, np.int64)
     for o in range(len(data_route)):
         if data_route[o] >= 0:
             n_ops_of[data_route[o]] += 1
-    # per used route: its distinct edges, then its distinct nodes, each sorted (CSR over routes)
-    u_ptr = np.zeros(n_routes + 1, np.int64)
-    n_u_edges = np.zeros(n_routes, np.int64)
-    seen_e = np.full(n_e, -1, np.int64)
-    seen_n = np.full(n_n, -1, np.int64)
     total = 0
     for r in range(n_routes):
         if n_ops_of[r] > 0:
             total += 2 * (route_ptr[r + 1] - route_ptr[r])
+    # per used route: its distinct resources, sorted (so its edges, then its nodes), CSR over routes
     ids = np.empty(total, np.int64)
+    u_ptr = np.zeros(n_routes + 1, np.int64)
+    seen = np.full(n_e + n_n, -1, np.int64)
+    users = np.zeros(n_e + n_n, np.int64)
     m = 0
     for r in range(n_routes):
         u_ptr[r] = m
@@ -187,58 +187,38 @@ def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_o
             continue
         m0 = m
         for k in range(route_ptr[r], route_ptr[r + 1]):
-            e = route_edges[k]
-            if seen_e[e] != r:
-                seen_e[e] = r
-                ids[m] = e
-                m += 1
+            e = np.int64(route_edges[k])
+            for x in (e, n_e + np.int64(e_dst[e])):     # the edge, and the node it enters
+                if seen[x] != r:
+                    seen[x] = r
+                    ids[m] = x
+                    m += 1
         ids[m0:m] = np.sort(ids[m0:m])
-        n_u_edges[r] = m - m0
-        m1 = m
-        for k in range(m0, m1):
-            v = e_dst[ids[k]]
-            if seen_n[v] != r:
-                seen_n[v] = r
-                ids[m] = v
-                m += 1
-        ids[m1:m] = np.sort(ids[m1:m])
+        for k in range(m0, m):
+            users[ids[k]] += n_ops_of[r]
     u_ptr[n_routes] = m
-    edge_users = np.zeros(n_e, np.int64)
-    node_users = np.zeros(n_n, np.int64)
-    for r in range(n_routes):
-        for k in range(u_ptr[r], u_ptr[r + 1]):
-            if k - u_ptr[r] < n_u_edges[r]:
-                edge_users[ids[k]] += n_ops_of[r]
-            else:
-                node_users[ids[k]] += n_ops_of[r]
-    shared_edge = (edge_users > 1) & np.isfinite(e_bw)
-    shared_node = (node_users > 1) & n_flit & (n_ovh > 0)
-    # per route: its shared entries (edges, then workers as n_e + node); per op: its route's span
+    shared = users > 1
+    shared[:n_e] &= np.isfinite(e_bw)
+    shared[n_e:] &= n_flit & (n_ovh > 0)
+    # per route: its shared entries; per op: its route's span
     sh_ptr = np.zeros(n_routes + 1, np.int64)
     for r in range(n_routes):
-        c = 0
+        sh_ptr[r + 1] = sh_ptr[r]
         for k in range(u_ptr[r], u_ptr[r + 1]):
-            is_edge = k - u_ptr[r] < n_u_edges[r]
-            c += shared_edge[ids[k]] if is_edge else shared_node[ids[k]]
-        sh_ptr[r + 1] = sh_ptr[r] + c
+            sh_ptr[r + 1] += shared[ids[k]]
     sh_res = np.empty(sh_ptr[-1], np.int64)
     i = 0
-    for r in range(n_routes):
-        for k in range(u_ptr[r], u_ptr[r + 1]):
-            if k - u_ptr[r] < n_u_edges[r]:
-                if shared_edge[ids[k]]:
-                    sh_res[i] = ids[k]
-                    i += 1
-            elif shared_node[ids[k]]:
-                sh_res[i] = n_e + ids[k]
-                i += 1
+    for k in range(m):
+        if shared[ids[k]]:
+            sh_res[i] = ids[k]
+            i += 1
     sh_span = np.zeros((len(data_route), 2), np.int64)
     for o in range(len(data_route)):
         r = data_route[o]
         if r >= 0:
             sh_span[o, 0] = sh_ptr[r]
             sh_span[o, 1] = sh_ptr[r + 1]
-    return shared_edge, shared_node, sh_span, sh_res
+    return shared[:n_e], shared[n_e:], sh_span, sh_res
 
 
 def _shared(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, e_dst: np.ndarray,
