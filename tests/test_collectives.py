@@ -22,7 +22,7 @@ from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import ALGORITHMS, allreduce, intercube_install
+from kbfast.workloads.collectives import ALGORITHMS, allreduce, intercube_wiring
 from kbfast.workloads.install import (
     IpcqInitError,
     IpcqInvalidDirection,
@@ -157,7 +157,7 @@ def test_custom_neighbors_function() -> None:
 
 def test_intercube_install_wires_every_cube(small) -> None:
     t, _ = small["torus4_2x2"]
-    inst = intercube_install(t)
+    inst = intercube_wiring(t).to_install()
     assert inst.n_ranks == 16            # 4 SIPs x 4 cubes, pe0 of each
     # sip 0 cube 0: mesh E/S inside the SIP (no wrap), global_* to cube 0 of the neighbouring SIPs (2 x 2 torus)
     assert inst.tables[0] == {"E": 1, "S": 2, "global_E": 4, "global_W": 4, "global_S": 8, "global_N": 8}

@@ -48,6 +48,47 @@ def systems():
     return out
 
 
+# The installs as neighbour functions over the dict-form install(): the reference the array wirings
+# (C.intercube_wiring, C._hier3_wiring) must equal.
+def intercube_install(t):
+    """pe0 of every cube: N/S/E/W on the cube mesh (no wrap) and ``global_*`` to the same cube of the
+    neighbouring SIPs per ``sips.topology`` (spec_ccl §5.10)."""
+    lay = t.layout
+    nc = lay.n_cubes_per_sip
+    cube_fn = neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)
+    kind, w, h = C._sip_fn(t)
+    assert kind in ("ring_1d", "torus_2d", "mesh_2d_no_wrap")
+    sip_fn = neighbor_fn(kind, lay.n_sips, w, h, prefix="global_")
+
+    def intra(rank: int, n: int) -> dict[str, int]:
+        sip, cube = divmod(rank, nc)
+        return {d: sip * nc + p for d, p in cube_fn(cube, nc).items()}
+
+    def inter(rank: int, n: int) -> dict[str, int]:
+        sip, cube = divmod(rank, nc)
+        return {d: p * nc + cube for d, p in sip_fn(sip, lay.n_sips).items()}
+
+    return install(lay.n_sips * nc, intra, inter)
+
+
+def hier3_install(n_pe: int, n_cubes: int, n_sips: int):
+    """hier3's install from neighbour functions (the dict form)."""
+    line = lambda n: (lambda pos, m: {**({"W": pos - 1} if pos > 0 else {}), **({"E": pos + 1} if pos < n - 1 else {})})  # noqa: E731
+
+    def table(rank: int, n: int) -> dict[str, int]:
+        sip, rest = divmod(rank, n_cubes * n_pe)
+        cube, pe = divmod(rest, n_pe)
+        out = {f"intra_{d}": sip * n_cubes * n_pe + cube * n_pe + p for d, p in line(n_pe)(pe, n_pe).items()}
+        if pe == 0:
+            out.update({{"W": "N", "E": "S"}[d]: sip * n_cubes * n_pe + c * n_pe for d, c in
+                        line(n_cubes)(cube, n_cubes).items()})
+            if cube == 0:
+                out.update({f"global_{d}": s * n_cubes * n_pe for d, s in line(n_sips)(sip, n_sips).items()})
+        return out
+
+    return install(n_pe * n_cubes * n_sips, table)
+
+
 def _reference(t, router, algorithm: str, nbytes: int, ranks: str) -> Program:
     """``allreduce`` as it was: a generator per rank, driven by ``run_kernels`` over the dict install."""
     lay = t.layout
@@ -61,9 +102,9 @@ def _reference(t, router, algorithm: str, nbytes: int, ranks: str) -> Program:
             "sip_h": h, "n_pe": n_pe, "n_cubes": lay.n_cubes_per_sip,
             "root_col": lay.cube_w - 1 if corner else lay.cube_w // 2,
             "root_row": lay.cube_h - 1 if corner else lay.cube_h // 2}
-    inst = (C.intercube_install(t) if algorithm.startswith("lrab") else
+    inst = (intercube_install(t) if algorithm.startswith("lrab") else
             install(n, neighbor_fn("tree_binary", n)) if algorithm == "tree" else
-            C._hier3_install(n_pe, lay.n_cubes_per_sip, lay.n_sips) if algorithm == "hier3" else
+            hier3_install(n_pe, lay.n_cubes_per_sip, lay.n_sips) if algorithm == "hier3" else
             install(n, neighbor_fn("ring_1d", n)))
     b = ProgramBuilder(t, router, name=f"allreduce-{algorithm}@{nbytes}B")
     agents = [b.pe_agent(v) for v in nodes]
@@ -113,8 +154,8 @@ def test_array_install_is_the_dict_install(systems) -> None:
                 _same_install(wire(*grid_peers(w, h, kind == "torus_2d")).to_install(),
                               install(w * h, neighbor_fn(kind, w * h, w, h)))
     for t, _ in systems.values():
-        _same_install(C.intercube_wiring(t).to_install(), C.intercube_install(t))
-    _same_install(C._hier3_wiring(4, 3, 2).to_install(), C._hier3_install(4, 3, 2))
+        _same_install(C.intercube_wiring(t).to_install(), intercube_install(t))
+    _same_install(C._hier3_wiring(4, 3, 2).to_install(), hier3_install(4, 3, 2))
 
 
 def test_array_install_errors_match() -> None:

@@ -26,7 +26,6 @@ from kbfast.topology.builder import Tables
 from kbfast.topology.names import pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.install import (
-    Install,
     Wiring,
     grid_peers,
     install,
@@ -76,31 +75,9 @@ def _all_pe_ranks(t: Tables) -> np.ndarray:
     return _pe_nodes(t, len(t.plan.pe_router))
 
 
-def intercube_install(t: Tables) -> Install:
-    """pe0 of every cube: N/S/E/W on the cube mesh (no wrap) and ``global_*`` to the same cube of the
-    neighbouring SIPs per ``sips.topology`` (spec_ccl §5.10)."""
-    lay = t.layout
-    nc = lay.n_cubes_per_sip
-    cube_fn = neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)
-    kind, w, h = _sip_fn(t)
-    if kind not in ("ring_1d", "torus_2d", "mesh_2d_no_wrap"):
-        raise KbfastError(f"lrab's inter-SIP exchange supports ring_1d, torus_2d and mesh_2d_no_wrap, "
-                          f"not sips.topology={kind!r}")
-    sip_fn = neighbor_fn(kind, lay.n_sips, w, h, prefix="global_")
-
-    def intra(rank: int, n: int) -> dict[str, int]:
-        sip, cube = divmod(rank, nc)
-        return {d: sip * nc + p for d, p in cube_fn(cube, nc).items()}
-
-    def inter(rank: int, n: int) -> dict[str, int]:
-        sip, cube = divmod(rank, nc)
-        return {d: p * nc + cube for d, p in sip_fn(sip, lay.n_sips).items()}
-
-    return install(lay.n_sips * nc, intra, inter)
-
-
 def intercube_wiring(t: Tables) -> Wiring:
-    """:func:`intercube_install` in array form (the generators' path)."""
+    """pe0 of every cube: N/S/E/W on the cube mesh (no wrap) and ``global_*`` to the same cube of the
+    neighbouring SIPs per ``sips.topology`` (spec_ccl §5.10), as arrays."""
     lay = t.layout
     nc = lay.n_cubes_per_sip
     neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)     # the same checks as the install
@@ -119,7 +96,8 @@ def intercube_wiring(t: Tables) -> Wiring:
 
 
 def _hier3_wiring(n_pe: int, n_cubes: int, n_sips: int) -> Wiring:
-    """:func:`_hier3_install` in array form."""
+    """hier3's install (spec_ccl §5.5): a PE line per cube, pe0 lines N/S across a SIP's cubes, cube 0's
+    pe0 lines ``global_*`` across SIPs, as arrays."""
     sip, rest = np.divmod(np.arange(n_pe * n_cubes * n_sips), n_cubes * n_pe)
     cube, pe = np.divmod(rest, n_pe)
     rank = np.arange(len(sip))
@@ -393,23 +371,6 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
     target = launch_timing(t, router, np.array(nodes)).target_start_ns if launch else 0.0
     return Collective(program=b.build(launch_ns=target), algorithm=algorithm, n_ranks=n, nbytes=nbytes,
                       launch_ns=target)
-
-
-def _hier3_install(n_pe: int, n_cubes: int, n_sips: int) -> Install:
-    line = lambda n: (lambda pos, m: {**({"W": pos - 1} if pos > 0 else {}), **({"E": pos + 1} if pos < n - 1 else {})})  # noqa: E731
-
-    def table(rank: int, n: int) -> dict[str, int]:
-        sip, rest = divmod(rank, n_cubes * n_pe)
-        cube, pe = divmod(rest, n_pe)
-        out = {f"intra_{d}": sip * n_cubes * n_pe + cube * n_pe + p for d, p in line(n_pe)(pe, n_pe).items()}
-        if pe == 0:
-            out.update({{"W": "N", "E": "S"}[d]: sip * n_cubes * n_pe + c * n_pe for d, c in
-                        line(n_cubes)(cube, n_cubes).items()})
-            if cube == 0:
-                out.update({f"global_{d}": s * n_cubes * n_pe for d, s in line(n_sips)(sip, n_sips).items()})
-        return out
-
-    return install(n_pe * n_cubes * n_sips, table)
 
 
 def busbw_gbps(nbytes: int, n_ranks: int, latency_ns: float) -> float:
