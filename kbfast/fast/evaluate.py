@@ -12,7 +12,7 @@ from numba import njit
 from kbfast.errors import KbfastError
 from kbfast.exact.replay import Compact, ReplayDeadlock, blocked_report, check_consumed, compact
 from kbfast.runtime import make_prog
-from kbfast.fast.bounds import interference
+from kbfast.fast.bounds import BoundTables, interference
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import Op, Program
 from kbfast.topology.kinds import EdgeKind
@@ -84,42 +84,52 @@ def _data_routes(p: Program) -> np.ndarray:
     return out
 
 
-def _resources(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
-               n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float):
-    """(res_ptr, resource id, work kind, work base): resource entries grouped by op (CSR), op by op: the
-    payload route's finite wires (bytes / bw), then its flit-aware node workers (their overhead), both in
-    route order, then the HBM controller (commit + switch penalty per flit)."""
+def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
+                  n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float) -> BoundTables:
+    """The flow classes of the interference bound (``kbfast.fast.bounds``): ops with the same payload route
+    and HBM controller (a DMA's: the end of its request route), classes ordered by (route, controller).
+    A class's entries: the route's finite wires (bytes / bw), then its flit-aware node workers (their
+    overhead), both in route order, then the HBM controller (commit + switch penalty per flit)."""
     hbm = np.full(p.n_ops, -1, np.int64)
     dma = (data_route >= 0) & (p.op_code != Op.SEND)
     last = c.route_edges[p.route_ptr[p.op_route[dma] + 1] - 1]
     hbm[dma] = c.node_hbm[e_dst[last]]
-    return _resource_entries(data_route, p.route_ptr, c.route_edges, e_bw, e_dst, n_flit, n_ovh.astype(np.float64),
-                             hbm, len(c.edges), len(c.nodes), commit + sw)
+    flows = np.flatnonzero(data_route >= 0)
+    n_keys = len(c.hbm_ctrls) + 1
+    keys, op_cls = np.unique(data_route[flows] * n_keys + hbm[flows] + 1, return_inverse=True)
+    cls_ptr, res, kind, base = _resource_entries(keys // n_keys, keys % n_keys - 1, p.route_ptr, c.route_edges, e_bw,
+                                                 e_dst, n_flit, n_ovh.astype(np.float64), len(c.edges),
+                                                 len(c.nodes), commit + sw)
+    users_ptr, users = _users(cls_ptr, res, len(c.edges) + len(c.nodes) + len(c.hbm_ctrls))
+    order = np.argsort(op_cls, kind="stable")
+    ops_ptr = np.concatenate([[0], np.cumsum(np.bincount(op_cls, minlength=len(keys)))])
+    return BoundTables(cls_ptr=cls_ptr, res=res, kind=kind, base=base, ops_ptr=ops_ptr, ops=flows[order],
+                       users_ptr=users_ptr, users=users)
 
 
 @njit(cache=True)
-def _resource_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_ovh, hbm, n_e, n_n,
+def _resource_entries(cls_route, cls_hbm, route_ptr, route_edges, e_bw, e_dst, n_flit, n_ovh, n_e, n_n,
                       commit):  # pragma: no cover - jitted
-    """Kernel of :func:`_resources`: count per op (``res_ptr``), then fill.  Resource ids are int32
-    (the entries number ~7.5 M at 1024 SIPs: half the memory traffic of int64)."""
-    n_ops = len(data_route)
-    res_ptr = np.zeros(n_ops + 1, np.int64)
-    for o in range(n_ops):
-        r = data_route[o]
+    """Kernel of :func:`_bound_tables`: per class (route ``cls_route``, controller ``cls_hbm``, or -1), count
+    (``res_ptr``), then fill."""
+    n_cls = len(cls_route)
+    res_ptr = np.zeros(n_cls + 1, np.int64)
+    for x in range(n_cls):
+        r = cls_route[x]
         c = 0
         if r >= 0:
             for k in range(route_ptr[r], route_ptr[r + 1]):
                 e = route_edges[k]
                 c += np.isfinite(e_bw[e]) + n_flit[e_dst[e]]
-            c += hbm[o] >= 0
-        res_ptr[o + 1] = res_ptr[o] + c
-    n = res_ptr[n_ops]
-    res = np.empty(n, np.int32)
+            c += cls_hbm[x] >= 0
+        res_ptr[x + 1] = res_ptr[x] + c
+    n = res_ptr[n_cls]
+    res = np.empty(n, np.int64)
     kind = np.empty(n, np.int8)
     base = np.empty(n)
     i = 0
-    for o in range(n_ops):
-        r = data_route[o]
+    for x in range(n_cls):
+        r = cls_route[x]
         if r < 0:
             continue
         for k in range(route_ptr[r], route_ptr[r + 1]):
@@ -132,23 +142,23 @@ def _resource_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n
             if n_flit[v]:
                 res[i], kind[i], base[i] = n_e + v, 1, n_ovh[v]
                 i += 1
-        if hbm[o] >= 0:
-            res[i], kind[i], base[i] = n_e + n_n + hbm[o], 2, commit
+        if cls_hbm[x] >= 0:
+            res[i], kind[i], base[i] = n_e + n_n + cls_hbm[x], 2, commit
             i += 1
     return res_ptr, res, kind, base
 
 
 @njit(cache=True)
 def _users(res_ptr, res, n_res):  # pragma: no cover - jitted
-    """Per resource the (op, entry) pairs in entry order (``users_ptr``, int32 ``pairs``): a stable
-    counting sort of the entries (grouped by op via ``res_ptr``) by resource."""
+    """Per resource the (class, entry) pairs in entry order (``users_ptr``, ``pairs``): a stable
+    counting sort of the entries (grouped by class via ``res_ptr``) by resource."""
     users_ptr = np.zeros(n_res + 1, np.int64)
     for i in range(len(res)):
         users_ptr[res[i] + 1] += 1
     for r in range(n_res):
         users_ptr[r + 1] += users_ptr[r]
     fill = users_ptr[:-1].copy()
-    pairs = np.empty((len(res), 2), np.int32)
+    pairs = np.empty((len(res), 2), np.int64)
     for o in range(len(res_ptr) - 1):
         for i in range(res_ptr[o], res_ptr[o + 1]):
             j = fill[res[i]]
@@ -163,9 +173,9 @@ def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_o
                     n_n):  # pragma: no cover - jitted
     """Kernel of :func:`_shared`.  Resources are numbered edges first, then nodes (``n_e + node``).
     Ops on the same route touch the same resources, so each route's distinct resources are found
-    once, sorted, and counted with the route's number of ops; the shared entries are stored once per
-    route (op ``o``'s: ``sh_res[sh_span[o, 0]:sh_span[o, 1]]``; per op they would be ~6 M entries at
-    1024 SIPs, whose cache misses dominated the POINT schedule)."""
+    once and counted with the route's number of ops.  Returns ``shared_edge, shared_node``
+    and per route its shared resources ``sh_res[sh_ptr[r]:sh_ptr[r + 1]]`` (stored per route, not per
+    op: per op they would be ~6 M entries at 1024 SIPs)."""
     n_routes = len(route_ptr) - 1
     n_ops_of = np.zeros(n_routes, np.int64)
     for o in range(len(data_route)):
@@ -175,7 +185,7 @@ def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_o
     for r in range(n_routes):
         if n_ops_of[r] > 0:
             total += 2 * (route_ptr[r + 1] - route_ptr[r])
-    # per used route: its distinct resources, sorted (so its edges, then its nodes), CSR over routes
+    # per used route: its distinct resources, CSR over routes
     ids = np.empty(total, np.int64)
     u_ptr = np.zeros(n_routes + 1, np.int64)
     seen = np.full(n_e + n_n, -1, np.int64)
@@ -193,14 +203,13 @@ def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_o
                     seen[x] = r
                     ids[m] = x
                     m += 1
-        ids[m0:m] = np.sort(ids[m0:m])
         for k in range(m0, m):
             users[ids[k]] += n_ops_of[r]
     u_ptr[n_routes] = m
     shared = users > 1
     shared[:n_e] &= np.isfinite(e_bw)
     shared[n_e:] &= n_flit & (n_ovh > 0)
-    # per route: its shared entries; per op: its route's span
+    # per route: its shared resources (global ids)
     sh_ptr = np.zeros(n_routes + 1, np.int64)
     for r in range(n_routes):
         sh_ptr[r + 1] = sh_ptr[r]
@@ -212,38 +221,87 @@ def _shared_entries(data_route, route_ptr, route_edges, e_bw, e_dst, n_flit, n_o
         if shared[ids[k]]:
             sh_res[i] = ids[k]
             i += 1
-    sh_span = np.zeros((len(data_route), 2), np.int64)
-    for o in range(len(data_route)):
-        r = data_route[o]
-        if r >= 0:
-            sh_span[o, 0] = sh_ptr[r]
-            sh_span[o, 1] = sh_ptr[r + 1]
-    return shared[:n_e], shared[n_e:], sh_span, sh_res
+    return shared[:n_e], shared[n_e:], sh_ptr, sh_res
+
+
+@njit(cache=True)
+def _merge_identical(sh_ptr, sh_res, n_e, e_bw, n_ovh):  # pragma: no cover - jitted
+    """Merge shared resources that the same routes use into one (returns ``group`` per resource (-1 if not
+    shared), per group ``cap`` and ``ovh``, and per route its groups, in route order, ``g_ptr, g_res``).
+
+    Flows on a group's members are always the same, so of its wires only the slowest can bind
+    (``Σ x ≤ min bw``), and of its node workers only the one with the largest overhead
+    (``Σ ovh · x / bytes ≤ 1``): a group is a wire of capacity ``min bw`` (``ovh = 0``) or a worker of
+    overhead ``max ovh`` (capacity 1).  Water-filling on the groups gives the rates of water-filling on
+    the members, over a table ~3x smaller (1024 SIPs: 16 -> 5.5 per route, 200 k -> 53 k resources,
+    which then fit in cache).  Groups come from partition refinement: start from {wires}, {workers};
+    each route splits every class it touches into its members and the rest.
+    """
+    n_res = n_e + len(n_ovh)
+    cls = np.full(n_res, -1, np.int64)
+    for x in sh_res:
+        cls[x] = 0 if x < n_e else 1
+    n_cls = 2
+    stamp = np.full(2 + len(sh_res), -1, np.int64)
+    split_to = np.empty(2 + len(sh_res), np.int64)
+    n_routes = len(sh_ptr) - 1
+    for r in range(n_routes):
+        for k in range(sh_ptr[r], sh_ptr[r + 1]):
+            c = cls[sh_res[k]]
+            if stamp[c] != r:
+                stamp[c] = r
+                split_to[c] = n_cls
+                n_cls += 1
+            cls[sh_res[k]] = split_to[c]
+    # groups numbered by first appearance in route order (routes from nearby sources get nearby ids)
+    gid = np.full(n_cls, -1, np.int64)
+    group = np.full(n_res, -1, np.int64)
+    cap = np.empty(len(sh_res))
+    ovh = np.empty(len(sh_res))
+    n_g = 0
+    for x in sh_res:
+        c = cls[x]
+        if gid[c] < 0:
+            gid[c] = n_g
+            cap[n_g] = np.inf if x < n_e else 1.0
+            ovh[n_g] = 0.0
+            n_g += 1
+        g = gid[c]
+        group[x] = g
+        if x < n_e:
+            cap[g] = min(cap[g], e_bw[x])
+        else:
+            ovh[g] = max(ovh[g], n_ovh[x - n_e])
+    g_ptr = np.zeros(n_routes + 1, np.int64)
+    g_res = np.empty(len(sh_res), np.int64)
+    seen = np.full(n_g, -1, np.int64)
+    m = 0
+    for r in range(n_routes):
+        for k in range(sh_ptr[r], sh_ptr[r + 1]):
+            g = group[sh_res[k]]
+            if seen[g] != r:
+                seen[g] = r
+                g_res[m] = g
+                m += 1
+        g_ptr[r + 1] = m
+    return group, cap[:n_g].copy(), ovh[:n_g].copy(), g_ptr, g_res[:m].copy()
 
 
 def _shared(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, e_dst: np.ndarray,
             n_flit: np.ndarray, n_ovh: np.ndarray):
     """Resources more than one op's payload uses (finite-bandwidth edges, overhead-paying serial workers),
-    and per op its shared entries: its shared edges, then its shared workers (``n_e + node``), each sorted
-    (returns ``shared_edge, shared_node, sh_span, sh_res``; entries are stored per route)."""
-    return _shared_entries(data_route, p.route_ptr, c.route_edges, e_bw, e_dst, n_flit, n_ovh, len(c.edges),
-                           len(c.nodes))
-
-
-@njit(cache=True)
-def work_of(kind, base, res_ptr, op_nbytes, flit):  # pragma: no cover - jitted
-    """Work per resource entry for the given sizes (entries are grouped by op via ``res_ptr``)."""
-    out = np.empty(len(kind))
-    for o in range(len(res_ptr) - 1):
-        n = op_nbytes[o]
-        for k in range(res_ptr[o], res_ptr[o + 1]):
-            if kind[k] == 0:
-                out[k] = n * base[k]
-            elif kind[k] == 1:
-                out[k] = base[k]
-            else:
-                out[k] = ((n + flit - 1) // flit) * base[k]
-    return out
+    merged into groups (:func:`_merge_identical`), and per op its groups, sorted.  Returns ``shared_edge,
+    shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh``: op ``o``'s groups are
+    ``sh_res[sh_span[o, 0]:sh_span[o, 1]]`` (stored once per route)."""
+    n_e = len(c.edges)
+    shared_edge, shared_node, sh_ptr, sh_ids = _shared_entries(data_route, p.route_ptr, c.route_edges, e_bw, e_dst,
+                                                               n_flit, n_ovh, n_e, len(c.nodes))
+    group, res_cap, res_ovh, g_ptr, sh_res = _merge_identical(sh_ptr, sh_ids, n_e, e_bw, n_ovh)
+    sh_span = np.zeros((p.n_ops, 2), np.int64)
+    has = data_route >= 0
+    sh_span[has, 0] = g_ptr[data_route[has]]
+    sh_span[has, 1] = g_ptr[data_route[has] + 1]
+    return shared_edge, shared_node, group[:n_e], sh_span, sh_res, res_cap, res_ovh
 
 
 @dataclass(frozen=True)
@@ -253,12 +311,11 @@ class Plan:
     program: Program
     compact: Compact
     data_route: np.ndarray
+    edge_group: np.ndarray    # per compact edge: its shared resource group in ``args``, or -1
     args: tuple               # schedule arguments after (mode, extra, share, head)
     share: np.ndarray
     head_args: tuple          # head_offsets arguments after (data_route, op_nbytes)
-    bound_args: tuple         # (res_ptr, res_ids, users_ptr, user_pairs)
-    work_kind: np.ndarray     # per resource entry: 0 bytes/bw, 1 constant, 2 per flit
-    work_base: np.ndarray     # per entry: 1/bw, the overhead, or commit + switch penalty
+    bounds: BoundTables       # flow classes of the interference bound
     flit_bytes: int
     switch_penalty: float
 
@@ -270,8 +327,7 @@ def plan_fast(p: Program) -> Plan:
         raise KbfastError(f"the fast path needs fabric.flit_bytes == hbm.burst_bytes (got "
                           f"{spec.fabric.flit_bytes} and {spec.hbm.burst_bytes}); use exact mode for finer flits")
     c = compact(p)
-    e_src = np.searchsorted(c.nodes, t.edge_src[c.edges]).astype(np.int32)
-    e_dst = np.searchsorted(c.nodes, t.edge_dst[c.edges]).astype(np.int32)
+    e_src, e_dst = c.e_src, c.e_dst
     e_bw = t.edge_bw_gbs[c.edges]
     e_c = np.where(np.isinf(e_bw), 0.0, 1.0 / e_bw)
     n_ovh = t.node_overhead_ns[c.nodes]
@@ -281,23 +337,21 @@ def plan_fast(p: Program) -> Plan:
     sw = hbm.switch_penalty_ns
     data_route = _data_routes(p)
 
-    shared_edge, shared_node, sh_span, sh_res = _shared(p, c, data_route, e_bw, e_dst, n_flit, n_ovh)
-    res_cap = np.concatenate([e_bw, np.ones(len(c.nodes))])
+    shared_edge, shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh = _shared(p, c, data_route, e_bw, e_dst,
+                                                                                      n_flit, n_ovh)
     share = sh_span[:, 1] > sh_span[:, 0]
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
     args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.channels.route,
             p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
             spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
-            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_span, sh_res, max_route, res_cap)
+            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_span, sh_res, max_route, res_cap, res_ovh)
     head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit,
                  shared_edge, shared_node, spec.fabric.flit_bytes)
 
-    res_ptr, res, work_kind, work_base = _resources(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
-    n_res = len(c.edges) + len(c.nodes) + len(c.hbm_ctrls)
-    users_ptr, user_pairs = _users(res_ptr, res, n_res)
-    return Plan(program=p, compact=c, data_route=data_route, args=args, share=share, head_args=head_args,
-                bound_args=(res_ptr, res, users_ptr, user_pairs),
-                work_kind=work_kind, work_base=work_base, flit_bytes=spec.fabric.flit_bytes, switch_penalty=sw)
+    bounds = _bound_tables(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
+    return Plan(program=p, compact=c, data_route=data_route, edge_group=edge_group, args=args, share=share,
+                head_args=head_args,
+                bounds=bounds, flit_bytes=spec.fabric.flit_bytes, switch_penalty=sw)
 
 
 def run_fast(p: Program) -> FastResult:
@@ -310,15 +364,12 @@ def run_fast(p: Program) -> FastResult:
     iso = np.full(p.n_ops, np.nan)
     lo = _checked(p, schedule(LOWER, zero, share, head, iso, *args))
     point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
-    work = work_of(plan.work_kind, plan.work_base, plan.bound_args[0], p.op_nbytes, plan.flit_bytes)
     own = _own_penalty(p, plan)
     begin_lo = lo[0].op_begin
-    extra = interference(*plan.bound_args[:1], plan.bound_args[1], work, *plan.bound_args[2:], begin_lo, begin_lo,
-                         False, own)
+    extra = interference(plan.bounds, p.op_nbytes, plan.flit_bytes, begin_lo, begin_lo, False, own)
     hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
     for _ in range(BOUND_PASSES):
-        tighter = interference(*plan.bound_args[:1], plan.bound_args[1], work, *plan.bound_args[2:], begin_lo,
-                               _flow_end(p, hi[0]), True, own)
+        tighter = interference(plan.bounds, p.op_nbytes, plan.flit_bytes, begin_lo, _flow_end(p, hi[0]), True, own)
         if np.array_equal(tighter, extra):
             break
         extra = tighter
@@ -331,7 +382,16 @@ def run_fast(p: Program) -> FastResult:
     return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=op_end,
                       op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=finish,
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
-                      compact=plan.compact, edge_contended=point[2], data_route=data_route)
+                      compact=plan.compact, edge_contended=_per_edge(plan.edge_group, point[2]),
+                      data_route=data_route)
+
+
+def _per_edge(edge_group: np.ndarray, group_flag: np.ndarray) -> np.ndarray:
+    """A per-group flag per edge (False on an edge in no group)."""
+    out = np.zeros(len(edge_group), np.bool_)
+    member = edge_group >= 0
+    out[member] = group_flag[edge_group[member]]
+    return out
 
 
 def _own_penalty(p: Program, plan: Plan) -> np.ndarray:
@@ -388,8 +448,7 @@ def _pc_table(p: Program, c: Compact, data_route: np.ndarray) -> pd.DataFrame:
     commits = np.zeros((len(c.hbm_ctrls), npcs), np.int64)
     shift = int(spec.hbm.burst_bytes).bit_length() - 1
     for o in np.flatnonzero((data_route >= 0) & (p.op_code != Op.SEND)):
-        ctrl = int(c.node_hbm[np.searchsorted(c.nodes, t.edge_dst[c.edges[
-            c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])])
+        ctrl = int(c.node_hbm[c.e_dst[c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])
         n = -(-int(p.op_nbytes[o]) // flit)
         pc0 = (int(p.op_addr[o]) >> shift) % npcs
         full, part = divmod(n, npcs)

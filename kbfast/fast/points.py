@@ -16,7 +16,7 @@ from numba import njit
 
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference
-from kbfast.fast.evaluate import plan_fast, work_of
+from kbfast.fast.evaluate import plan_fast
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, ProgramBuilder
 from kbfast.runtime import Prog
@@ -43,8 +43,8 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
 
 @njit(cache=True)
 def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
-                  tier_bw, hop_bw, launch, share, data_route, head_args, bound_args,
-                  work_kind, work_base, flit, args):  # pragma: no cover - jitted
+                  tier_bw, hop_bw, launch, share, data_route, head_args, bounds, flit,
+                  args):  # pragma: no cover - jitted
     """Per point: (latency, lower, upper, contention) with latency = max agent finish - launch.
 
     Points come sorted by size: what depends on the size only (bytes, head offsets,
@@ -65,10 +65,7 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, *head_args)
-            work = work_of(work_kind, work_base, bound_args[0], nbytes, flit)
-            # window-free: the begin/end times are not read
-            extra = interference(bound_args[0], bound_args[1], work, bound_args[2], bound_args[3], zero, zero, False,
-                                 zero)
+            extra = interference(bounds, nbytes, flit, zero, zero, False, zero)    # window-free
         k = kinds[i]
         ch_nslots[:] = n_slots[i]
         ch_setup[:] = tier_setup[k]
@@ -121,7 +118,7 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
                         t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
                         np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
                         coll.launch_ns, plan.share, plan.data_route, plan.head_args,
-                        plan.bound_args, plan.work_kind, plan.work_base, plan.flit_bytes, plan.args)
+                        plan.bounds, plan.flit_bytes, plan.args)
     return pd.DataFrame({
         "algorithm": algorithm, "size": sizes, "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
         "n_ranks": coll.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],

@@ -73,14 +73,15 @@ def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_pr
 
 
 @njit(cache=True, inline="always")
-def _w(r, o, n_edges, n_ovh, nbytes):  # pragma: no cover - jitted
-    """Capacity flow ``o`` uses per B/ns on resource ``r``: 1 on a wire, overhead / bytes on a worker."""
-    return n_ovh[r - n_edges] / max(nbytes[o], 1) if r >= n_edges else 1.0
+def _w(r, o, res_ovh, nbytes):  # pragma: no cover - jitted
+    """Capacity flow ``o`` uses per B/ns on resource ``r``: 1 on a wire (``res_ovh = 0``), overhead / bytes
+    on a worker."""
+    return res_ovh[r] / max(nbytes[o], 1) if res_ovh[r] > 0.0 else 1.0
 
 
 @njit(cache=True, _nrt=False)
-def _rates(active, n_active, rate, bn, sh_span, sh_res, n_ovh, nbytes, cap, cap_rem, weight, frozen, r_contended,
-           o_contended, n_edges, users, mj, mj_ptr):  # pragma: no cover - jitted
+def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, cap_rem, weight, frozen, r_contended,
+           o_contended, users, mj, mj_ptr):  # pragma: no cover - jitted
     """Max-min fair rates (water-filling) of the active flows over their shared resources.
 
     A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
@@ -118,17 +119,14 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, n_ovh, nbytes, cap, cap_
         for i in range(mj_ptr[k], mj_ptr[k + 1]):
             j = mj[i]
             r = sh_res[j]
-            weight[r] += _w(r, o, n_edges, n_ovh, nbytes)
-            cap_rem[r] += _w(r, o, n_edges, n_ovh, nbytes) * bn[o]
+            weight[r] += _w(r, o, res_ovh, nbytes)
+            cap_rem[r] += _w(r, o, res_ovh, nbytes) * bn[o]
     left = 0
     for k in range(n_active):
         o = active[k]
         binds = False
         for i in range(mj_ptr[k], mj_ptr[k + 1]):
-            j = mj[i]
-            r = sh_res[j]
-            single_worker = r >= n_edges and weight[r] == _w(r, o, n_edges, n_ovh, nbytes)
-            if not single_worker and cap_rem[r] > cap[r] * (1.0 + 1e-12):
+            if cap_rem[sh_res[mj[i]]] > cap[sh_res[mj[i]]] * (1.0 + 1e-12):
                 binds = True
         frozen[o] = not binds
         if binds:
@@ -146,9 +144,9 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, n_ovh, nbytes, cap, cap_
             j = mj[i]
             r = sh_res[j]
             if frozen[o]:
-                cap_rem[r] -= _w(r, o, n_edges, n_ovh, nbytes) * rate[o]
+                cap_rem[r] -= _w(r, o, res_ovh, nbytes) * rate[o]
             else:
-                weight[r] += _w(r, o, n_edges, n_ovh, nbytes)
+                weight[r] += _w(r, o, res_ovh, nbytes)
     while left > 0:
         level = np.inf
         best_res = -1
@@ -164,7 +162,7 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, n_ovh, nbytes, cap, cap_
             for i in range(mj_ptr[k], mj_ptr[k + 1]):
                 j = mj[i]
                 r = sh_res[j]
-                if weight[r] > 0.0 and not (r >= n_edges and weight[r] == _w(r, o, n_edges, n_ovh, nbytes)):
+                if weight[r] > 0.0:
                     lv = cap_rem[r] / weight[r]
                     if lv < level:
                         level = lv
@@ -187,22 +185,23 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, n_ovh, nbytes, cap, cap_
                 for i in range(mj_ptr[k], mj_ptr[k + 1]):
                     j = mj[i]
                     r = sh_res[j]
-                    cap_rem[r] -= _w(r, o, n_edges, n_ovh, nbytes) * level
-                    weight[r] -= _w(r, o, n_edges, n_ovh, nbytes)
+                    cap_rem[r] -= _w(r, o, res_ovh, nbytes) * level
+                    weight[r] -= _w(r, o, res_ovh, nbytes)
 
 
 @njit(cache=True)
 def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
              e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
-             switch_penalty, sh_span, sh_edges, max_route, res_cap):  # pragma: no cover - jitted
-    """Run the agents (kbfast.runtime); returns (runtime state, op_contended, edge_contended).
+             switch_penalty, sh_span, sh_res, max_route, res_cap, res_ovh):  # pragma: no cover - jitted
+    """Run the agents (kbfast.runtime); returns (runtime state, op_contended, resource_contended).
 
     ``iso`` memoises each flow's isolated latency (NaN = not yet computed) across the
     lower, point and upper runs of the same sizes.
 
     Every DMA and every IPCQ SEND's data is a flow.  Flow ``o``'s shared resources are
-    ``sh_edges[sh_span[o, 0]:sh_span[o, 1]]`` (stored once per route), numbered edges
-    first, then node workers (weights in :func:`_w`); ``res_cap`` holds their capacities.
+    ``sh_res[sh_span[o, 0]:sh_span[o, 1]]`` (stored once per route; each is a group of wires or of
+    node workers that the same flows use, see ``kbfast.fast.evaluate._merge_identical``), with
+    capacity ``res_cap`` and overhead ``res_ovh`` (0 on a wire; weights in :func:`_w`).
 
     POINT mode keeps the fluid small: a flow that meets no other in-flight flow on
     its shared resources runs *solo* at its bottleneck rate with a scheduled end;
@@ -221,14 +220,14 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     W = _scratch(P, len(res_cap), len(e_src), n_entries, n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
     _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
          e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
-         sh_span, sh_edges, res_cap)
-    return S, W.o_contended, W.r_contended[:len(e_src)]
+         sh_span, sh_res, res_cap, res_ovh)
+    return S, W.o_contended, W.r_contended
 
 
 Scratch = namedtuple("Scratch", [
     "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "frozen", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
-    "eg_waiter", "drained", "heap", "pend", "mj", "mj_ptr", "route_nbytes", "route_iso"])
+    "eg_waiter", "drained", "heap", "pend", "mj", "mj_ptr", "route_nbytes", "route_iso", "route_bn"])
 
 
 @njit(cache=True)
@@ -248,7 +247,8 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
         eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
         heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
         mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64),
-        route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes))   # per route: last SEND's iso
+        route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes),   # per route: last SEND's iso
+        route_bn=np.full(n_routes, np.nan))                                           # and its bottleneck
 
 
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
@@ -257,12 +257,11 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
 @njit(cache=True, _nrt=False)
 def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
          e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
-         sh_span, sh_edges, res_cap):  # pragma: no cover - jitted
+         sh_span, sh_res, res_cap, res_ovh):  # pragma: no cover - jitted
     """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, frozen, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mj, mj_ptr,
-     route_nbytes, route_iso) = W
-    n_edges = len(e_src)
+     route_nbytes, route_iso, route_bn) = W
     n_active = 0
     size = 0
     seq = 0
@@ -279,8 +278,8 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
         t_heap = heap[0][0] if size > 0 else np.inf
         if dirty and t_heap > now:
             dirty = False
-            _rates(active, n_active, rate, bn, sh_span, sh_edges, n_ovh, P.op_nbytes, res_cap, cap_rem, weight, frozen,
-                   r_contended, o_contended, n_edges, users, mj, mj_ptr)
+            _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, P.op_nbytes, res_cap, cap_rem, weight,
+                   frozen, r_contended, o_contended, users, mj, mj_ptr)
             t_drain = np.inf
             for k in range(n_active):
                 o = active[k]
@@ -296,7 +295,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                     active[k] = active[n_active]
                     in_fluid[o] = False
                     size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
-                                         sh_span, sh_edges, drained, eg_waiter, start, head, ver)
+                                         sh_span, sh_res, drained, eg_waiter, start, head, ver)
                 else:
                     k += 1
             dirty = True
@@ -315,7 +314,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
             # resources follows it (a solo flow is the only user of each of its resources).
             contended = False
             for j in range(sh_span[o, 0], sh_span[o, 1]):
-                r = sh_edges[j]
+                r = sh_res[j]
                 users[r] += 1
                 if users[r] == 1:
                     holder[r] = o
@@ -341,7 +340,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                 continue
             solo[o] = False
             size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
-                                 sh_span, sh_edges, drained, eg_waiter, start, head, ver)
+                                 sh_span, sh_res, drained, eg_waiter, start, head, ver)
             continue
         if kind == EV_FLOW_DONE:
             if y != ver[x]:
@@ -404,7 +403,9 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
             if mode == UPPER:
                 lat[o] += extra[o]
             if mode == POINT and share[o] and P.op_nbytes[o] > 0:
-                bn[o] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
+                if np.isnan(route_bn[route]):
+                    route_bn[route] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
+                bn[o] = route_bn[route]
                 fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / bn[o]
                 rem[o] = P.op_nbytes[o]
                 # A source's trains leave in FIFO order per virtual channel; a PE's DMA (vc_compute)

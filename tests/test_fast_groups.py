@@ -1,0 +1,101 @@
+"""Merged shared resources (kbfast.fast.evaluate._merge_identical) and the water-filling they feed.
+
+Resources that the same routes use carry the same flows at every instant, so the
+fast schedule runs on one resource per group.  These tests pin the grouping
+against its definition and the POINT schedule on groups against the schedule
+on the unmerged resources, in two resource orders (max-min fair rates do not
+depend on the order a flow lists its resources).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbfast.config import load_system
+from kbfast.fast.evaluate import _merge_identical, _shared_entries, plan_fast
+from kbfast.fast.schedule import POINT, head_offsets, schedule
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import allreduce
+from kbfast.workloads.probes import build_catalogue
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_routes=st.integers(1, 12), n_e=st.integers(0, 10), n_n=st.integers(0, 10))
+def test_groups_are_the_resources_with_the_same_routes(seed, n_routes, n_e, n_n) -> None:
+    rng = np.random.default_rng(seed)
+    n_res = n_e + n_n
+    parts = [rng.choice(n_res, rng.integers(0, n_res + 1), replace=False) if n_res else np.zeros(0, int)
+             for _ in range(n_routes)]
+    sh_ptr = np.concatenate([[0], np.cumsum([len(x) for x in parts])]).astype(np.int64)
+    sh_res = np.concatenate(parts).astype(np.int64)
+    e_bw = rng.choice([64.0, 128.0, 256.0], n_e)
+    n_ovh = rng.choice([1.0, 2.0, 8.0], n_n)
+    group, cap, ovh, g_ptr, g_res = _merge_identical(sh_ptr, sh_res, n_e, e_bw, n_ovh)
+    routes_of = {x: frozenset(r for r in range(n_routes) if x in parts[r]) for x in set(sh_res.tolist())}
+    for x in range(n_res):
+        assert (group[x] >= 0) == (x in routes_of)
+    for x, routes_x in routes_of.items():
+        for y, routes_y in routes_of.items():
+            same = routes_x == routes_y and (x < n_e) == (y < n_e)
+            assert (group[x] == group[y]) == same, (x, y)
+    for g in range(len(cap)):
+        members = [x for x in routes_of if group[x] == g]
+        edges = [e_bw[x] for x in members if x < n_e]
+        nodes = [n_ovh[x - n_e] for x in members if x >= n_e]
+        assert (cap[g], ovh[g]) == ((min(edges), 0.0) if edges else (1.0, max(nodes)))
+    for r in range(n_routes):
+        got = g_res[g_ptr[r]:g_ptr[r + 1]]
+        assert len(set(got.tolist())) == len(got)
+        assert set(got.tolist()) == {int(group[x]) for x in parts[r]}
+
+
+def _unmerged_point(p, reverse: bool):
+    """The POINT schedule on the unmerged shared resources (each route's in route order, or reversed)."""
+    plan = plan_fast(p)
+    c, t = plan.compact, p.tables
+    e_bw, n_ovh = t.edge_bw_gbs[c.edges], t.node_overhead_ns[c.nodes]
+    _, _, sh_ptr, sh_ids = _shared_entries(plan.data_route, p.route_ptr, c.route_edges, e_bw, c.e_dst,
+                                           t.node_flit_aware[c.nodes], n_ovh, len(c.edges), len(c.nodes))
+    if reverse:
+        sh_ids = np.concatenate([sh_ids[sh_ptr[r]:sh_ptr[r + 1]][::-1] for r in range(len(sh_ptr) - 1)] + [sh_ids[:0]])
+    has = plan.data_route >= 0
+    sh_span = np.zeros((p.n_ops, 2), np.int64)
+    sh_span[has, 0], sh_span[has, 1] = sh_ptr[plan.data_route[has]], sh_ptr[plan.data_route[has] + 1]
+    args = plan.args[:-5] + (sh_span, sh_ids, plan.args[-3], np.concatenate([e_bw, np.ones(len(c.nodes))]),
+                             np.concatenate([np.zeros(len(c.edges)), n_ovh]))
+    head = head_offsets(plan.data_route, p.op_nbytes, *plan.head_args)
+    zero = np.zeros(p.n_ops)
+    merged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *plan.args)
+    unmerged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *args)
+    return merged, unmerged, plan
+
+
+def _programs():
+    t = build_tables(load_system())
+    router = Router(t)
+    cat = build_catalogue(t, router)
+    for name in ("ctrl_hot_3", "all_pe_cube0_to_pe0", "ucie_eastbound_8pe", "sip_hotspot_pe0"):
+        for n in (256, 16384):
+            yield pytest.param(cat[name].program(t, router, n), id=f"{name}-{n}B")
+    for preset in ("torus6", "mesh6"):
+        t6 = build_tables(load_system(preset))
+        for alg in ("lrab", "tree"):
+            for n in (256, 96 * 1024):
+                yield pytest.param(allreduce(t6, Router(t6), n, alg).program, id=f"{preset}-{alg}-{n}B")
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["route_order", "reversed"])
+@pytest.mark.parametrize("p", list(_programs()))
+def test_point_schedule_on_groups_equals_the_unmerged_one(p, reverse) -> None:
+    merged, unmerged, plan = _unmerged_point(p, reverse)
+    np.testing.assert_allclose(merged[0].op_end, unmerged[0].op_end, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(merged[0].a_finish, unmerged[0].a_finish, rtol=1e-9, atol=1e-9)
+    assert np.array_equal(merged[1], unmerged[1])      # contended ops
+    # an edge is contended when its group is
+    eg = plan.edge_group
+    member = eg >= 0
+    assert np.array_equal(merged[2][eg[member]], unmerged[2][:len(eg)][member])
