@@ -159,7 +159,7 @@ class ProgramBuilder:
         self._n_ops = 0
         self._ch_src: list[int] = []
         self._ch_dst: list[int] = []
-        self._ch_kind: list[str] = []
+        self._ch_kind: list[int] = []     # index into BUFFER_KINDS
         self._ch_slots: list[int] = []
         self._ch_size: list[int] = []
         self._hop_cache: dict[tuple[int, int, str], float] = {}
@@ -282,7 +282,7 @@ class ProgramBuilder:
         first, n = len(self._ch_src), len(src)
         self._ch_src += src.tolist()
         self._ch_dst += dst.tolist()
-        self._ch_kind += [kind] * n
+        self._ch_kind += [BUFFER_KINDS.index(kind)] * n
         self._ch_slots += [n_slots or cfg.n_slots] * n
         self._ch_size += [slot_size or cfg.slot_size] * n
         return np.arange(first, first + n, dtype=np.int64)
@@ -397,9 +397,8 @@ class ProgramBuilder:
         base = sum(len(e) for e in edge_parts)
         ptr_parts.append(base + data.ptr[:-1])
         edge_parts.append(data.edges)
-        kinds = self._ch_kind
-        tier_of = {k: getattr(cfg.tiers, k) for k in set(kinds)}
-        tiers = [tier_of[k] for k in kinds]
+        kinds = np.array(self._ch_kind, np.int8)
+        tiers = [getattr(cfg.tiers, k) for k in BUFFER_KINDS]
         hop_bw = self._hop_bws(agent_node[dst], kinds)
         # Credit latency per channel, over the credit route's CSR (spec_ccl §2.4).
         starts = credit.ptr[:-1]
@@ -413,20 +412,20 @@ class ProgramBuilder:
             src=src, dst=dst, route=n_routes + np.arange(n, dtype=np.int64),
             n_slots=np.array(self._ch_slots, np.int64),
             slot_size=np.maximum(np.array(self._ch_size, np.int64), largest),
-            kind=np.array([BUFFER_KINDS.index(k) for k in kinds], np.int8),
-            setup_ns=np.array([tr.setup_ns for tr in tiers]), tier_bw=np.array([tr.bw_gbs for tr in tiers]),
+            kind=kinds, setup_ns=np.array([tr.setup_ns for tr in tiers])[kinds],
+            tier_bw=np.array([tr.bw_gbs for tr in tiers])[kinds],
             hop_bw=hop_bw, credit_ns=credit_ns,
             in_ptr=in_ptr, in_list=in_list.astype(np.int64),
             credit_blocking=cfg.credit_mode == "blocking",
             poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0)
         return channels, n_routes + n
 
-    def _hop_bws(self, pe_dma: np.ndarray, kinds: list[str]) -> np.ndarray:
-        """:meth:`bank_hop_bw` of every channel, one call per distinct (PE within its SIP, kind)."""
+    def _hop_bws(self, pe_dma: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+        """:meth:`bank_hop_bw` of every channel (``kinds``: BUFFER_KINDS indices), one call per distinct (PE
+        within its SIP, kind)."""
         lay = self.t.layout
         local = (pe_dma.astype(np.int64) - 1) % lay.nodes_per_sip   # the same PE of every SIP shares a value
-        kind_code = np.array([BUFFER_KINDS.index(k) for k in kinds], np.int64)
-        keys, inverse = np.unique(local * len(BUFFER_KINDS) + kind_code, return_inverse=True)
+        keys, inverse = np.unique(local * len(BUFFER_KINDS) + kinds, return_inverse=True)
         vals = [self.bank_hop_bw(int(1 + k // len(BUFFER_KINDS)), BUFFER_KINDS[k % len(BUFFER_KINDS)]) for k in keys]
         return np.array(vals)[inverse.ravel()]
 

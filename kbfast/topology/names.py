@@ -57,6 +57,15 @@ def locate(t: Tables, node: int) -> tuple[int, int, int]:
     return sip, cube, local
 
 
+def cube_locals(t: Tables, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cube, local) of each of ``nodes``, all inside cubes (:func:`locate` over an array)."""
+    lay = t.layout
+    rest = (np.asarray(nodes, np.int64) - 1) % lay.nodes_per_sip - lay.io_nodes
+    if np.any(rest < 0) or np.any(np.asarray(nodes) == 0):
+        raise ValueError("cube_locals: a node is not inside a cube")
+    return np.divmod(rest, lay.nodes_per_cube)
+
+
 def node_name(t: Tables, node: int) -> str:
     """Name of a node id (inverse of :func:`node_id`)."""
     if not 0 <= node < t.n_nodes:

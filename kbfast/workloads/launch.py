@@ -21,7 +21,7 @@ import numpy as np
 
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables
-from kbfast.topology.names import io_node, locate, node_id
+from kbfast.topology.names import cube_locals, io_node, node_id
 from kbfast.topology.routing import Router
 
 
@@ -48,20 +48,18 @@ def launch_timing(t: Tables, router: Router, pe_dma_nodes: np.ndarray) -> Launch
     t_io = path_latency_ns(t, router, pcie, io_cpu)
     ovh_io = float(t.node_overhead_ns[io_cpu])
     # Latency per (cube, node within cube), computed on SIP 0 and shared by every SIP.
-    lat_by_local: dict[tuple[int, int], float] = {}
-    lats = np.empty(len(pe_dma_nodes))
-    for i, n in enumerate(pe_dma_nodes):
-        _, cube, local = locate(t, int(n))
-        key = (cube, local)
-        if key not in lat_by_local:
-            pe_dma = t.layout.cube_node_base(0, cube) + local
-            pe_cpu = pe_dma + 1  # the builder places pe_cpu right after pe_dma
-            if not t.cube_names[local + 1].endswith(".pe_cpu"):
-                raise AssertionError("node layout changed: pe_cpu no longer follows pe_dma")
-            m_cpu = node_id(t, f"sip0.cube{cube}.m_cpu")
-            leg1 = path_latency_ns(t, router, io_node(t, 0, "io_cpu"), m_cpu)
-            leg2 = path_latency_ns(t, router, m_cpu, pe_cpu)
-            lat_by_local[key] = leg1 + leg2 - ovh_io - float(t.node_overhead_ns[m_cpu])
-        lats[i] = lat_by_local[key]
+    cube, local = cube_locals(t, pe_dma_nodes)
+    keys, inverse = np.unique(cube * t.layout.nodes_per_cube + local, return_inverse=True)
+    if not all(t.cube_names[k % t.layout.nodes_per_cube + 1].endswith(".pe_cpu") for k in keys):
+        raise AssertionError("node layout changed: pe_cpu no longer follows pe_dma")
+    lat_of_key = np.empty(len(keys))
+    for i, k in enumerate(keys.tolist()):
+        c, pe_dma = divmod(k, t.layout.nodes_per_cube)
+        pe_cpu = t.layout.cube_node_base(0, c) + pe_dma + 1  # the builder places pe_cpu right after pe_dma
+        m_cpu = node_id(t, f"sip0.cube{c}.m_cpu")
+        leg1 = path_latency_ns(t, router, io_node(t, 0, "io_cpu"), m_cpu)
+        leg2 = path_latency_ns(t, router, m_cpu, pe_cpu)
+        lat_of_key[i] = leg1 + leg2 - ovh_io - float(t.node_overhead_ns[m_cpu])
+    lats = lat_of_key[inverse.ravel()]
     return LaunchTiming(target_start_ns=t_io + float(lats.max()), io_cpu_ready_ns=t_io,
                         pe_arrival_ns=t_io + lats)
