@@ -80,88 +80,81 @@ def _w(r, o, res_ovh, nbytes):  # pragma: no cover - jitted
 
 
 @njit(cache=True, _nrt=False)
-def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, cap_rem, weight, frozen, r_contended,
-           o_contended, users, mj, mj_ptr):  # pragma: no cover - jitted
+def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, cap_rem, weight, r_contended,
+           o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen):  # pragma: no cover - jitted
     """Max-min fair rates (water-filling) of the active flows over their shared resources.
 
     A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
     wire (capacity = bw), ``w = overhead / bytes`` on a node's serial worker (capacity 1).
     Each flow is also capped by its own bottleneck ``bn``.  A resource whose users could
     not exceed it even at their bottleneck rates cannot bind and is left out; flows that
-    touch no binding resource run at ``bn``.  A serial worker with one active flow only
-    delays it by its overhead (already in its isolated latency) and never binds.
+    touch no binding resource run at ``bn``.
 
     ``users[r]`` counts the joined, undrained flows on ``r``; on a resource of an active flow
     they are all active (a solo flow shares nothing: one that would is moved into the fluid).
     Only resources with two or more active users can bind (a wire's one user runs at most
-    at its bottleneck <= the wire's bw), so the filling runs on those entries only: active
-    flow ``k``'s are ``mj[mj_ptr[k]:mj_ptr[k + 1]]``.
+    at its bottleneck <= the wire's bw; a worker's one user pays its overhead in its isolated
+    latency), so the filling runs on those entries only: active flow ``k``'s resources and
+    weights are ``mr, mw[m_ptr[k]:m_ptr[k + 1]]``, and its cap, rate and state are ``k_bn[k]``,
+    ``k_rate[k]``, ``k_frozen[k]`` (contiguous scratch: the passes below stay in cache).
     """
     m = 0
     for k in range(n_active):
         o = active[k]
-        mj_ptr[k] = m
+        m_ptr[k] = m
+        k_bn[k] = bn[o]
         hit = False
         for j in range(sh_span[o, 0], sh_span[o, 1]):
             r = sh_res[j]
             if users[r] > 1:
                 r_contended[r] = True
-                mj[m] = j
+                mr[m] = r
+                mw[m] = _w(r, o, res_ovh, nbytes)
                 m += 1
                 cap_rem[r] = 0.0     # demand at bottleneck rates
                 weight[r] = 0.0      # summed weights
             hit = hit or r_contended[r]
         if hit:
             o_contended[o] = True
-    mj_ptr[n_active] = m
+    m_ptr[n_active] = m
     for k in range(n_active):
-        o = active[k]
-        for i in range(mj_ptr[k], mj_ptr[k + 1]):
-            j = mj[i]
-            r = sh_res[j]
-            weight[r] += _w(r, o, res_ovh, nbytes)
-            cap_rem[r] += _w(r, o, res_ovh, nbytes) * bn[o]
+        for i in range(m_ptr[k], m_ptr[k + 1]):
+            weight[mr[i]] += mw[i]
+            cap_rem[mr[i]] += mw[i] * k_bn[k]
     left = 0
     for k in range(n_active):
-        o = active[k]
         binds = False
-        for i in range(mj_ptr[k], mj_ptr[k + 1]):
-            if cap_rem[sh_res[mj[i]]] > cap[sh_res[mj[i]]] * (1.0 + 1e-12):
+        for i in range(m_ptr[k], m_ptr[k + 1]):
+            if cap_rem[mr[i]] > cap[mr[i]] * (1.0 + 1e-12):
                 binds = True
-        frozen[o] = not binds
+        k_frozen[k] = not binds
         if binds:
             left += 1
         else:
-            rate[o] = bn[o]
+            k_rate[k] = k_bn[k]
     # Capacity left on binding resources, and the weights of their unfrozen users.
     for i in range(m):
-        r = sh_res[mj[i]]
-        cap_rem[r] = cap[r]
-        weight[r] = 0.0
+        cap_rem[mr[i]] = cap[mr[i]]
+        weight[mr[i]] = 0.0
     for k in range(n_active):
-        o = active[k]
-        for i in range(mj_ptr[k], mj_ptr[k + 1]):
-            j = mj[i]
-            r = sh_res[j]
-            if frozen[o]:
-                cap_rem[r] -= _w(r, o, res_ovh, nbytes) * rate[o]
+        for i in range(m_ptr[k], m_ptr[k + 1]):
+            if k_frozen[k]:
+                cap_rem[mr[i]] -= mw[i] * k_rate[k]
             else:
-                weight[r] += _w(r, o, res_ovh, nbytes)
+                weight[mr[i]] += mw[i]
     while left > 0:
         level = np.inf
         best_res = -1
         best_flow = -1
         for k in range(n_active):
-            o = active[k]
-            if frozen[o]:
+            if k_frozen[k]:
                 continue
-            if bn[o] < level:
-                level = bn[o]
-                best_flow = o
+            if k_bn[k] < level:
+                level = k_bn[k]
+                best_flow = k
                 best_res = -1
-            for i in range(mj_ptr[k], mj_ptr[k + 1]):
-                j = mj[i]
-                r = sh_res[j]
+            for i in range(m_ptr[k], m_ptr[k + 1]):
+                r = mr[i]
                 if weight[r] > 0.0:
                     lv = cap_rem[r] / weight[r]
                     if lv < level:
@@ -170,23 +163,22 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
                         best_flow = -1
         level = max(level, 0.0)
         for k in range(n_active):
-            o = active[k]
-            if frozen[o]:
+            if k_frozen[k]:
                 continue
-            hit = o == best_flow
+            hit = k == best_flow
             if best_res >= 0:
-                for i in range(mj_ptr[k], mj_ptr[k + 1]):
-                    if sh_res[mj[i]] == best_res:
+                for i in range(m_ptr[k], m_ptr[k + 1]):
+                    if mr[i] == best_res:
                         hit = True
             if hit:
-                frozen[o] = True
-                rate[o] = level
+                k_frozen[k] = True
+                k_rate[k] = level
                 left -= 1
-                for i in range(mj_ptr[k], mj_ptr[k + 1]):
-                    j = mj[i]
-                    r = sh_res[j]
-                    cap_rem[r] -= _w(r, o, res_ovh, nbytes) * level
-                    weight[r] -= _w(r, o, res_ovh, nbytes)
+                for i in range(m_ptr[k], m_ptr[k + 1]):
+                    cap_rem[mr[i]] -= mw[i] * level
+                    weight[mr[i]] -= mw[i]
+    for k in range(n_active):
+        rate[active[k]] = k_rate[k]
 
 
 @njit(cache=True)
@@ -226,8 +218,8 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
 
 Scratch = namedtuple("Scratch", [
     "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
-    "active", "frozen", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
-    "eg_waiter", "drained", "heap", "pend", "mj", "mj_ptr", "route_nbytes", "route_iso", "route_bn"])
+    "active", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
+    "eg_waiter", "drained", "heap", "pend", "mr", "mw", "m_ptr", "k_bn", "k_rate", "k_frozen", "route_nbytes", "route_iso", "route_bn"])
 
 
 @njit(cache=True)
@@ -239,14 +231,14 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
         lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
         bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),
         solo=np.zeros(n_ops, np.bool_), in_fluid=np.zeros(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
-        frozen=np.zeros(n_ops, np.bool_),
         users=np.zeros(n_res, np.int64), holder=np.full(n_res, -1, np.int64),
         cap_rem=np.zeros(n_res), weight=np.zeros(n_res), r_contended=np.zeros(n_res, np.bool_),
         o_contended=np.zeros(n_ops, np.bool_),
         eg_last=np.full(2 * n_edges, -1, np.int64),   # per (first edge, virtual channel): the last train
         eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
         heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
-        mj=np.empty(n_entries, np.int64), mj_ptr=np.empty(n_ops + 1, np.int64),
+        mr=np.empty(n_entries, np.int64), mw=np.empty(n_entries), m_ptr=np.empty(n_ops + 1, np.int64),
+        k_bn=np.empty(n_ops), k_rate=np.empty(n_ops), k_frozen=np.empty(n_ops, np.bool_),
         route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes),   # per route: last SEND's iso
         route_bn=np.full(n_routes, np.nan))                                           # and its bottleneck
 
@@ -259,9 +251,9 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
          e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
          sh_span, sh_res, res_cap, res_ovh):  # pragma: no cover - jitted
     """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
-    (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, frozen, users, holder,
-     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mj, mj_ptr,
-     route_nbytes, route_iso, route_bn) = W
+    (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
+     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
+     k_frozen, route_nbytes, route_iso, route_bn) = W
     n_active = 0
     size = 0
     seq = 0
@@ -279,7 +271,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
         if dirty and t_heap > now:
             dirty = False
             _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, P.op_nbytes, res_cap, cap_rem, weight,
-                   frozen, r_contended, o_contended, users, mj, mj_ptr)
+                   r_contended, o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen)
             t_drain = np.inf
             for k in range(n_active):
                 o = active[k]
