@@ -12,6 +12,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.ir import Program, ProgramBuilder
@@ -28,7 +30,7 @@ from kbfast.workloads.install import (
     wire,
 )
 from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
-from kbfast.workloads.symbolic import run_traced
+from kbfast.workloads.symbolic import _distinct_rows, run_traced
 
 SYSTEMS = {
     "ring3_2x2": {"sips.count": 3, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 2},
@@ -207,3 +209,12 @@ def test_traced_errors_are_the_generator_errors(systems, kernel) -> None:
         run_traced(b, b.pe_agents(np.array(nodes)), wire(*ring_peers(3)), kernel, 256, np.zeros((3, 1)))
     assert type(got.value) is type(want.value) and str(got.value) == str(want.value)
     assert isinstance(want.value, (ScheduleError, KeyError)) or "direction" in str(want.value)
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 200), k=st.integers(1, 6), span=st.integers(1, 40))
+def test_distinct_rows_matches_numpy_unique_over_rows(seed, n, k, span) -> None:
+    rows = np.random.default_rng(seed).integers(-span, span, (n, k))
+    _, rep, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+    got_rep, got_inverse = _distinct_rows(rows)
+    assert np.array_equal(got_rep, rep) and np.array_equal(got_inverse, inverse.ravel())

@@ -137,10 +137,11 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
                     pool[row, q >> 6] |= np.uint64(1) << np.uint64(q & 63)
                 twice = False
                 if y >= 0:
-                    for w in range(W):
-                        if (pool[row, w] & pool[y, w]) != 0:
-                            twice = True
+                    overlap = np.uint64(0)
+                    for w in range(W):                   # branch-free, so it vectorises
+                        overlap |= pool[row, w] & pool[y, w]
                         pool[row, w] |= pool[y, w]
+                    twice = overlap != 0
                 else:
                     q = -y - 1
                     bit = np.uint64(1) << np.uint64(q & 63)
@@ -189,17 +190,20 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
                         m += 1
                 return (E_DEADLOCK, -1, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
                         ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
-    # every rank must hold every contribution exactly once
+    # every rank must hold every contribution exactly once (ranks often share a pool row: check each once)
+    checked = np.zeros(cap, np.bool_)
     for r in range(n):
         v = ret[tpl_of[r]]
         h = slot[base[r] + v] if v >= 0 else -(n + 1)
         full = True
         if h >= 0:
+            if checked[h]:
+                continue
+            checked[h] = True
             for w in range(W):
                 want = np.uint64(0xFFFFFFFFFFFFFFFF) if (w + 1) * 64 <= n else \
                     (np.uint64(1) << np.uint64(n - w * 64)) - np.uint64(1)
-                if pool[h, w] != want:
-                    full = False
+                full &= pool[h, w] == want
         else:
             full = n == 1 and h == -1
         if not full:
@@ -221,8 +225,7 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
     n = len(agents)
     agents = np.asarray(agents, np.int64)
     elem = b.t.spec.pe.elem_bytes
-    _, rep, tpl_of = np.unique(np.asarray(roles).reshape(n, -1), axis=0, return_index=True, return_inverse=True)
-    tpl_of = tpl_of.ravel().astype(np.int64)
+    rep, tpl_of = _distinct_rows(np.asarray(roles, np.int64).reshape(n, -1))
     labels = {d: k for k, d in enumerate(wiring.labels)}
     phases: dict[str, int] = {}
     tpls = [trace(kernel, Tl(rank=int(r), n_ranks=n, nbytes=nbytes, n_elem=max(nbytes // elem, 1),
@@ -259,6 +262,22 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
     b.add_ops(agents[out_rank], ar["op"][out_ins], out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins],
               to_builder[out_phase])
     b.set_phases(agents[last >= 0], to_builder[last[last >= 0]])
+
+
+def _distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_index=True, return_inverse=True)[1:]`` (first row of each distinct
+    row, in lexicographic order, and each row's index among them), through one mixed-radix int64 key per
+    row when the values allow it (np.unique over rows sorts structured records: 20 ms at 16 k ranks)."""
+    lo = rows.min(axis=0) if len(rows) else np.zeros(rows.shape[1], np.int64)
+    radix = (rows.max(axis=0) - lo + 1) if len(rows) else np.ones(rows.shape[1], np.int64)
+    if float(np.prod(radix.astype(np.float64))) >= 2.0 ** 62:
+        _, rep, inv = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        return rep, inv.ravel().astype(np.int64)
+    key = np.zeros(len(rows), np.int64)
+    for j in range(rows.shape[1]):                 # column 0 most significant: lexicographic order
+        key = key * radix[j] + (rows[:, j] - lo[j])
+    _, rep, inv = np.unique(key, return_index=True, return_inverse=True)
+    return rep, inv.astype(np.int64)
 
 
 def _check_directions(wiring: Wiring, tpls: list, tpl_of: np.ndarray, names: list[str]) -> None:
