@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from pathlib import Path
@@ -9,9 +10,19 @@ from typing import Any
 
 import pytest
 
+from kbfast import __version__
 from kbfast.config.units import parse_geom
 from kbfast.errors import ConfigError, KbfastError
-from kbfast.sweep.spec import Point, SweepSpec, config_hash, example_specs, load_spec, parse_spec
+from kbfast.sweep.spec import (
+    Point,
+    SweepSpec,
+    _topology_digest,
+    config_hash,
+    example_specs,
+    load_spec,
+    overrides_key,
+    parse_spec,
+)
 
 MiB = 1 << 20
 
@@ -148,6 +159,17 @@ def test_config_hash_is_deterministic() -> None:
     # the same bytes written differently are the same point
     assert make([{"grid": {"workload.size": ["1KiB"]}}]).points()[0].config_hash == \
         make([{"grid": {"workload.size": [1024]}}]).points()[0].config_hash
+
+
+def test_config_hash_is_the_digest_of_the_documented_text() -> None:
+    """Results on disk are resumed by hash: the text behind it must not change with how it is built."""
+    work = {"kind": "allreduce", "algorithm": "lrab", "size": 1024, "ranks": None}
+    over = {"ipcq.n_slots": 4, "ipcq.buffer_kind": "tcm", "sip.io_chiplets": [{"id": "io0", "n": 4}]}
+    text = repr([_topology_digest("torus6"), sorted(over.items()), sorted(work.items()), "fast", __version__])
+    want = hashlib.sha256(text.encode()).hexdigest()[:16]
+    assert config_hash("torus6", over, work, "fast") == want
+    assert config_hash("torus6", over, work, "fast", overrides_key(over)) == want
+    assert make().points()[0].overrides_key == overrides_key(make().points()[0].overrides)
 
 
 def test_config_hash_changes_with_every_input() -> None:

@@ -29,7 +29,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.fast.points import allreduce_points
 from kbfast.ir import Program
 from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator
-from kbfast.sweep.spec import Point
+from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import Collective, allreduce, busbw_gbps, pe2pe
@@ -102,7 +102,7 @@ def _system(topology: str, overrides_key: str) -> SystemSpec:
 
 def _system_key(p: Point) -> tuple[str, str]:
     """(topology, a text key of the overrides): cheap to build for every point, equal for equal overrides."""
-    key = repr(sorted(p.overrides.items()))
+    key = p.overrides_key or overrides_key(p.overrides)
     _OVERRIDES.setdefault(key, p.overrides)
     return p.topology, key
 

@@ -61,6 +61,7 @@ class Point:
     overrides: dict[str, Any]     # dotted key path -> value (spec ``set`` plus topology axes)
     workload: dict[str, Any]      # kind and fields; ``size`` in bytes
     config_hash: str
+    overrides_key: str = ""       # repr(sorted(overrides.items())): built once, keys the point's system
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ class SweepSpec:
             workload["size"] = _size(self.label, "workload.size", workload["size"])
             if "workload.size" in params:
                 params = {**params, "workload.size": workload["size"]}
+        key = overrides_key(overrides)
         return Point(index, params, topology, overrides, workload,
-                     config_hash(topology, overrides, workload, self.mode))
+                     config_hash(topology, overrides, workload, self.mode, key), key)
 
 
 def _size(label: str, key: str, value: Any) -> Any:
@@ -116,11 +118,18 @@ def _size(label: str, key: str, value: Any) -> Any:
         raise ConfigError(label, key, value, str(err)) from None
 
 
-def config_hash(topology: str, overrides: dict[str, Any], workload: dict[str, Any], mode: str) -> str:
+def overrides_key(overrides: dict[str, Any]) -> str:
+    """Text key of a point's overrides, equal for equal overrides in any order."""
+    return repr(sorted(overrides.items()))
+
+
+def config_hash(topology: str, overrides: dict[str, Any], workload: dict[str, Any], mode: str,
+                key: str | None = None) -> str:
     """A digest of everything that determines a point's result: the resolved base topology, overrides,
-    workload, mode and the kbfast version (16 hex digits)."""
+    workload, mode and the kbfast version (16 hex digits): sha256 of ``repr([base digest, sorted overrides,
+    sorted workload, mode, version])``, built from ``key`` (:func:`overrides_key`) when given."""
     base = _topology_digest(topology)
-    text = repr([base, sorted(overrides.items()), sorted(workload.items()), mode, __version__])
+    text = f"[{base!r}, {key or overrides_key(overrides)}, {sorted(workload.items())!r}, {mode!r}, {__version__!r}]"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
