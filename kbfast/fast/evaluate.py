@@ -92,8 +92,7 @@ def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarr
     overhead), both in route order, then the HBM controller (commit + switch penalty per flit)."""
     hbm = np.full(p.n_ops, -1, np.int64)
     dma = (data_route >= 0) & (p.op_code != Op.SEND)
-    last = c.route_edges[p.route_ptr[p.op_route[dma] + 1] - 1]
-    hbm[dma] = c.node_hbm[e_dst[last]]
+    hbm[dma] = _dma_controller(p, c, np.flatnonzero(dma))
     flows = np.flatnonzero(data_route >= 0)
     n_keys = len(c.hbm_ctrls) + 1
     keys, op_cls = np.unique(data_route[flows] * n_keys + hbm[flows] + 1, return_inverse=True)
@@ -105,6 +104,11 @@ def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarr
     ops_ptr = np.concatenate([[0], np.cumsum(np.bincount(op_cls, minlength=len(keys)))])
     return BoundTables(cls_ptr=cls_ptr, res=res, kind=kind, base=base, ops_ptr=ops_ptr, ops=flows[order],
                        users_ptr=users_ptr, users=users)
+
+
+def _dma_controller(p: Program, c: Compact, ops: np.ndarray) -> np.ndarray:
+    """The HBM controller (local index) of each DMA in ``ops``: the end of its request route."""
+    return c.node_hbm[c.e_dst[c.route_edges[p.route_ptr[p.op_route[ops] + 1] - 1]]]
 
 
 @njit(cache=True)
@@ -290,7 +294,7 @@ def _merge_identical(sh_ptr, sh_res, n_e, e_bw, n_ovh):  # pragma: no cover - ji
 def _shared(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, e_dst: np.ndarray,
             n_flit: np.ndarray, n_ovh: np.ndarray):
     """Resources more than one op's payload uses (finite-bandwidth edges, overhead-paying serial workers),
-    merged into groups (:func:`_merge_identical`), and per op its groups, sorted.  Returns ``shared_edge,
+    merged into groups (:func:`_merge_identical`), and per op its groups, in route order.  Returns ``shared_edge,
     shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh``: op ``o``'s groups are
     ``sh_res[sh_span[o, 0]:sh_span[o, 1]]`` (stored once per route)."""
     n_e = len(c.edges)
@@ -332,6 +336,7 @@ def plan_fast(p: Program) -> Plan:
     e_c = np.where(np.isinf(e_bw), 0.0, 1.0 / e_bw)
     n_ovh = t.node_overhead_ns[c.nodes]
     n_flit = t.node_flit_aware[c.nodes]
+    e_prop = t.edge_prop_ns[c.edges]
     hbm = spec.hbm
     commit = spec.fabric.flit_bytes / spec.pc_bw_gbs
     sw = hbm.switch_penalty_ns
@@ -342,10 +347,10 @@ def plan_fast(p: Program) -> Plan:
     share = sh_span[:, 1] > sh_span[:, 0]
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
     args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.channels.route,
-            p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit, c.node_hbm,
+            p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, c.node_hbm,
             spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
             commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_span, sh_res, max_route, res_cap, res_ovh)
-    head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, t.edge_prop_ns[c.edges], n_ovh, n_flit,
+    head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, e_prop, n_ovh, n_flit,
                  shared_edge, shared_node, spec.fabric.flit_bytes)
 
     bounds = _bound_tables(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
@@ -448,7 +453,7 @@ def _pc_table(p: Program, c: Compact, data_route: np.ndarray) -> pd.DataFrame:
     commits = np.zeros((len(c.hbm_ctrls), npcs), np.int64)
     shift = int(spec.hbm.burst_bytes).bit_length() - 1
     for o in np.flatnonzero((data_route >= 0) & (p.op_code != Op.SEND)):
-        ctrl = int(c.node_hbm[c.e_dst[c.route_edges[p.route_ptr[p.op_route[o] + 1] - 1]]])
+        ctrl = int(_dma_controller(p, c, o))
         n = -(-int(p.op_nbytes[o]) // flit)
         pc0 = (int(p.op_addr[o]) >> shift) % npcs
         full, part = divmod(n, npcs)

@@ -114,11 +114,11 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
                    axis=1).reshape(len(p.channels), len(BUFFER_KINDS))
     order = np.argsort(sizes, kind="stable")
     out = np.empty((len(sizes), 4))
-    out[order] = points_kernel(P, sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n, t.spec.pe.math_overhead_ns,
-                        t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
-                        np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
-                        coll.launch_ns, plan.share, plan.data_route, plan.head_args,
-                        plan.bounds, plan.flit_bytes, plan.args)
+    out[order] = points_kernel(P, sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n,
+                               t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
+                               np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
+                               coll.launch_ns, plan.share, plan.data_route, plan.head_args, plan.bounds,
+                               plan.flit_bytes, plan.args)
     return pd.DataFrame({
         "algorithm": algorithm, "size": sizes, "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
         "n_ranks": coll.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],

@@ -219,7 +219,8 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
 Scratch = namedtuple("Scratch", [
     "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
-    "eg_waiter", "drained", "heap", "pend", "mr", "mw", "m_ptr", "k_bn", "k_rate", "k_frozen", "route_nbytes", "route_iso", "route_bn"])
+    "eg_waiter", "drained", "heap", "pend", "mr", "mw", "m_ptr", "k_bn", "k_rate", "k_frozen", "route_nbytes",
+    "route_iso", "route_bn"])
 
 
 @njit(cache=True)

@@ -57,7 +57,7 @@ def launch_timing(t: Tables, router: Router, pe_dma_nodes: np.ndarray) -> Launch
         c, pe_dma = divmod(k, t.layout.nodes_per_cube)
         pe_cpu = t.layout.cube_node_base(0, c) + pe_dma + 1  # the builder places pe_cpu right after pe_dma
         m_cpu = node_id(t, f"sip0.cube{c}.m_cpu")
-        leg1 = path_latency_ns(t, router, io_node(t, 0, "io_cpu"), m_cpu)
+        leg1 = path_latency_ns(t, router, io_cpu, m_cpu)
         leg2 = path_latency_ns(t, router, m_cpu, pe_cpu)
         lat_of_key[i] = leg1 + leg2 - ovh_io - float(t.node_overhead_ns[m_cpu])
     lats = lat_of_key[inverse.ravel()]
