@@ -36,7 +36,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables, reverse_edges
 from kbfast.topology.kinds import NodeKind
-from kbfast.topology.names import locate, node_id, node_name
+from kbfast.topology.names import cube_locals, node_id, node_name
 from kbfast.topology.routing import Router
 
 
@@ -162,7 +162,6 @@ class ProgramBuilder:
         self._ch_kind: list[int] = []     # index into BUFFER_KINDS
         self._ch_slots: list[int] = []
         self._ch_size: list[int] = []
-        self._hop_cache: dict[tuple[int, int, str], float] = {}
         self._phase_names: list[str] = []
         self._agent_phase: dict[int, int] = {}
 
@@ -399,7 +398,7 @@ class ProgramBuilder:
         edge_parts.append(data.edges)
         kinds = np.array(self._ch_kind, np.int8)
         tiers = [getattr(cfg.tiers, k) for k in BUFFER_KINDS]
-        hop_bw = self._hop_bws(agent_node[dst], kinds)
+        hop_bw = self.hop_bws(agent_node[dst], kinds)
         # Credit latency per channel, over the credit route's CSR (spec_ccl §2.4).
         starts = credit.ptr[:-1]
         bn = np.minimum.reduceat(t.edge_bw_gbs[credit.edges], starts)
@@ -420,31 +419,27 @@ class ProgramBuilder:
             poll_ns=cfg.poll_interval_ns if cfg.backpressure == "poll" else 0.0)
         return channels, n_routes + n
 
-    def _hop_bws(self, pe_dma: np.ndarray, kinds: np.ndarray) -> np.ndarray:
-        """:meth:`bank_hop_bw` of every channel (``kinds``: BUFFER_KINDS indices), one call per distinct (PE
-        within its SIP, kind)."""
-        lay = self.t.layout
-        local = (pe_dma.astype(np.int64) - 1) % lay.nodes_per_sip   # the same PE of every SIP shares a value
-        keys, inverse = np.unique(local * len(BUFFER_KINDS) + kinds, return_inverse=True)
-        vals = [self.bank_hop_bw(int(1 + k // len(BUFFER_KINDS)), BUFFER_KINDS[k % len(BUFFER_KINDS)]) for k in keys]
-        return np.array(vals)[inverse.ravel()]
-
-    def bank_hop_bw(self, pe_dma: int, kind: str) -> float:
-        """Bottleneck of the PE <-> slot bank path: the cube SRAM, or the PE's own HBM slice (spec_ccl §2.7)."""
-        if kind == "tcm":
-            return float("inf")
-        sip, cube, local = locate(self.t, pe_dma)
-        key = (cube, local, kind)   # every SIP is identical
-        if key not in self._hop_cache:
-            self._hop_cache[key] = self._bank_bottleneck(self.t.layout.cube_node_base(0, cube) + local, kind)
-        return self._hop_cache[key]
-
-    def _bank_bottleneck(self, pe_dma: int, kind: str) -> float:
-        sip, cube, local = locate(self.t, pe_dma)
-        pe = int(self.t.cube_names[local].split(".")[0][2:])
-        bank = node_id(self.t, f"sip{sip}.cube{cube}." + ("sram" if kind == "sram" else f"hbm_ctrl.pe{pe}"))
-        edges = self.router.route(pe_dma, bank, "pe_dma")
-        return float(self.t.edge_bw_gbs[edges].min())
+    def hop_bws(self, pe_dma: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+        """Bottleneck of the PE <-> slot bank path of each (pe_dma node, BUFFER_KINDS index): the cube SRAM,
+        the PE's own HBM slice, inf for tcm (spec_ccl §2.7).  Every SIP is identical, so one route (all in
+        one ``Router.routes`` call) per distinct (PE within its SIP, kind)."""
+        t = self.t
+        lay = t.layout
+        cube, local = cube_locals(t, pe_dma)
+        keys, inverse = np.unique((cube * lay.nodes_per_cube + local) * len(BUFFER_KINDS) + kinds,
+                                  return_inverse=True)
+        pe_local, kind = np.divmod(keys, len(BUFFER_KINDS))
+        vals = np.full(len(keys), np.inf)
+        banked = np.flatnonzero(kind != BUFFER_KINDS.index("tcm"))
+        if len(banked):
+            k_cube, k_local = np.divmod(pe_local[banked], lay.nodes_per_cube)
+            names = t.cube_names
+            bank = [names.index("sram" if BUFFER_KINDS[kd] == "sram" else "hbm_ctrl." + names[lo].split(".")[0])
+                    for kd, lo in zip(kind[banked], k_local)]
+            base = 1 + lay.io_nodes + k_cube * lay.nodes_per_cube          # SIP 0
+            rs = self.router.routes(base + k_local, base + np.array(bank), "pe_dma")
+            vals[banked] = np.minimum.reduceat(t.edge_bw_gbs[rs.edges], rs.ptr[:-1])
+        return vals[inverse.ravel()]
 
 
 def _check_start(start_ns: float) -> None:
