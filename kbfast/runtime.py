@@ -8,7 +8,10 @@ of spec_ccl §2 and §4:
 
 * SEND is accepted when ``head - tail_cache < n_slots`` (else the agent blocks:
   sleep wakes at the credit, poll at the first poll tick after it); the data
-  transfer is then injected and the send returns at once;
+  transfer is then injected and the send returns at once.  ``q_peak`` keeps the
+  largest ``head - tail_cache`` a SEND of the channel saw: this is the only test
+  that reads ``n_slots``, so a run in which no SEND blocked is the same run for
+  every ``n_slots > q_peak``;
 * when the data has reassembled at the receiver's ``pe_dma`` (time ``t_a``),
   the slot write costs ``SLOT + HOP`` and data and head become visible together
   at ``t_vis = max(t_a + SLOT + HOP, previous t_vis of the channel)``;
@@ -46,7 +49,7 @@ State = namedtuple("State", [
     "op_agent", "op_issue", "op_begin", "op_end", "op_next", "op_chan",
     "a_pc", "a_block", "a_arg", "a_out", "a_finish", "a_since", "a_rr",
     "dq_busy", "dq_head", "dq_tail",
-    "q_head", "q_tailc", "q_vis", "q_tail", "q_last_vis", "q_rhead", "q_rtail", "q_busy"])
+    "q_head", "q_tailc", "q_vis", "q_tail", "q_last_vis", "q_rhead", "q_rtail", "q_busy", "q_peak"])
 
 
 def make_prog(p) -> Prog:
@@ -86,7 +89,7 @@ def new_state(P):  # pragma: no cover - jitted
         dq_tail=np.full((n_agents, 2), -1, np.int64),
         q_head=np.zeros(n_ch, np.int64), q_tailc=np.zeros(n_ch, np.int64), q_vis=np.zeros(n_ch, np.int64),
         q_tail=np.zeros(n_ch, np.int64), q_last_vis=np.full(n_ch, -np.inf), q_rhead=np.full(n_ch, -1, np.int64),
-        q_rtail=np.full(n_ch, -1, np.int64), q_busy=np.full(n_ch, -np.inf))
+        q_rtail=np.full(n_ch, -1, np.int64), q_busy=np.full(n_ch, -np.inf), q_peak=np.zeros(n_ch, np.int64))
 
 
 @njit(cache=True, inline="always")
@@ -148,6 +151,7 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
                 break
         elif code == OP_SEND:
             c = P.op_target[o]
+            S.q_peak[c] = max(S.q_peak[c], S.q_head[c] - S.q_tailc[c])
             if S.q_head[c] - S.q_tailc[c] >= P.ch_nslots[c]:
                 S.a_block[a] = BLK_SEND
                 S.a_arg[a] = c

@@ -58,3 +58,25 @@ def test_points_reject_bad_sizes(torus6) -> None:
         allreduce_points(t, router, [0, 16], "tcm", 4)
     with pytest.raises(ValueError):
         allreduce_points(t, router, [16], "dram", 4)
+
+
+@pytest.mark.parametrize("algorithm, ranks", [("lrab", None), ("ring", "cube_pe0")])
+def test_points_reuse_unblocked_rings(torus6, algorithm: str, ranks: str | None) -> None:
+    """A size and kind whose runs blocked no SEND are reused for every n_slots above the ring peak;
+    the batch equals one point per call (no reuse) bit for bit, blocked points included."""
+    t, router = torus6
+    sizes, kinds, slots = (np.array(a).ravel() for a in np.meshgrid([16, 4096, 96 * 1024], [0, 2], [8, 1, 4, 2],
+                                                                   indexing="ij"))
+    kinds = np.array(["tcm", "sram", "hbm"])[kinds]
+    df = allreduce_points(t, router, sizes, kinds, slots, algorithm, ranks)
+    cols = ["latency_ns", "latency_lo_ns", "latency_hi_ns", "contention", "ring_peak"]
+    for row in df.itertuples(index=False):
+        one = allreduce_points(t, router, [row.size], [row.buffer_kind], [row.n_slots], algorithm, ranks)
+        assert tuple(one.iloc[0][cols]) == tuple(getattr(row, c) for c in cols)
+    free = df[df.n_slots > df.ring_peak]
+    widest = df[df.n_slots == 8].set_index(["size", "buffer_kind"])
+    assert len(free) > len(widest)           # some points did reuse an unblocked run
+    for row in free.itertuples(index=False):
+        assert row.latency_ns == widest.loc[(row.size, row.buffer_kind), "latency_ns"]
+    if algorithm == "ring":
+        assert (df.n_slots <= df.ring_peak).sum() > 0      # and the blocked ones were run

@@ -45,13 +45,15 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
 def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
                   tier_bw, hop_bw, launch, share, data_route, head_args, bounds, flit,
                   args):  # pragma: no cover - jitted
-    """Per point: (latency, lower, upper, contention) with latency = max agent finish - launch.
+    """Per point: (latency, lower, upper, contention, ring peak) with latency = max agent finish - launch.
 
-    Points come sorted by size: what depends on the size only (bytes, head offsets,
-    interference bound, isolated latencies) is computed once per distinct size.
+    Points come sorted by size, then buffer kind, then ``n_slots`` descending.  What depends on the
+    size only (bytes, head offsets, interference bound, isolated latencies) is computed once per
+    distinct size.  A size and kind whose three runs blocked no SEND give the same runs for every
+    ``n_slots`` above their ring peak (``kbfast.runtime``): those points reuse them.
     """
     n_pts = len(sizes)
-    out = np.empty((n_pts, 4))
+    out = np.empty((n_pts, 5))
     n_ops = len(P.op_code)
     n_ch = len(P.ch_src)
     zero = np.zeros(n_ops)
@@ -60,13 +62,20 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
     ch_setup = np.empty(n_ch)
     ch_tier_bw = np.empty(n_ch)
     ch_hop_bw = np.empty(n_ch)
+    free = -1              # index of the last point of this size and kind whose runs blocked no SEND
     for i in range(n_pts):
-        if i == 0 or sizes[i] != sizes[i - 1]:
+        new_size = i == 0 or sizes[i] != sizes[i - 1]
+        if new_size:
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, *head_args)
             extra = interference(bounds, nbytes, flit, zero, zero, False, zero)    # window-free
         k = kinds[i]
+        if new_size or k != kinds[i - 1]:
+            free = -1
+        if free >= 0 and n_slots[i] > out[free, 4]:
+            out[i, :] = out[free, :]
+            continue
         ch_nslots[:] = n_slots[i]
         ch_setup[:] = tier_setup[k]
         ch_tier_bw[:] = tier_bw[k]
@@ -84,6 +93,12 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
         out[i, 1] = f_lo - launch
         out[i, 2] = f_hi - launch
         out[i, 3] = 1.0 if pt[1].any() else 0.0
+        peak = 0
+        for c in range(n_ch):
+            peak = max(peak, lo[0].q_peak[c], pt[0].q_peak[c], hi[0].q_peak[c])
+        out[i, 4] = peak
+        if peak < n_slots[i]:
+            free = i
     return out
 
 
@@ -92,7 +107,8 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
     """Fast-path all-reduce latencies for every (size, buffer kind, n_slots) triple, one jitted call.
 
     The upper bound here is the first (window-free) pass of ``kbfast.fast.bounds``: valid, looser
-    than ``run_fast``'s.
+    than ``run_fast``'s.  ``ring_peak`` is the deepest ring occupancy a SEND met (``head -
+    tail_cache``, over the three runs): the point saw backpressure iff ``n_slots <= ring_peak``.
     """
     sizes = np.asarray(sizes, np.int64)
     kinds = np.array([BUFFER_KINDS.index(k) for k in np.broadcast_to(np.asarray(buffer_kinds), sizes.shape)])
@@ -110,10 +126,10 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
     cfg = t.spec.ipcq
     tiers = [getattr(cfg.tiers, k) for k in BUFFER_KINDS]
     b = ProgramBuilder(t, router)
-    hop = np.stack([[b.bank_hop_bw(int(p.agent_node[d]), k) for d in p.channels.dst] for k in BUFFER_KINDS],
-                   axis=1).reshape(len(p.channels), len(BUFFER_KINDS))
-    order = np.argsort(sizes, kind="stable")
-    out = np.empty((len(sizes), 4))
+    dst = p.agent_node[p.channels.dst]
+    hop = np.stack([b.hop_bws(dst, np.full(len(dst), k)) for k in range(len(BUFFER_KINDS))], axis=1)
+    order = np.lexsort((-slots, kinds, sizes))
+    out = np.empty((len(sizes), 5))
     out[order] = points_kernel(P, sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n,
                                t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
                                np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
@@ -123,5 +139,5 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
         "algorithm": algorithm, "size": sizes, "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
         "n_ranks": coll.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
         "busbw_gbps": [busbw_gbps(int(s), coll.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])],
-        "contention": out[:, 3] > 0,
+        "contention": out[:, 3] > 0, "ring_peak": out[:, 4].astype(np.int64),
     })
