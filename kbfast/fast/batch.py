@@ -15,7 +15,8 @@ import numpy as np
 from numba import njit
 
 from kbfast.config.schema import SystemSpec
-from kbfast.fast.closed_form import D2H, H2D, PE_REQ, transfer_end
+from kbfast.exact.replay import renumber
+from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, transfer_end
 from kbfast.ir import reverse_route_edges
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
@@ -24,19 +25,31 @@ KINDS = {"pe_dma": PE_REQ, "h2d": H2D, "d2h": D2H}
 
 
 @njit(cache=True)
-def isolated_batch(kind, nbytes, addr, fwd, rev, pset, r_ptr, r_edges, e_src, e_dst, n_flit, e_c, e_bw, e_prop,
-                   n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit, max_route):  # pragma: no cover - jitted
-    """Latency of every point: ``transfer_end`` with the point's route and parameter-set row."""
+def isolated_batch(kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_src, e_dst, n_flit, e_c, e_bw,
+                   e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit,
+                   max_route):  # pragma: no cover - jitted
+    """Latency of every point: ``transfer_end`` with the point's route and parameter-set row.
+
+    Points run in ``order`` (by parameter set, then route), so that consecutive points share the
+    size-independent part of the closed form (``_prepare``'s memo, named by the parameter set).
+    """
     out = np.empty(len(nbytes))
-    buf = np.zeros((9, 2 * max_route + 2))
-    pen = np.zeros(64)
-    for i in range(len(nbytes)):
+    _batch_loop(out, new_buf(max_route), np.zeros(64), kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges,
+                e_src, e_dst, n_flit, e_c, e_bw, e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit)
+    return out
+
+
+# No NRT: the loop allocates nothing, and without it the per-point row views and the calls pay no
+# atomic reference counting (as in kbfast.fast.schedule._run).
+@njit(cache=True, _nrt=False)
+def _batch_loop(out, buf, pen, kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_src, e_dst, n_flit, e_c,
+                e_bw, e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit):  # pragma: no cover - jitted
+    for i in order:
         s = pset[i]
         f, r = fwd[i], rev[i]
         out[i] = transfer_end(kind[i], 0.0, nbytes[i], addr[i], r_edges, r_ptr[f], r_ptr[f + 1], r_edges,
                               r_ptr[r], r_ptr[r + 1], e_src, e_dst, e_c[s], e_bw[s], e_prop[s], n_ovh[s], n_flit,
-                              F[s], burst[s], pc_shift[s], n_pcs[s], commit[s], burst_commit[s], pen, buf)
-    return out
+                              F[s], burst[s], pc_shift[s], n_pcs[s], commit[s], burst_commit[s], pen, buf, s)
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,13 @@ def param_rows(tables_list: list[Tables], edges: np.ndarray, nodes: np.ndarray) 
     )
 
 
+def _by_set_and_route(pset: np.ndarray, route: np.ndarray, n_routes: int) -> np.ndarray:
+    """Point order by (parameter set, route); a stable argsort of the smallest key type (numpy radix-sorts
+    16-bit keys: 20 ms instead of 0.2 s for 10^6 points)."""
+    key = pset * n_routes + route
+    return np.argsort(key.astype(np.min_scalar_type(int(key.max()))), kind="stable")
+
+
 def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                        addr: np.ndarray | None = None, kind: str = "pe_dma",
                        variants: list[Tables] | None = None, pset: np.ndarray | None = None) -> np.ndarray:
@@ -89,17 +109,16 @@ def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarr
     keys, inverse = np.unique(src * t.n_nodes + dst, return_inverse=True)
     pairs = np.divmod(keys, t.n_nodes)
     rs = router.routes(pairs[0], pairs[1], "memory" if kind in ("h2d", "d2h") else "pe_dma")
-    rev = reverse_route_edges(t, rs.ptr, rs.edges)
-    edges, local = np.unique(np.concatenate([rs.edges, rev]), return_inverse=True)
-    nodes = np.unique(np.concatenate([t.edge_src[edges], t.edge_dst[edges]]))
+    route_edges = np.concatenate([rs.edges, reverse_route_edges(t, rs.ptr, rs.edges)])
+    edges, edge_local = renumber(route_edges, t.n_edges)
+    nodes, node_local = renumber(np.concatenate([t.edge_src[edges], t.edge_dst[edges]]), t.n_nodes)
     k = len(pairs[0])
     r_ptr = np.concatenate([rs.ptr, len(rs.edges) + rs.ptr[1:]]).astype(np.int64)
     rows = param_rows(variants or [t], edges, nodes)
     inv = inverse.ravel().astype(np.int64)
+    pset = np.zeros(len(src), np.int64) if pset is None else np.broadcast_to(np.asarray(pset, np.int64), src.shape).copy()
     return isolated_batch(
-        np.full(len(src), KINDS[kind], np.int64), nbytes, addr, inv, k + inv,
-        np.zeros(len(src), np.int64) if pset is None else np.asarray(pset, np.int64),
-        r_ptr, local.astype(np.int32), np.searchsorted(nodes, t.edge_src[edges]).astype(np.int32),
-        np.searchsorted(nodes, t.edge_dst[edges]).astype(np.int32), t.node_flit_aware[nodes],
-        rows.e_c, rows.e_bw, rows.e_prop, rows.n_ovh, rows.F, rows.burst, rows.pc_shift, rows.n_pcs,
-        rows.commit, rows.burst_commit, int(np.diff(r_ptr).max()))
+        np.full(len(src), KINDS[kind], np.int64), nbytes, addr, inv, k + inv, pset, _by_set_and_route(pset, inv, k),
+        r_ptr, edge_local[route_edges], node_local[t.edge_src[edges]], node_local[t.edge_dst[edges]],
+        t.node_flit_aware[nodes], rows.e_c, rows.e_bw, rows.e_prop, rows.n_ovh, rows.F, rows.burst, rows.pc_shift,
+        rows.n_pcs, rows.commit, rows.burst_commit, int(np.diff(r_ptr).max()))

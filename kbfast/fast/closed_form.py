@@ -33,17 +33,37 @@ from numba import njit
 
 from kbfast.fabric import bottleneck, ctrl_latency
 
+# The closed forms allocate nothing, so they run without NRT: no atomic reference counting on
+# their many array arguments (a third of a short route's time in a batch).
+
 # transfer kinds
 PE_REQ, H2D, D2H = 0, 1, 2
 
 
 @njit(cache=True)
-def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf):  # pragma: no cover
+def new_buf(max_route):  # pragma: no cover - jitted
+    """Scratch rows of :func:`_prepare` for routes of up to ``max_route`` edges, memo cleared."""
+    buf = np.zeros((10, max(2 * max_route + 2, 8)))
+    buf[9, 0] = -1.0
+    return buf
+
+
+@njit(cache=True, _nrt=False)
+def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo):  # pragma: no cover
     """Fill the column arrays of segment edges[lo:hi]; return (K, sum_prop, Ctot).
 
     ``buf`` rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L, 7/8 the full-row lines
-    (slope F c, best intercept PX + SY_F per distinct slope; count in buf[7, K]... see _lines).
+    (slope F c, best intercept PX + SY_F per distinct slope; their count in buf[0, K]), 9 the memo.
+    Only row 6 depends on the last flit's size: with ``memo >= 0`` (a caller's name for the
+    attribute tables, unchanged while it uses that name) a call on the same segment, first-flit
+    size and tables as the previous one recomputes only row 6.
     """
+    if (memo >= 0 and buf[9, 0] == memo and buf[9, 1] == lo and buf[9, 2] == hi and buf[9, 3] == with_terminal
+            and buf[9, 4] == s0):
+        K = int(buf[9, 5])
+        ctot = buf[9, 7]
+        _last_row(K, ctot, F, sL, buf)
+        return K, buf[9, 6], ctot
     K = 0
     sum_p = 0.0
     for k in range(lo, hi):
@@ -71,13 +91,11 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
         best = max(best, x)
         buf[4, a] = best
     best_f = -np.inf
-    best_l = -np.inf
     for b in range(K - 1, -1, -1):
         c_prev = buf[3, b - 1] if b > 0 else 0.0
         best_f = max(best_f, F * buf[3, b] + F * (ctot - c_prev))
-        best_l = max(best_l, F * buf[3, b] + sL * (ctot - c_prev))
         buf[5, b] = best_f
-        buf[6, b] = best_l
+    _last_row(K, ctot, F, sL, buf)
     # V_i for full rows (2 <= i <= n-2) is a max of lines in i: keep the best line per slope.
     n_lines = 0
     for j in range(K):
@@ -94,7 +112,25 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
             buf[8, n_lines] = icept
             n_lines += 1
     buf[0, K] = n_lines
+    buf[9, 0] = memo
+    buf[9, 1] = lo
+    buf[9, 2] = hi
+    buf[9, 3] = with_terminal
+    buf[9, 4] = s0
+    buf[9, 5] = K
+    buf[9, 6] = sum_p
+    buf[9, 7] = ctot
     return K, sum_p, ctot
+
+
+@njit(cache=True, inline="always")
+def _last_row(K, ctot, F, sL, buf):  # pragma: no cover - jitted
+    """Row 6: SY_L(j) = max_{b>=j} F C(b) + s_L (Ctot - C(b-1))."""
+    best_l = -np.inf
+    for b in range(K - 1, -1, -1):
+        c_prev = buf[3, b - 1] if b > 0 else 0.0
+        best_l = max(best_l, F * buf[3, b] + sL * (ctot - c_prev))
+        buf[6, b] = best_l
 
 
 @njit(cache=True, inline="always")
@@ -119,8 +155,8 @@ def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
     return best
 
 
-@njit(cache=True)
-def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf):  # pragma: no cover
+@njit(cache=True, _nrt=False)
+def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo):  # pragma: no cover
     """Put ``nbytes`` at T0 on edges[lo]; follow store-and-forward boundaries up to the end of edges[hi-1].
 
     Returns (arrival of the last flit at the end node, start of the last segment, index of its first edge).
@@ -133,7 +169,7 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
     for k in range(lo, hi):
         v = e_dst[edges[k]]
         if k == hi - 1 or not n_flit[v]:
-            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, False, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf)
+            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, False, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo)
             last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, buf)
             if k == hi - 1:
                 return last, t0, seg_lo
@@ -142,9 +178,9 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
     return t0, t0, seg_lo
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, addr, pc_shift, n_pcs,
-               commit, pen, buf):  # pragma: no cover - jitted
+               commit, pen, buf, memo):  # pragma: no cover - jitted
     """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train.
 
     Flit ``i`` is on PC ``(pc0 + i) mod P``; the class members at or after ``i`` number
@@ -160,9 +196,10 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     t0 = T0
     for k in range(lo, hi - 1):
         if not n_flit[e_dst[edges[k]]]:
-            _, t0, seg_lo = train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf)
+            _, t0, seg_lo = train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf,
+                                            memo)
             break
-    K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf)
+    K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo)
     base = t0 + sum_p
     pc0 = (addr >> pc_shift) % n_pcs
     fin = -np.inf
@@ -179,15 +216,15 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             i = 2 + (c - 3)
         else:
             i = b0 + (c - 3 - max(a1 - 1, 0))
-        q = (pc0 + i) % n_pcs
         term = base + _v(i, n, K, F, sL, ctot, buf) + commit * ((n - 1 - i) // n_pcs + 1)
         if i < n_pcs:
-            term += pen[q]
+            q = pc0 + i
+            term += pen[q - n_pcs if q >= n_pcs else q]
         fin = max(fin, term)
     return fin
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # pragma: no cover - jitted
     """Host-read chunk loop (spec_memory §3.7): chunk i at t0+(i+1)*drain/n; returns the data send time."""
     nch = (nbytes + burst - 1) // burst
@@ -208,9 +245,9 @@ def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # 
     return max(t0 + nch * delta, last)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
-                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf):  # pragma: no cover - jitted
+                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf, memo):  # pragma: no cover - jitted
     """Completion time of one isolated DMA begun at T (the semantics of kbfast.exact.engine).
 
     PE request: source overhead, train to the HBM controller, PC commits, zero-byte response.
@@ -224,13 +261,13 @@ def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_d
         send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit, pen)
         if nbytes == 0:
             return send + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
-        last, _, _ = train_exit_last(rev, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf)
+        last, _, _ = train_exit_last(rev, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf, memo)
         return last + n_ovh[e_dst[rev[rhi - 1]]]
     if nbytes == 0:
         fin = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[fwd[fhi - 1]]]
     else:
         fin = hbm_finish(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
-                         n_pcs, commit, pen, buf)
+                         n_pcs, commit, pen, buf, memo)
     if kind == H2D:
         return fin
     return fin + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]

@@ -28,7 +28,7 @@ from numba import njit
 
 from kbfast.exact.heap import heap_new, heap_pop, unpack
 from kbfast.fabric import bottleneck
-from kbfast.fast.closed_form import D2H, H2D, PE_REQ, train_exit_last, transfer_end
+from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, train_exit_last, transfer_end
 from kbfast.runtime import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
 LOWER, POINT, UPPER = 0, 1, 2
@@ -228,7 +228,7 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
     """Fresh per-run arrays of :func:`_run` (per op, per shared resource, per edge; the event heap)."""
     n_ops = len(P.op_code)
     return Scratch(
-        pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pen=np.zeros(n_pcs), buf=np.zeros((9, 2 * max_route + 2)),
+        pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pen=np.zeros(n_pcs), buf=new_buf(max_route),
         lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
         bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),
         solo=np.zeros(n_ops, np.bool_), in_fluid=np.zeros(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
@@ -355,7 +355,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                     if route_nbytes[r] != P.op_nbytes[o]:      # else: the route's last SEND had this size
                         t_src = n_ovh[e_src[r_edges[r_ptr[r]]]]
                         last, _, _ = train_exit_last(r_edges, r_ptr[r], r_ptr[r + 1], e_dst, e_c, e_prop, n_ovh,
-                                                     n_flit, t_src, P.op_nbytes[o], F, buf)
+                                                     n_flit, t_src, P.op_nbytes[o], F, buf, 0)
                         route_nbytes[r] = P.op_nbytes[o]
                         route_iso[r] = last + n_ovh[e_dst[r_edges[r_ptr[r + 1] - 1]]]
                     iso[o] = route_iso[r]
@@ -381,7 +381,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                     lat[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
                                           r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw,
                                           e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit,
-                                          pen, buf)
+                                          pen, buf, 0)      # memo 0: one set of tables per run
                     if not history:
                         iso[o] = lat[o]
                 else:
