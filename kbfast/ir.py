@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+from numba import njit
 
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables, reverse_edges
@@ -448,11 +449,31 @@ def _check_start(start_ns: float) -> None:
 
 
 def reverse_route_edges(t: Tables, ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """For each route, the edges of the reversed path (responses retrace the route, spec_fabric §4.2)."""
-    rev = reverse_edges(t, edges)
-    lens = np.diff(ptr)
-    route = np.repeat(np.arange(len(lens)), lens)
-    pos = np.arange(len(edges)) - ptr[route]
-    out = np.empty_like(rev)
-    out[ptr[route] + lens[route] - 1 - pos] = rev
+    """For each route, the edges of the reversed path (responses retrace the route, spec_fabric §4.2).
+
+    The reverse of edge ``e`` is :func:`kbfast.topology.builder.reverse_edges`' (the SIP-local reverse in
+    the same SIP; a switch link's partner ``e ^ 1``)."""
+    lay = t.layout
+    out, one_way = _reverse_routes(np.asarray(ptr, np.int64), np.asarray(edges, np.int64), t.sip_edge_rev,
+                                   lay.edges_per_sip, lay.n_sips)
+    if one_way:
+        raise ValueError("a route uses a one-way edge and cannot be retraced")
     return out
+
+
+@njit(cache=True)
+def _reverse_routes(ptr, edges, sip_edge_rev, eps, n_sips):  # pragma: no cover - jitted
+    out = np.empty(len(edges), np.int32)
+    one_way = False
+    n_in_sips = n_sips * eps
+    for i in range(len(ptr) - 1):
+        lo, hi = ptr[i], ptr[i + 1]
+        for k in range(lo, hi):
+            e = edges[k]
+            if e < n_in_sips:
+                r = sip_edge_rev[e % eps]
+                one_way |= r < 0
+                out[lo + hi - 1 - k] = (e // eps) * eps + r
+            else:
+                out[lo + hi - 1 - k] = n_in_sips + ((e - n_in_sips) ^ 1)
+    return out, one_way

@@ -40,11 +40,15 @@ from kbfast.fabric import bottleneck, ctrl_latency
 PE_REQ, H2D, D2H = 0, 1, 2
 
 
+MEMO_SLOTS = 4   # prepared segments kept: a route's first three store-and-forward segments, and its last
+
+
 @njit(cache=True)
 def new_buf(max_route):  # pragma: no cover - jitted
-    """Scratch rows of :func:`_prepare` for routes of up to ``max_route`` edges, memo cleared."""
-    buf = np.zeros((10, max(2 * max_route + 2, 8)))
-    buf[9, 0] = -1.0
+    """Scratch of :func:`_prepare` for routes of up to ``max_route`` edges: one set of rows per memo slot,
+    memos cleared."""
+    buf = np.zeros((MEMO_SLOTS, 10, max(2 * max_route + 2, 8)))
+    buf[:, 9, 0] = -1.0
     return buf
 
 
@@ -52,11 +56,11 @@ def new_buf(max_route):  # pragma: no cover - jitted
 def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo):  # pragma: no cover
     """Fill the column arrays of segment edges[lo:hi]; return (K, sum_prop, Ctot).
 
-    ``buf`` rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L, 7/8 the full-row lines
+    ``buf`` (one memo slot of :func:`new_buf`) rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L, 7/8 the full-row lines
     (slope F c, best intercept PX + SY_F per distinct slope; their count in buf[0, K]), 9 the memo.
     Only row 6 depends on the last flit's size: with ``memo >= 0`` (a caller's name for the
     attribute tables, unchanged while it uses that name) a call on the same segment, first-flit
-    size and tables as the previous one recomputes only row 6.
+    size and tables as the slot's previous call recomputes only row 6.
     """
     if (memo >= 0 and buf[9, 0] == memo and buf[9, 1] == lo and buf[9, 2] == hi and buf[9, 3] == with_terminal
             and buf[9, 4] == s0):
@@ -166,15 +170,18 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
     s0 = F if n > 1 else nbytes
     seg_lo = lo
     t0 = T0
+    seg = 0
     for k in range(lo, hi):
         v = e_dst[edges[k]]
         if k == hi - 1 or not n_flit[v]:
-            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, False, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo)
-            last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, buf)
+            b = buf[min(seg, MEMO_SLOTS - 2)]
+            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, False, e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
+            last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, b)
             if k == hi - 1:
                 return last, t0, seg_lo
             t0 = last + n_ovh[v]
             seg_lo = k + 1
+            seg += 1
     return t0, t0, seg_lo
 
 
@@ -194,12 +201,17 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     s0 = F if n > 1 else nbytes
     seg_lo = lo
     t0 = T0
+    last_saf = -1                         # the last store-and-forward node before the controller
     for k in range(lo, hi - 1):
         if not n_flit[e_dst[edges[k]]]:
-            _, t0, seg_lo = train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf,
-                                            memo)
-            break
-    K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo)
+            last_saf = k
+    if last_saf >= 0:
+        arrive, _, _ = train_exit_last(edges, lo, last_saf + 1, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F,
+                                       buf, memo)
+        t0 = arrive + n_ovh[e_dst[edges[last_saf]]]
+        seg_lo = last_saf + 1
+    b = buf[MEMO_SLOTS - 1]
+    K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
     base = t0 + sum_p
     pc0 = (addr >> pc_shift) % n_pcs
     fin = -np.inf
@@ -216,7 +228,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             i = 2 + (c - 3)
         else:
             i = b0 + (c - 3 - max(a1 - 1, 0))
-        term = base + _v(i, n, K, F, sL, ctot, buf) + commit * ((n - 1 - i) // n_pcs + 1)
+        term = base + _v(i, n, K, F, sL, ctot, b) + commit * ((n - 1 - i) // n_pcs + 1)
         if i < n_pcs:
             q = pc0 + i
             term += pen[q - n_pcs if q >= n_pcs else q]
