@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
-from numba import njit
 
 from kbfast.errors import KbfastError
-from kbfast.topology.builder import Tables, reverse_edges
+from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import cube_locals, node_id, node_name
 from kbfast.topology.routing import Router
@@ -446,34 +445,3 @@ class ProgramBuilder:
 def _check_start(start_ns: float) -> None:
     if not start_ns >= 0.0:
         raise KbfastError(f"an agent's start time must be >= 0 ns (got {start_ns}); all resources start idle at 0")
-
-
-def reverse_route_edges(t: Tables, ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """For each route, the edges of the reversed path (responses retrace the route, spec_fabric §4.2).
-
-    The reverse of edge ``e`` is :func:`kbfast.topology.builder.reverse_edges`' (the SIP-local reverse in
-    the same SIP; a switch link's partner ``e ^ 1``)."""
-    lay = t.layout
-    out, one_way = _reverse_routes(np.asarray(ptr, np.int64), np.asarray(edges, np.int64), t.sip_edge_rev,
-                                   lay.edges_per_sip, lay.n_sips)
-    if one_way:
-        raise ValueError("a route uses a one-way edge and cannot be retraced")
-    return out
-
-
-@njit(cache=True)
-def _reverse_routes(ptr, edges, sip_edge_rev, eps, n_sips):  # pragma: no cover - jitted
-    out = np.empty(len(edges), np.int32)
-    one_way = False
-    n_in_sips = n_sips * eps
-    for i in range(len(ptr) - 1):
-        lo, hi = ptr[i], ptr[i + 1]
-        for k in range(lo, hi):
-            e = edges[k]
-            if e < n_in_sips:
-                r = sip_edge_rev[e % eps]
-                one_way |= r < 0
-                out[lo + hi - 1 - k] = (e // eps) * eps + r
-            else:
-                out[lo + hi - 1 - k] = n_in_sips + ((e - n_in_sips) ^ 1)
-    return out, one_way

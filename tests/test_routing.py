@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.errors import RoutingError
-from kbfast.topology.builder import Tables, build_tables
+from kbfast.topology.builder import Tables, build_tables, reverse_route_edges
 from kbfast.topology.kinds import UCIE_IO_KINDS, EdgeKind, Graph, NodeKind
 from kbfast.topology.names import locate, node_id, node_names
 from kbfast.topology.routing import ROUTE_KINDS, Router, flat_route
@@ -440,3 +440,22 @@ def test_hierarchical_equals_flat_property(small_tables, small_router, kind, a, 
     hier = small_router.route(s, d, kind)
     flat = flat_route(t, s, d, expected_graph(t, kind, s, d))
     np.testing.assert_array_equal(hier, flat)
+
+
+@pytest.mark.parametrize("kind", ["pe_dma", "memory"])
+def test_reverse_route_edges_retrace_each_route(kind: str) -> None:
+    """Route i reversed: its edges in reverse order, each edge the one between the same two nodes the
+    other way (switch links included, on random cross-SIP pairs)."""
+    t = build_tables(load_system("torus6"))
+    router = Router(t)
+    rng = np.random.default_rng(5)
+    pe = np.flatnonzero(t.node_kind == NodeKind.PE_DMA)
+    hbm = np.flatnonzero(t.node_kind == NodeKind.HBM_CTRL)
+    src = rng.choice(pe if kind == "pe_dma" else np.flatnonzero(t.node_kind == NodeKind.PCIE_EP), 300)
+    rs = router.routes(src, rng.choice(hbm, 300), kind)
+    rev = reverse_route_edges(t, rs.ptr, rs.edges)
+    for i in range(len(rs)):
+        fwd, back = rs.edges_of(i), rev[rs.ptr[i]:rs.ptr[i + 1]]
+        assert np.array_equal(t.edge_src[back], t.edge_dst[fwd[::-1]])
+        assert np.array_equal(t.edge_dst[back], t.edge_src[fwd[::-1]])
+    assert (t.edge_kind[rs.edges] == EdgeKind.PCIE).any()      # some routes cross the switch

@@ -17,8 +17,7 @@ from numba import njit
 from kbfast.config.schema import SystemSpec
 from kbfast.exact.replay import renumber
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, transfer_end
-from kbfast.ir import reverse_route_edges
-from kbfast.topology.builder import Tables
+from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
 
 KINDS = {"pe_dma": PE_REQ, "h2d": H2D, "d2h": D2H}
@@ -116,7 +115,8 @@ def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarr
     r_ptr = np.concatenate([rs.ptr, len(rs.edges) + rs.ptr[1:]]).astype(np.int64)
     rows = param_rows(variants or [t], edges, nodes)
     inv = inverse.ravel().astype(np.int64)
-    pset = np.zeros(len(src), np.int64) if pset is None else np.broadcast_to(np.asarray(pset, np.int64), src.shape).copy()
+    pset = np.zeros(len(src), np.int64) if pset is None else np.broadcast_to(np.asarray(pset, np.int64),
+                                                                              src.shape).copy()
     return isolated_batch(
         np.full(len(src), KINDS[kind], np.int64), nbytes, addr, inv, k + inv, pset, _by_set_and_route(pset, inv, k),
         r_ptr, edge_local[route_edges], node_local[t.edge_src[edges]], node_local[t.edge_dst[edges]],

@@ -33,11 +33,11 @@ from numba import njit
 
 from kbfast.fabric import bottleneck, ctrl_latency
 
-# The closed forms allocate nothing, so they run without NRT: no atomic reference counting on
-# their many array arguments (a third of a short route's time in a batch).
-
 # transfer kinds
 PE_REQ, H2D, D2H = 0, 1, 2
+
+# The closed forms below allocate nothing, so they run without NRT (``_nrt=False``): no atomic
+# reference counting on their many array arguments (a third of a short route's time in a batch).
 
 
 MEMO_SLOTS = 4   # prepared segments kept: a route's first three store-and-forward segments, and its last
@@ -56,8 +56,9 @@ def new_buf(max_route):  # pragma: no cover - jitted
 def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo):  # pragma: no cover
     """Fill the column arrays of segment edges[lo:hi]; return (K, sum_prop, Ctot).
 
-    ``buf`` (one memo slot of :func:`new_buf`) rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L, 7/8 the full-row lines
-    (slope F c, best intercept PX + SY_F per distinct slope; their count in buf[0, K]), 9 the memo.
+    ``buf`` (one memo slot of :func:`new_buf`) rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L,
+    7/8 the full-row lines (slope F c, best intercept PX + SY_F per distinct slope; their count in
+    buf[0, K]), 9 the memo.
     Only row 6 depends on the last flit's size: with ``memo >= 0`` (a caller's name for the
     attribute tables, unchanged while it uses that name) a call on the same segment, first-flit
     size and tables as the slot's previous call recomputes only row 6.

@@ -19,6 +19,7 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from kbfast.config.schema import SystemSpec
 from kbfast.topology.floorplan import PORTS, FloorPlan, build_floorplan
@@ -287,14 +288,31 @@ def _reverse_ids(src: np.ndarray, dst: np.ndarray, n_nodes: int) -> np.ndarray:
     return rev.astype(np.int32)
 
 
-def reverse_edges(t: Tables, edges: np.ndarray) -> np.ndarray:
-    """Global id of the reverse of each edge; raises if a directed edge has no reverse."""
-    edges = np.asarray(edges, np.int64)
-    eps, n_sips = t.layout.edges_per_sip, t.layout.n_sips
-    sip, local = np.divmod(edges, eps)
-    in_sip = edges < n_sips * eps
-    rev = np.where(in_sip, sip * eps + t.sip_edge_rev[np.minimum(local, eps - 1)],
-                   n_sips * eps + ((edges - n_sips * eps) ^ 1))
-    if np.any(in_sip & (t.sip_edge_rev[np.minimum(local, eps - 1)] < 0)):
+def reverse_route_edges(t: Tables, ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """For each route (CSR ``ptr``/``edges``), the edges of the reversed path (responses retrace the route,
+    spec_fabric §4.2): an edge inside a SIP reverses to its SIP-local reverse in the same SIP, a switch
+    link to its partner ``e ^ 1``.  Raises if a route uses a one-way edge."""
+    lay = t.layout
+    out, one_way = _reverse_routes(np.asarray(ptr, np.int64), np.asarray(edges, np.int64), t.sip_edge_rev,
+                                   lay.edges_per_sip, lay.n_sips)
+    if one_way:
         raise ValueError("a route uses a one-way edge and cannot be retraced")
-    return rev.astype(np.int32)
+    return out
+
+
+@njit(cache=True)
+def _reverse_routes(ptr, edges, sip_edge_rev, eps, n_sips):  # pragma: no cover - jitted
+    out = np.empty(len(edges), np.int32)
+    one_way = False
+    n_in_sips = n_sips * eps
+    for i in range(len(ptr) - 1):
+        lo, hi = ptr[i], ptr[i + 1]
+        for k in range(lo, hi):
+            e = edges[k]
+            if e < n_in_sips:
+                r = sip_edge_rev[e % eps]
+                one_way |= r < 0
+                out[lo + hi - 1 - k] = (e // eps) * eps + r
+            else:
+                out[lo + hi - 1 - k] = n_in_sips + ((e - n_in_sips) ^ 1)
+    return out, one_way
