@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbfast.config import load_system
-from kbfast.fast.evaluate import _merge_identical, _shared_entries, plan_fast
+from kbfast.fast.evaluate import _merge_identical, _same_shape_routes, _shared_entries, plan_fast
 from kbfast.fast.schedule import POINT, head_offsets, schedule
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -99,3 +99,26 @@ def test_point_schedule_on_groups_equals_the_unmerged_one(p, reverse) -> None:
     eg = plan.edge_group
     member = eg >= 0
     assert np.array_equal(merged[2][eg[member]], unmerged[2][:len(eg)][member])
+
+
+@pytest.mark.parametrize("preset, algorithm", [("torus6", "lrab"), ("mesh6", "ring"), ("ring6", "tree")])
+def test_same_shape_routes_group_by_closed_form_inputs(preset: str, algorithm: str) -> None:
+    """Channels share an isolated-latency memo exactly when their routes feed the closed form the same
+    values (source overhead; per edge c, propagation, next node's overhead and flit awareness)."""
+    t = build_tables(load_system(preset))
+    p = allreduce(t, Router(t), 4096, algorithm, None if algorithm == "lrab" else "cube_pe0").program
+    plan = plan_fast(p)
+    (_, _, _, _, ch_route, ch_iso_route, r_ptr, r_edges, e_src, e_dst, e_c, _, e_prop, n_ovh,
+     n_flit) = plan.args[:15]
+
+    def inputs(r: int) -> tuple:
+        edges = r_edges[r_ptr[r]:r_ptr[r + 1]]
+        return (n_ovh[e_src[edges[0]]], *((e_c[e], e_prop[e], n_ovh[e_dst[e]], bool(n_flit[e_dst[e]])) for e in edges))
+
+    first: dict[tuple, int] = {}
+    for r in ch_route:
+        first.setdefault(inputs(int(r)), int(r))
+    assert [first[inputs(int(r))] for r in ch_route] == list(ch_iso_route)
+    assert len(first) < len(ch_route)        # the memo is shared
+    rep = _same_shape_routes(np.arange(len(r_ptr) - 1), r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh, n_flit)
+    assert np.all(rep <= np.arange(len(rep))) and np.array_equal(rep[rep], rep)

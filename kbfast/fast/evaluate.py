@@ -84,6 +84,51 @@ def _data_routes(p: Program) -> np.ndarray:
     return out
 
 
+@njit(cache=True)
+def _same_shape_routes(routes, r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh, n_flit):  # pragma: no cover
+    """Per entry of ``routes``: the first entry whose route has the same closed-form inputs (the source's
+    overhead, then per edge c, propagation and the next node's overhead and flit awareness), so that
+    structurally identical routes (the same hop in another SIP or cube) share an isolated latency.
+
+    Routes are grouped by a 64-bit hash of those values and every member is compared value by value
+    with its group's first entry, so a hash collision only splits a group."""
+    n = len(routes)
+    h = np.empty(n, np.uint64)
+    for i in range(n):
+        r = routes[i]
+        x = np.uint64(14695981039346656037)
+        for k in range(r_ptr[r], r_ptr[r + 1]):
+            e = r_edges[k]
+            v = e_dst[e]
+            for word in (e_c[e], e_prop[e], n_ovh[v], 1.0 if n_flit[v] else 0.0):
+                x = (x ^ np.uint64(hash(word) & 0xFFFFFFFFFFFF)) * np.uint64(1099511628211)
+        x = (x ^ np.uint64(hash(n_ovh[e_src[r_edges[r_ptr[r]]]]) & 0xFFFFFFFFFFFF)) * np.uint64(1099511628211)
+        h[i] = x ^ np.uint64(r_ptr[r + 1] - r_ptr[r])
+    order = np.argsort(h, kind="mergesort")
+    rep = np.arange(n)
+    start = 0
+    for j in range(1, n + 1):
+        if j < n and h[order[j]] == h[order[start]]:
+            continue
+        first = order[start]          # the group's smallest entry (mergesort is stable)
+        for m in range(start + 1, j):
+            i = order[m]
+            a, b = routes[first], routes[i]
+            same = (r_ptr[a + 1] - r_ptr[a] == r_ptr[b + 1] - r_ptr[b]
+                    and n_ovh[e_src[r_edges[r_ptr[a]]]] == n_ovh[e_src[r_edges[r_ptr[b]]]])
+            k = 0
+            while same and k < r_ptr[a + 1] - r_ptr[a]:
+                ea, eb = r_edges[r_ptr[a] + k], r_edges[r_ptr[b] + k]
+                va, vb = e_dst[ea], e_dst[eb]
+                same = (e_c[ea] == e_c[eb] and e_prop[ea] == e_prop[eb] and n_ovh[va] == n_ovh[vb]
+                        and n_flit[va] == n_flit[vb])
+                k += 1
+            if same:
+                rep[i] = first
+        start = j
+    return rep
+
+
 def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                   n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float) -> BoundTables:
     """The flow classes of the interference bound (``kbfast.fast.bounds``): ops with the same payload route
@@ -346,8 +391,11 @@ def plan_fast(p: Program) -> Plan:
                                                                                       n_flit, n_ovh)
     share = sh_span[:, 1] > sh_span[:, 0]
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
-    args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), p.channels.route,
-            p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, c.node_hbm,
+    ch_route = p.channels.route.astype(np.int64)
+    ch_iso_route = ch_route[_same_shape_routes(ch_route, p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_prop,
+                                               n_ovh, n_flit)]
+    args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), ch_route,
+            ch_iso_route, p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, c.node_hbm,
             spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
             commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_span, sh_res, max_route, res_cap, res_ovh)
     head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, e_prop, n_ovh, n_flit,

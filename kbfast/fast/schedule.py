@@ -182,8 +182,8 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
 
 
 @njit(cache=True)
-def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
-             e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
+def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
+             e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
              switch_penalty, sh_span, sh_res, max_route, res_cap, res_ovh):  # pragma: no cover - jitted
     """Run the agents (kbfast.runtime); returns (runtime state, op_contended, resource_contended).
 
@@ -210,9 +210,9 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     for o in range(len(sh_span)):
         n_entries += sh_span[o, 1] - sh_span[o, 0]
     W = _scratch(P, len(res_cap), len(e_src), n_entries, n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
-    _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
-         e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
-         sh_span, sh_res, res_cap, res_ovh)
+    _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
+         e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
+         switch_penalty, sh_span, sh_res, res_cap, res_ovh)
     return S, W.o_contended, W.r_contended
 
 
@@ -248,9 +248,9 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
 # NRT the inlined runtime helpers pay no atomic reference counting on the many arrays of
 # P and S, which otherwise took most of the loop's time.  Allocation happens in schedule().
 @njit(cache=True, _nrt=False)
-def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, r_ptr, r_edges, e_src, e_dst,
-         e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit, switch_penalty,
-         sh_span, sh_res, res_cap, res_ovh):  # pragma: no cover - jitted
+def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
+         e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
+         switch_penalty, sh_span, sh_res, res_cap, res_ovh):  # pragma: no cover - jitted
     """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
@@ -352,13 +352,14 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
                 # Data to the receiver's pe_dma: source overhead, train, reassembly + its overhead.
                 r = ch_route[P.op_target[o]]
                 if np.isnan(iso[o]):
-                    if route_nbytes[r] != P.op_nbytes[o]:      # else: the route's last SEND had this size
-                        t_src = n_ovh[e_src[r_edges[r_ptr[r]]]]
-                        last, _, _ = train_exit_last(r_edges, r_ptr[r], r_ptr[r + 1], e_dst, e_c, e_prop, n_ovh,
+                    q = ch_iso_route[P.op_target[o]]             # the first route of r's shape
+                    if route_nbytes[q] != P.op_nbytes[o]:      # else: a SEND of this size on that shape
+                        t_src = n_ovh[e_src[r_edges[r_ptr[q]]]]
+                        last, _, _ = train_exit_last(r_edges, r_ptr[q], r_ptr[q + 1], e_dst, e_c, e_prop, n_ovh,
                                                      n_flit, t_src, P.op_nbytes[o], F, buf, 0)
-                        route_nbytes[r] = P.op_nbytes[o]
-                        route_iso[r] = last + n_ovh[e_dst[r_edges[r_ptr[r + 1] - 1]]]
-                    iso[o] = route_iso[r]
+                        route_nbytes[q] = P.op_nbytes[o]
+                        route_iso[q] = last + n_ovh[e_dst[r_edges[r_ptr[q + 1] - 1]]]
+                    iso[o] = route_iso[q]
                 lat[o] = iso[o]
                 route = r
             else:
