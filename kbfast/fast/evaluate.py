@@ -93,17 +93,19 @@ def _same_shape_routes(routes, r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh,
     Routes are grouped by a 64-bit hash of those values and every member is compared value by value
     with its group's first entry, so a hash collision only splits a group."""
     n = len(routes)
+    c_bits, p_bits, o_bits = e_c.view(np.uint64), e_prop.view(np.uint64), n_ovh.view(np.uint64)
+    prime = np.uint64(1099511628211)
     h = np.empty(n, np.uint64)
     for i in range(n):
         r = routes[i]
-        x = np.uint64(14695981039346656037)
+        x = (np.uint64(14695981039346656037) ^ o_bits[e_src[r_edges[r_ptr[r]]]]) * prime
         for k in range(r_ptr[r], r_ptr[r + 1]):
             e = r_edges[k]
             v = e_dst[e]
-            for word in (e_c[e], e_prop[e], n_ovh[v], 1.0 if n_flit[v] else 0.0):
-                x = (x ^ np.uint64(hash(word) & 0xFFFFFFFFFFFF)) * np.uint64(1099511628211)
-        x = (x ^ np.uint64(hash(n_ovh[e_src[r_edges[r_ptr[r]]]]) & 0xFFFFFFFFFFFF)) * np.uint64(1099511628211)
-        h[i] = x ^ np.uint64(r_ptr[r + 1] - r_ptr[r])
+            x = (x ^ c_bits[e]) * prime
+            x = (x ^ p_bits[e]) * prime
+            x = (x ^ o_bits[v] ^ np.uint64(n_flit[v])) * prime
+        h[i] = x
     order = np.argsort(h, kind="mergesort")
     rep = np.arange(n)
     start = 0
