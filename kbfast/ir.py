@@ -36,7 +36,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
-from kbfast.topology.names import cube_locals, node_id, node_name
+from kbfast.topology.names import cube_locals, node_name
 from kbfast.topology.routing import Router
 
 
