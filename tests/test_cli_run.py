@@ -132,16 +132,16 @@ def test_pe2pe_csv(runner: CliRunner) -> None:
     raw = _csv(run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--raw-dma", "--format", "csv"))
     assert ipcq["workload"] == raw["workload"] == "pe2pe_h3" and ipcq["nbytes"] == 4096
     assert {"latency_ns", "busbw_gbps", "latency_lo_ns", "latency_hi_ns", "contention"} <= set(ipcq)
-    # exact-mode values (test_calibration_collectives): IPCQ 176.625, raw DMA 197.5; the fast path is exact here
-    assert ipcq["latency_ns"] == 176.625 and raw["latency_ns"] == 197.5
+    # exact-mode values (test_calibration_collectives): IPCQ 116.625, raw DMA 137.5; the fast path is exact here
+    assert ipcq["latency_ns"] == 116.625 and raw["latency_ns"] == 137.5
     assert ipcq["n_ops"] == 4 and raw["n_ops"] == 4
 
 
 def test_pe2pe_exact_and_no_consume(runner: CliRunner) -> None:
     ex = run_json(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--exact")
     nc = run_json(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--no-consume", "--compare")
-    assert ex["mode"] == "exact" and ex["latency_ns"] == 176.625
-    assert nc["latency_ns"] == 176.625 - 8.0                   # no slot read: 4096 / 512
+    assert ex["mode"] == "exact" and ex["latency_ns"] == 116.625
+    assert nc["latency_ns"] == 116.625 - 8.0                   # no slot read: 4096 / 512
     assert nc["rel_error"] == 0.0
 
 

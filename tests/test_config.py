@@ -154,7 +154,7 @@ def test_override_into_a_mapping_the_file_does_not_set(tmp_path, spec):
     """A dotted --set reaches a free-form mapping (routing.weight_mm), also when the file leaves it out."""
     s = load_system(overrides={"routing.weight_mm.router_mesh": 1.0})
     assert s.routing.weight_mm == {**spec.routing.weight_mm, "router_mesh": 1.0}
-    p = write(tmp_path, "noweights.yaml", "base: ahbm_2sip\nrouting: {policy: mm}\n")
+    p = write(tmp_path, "noweights.yaml", "base: ahbm_2sip\nrouting: {policy: balanced}\n")
     label, raw = load_raw(p)
     raw["routing"].pop("weight_mm", None)
     s = validate(label, apply_overrides(raw, {"routing.weight_mm.pe_to_router": 3.0}))

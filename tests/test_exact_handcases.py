@@ -133,9 +133,11 @@ def test_one_extra_mesh_hop(t0: Tables, nbytes: int) -> None:
     assert hop - local == 2 + 1 + 2
 
 
-def test_one_extra_mesh_hop_with_propagation(tables: Tables, router: Router) -> None:
-    # Default topology (propagation on): the r0c0 <-> r0c1 wires add their propagation once on the way
-    # there and once on the response; everything else as above.  16 KiB: 64 + 18 + 2 * prop.
+def test_one_extra_mesh_hop_with_propagation() -> None:
+    # Default topology with propagation on (2.5 ns/mm): the r0c0 <-> r0c1 wires add their propagation once on
+    # the way there and once on the response; everything else as above.  16 KiB: 64 + 18 + 2 * prop.
+    tables = build_tables(load_system(overrides={"fabric.ns_per_mm": 2.5}))
+    router = Router(tables)
     e = router.route(node_id(tables, "sip0.cube0.r0c0"), node_id(tables, "sip0.cube0.r0c1"), "pe_dma")
     back = router.route(node_id(tables, "sip0.cube0.r0c1"), node_id(tables, "sip0.cube0.r0c0"), "pe_dma")
     assert len(e) == 1 and len(back) == 1

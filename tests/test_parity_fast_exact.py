@@ -37,23 +37,32 @@ REL = 1e-9
 
 # --------------------------------------------------------------------------------------------------------------
 # P2 point-estimate tolerance: |fast makespan - exact makespan| / exact makespan, per (case, size), on the
-# default topology (ahbm_2sip).  Each value is the error measured when this table was written (in the
-# comment, %) rounded up by a small margin, so the test pins today's accuracy and fails on any regression.
-# A 0.0 entry means the point estimate is exact today (checked to 1e-9).  Entries above the design's 5 %
-# limit (design §7 P2) are known gaps of the fluid max-min model, not accepted targets:
-#   ctrl_hot_3 @ 16 KiB, all_pe_cube0_to_pe0 @ 4 KiB / 16 KiB, ucie_eastbound_8pe @ 256 B,
-#   sip_hotspot_pe0 @ 256 B.
-# If a model change improves an entry, tighten it here.
+# default topology (ahbm_2sip, kernbench routing).  Each value is the error measured when this table was written
+# (in the comment, %) rounded up to the next 0.5 % with a margin of at least 0.05 %, so the test pins today's
+# accuracy and fails on any regression.  A 0.0 entry means the point estimate is exact today (checked to 1e-9).
+# Entries above the 5 % target of issue "Reference fidelity" (design §7 P2) are known gaps of the fluid max-min
+# model, listed per case and size in docs/fast_path.md; they are not accepted targets.  The kernbench router
+# funnels cross-cube flows through UCIe endpoints used as buses, which is where ucie_eastbound_8pe and
+# sip_hotspot_pe0 lose accuracy at small sizes.  If a model change improves an entry, tighten it here.
 P2_TOLERANCE: dict[str, dict[int, float]] = {
-    #                       256 B          4 KiB          16 KiB         64 KiB
-    "ctrl_hot_1":          {256: 0.0,     4096: 0.0,     16384: 0.0,    65536: 0.0},      # 0, 0, 0, 0 (one flow)
-    "ctrl_hot_2":          {256: 0.0,     4096: 0.0,     16384: 0.035,  65536: 0.015},    # 0, 0, -3.000, -1.027
-    "ctrl_hot_3":          {256: 0.0,     4096: 0.065,   16384: 0.105,  65536: 0.037},    # 0, +5.844, +10.036, +3.275
-    "all_pe_cube0_to_pe0": {256: 0.035,   4096: 0.235,   16384: 0.085,  65536: 0.02},     # +3.017, +23.009, +8.160, +1.698
-    "ucie_eastbound_8pe":  {256: 0.265,   4096: 0.02,    16384: 0.01,   65536: 0.005},    # +25.909, -1.561, -0.812, -0.278
-    "sip_hotspot_pe0":     {256: 0.255,   4096: 0.052,   16384: 0.005,  65536: 0.005},    # -24.957, +4.755, +0.279, -0.198
+    #                      256 B   4 KiB       16 KiB       64 KiB       256 KiB       1 MiB
+    "ctrl_hot_1":          {256: 0.0, 4 * KiB: 0.0, 16 * KiB: 0.0, 64 * KiB: 0.0, 256 * KiB: 0.0, MiB: 0.0},
+    #                        +0.000, +0.000, +0.000, +0.000, +0.000, +0.000 (one flow)
+    "ctrl_hot_2":          {256: 0.0, 4 * KiB: 0.07, 16 * KiB: 0.03, 64 * KiB: 0.01, 256 * KiB: 0.005, MiB: 0.005},
+    #                        +0.000, -6.452, -2.532, -0.738, -0.192, -0.049
+    "ctrl_hot_3":          {256: 0.045, 4 * KiB: 0.09, 16 * KiB: 0.0, 64 * KiB: 0.0, 256 * KiB: 0.0, MiB: 0.0},
+    #                        -4.082, +8.642, +0.000, +0.000, +0.000, +0.000
+    "all_pe_cube0_to_pe0": {256: 0.245, 4 * KiB: 0.04, 16 * KiB: 0.015, 64 * KiB: 0.01, 256 * KiB: 0.005,
+                            MiB: 0.005},
+    #                        -24.444, +3.468, -1.228, -0.616, -0.157, -0.040
+    "ucie_eastbound_8pe":  {256: 0.17, 4 * KiB: 0.165, 16 * KiB: 0.085, 64 * KiB: 0.025, 256 * KiB: 0.01,
+                            MiB: 0.005},
+    #                        +16.739, +16.283, +8.259, +2.198, +0.558, +0.140
+    "sip_hotspot_pe0":     {256: 0.17, 4 * KiB: 0.05, 16 * KiB: 0.015, 64 * KiB: 0.005, 256 * KiB: 0.005,
+                            MiB: 0.005},
+    #                        +16.531, +4.880, +1.296, +0.331, +0.083, +0.021
 }
-P2_SIZES = (256, 4 * KiB, 16 * KiB, 64 * KiB)
+P2_SIZES = (256, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB)
 
 # P1: every single-issuer, contention-free probe case of the default topology (checked against the
 # catalogue in test_p1_case_list_is_complete) and the sizes, with partial flits around one flit.

@@ -65,7 +65,7 @@ def test_points_reuse_unblocked_rings(torus6, algorithm: str, ranks: str | None)
     """A size and kind whose runs blocked no SEND are reused for every n_slots above the ring peak;
     the batch equals one point per call (no reuse) bit for bit, blocked points included."""
     t, router = torus6
-    sizes, kinds, slots = (np.array(a).ravel() for a in np.meshgrid([16, 4096, 96 * 1024], [0, 2], [8, 1, 4, 2],
+    sizes, kinds, slots = (np.array(a).ravel() for a in np.meshgrid([16, 4096, 96 * 1024], [0, 2], [16, 8, 1, 4, 2],
                                                                    indexing="ij"))
     kinds = np.array(["tcm", "sram", "hbm"])[kinds]
     df = allreduce_points(t, router, sizes, kinds, slots, algorithm, ranks)
@@ -74,7 +74,7 @@ def test_points_reuse_unblocked_rings(torus6, algorithm: str, ranks: str | None)
         one = allreduce_points(t, router, [row.size], [row.buffer_kind], [row.n_slots], algorithm, ranks)
         assert tuple(one.iloc[0][cols]) == tuple(getattr(row, c) for c in cols)
     free = df[df.n_slots > df.ring_peak]
-    widest = df[df.n_slots == 8].set_index(["size", "buffer_kind"])
+    widest = df[df.n_slots == 16].set_index(["size", "buffer_kind"])
     assert len(free) > len(widest)           # some points did reuse an unblocked run
     for row in free.itertuples(index=False):
         assert row.latency_ns == widest.loc[(row.size, row.buffer_kind), "latency_ns"]

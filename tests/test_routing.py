@@ -3,6 +3,8 @@ hierarchical composition against flat Dijkstra on the whole system graph."""
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,7 +15,7 @@ from kbfast.errors import RoutingError
 from kbfast.topology.builder import Tables, build_tables, reverse_route_edges
 from kbfast.topology.kinds import UCIE_IO_KINDS, EdgeKind, Graph, NodeKind
 from kbfast.topology.names import locate, node_id, node_names
-from kbfast.topology.routing import ROUTE_KINDS, Router, flat_route
+from kbfast.topology.routing import POLICIES, ROUTE_KINDS, Router, build_csr, flat_route, name_ranks
 
 IO_SIDE_NODES = {NodeKind.SWITCH, NodeKind.PCIE_EP, NodeKind.IO_CPU, NodeKind.IO_NOC, NodeKind.IO_UCIE,
                  NodeKind.IO_CONN, NodeKind.UCIE, NodeKind.UCIE_CONN}
@@ -379,12 +381,13 @@ def assert_matches_flat(t: Tables, router: Router, pairs: list[tuple[str, int, i
     return seen_graphs
 
 
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("fixture,seed,n_each", [("tables", 1, 6), ("torus6_tables", 2, 5), ("small_tables", 3, 6)])
-def test_hierarchical_routes_equal_flat_dijkstra(request, fixture, seed, n_each):
+def test_hierarchical_routes_equal_flat_dijkstra(request, fixture, seed, n_each, policy):
     t = request.getfixturevalue(fixture)
-    router = Router(t)
+    router = Router(t, policy=policy)
     pairs = sample_pairs(t, seed, n_each)
-    graphs = assert_matches_flat(t, router, pairs)
+    graphs = assert_matches_flat(t, router, pairs, policy)
     assert graphs == set(Graph)
     # The samples really cover cross-SIP routes.
     assert any(locate(t, s)[0] != locate(t, d)[0] for _, s, d in pairs)
@@ -402,7 +405,7 @@ def test_hops_policy_from_config():
     assert router.policy == "hops"
     assert_matches_flat(t, router, sample_pairs(t, 5, 2), policy="hops")
     # Under hops, a route never has more edges than the mm route of the same pair.
-    mm = Router(t, policy="mm")
+    mm = Router(t, policy="balanced")
     for kind, s, d in sample_pairs(t, 6, 2):
         assert len(router.route(s, d, kind)) <= len(mm.route(s, d, kind))
     s, d = node_id(t, "sip0.cube0.pe0.pe_dma"), node_id(t, "sip0.cube0.hbm_ctrl.pe0")
@@ -459,3 +462,72 @@ def test_reverse_route_edges_retrace_each_route(kind: str) -> None:
         assert np.array_equal(t.edge_src[back], t.edge_dst[fwd[::-1]])
         assert np.array_equal(t.edge_dst[back], t.edge_src[fwd[::-1]])
     assert (t.edge_kind[rs.edges] == EdgeKind.PCIE).any()      # some routes cross the switch
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The kernbench policy against a plain-Python PathRouter: heapq over (distance, full node name) tuples, strict
+# improvement only, PE blocks and HBM controllers never transit (README decisions, "routing").
+
+def _owner(name: str) -> str | None:
+    """The PE or HBM controller a node belongs to (``sip0.cube1.pe3``, ``sip0.cube1.hbm_ctrl.pe3``), else None."""
+    parts = name.split(".")
+    if len(parts) >= 4 and parts[-2].startswith("pe") and parts[-2][2:].isdigit() and parts[-1].startswith("pe_"):
+        return ".".join(parts[:-1])
+    return name if "hbm_ctrl" in name else None
+
+
+def heapq_path_router(t: Tables, graph: Graph, src: int, dst: int) -> list[str]:
+    names = node_names(t, np.arange(t.n_nodes))
+    mm_um = np.rint(t.edge_mm * t.plan.units_per_mm).astype(np.int64)
+    ptr, adj = build_csr(t.n_nodes, t.edge_src, t.edge_kind, graph)
+    home = _owner(names[src])
+    dist, pred, heap = {names[src]: 0}, {}, [(0, names[src], src)]
+    while heap:
+        d, name, u = heapq.heappop(heap)
+        if d > dist[name]:
+            continue
+        for e in adj[ptr[u]:ptr[u + 1]]:
+            v = int(t.edge_dst[e])
+            if _owner(name) not in (None, home) and _owner(names[v]) != _owner(name):
+                continue   # a foreign PE or controller is never a transit node
+            nd = d + int(mm_um[e])
+            if nd < dist.get(names[v], 1 << 62):
+                dist[names[v]], pred[names[v]] = nd, name
+                heapq.heappush(heap, (nd, names[v], v))
+    route, node = [names[dst]], names[dst]
+    while node != names[src]:
+        node = pred[node]
+        route.append(node)
+    return route[::-1]
+
+
+def test_name_order_is_string_order():
+    assert list(name_ranks(["sip2.io0.pcie_ep", "sip10.io0.pcie_ep", "fabric.switch0"])) == [2, 1, 0]
+
+
+@pytest.mark.parametrize("n_sips", [2, 12])
+def test_kernbench_router_equals_plain_heapq_path_router(n_sips):
+    """Hierarchical kernbench routes == a plain heapq Dijkstra over full names on the whole system; with 12
+    SIPs, ``sip10`` and ``sip11`` sort before ``sip2`` in the heap."""
+    t = build_tables(load_system(overrides={"sips.count": n_sips, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 2,
+                                            "routing.policy": "kernbench"}))
+    router = Router(t)
+    pairs = sample_pairs(t, 11, 2) + [("pe_dma", node_id(t, "sip0.cube0.pe0.pe_dma"), node_id(t, "sip0.cube3.hbm_ctrl.pe7"))]
+    if n_sips > 10:
+        pairs.append(("pe_dma", node_id(t, "sip10.cube1.pe2.pe_dma"), node_id(t, "sip2.cube2.hbm_ctrl.pe5")))
+    for kind, s, d in pairs:
+        ours = node_names(t, router.route_nodes(s, d, kind))
+        assert ours == heapq_path_router(t, expected_graph(t, kind, s, d), s, d), (kind, ours[0], ours[-1])
+
+
+def test_kernbench_uses_an_endpoint_as_a_zero_length_bus(tables, router):
+    """Cross-cube routes are not fenced: the far-cube route bounces through UCIe endpoints (conn -> ucie-P ->
+    conn of the same port), which the balanced policy never does."""
+    s, d = node_id(tables, "sip0.cube0.pe0.pe_dma"), node_id(tables, "sip0.cube15.hbm_ctrl.pe2")
+
+    def bounces(r: Router) -> int:
+        names = node_names(tables, r.route_nodes(s, d))
+        return sum(a.startswith(b + ".conn") and c.startswith(b + ".conn") for a, b, c in zip(names, names[1:], names[2:]))
+
+    assert router.policy == "kernbench" and bounces(router) > 0
+    assert bounces(Router(tables, policy="balanced")) == 0

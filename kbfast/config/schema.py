@@ -194,14 +194,16 @@ class Pe(Strict):
 
 
 class Routing(Strict):
-    """Route choice (spec_fabric §4.2): Dijkstra on millimetres, or on hop count.
+    """Route choice (spec_fabric §4.2; docs/routing.md).
 
-    ``weight_mm`` overrides the routing weight of whole edge kinds (the
-    original's ``routing_weight_mm``, spec_fabric §3, §10); propagation still
-    uses the physical length.
+    ``kernbench``: the original PathRouter, Dijkstra on millimetres with (distance, name) ties;
+    ``balanced``: Dijkstra on millimetres with fenced UCIe endpoints, fewest edges then smallest
+    edge id on ties; ``hops``: fewest edges.  ``weight_mm`` overrides the routing weight of whole
+    edge kinds (the original's ``routing_weight_mm``, spec_fabric §3, §10); propagation still uses
+    the physical length.
     """
 
-    policy: Literal["mm", "hops"]
+    policy: Literal["kernbench", "balanced", "hops"]
     weight_mm: dict[str, NonNegativeFloat] = Field(default_factory=dict)
 
 

@@ -43,6 +43,7 @@ class FloorPlan:
     conn_router: dict[str, tuple[int, ...]]      # port -> router index per connection
     pe_rows: tuple[int, ...]
     pe_cols: tuple[int, ...]
+    units_per_mm: int = 1000  # exact length unit for routing: 1 µm / every interval count used to place rows and columns
 
     @property
     def n_routers(self) -> int:
@@ -56,7 +57,7 @@ class FloorPlan:
         return self.col_x[col], self.row_y[row]
 
 
-def _columns(pe_x: list[float], max_spacing: float) -> list[float]:
+def _columns(pe_x: list[float], max_spacing: float, divisions: list[int]) -> list[float]:
     xs = sorted(set(pe_x))
     cols = [xs[0]]
     for a, b in zip(xs, xs[1:]):
@@ -64,6 +65,7 @@ def _columns(pe_x: list[float], max_spacing: float) -> list[float]:
         n_relay = math.ceil(gap / max_spacing - 1e-9) - 1 if gap > max_spacing else 0
         cols += [a + gap * (i + 1) / (n_relay + 1) for i in range(n_relay)]
         cols.append(b)
+        divisions.append(n_relay + 1)
     return cols
 
 
@@ -77,7 +79,8 @@ def build_floorplan(cube: CubeLayout) -> FloorPlan:
     corner_xy = {"NW": [(x, inset) for x in west], "NE": [(x, inset) for x in east],
                  "SW": [(x, h - inset) for x in west], "SE": [(x, h - inset) for x in east]}
     pe_xy = [xy for c in CORNERS for xy in corner_xy[c]]
-    col_x = _columns([x for x, _ in pe_xy], cube.noc.max_spacing_mm)
+    divisions: list[int] = []
+    col_x = _columns([x for x, _ in pe_xy], cube.noc.max_spacing_mm, divisions)
 
     n_conn = max(cube.ucie.n_connections, 2)
     rows_per_half = math.ceil(n_conn / 2)
@@ -86,6 +89,7 @@ def build_floorplan(cube: CubeLayout) -> FloorPlan:
     top = _spread(inset, hbm_top - gap, rows_per_half)
     bottom = _spread(hbm_bot + gap, h - inset, rows_per_half)
     row_y = top + [hbm_top, hbm_bot] + bottom
+    divisions.append(max(rows_per_half - 1, 1))
     hbm_rows = (rows_per_half, rows_per_half + 1)
     hole_cols = (len(col_x) // 2 - 1, len(col_x) // 2)
     routers = tuple((r, c) for r in range(len(row_y)) for c in range(len(col_x))
@@ -115,7 +119,7 @@ def build_floorplan(cube: CubeLayout) -> FloorPlan:
     return FloorPlan(col_x=tuple(col_x), row_y=tuple(row_y), routers=routers, pe_xy=tuple(pe_xy),
                      pe_router=tuple(pe_router), m_cpu_router=nearest(cube.placement.m_cpu_mm),
                      sram_router=nearest(cube.placement.sram_mm), conn_router=conn_router,
-                     pe_rows=pe_rows, pe_cols=pe_cols)
+                     pe_rows=pe_rows, pe_cols=pe_cols, units_per_mm=1000 * math.lcm(*divisions))
 
 
 def _spread(a: float, b: float, n: int) -> list[float]:

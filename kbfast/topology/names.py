@@ -78,6 +78,11 @@ def node_name(t: Tables, node: int) -> str:
     return f"sip{sip}.cube{cube}.{t.cube_names[local]}"
 
 
+def sip_local_names(t: Tables) -> list[str]:
+    """Names of one SIP's nodes in SIP-local id order, without the ``sip{S}.`` prefix."""
+    return list(t.io_names) + [f"cube{c}.{n}" for c in range(t.layout.n_cubes_per_sip) for n in t.cube_names]
+
+
 def node_names(t: Tables, nodes: np.ndarray) -> list[str]:
     return [node_name(t, int(n)) for n in nodes]
 

@@ -1,26 +1,30 @@
-"""Deterministic routing: the original PathRouter rule, composed hierarchically.
+"""Deterministic routing: three policies over the explicit graph, composed hierarchically.
 
-Rule (spec_fabric §4.2, spec README "routing"): Dijkstra over the explicit
-graph, each edge weighted by its millimetres (integer micrometres here, so
-that equal lengths compare exactly), on one of four adjacency graphs
-(:class:`~kbfast.topology.kinds.Graph`).  The ``hops`` policy weights every
-edge 1 instead.
+Policies (``routing.policy``; docs/routing.md):
 
-Tie rule, independent of heap order: among shortest routes prefer the fewest
-edges; among those, each node keeps the incoming edge with the smallest edge
-id.  The builder orders vertical mesh links before horizontal ones, so
-equal-length mesh routes go X first (ADR-0017 D7).
+* ``kernbench`` (default): the original PathRouter (spec_fabric §4.2, README decisions "routing").
+  Dijkstra on edge millimetres, held as exact integers (:attr:`FloorPlan.units_per_mm`), with a
+  binary heap of ``(distance, node name)``; distance and predecessor change only on a strict
+  improvement, so among equal-length routes the predecessor that settles first, by (distance,
+  name), wins.  Cross-cube routes are not fenced: a UCIe endpoint, 0 mm from its connections, can
+  join two connection routers.  PE blocks and HBM controllers are never transit nodes.
+* ``balanced``: the same millimetres plus :data:`BALANCED_WEIGHT_MM` (endpoints fenced, fewest cube
+  crossings); ties go to the fewest edges, then the smallest incoming edge id.  The builder orders
+  vertical mesh links before horizontal ones, so equal-length mesh routes go X first (ADR-0017 D7).
+* ``hops``: every edge weighs 1, ties as ``balanced``.
 
-Hierarchical composition, exactly equal to flat Dijkstra on the whole system
+One of four adjacency graphs applies per route kind (:class:`~kbfast.topology.kinds.Graph`).
+
+Hierarchical composition, exactly equal to flat Dijkstra on the whole system for every policy
 (tested in ``tests/test_routing.py``):
 
-* SIPs are identical and ids are laid out by offset, so shortest-path trees
-  are computed once on the SIP template and reused for every SIP;
-* a SIP joins the rest of the system only through its ``pcie_ep`` (a cut
-  vertex of the switch star), so a cross-SIP route is
+* SIPs are identical and ids are laid out by offset, so shortest-path trees are computed once on
+  the SIP template and reused for every SIP.  Inside a SIP every name starts with ``sip{S}.``, so
+  the SIP-local name suffixes order the heap as the full names do;
+* a SIP joins the rest of the system only through its ``pcie_ep`` (a cut vertex of the switch
+  star), so a cross-SIP route is
   ``tree(src -> pcie_ep_a) + pcie_ep_a -> switch -> pcie_ep_b + tree(pcie_ep_b -> dst)``;
-  distances beyond a cut vertex are shifted by a constant, which keeps the
-  tie rule's choices;
+  distances beyond a cut vertex are shifted by a constant, which keeps every tie rule's choices;
 * same-cube routes use the LOCAL graph (LOCAL_DATA for PE DMA), which has no UCIe/IO edges and so
   never leaves the cube.
 """
@@ -35,20 +39,51 @@ from numba import njit
 
 from kbfast.errors import RoutingError
 from kbfast.topology.builder import Tables
-from kbfast.topology.kinds import EXCLUDED_KINDS, EdgeKind, Graph
-from kbfast.topology.names import node_name
+from kbfast.topology.kinds import EXCLUDED_KINDS, PE_BLOCKS, EdgeKind, Graph
+from kbfast.topology.names import node_name, node_names, sip_local_names
 
 ROUTE_KINDS = ("pe_dma", "memory", "mcpu_dma", "node")
 
 
-def edge_weights(mm: np.ndarray, kind: np.ndarray, policy: str, weight_mm: dict[str, float]) -> np.ndarray:
-    """Routing weight per edge: micrometres (``mm`` policy, with per-kind overrides) or 1 (``hops``)."""
+POLICIES = ("kernbench", "balanced", "hops")
+
+# The ``balanced`` policy's own routing_weight_mm per edge kind (user overrides go on top): an
+# endpoint crossing costs 2 x 8 mm, so a cross-cube route never uses a cube's UCIe endpoint as a
+# bus between its connections and takes the fewest cube crossings; the IO chiplet's 2 x 20 mm
+# keep traffic between cubes of a SIP off the IO chiplet (docs/routing.md).
+BALANCED_WEIGHT_MM = {"ucie_internal": 8.0, "io_to_cube": 20.0, "cube_to_io": 20.0}
+
+
+def edge_weights(mm: np.ndarray, kind: np.ndarray, policy: str, weight_mm: dict[str, float],
+                 unit_per_mm: int = 1000) -> np.ndarray:
+    """Routing weight per edge as an exact integer.
+
+    ``kernbench`` and ``balanced``: millimetres in units of ``1/unit_per_mm`` mm (the floor
+    plan's :attr:`~kbfast.topology.floorplan.FloorPlan.units_per_mm`, so that equal-length routes
+    tie exactly), with ``weight_mm`` overriding whole edge kinds (the original's
+    ``routing_weight_mm``; ``balanced`` adds :data:`BALANCED_WEIGHT_MM` under the overrides).
+    ``hops``: 1 per edge.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"routing policy must be one of {POLICIES}, got {policy!r}")
     if policy == "hops":
         return np.ones(len(mm), np.int64)
     mm = mm.copy()
-    for name, value in weight_mm.items():
+    overrides = {**BALANCED_WEIGHT_MM, **weight_mm} if policy == "balanced" else weight_mm
+    for name, value in overrides.items():
         mm[kind == EdgeKind[name.upper()]] = value
-    return np.rint(mm * 1000.0).astype(np.int64)
+    return np.rint(mm * unit_per_mm).astype(np.int64)
+
+
+PE_BLOCK_NAMES = frozenset(PE_BLOCKS)
+
+
+def name_ranks(names: list[str] | tuple[str, ...]) -> np.ndarray:
+    """Rank of each node name in string order (``sip10`` sorts before ``sip2``), for the kernbench tie rule."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), np.int64)
+    rank[order] = np.arange(len(names))
+    return rank
 
 
 def build_csr(n_nodes: int, src: np.ndarray, kind: np.ndarray, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +127,70 @@ def shortest_path_tree(n_nodes, adj_ptr, adj_edge, edge_dst, weight, source):  #
             elif nd == dist[v] and nh == hops[v] and e < pred[v]:
                 pred[v] = e
     return pred
+
+
+@njit(cache=True)
+def kernbench_tree(n_nodes, adj_ptr, adj_edge, edge_dst, weight, rank, group, source):  # pragma: no cover
+    """The original PathRouter's Dijkstra (spec_fabric §4.2): a binary heap of ``(distance, name)``.
+
+    A node's distance and predecessor change only on a strict improvement, so nodes settle in
+    (distance, name rank) order and, among equal-length routes, the predecessor that settles first
+    wins.  Every heap key is distinct (a node is pushed once per distance value), so the pops, and
+    so the tree, do not depend on the heap's layout.  PE blocks and HBM controllers are never
+    transit nodes: an edge that leaves a PE or controller ``group`` (>= 0) for another group or
+    the fabric is taken only from the source's own group.  Returns ``pred_edge``.
+    """
+    big = np.iinfo(np.int64).max
+    dist = np.full(n_nodes, big, np.int64)
+    pred = np.full(n_nodes, -1, np.int32)
+    dist[source] = 0
+    home = group[source]
+    heap = [(np.int64(0), rank[source], np.int64(source))]
+    while heap:
+        d, _, u = heapq.heappop(heap)
+        if d != dist[u]:
+            continue
+        gu = group[u]
+        for k in range(adj_ptr[u], adj_ptr[u + 1]):
+            e = adj_edge[k]
+            v = edge_dst[e]
+            if gu >= 0 and gu != home and group[v] != gu:
+                continue
+            nd = d + weight[e]
+            if nd < dist[v]:
+                dist[v] = nd
+                pred[v] = e
+                heapq.heappush(heap, (nd, rank[v], np.int64(v)))
+    return pred
+
+
+def policy_tree(policy: str, n_nodes: int, csr: tuple[np.ndarray, np.ndarray], edge_dst: np.ndarray,
+                weight: np.ndarray, rank: np.ndarray, group: np.ndarray, source: int) -> np.ndarray:
+    """Shortest-path tree (``pred_edge``) from ``source`` under a policy's tie rule."""
+    ptr, adj = csr
+    if policy == "kernbench":
+        return kernbench_tree(n_nodes, ptr, adj, edge_dst, weight, rank, group, np.int64(source))
+    return shortest_path_tree(n_nodes, ptr, adj, edge_dst, weight, np.int64(source))
+
+
+def transit_groups(names: list[str]) -> np.ndarray:
+    """Group id per node name: one per PE (its blocks ``...pe{X}.*``) and one per HBM controller, -1 elsewhere.
+
+    Names are full or SIP-local (spec_fabric §1.5); what precedes ``pe{X}.`` or ``hbm_ctrl.pe{X}`` keeps
+    the PEs of different cubes and SIPs apart.
+    """
+    ids: dict[str, int] = {}
+    out = np.full(len(names), -1, np.int64)
+    for i, name in enumerate(names):
+        head, _, last = name.rpartition(".")
+        if head.rsplit(".", 1)[-1].startswith("pe") and last in PE_BLOCK_NAMES:
+            key = head
+        elif head.endswith("hbm_ctrl"):
+            key = name
+        else:
+            continue
+        out[i] = ids.setdefault(key, len(ids))
+    return out
 
 
 @njit(cache=True)
@@ -180,8 +279,13 @@ class Router:
         self.t = tables
         self.policy = policy or tables.spec.routing.policy
         lay = tables.layout
-        self._w = edge_weights(tables.sip_edge_mm, tables.sip_edge_kind, self.policy, tables.spec.routing.weight_mm)
+        self._w = edge_weights(tables.sip_edge_mm, tables.sip_edge_kind, self.policy, tables.spec.routing.weight_mm,
+                               tables.plan.units_per_mm)
         self._csr = {g: build_csr(lay.nodes_per_sip, tables.sip_edge_src, tables.sip_edge_kind, g) for g in Graph}
+        # Inside one SIP every name starts with ``sip{S}.``, so the suffixes order them (spec_fabric §1.5).
+        names = sip_local_names(tables)
+        self._rank = name_ranks(names)
+        self._group = transit_groups(names)
         self._rows: dict[tuple[int, int], int] = {}
         self._preds: list[np.ndarray] = []
         self._stacked = np.zeros((0, tables.layout.nodes_per_sip), np.int32)
@@ -192,9 +296,8 @@ class Router:
         key = (int(graph), int(local_src))
         row = self._rows.get(key)
         if row is None:
-            ptr, adj = self._csr[graph]
-            pred = shortest_path_tree(self.t.layout.nodes_per_sip, ptr, adj, self.t.sip_edge_dst, self._w,
-                                      np.int64(local_src))
+            pred = policy_tree(self.policy, self.t.layout.nodes_per_sip, self._csr[graph], self.t.sip_edge_dst,
+                               self._w, self._rank, self._group, local_src)
             row = self._rows[key] = len(self._preds)
             self._preds.append(pred)
         return row
@@ -260,11 +363,14 @@ class Router:
 
 
 def flat_route(tables: Tables, src: int, dst: int, graph: Graph, policy: str | None = None) -> np.ndarray:
-    """Reference: Dijkstra with the same tie rule on the whole flat system graph (for tests)."""
-    ptr, adj = build_csr(tables.n_nodes, tables.edge_src, tables.edge_kind, graph)
-    w = edge_weights(tables.edge_mm, tables.edge_kind, policy or tables.spec.routing.policy,
-                     tables.spec.routing.weight_mm)
-    pred = shortest_path_tree(tables.n_nodes, ptr, adj, tables.edge_dst, w, np.int64(src))
+    """Reference: Dijkstra with the policy's tie rule on the whole flat system graph, full node names
+    included (for tests of the hierarchical composition)."""
+    policy = policy or tables.spec.routing.policy
+    csr = build_csr(tables.n_nodes, tables.edge_src, tables.edge_kind, graph)
+    w = edge_weights(tables.edge_mm, tables.edge_kind, policy, tables.spec.routing.weight_mm,
+                     tables.plan.units_per_mm)
+    names = node_names(tables, np.arange(tables.n_nodes))
+    pred = policy_tree(policy, tables.n_nodes, csr, tables.edge_dst, w, name_ranks(names), transit_groups(names), src)
     buf = np.empty(tables.n_nodes, np.int32)
     n = _walk(pred, tables.edge_src, src, dst, buf)
     if n < 0:
@@ -272,4 +378,4 @@ def flat_route(tables: Tables, src: int, dst: int, graph: Graph, policy: str | N
     return buf[:n][::-1].copy()
 
 
-__all__ = ["ROUTE_KINDS", "RouteSet", "Router", "flat_route"]
+__all__ = ["POLICIES", "ROUTE_KINDS", "RouteSet", "Router", "flat_route"]

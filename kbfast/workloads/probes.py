@@ -67,15 +67,21 @@ class ProbeCase:
 
 def _route_weight(t: Tables, router: Router, src: int, dst: int) -> int:
     edges = router.route(src, dst, "pe_dma")
-    w = edge_weights(t.edge_mm, t.edge_kind, router.policy, t.spec.routing.weight_mm)
+    w = edge_weights(t.edge_mm, t.edge_kind, router.policy, t.spec.routing.weight_mm, t.plan.units_per_mm)
     return int(w[edges].sum())
 
 
 def _by_distance(t: Tables, router: Router, src: int, cube: int, exclude: int = -1) -> list[int]:
-    """PE slices of ``sip0.cube{cube}`` ordered by routing weight from ``src`` (ties: lower PE)."""
+    """PE slices of ``sip0.cube{cube}`` from nearest to farthest by routing weight from ``src``.
+
+    Equal weights keep the lower PE first at both ends: the nearest is the lowest PE of the least
+    weight, the farthest (``[-1]``) the lowest PE of the greatest weight.
+    """
     n_pe = len(t.plan.pe_router)
-    pes = [p for p in range(n_pe) if p != exclude]
-    return sorted(pes, key=lambda p: (_route_weight(t, router, src, hbm_ctrl(t, 0, cube, p)), p))
+    weight = {p: _route_weight(t, router, src, hbm_ctrl(t, 0, cube, p)) for p in range(n_pe) if p != exclude}
+    near = sorted(weight, key=lambda p: (weight[p], p))
+    far = min((p for p in weight if weight[p] == weight[near[-1]]))
+    return [p for p in near if p != far] + [far]
 
 
 def build_catalogue(t: Tables, router: Router) -> dict[str, ProbeCase]:
