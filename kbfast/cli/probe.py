@@ -15,10 +15,15 @@ from kbfast.cli.common import SetOpt, console, err_console, load, parse_size, us
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.exact.trace import write_trace
-from kbfast.probe import check_invariants, exact_evaluator, fast_evaluator, run_probes
+from kbfast.probe import check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
+
+
+class FastMethod(str, Enum):
+    hybrid = "hybrid"
+    fluid = "fluid"
 
 
 class ProbeFormat(str, Enum):
@@ -27,12 +32,19 @@ class ProbeFormat(str, Enum):
     json = "json"
 
 
+# The fast path's method per row (kbfast.hybrid), short enough for the table.
+METHOD_SHORT = {"closed form": "closed", "exact replay": "replay", "fluid": "fluid"}
+
+
 def probe(
     case: Annotated[list[str] | None, typer.Option("--case", help="Case name (repeatable; default: all).")] = None,
     size: Annotated[list[str] | None, typer.Option("--size", help="Bytes per issuer, e.g. 16KiB (repeatable).")] = None,
     sweep: Annotated[bool, typer.Option(help="Run the utilisation sweep sizes 4 KiB .. 1 MiB.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Use the exact flit-level replay (default: fast path).")] = False,
     compare: Annotated[bool, typer.Option("--compare", help="Fast path plus exact replay, with the error.")] = False,
+    method: Annotated[FastMethod, typer.Option(
+        "--method", help="Fast path: hybrid (replay a small contended case exactly) or fluid (never replay).")
+    ] = FastMethod.hybrid,
     fmt: Annotated[ProbeFormat, typer.Option("--format", help="table, csv or json")] = ProbeFormat.table,
     topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML.")] = None,
     sets: SetOpt = None,
@@ -54,7 +66,7 @@ def probe(
             raise KbfastError("--trace needs exactly one --case and one --size")
         write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
-    evaluator = exact_evaluator if exact else fast_evaluator
+    evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
     checks = check_invariants(df)
     if fmt is ProbeFormat.csv:
@@ -67,7 +79,7 @@ def probe(
         mode = "exact replay" if exact else ("fast path vs exact" if compare else "fast path")
         cols = ["case", "bytes", "issuers", "latency ns", "makespan ns", "eff GB/s", "util single", "util aggr"]
         if compare and not exact:
-            cols += ["exact makespan", "error", "bounds", "contention"]
+            cols += ["exact makespan", "error", "bounds", "method"]
         table = Table(*cols, title=f"probe ({mode})")
         for _, r in df.iterrows():
             cells = [r["case"], f"{r['nbytes']:,}", str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
@@ -77,7 +89,7 @@ def probe(
                 has_bounds = "makespan_lo_ns" in r and r["makespan_lo_ns"] == r["makespan_lo_ns"]
                 cells += [f"{r['exact_makespan_ns']:.1f}", f"{100 * r['rel_error']:+.2f}%",
                           f"{r['makespan_lo_ns']:.0f}..{r['makespan_hi_ns']:.0f}" if has_bounds else "-",
-                          "yes" if r.get("contention") is True else "no"]
+                          METHOD_SHORT.get(r.get("method"), "-")]
             table.add_row(*cells)
         console.print(table)
         for c in checks:
