@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
+from rich import box
 from rich.table import Table
+from rich.text import Text
 
-from kbfast.cli.common import SetOpt, console, load, user_errors
+from kbfast.cli.common import SetOpt, console, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
+from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
@@ -23,6 +29,12 @@ topo_app = typer.Typer(help="Inspect topologies: summaries, floor plans and rout
 
 class TextFormat(str, Enum):
     table = "table"
+    json = "json"
+
+
+class CompareFormat(str, Enum):
+    table = "table"
+    csv = "csv"
     json = "json"
 
 
@@ -119,3 +131,116 @@ def route(
                   f"bottleneck {'-' if bn is None else f'{bn:g}'} GB/s"
                   + (f", store-and-forward at {', '.join(info['store_and_forward'])}"
                      if info["store_and_forward"] else ""))
+
+
+# Loaded-connection items shown per policy in the table view (csv and json list them all).
+CONN_ITEMS_SHOWN = 8
+
+
+@topo_app.command("compare-routing")
+@user_errors
+def compare_routing_cmd(
+    topology: TopologyOpt = DEFAULT_TOPOLOGY,
+    case: Annotated[list[str] | None, typer.Option(
+        "--case", help="Probe case (repeatable; default: the congestion cases, REMOTE_CUBE_PE_REMOTE_WORST "
+                       "and REMOTE_SIP).")] = None,
+    size: Annotated[list[str] | None, typer.Option("--size", help="Bytes per issuer, e.g. 16KiB (repeatable; "
+                                                                  "default 16 KiB).")] = None,
+    sets: SetOpt = None,
+    fmt: Annotated[CompareFormat, typer.Option("--format", help="table, csv or json")] = CompareFormat.table,
+) -> None:
+    """Run probe cases under every routing policy (kernbench, balanced, hops): exact and fast makespans,
+    the UCIe connections each policy loads, and the most loaded edge (docs/routing.md)."""
+    from kbfast.report.routing_compare import compare_routing
+
+    sizes = [parse_size(s) for s in size] if size else None
+    df = compare_routing(load(topology, sets), case, sizes)
+    if fmt is CompareFormat.csv:
+        out = df.assign(ucie_edges=[json.dumps(d) for d in df["ucie_edges"]])
+        sys.stdout.write(out.to_csv(index=False))
+    elif fmt is CompareFormat.json:
+        print(json.dumps({"rows": json.loads(df.to_json(orient="records"))}, indent=2))
+    else:
+        _print_comparison(df)
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{100 * x:+.1f}%"
+
+
+def _pack(items: list[str], first: str, indent: str, width: int, sep: str = ",") -> list[str]:
+    """Lines of at most ``width`` characters: ``first`` then the items, ``sep``-separated, packed greedily;
+    continuation lines start with ``indent``.  An item is never split across lines (one longer than the
+    line gets a line of its own, which the console then folds)."""
+    lines: list[str] = []
+    line = first
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        bare = line in (first, indent)
+        if not bare and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = indent + piece
+        else:
+            line = line + piece if bare else f"{line} {piece}"
+    return lines + [line]
+
+
+def _print_comparison(df: pd.DataFrame) -> None:
+    """One block per case: the makespans per size and policy, then each policy's routes, which do not
+    depend on the size: the most loaded edge, the endpoint bus passes and the loaded UCIe connections."""
+    from kbfast.report.routing_compare import REFERENCE_POLICY, top_conns
+
+    width = max(console.width, 40)
+    flagged = False
+    for name, sub in df.groupby("case", sort=False):
+        first = sub.iloc[0]
+        n = int(first["n_issuers"])
+        console.print(Text(f"{name}  ({first['group']}, {n} flow{'' if n == 1 else 's'})", style="bold"),
+                      overflow="fold")
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
+        table.add_column("size", no_wrap=True)
+        table.add_column("policy", no_wrap=True)
+        for col in ("exact ns", f"vs {REFERENCE_POLICY}", "fast ns", "fast err", "fluid err"):
+            table.add_column(col, justify="right", no_wrap=True)
+        for nbytes, rows in sub.groupby("nbytes", sort=False):
+            for k, (_, r) in enumerate(rows.iterrows()):
+                errs = []
+                for err in (r["fast_rel_error"], r["fluid_rel_error"]):
+                    off = abs(err) > 0.05
+                    flagged |= off
+                    errs.append(Text(_pct(err) + ("!" if off else " "), style="yellow" if off else ""))
+                table.add_row(format_size(nbytes) if k == 0 else "", r["policy"], f"{r['exact_makespan_ns']:,.1f}",
+                              "ref" if r["policy"] == REFERENCE_POLICY else _pct(r["exact_vs_kernbench"]),
+                              f"{r['fast_makespan_ns']:,.1f}", *errs)
+        console.print(table)
+        for _, r in sub.drop_duplicates("policy").iterrows():
+            head = f"  {r['policy']:<10}"
+            indent = " " * len(head)
+            if not r["max_edge"]:
+                console.print(f"{head}no DMA flows", highlight=False)
+                continue
+            if r["policy"] != REFERENCE_POLICY and bool(r["same_routes_as_kernbench"] or False):
+                console.print(f"{head}same routes as {REFERENCE_POLICY}", highlight=False)
+                continue
+            src, dst = r["max_edge"].replace("sip0.", "").split(" -> ")
+            bw = "inf" if math.isinf(r["max_edge_bw_gbs"]) else f"{r['max_edge_bw_gbs']:g}"
+            flows, passes = int(r["max_edge_flows"]), int(r["bus_passes"])
+            lines = _pack(["most loaded edge", src, "->", dst], head, indent, width, sep="")
+            lines.append(f"{indent}  {flows} flow{'' if flows == 1 else 's'} on {r['max_edge_kind']} ({bw} GB/s)")
+            bus = f"{indent}{passes} endpoint bus pass{'' if passes == 1 else 'es'}; "
+            items = top_conns(r["ucie_conns"], CONN_ITEMS_SHOWN)
+            if not items:
+                lines.append(bus + "no UCIe connections")
+            else:
+                if items[-1].endswith(" more"):
+                    items[-1] += " (--format csv lists all)"
+                lines += [bus + "UCIe connections:", *_pack(items, indent + "  ", indent + "  ", width)]
+            for line in lines:
+                console.print(Text(line), overflow="fold")
+        console.print()
+    notes = ["exact ns: makespan of the exact replay",
+             f"vs {REFERENCE_POLICY}: change of the exact makespan against the {REFERENCE_POLICY} routes",
+             "fast ns, fast err: kbfast probe's fast evaluator, (fast - exact) / exact",
+             "fluid err: the same for the fast path's fluid estimate (never replayed)"]
+    for note in notes + (["!: more than 5 % off the exact replay"] if flagged else []):
+        console.print(note, highlight=False)
