@@ -81,7 +81,7 @@ def _w(r, o, res_ovh, nbytes):  # pragma: no cover - jitted
 
 @njit(cache=True, _nrt=False)
 def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, cap_rem, weight, r_contended,
-           o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen):  # pragma: no cover - jitted
+           o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen, uf, res_first, order, c_ptr):  # pragma: no cover
     """Max-min fair rates (water-filling) of the active flows over their shared resources.
 
     A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
@@ -97,12 +97,20 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
     latency), so the filling runs on those entries only: active flow ``k``'s resources and
     weights are ``mr, mw[m_ptr[k]:m_ptr[k + 1]]``, and its cap, rate and state are ``k_bn[k]``,
     ``k_rate[k]``, ``k_frozen[k]`` (contiguous scratch: the passes below stay in cache).
+
+    Max-min fairness decomposes over the connected components of the flows linked by those
+    entries, so each component is filled on its own (union-find, then a stable counting sort by
+    component into ``order`` / ``c_ptr``).  Within a component the operations run in the same
+    order as a filling over all flows would run them, so the rates are the same bit for bit; a
+    collective whose 16 k ranks contend in pairs then costs 16 k small fillings, not one filling
+    with 16 k levels over every flow.
     """
     m = 0
     for k in range(n_active):
         o = active[k]
         m_ptr[k] = m
         k_bn[k] = bn[o]
+        uf[k] = k
         hit = False
         for j in range(sh_span[o, 0], sh_span[o, 1]):
             r = sh_res[j]
@@ -113,16 +121,66 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
                 m += 1
                 cap_rem[r] = 0.0     # demand at bottleneck rates
                 weight[r] = 0.0      # summed weights
+                if res_first[r] < 0:
+                    res_first[r] = k
+                else:
+                    _union(uf, k, res_first[r])
             hit = hit or r_contended[r]
         if hit:
             o_contended[o] = True
     m_ptr[n_active] = m
+    for i in range(m):
+        res_first[mr[i]] = -1
+    # components: roots in order of their smallest member; members in active order
+    for k in range(n_active + 1):
+        c_ptr[k] = 0
     for k in range(n_active):
+        c_ptr[_find(uf, k) + 1] += 1
+    for k in range(n_active):
+        c_ptr[k + 1] += c_ptr[k]
+    for k in range(n_active):
+        root = _find(uf, k)
+        order[c_ptr[root]] = k
+        c_ptr[root] += 1
+    start = 0
+    for k in range(n_active):
+        if _find(uf, k) != k:
+            continue
+        end = c_ptr[k]       # the counting sort advanced the root's pointer to its component's end
+        _fill(order, start, end, m_ptr, mr, mw, k_bn, k_rate, k_frozen, cap, cap_rem, weight)
+        start = end
+    for k in range(n_active):
+        rate[active[k]] = k_rate[k]
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _find(uf, k):  # pragma: no cover - jitted
+    while uf[k] != k:
+        uf[k] = uf[uf[k]]
+        k = uf[k]
+    return k
+
+
+@njit(cache=True, _nrt=False, inline="always")
+def _union(uf, a, b):  # pragma: no cover - jitted
+    ra, rb = _find(uf, a), _find(uf, b)
+    if ra < rb:
+        uf[rb] = ra
+    elif rb < ra:
+        uf[ra] = rb
+
+
+@njit(cache=True, _nrt=False)
+def _fill(order, lo, hi, m_ptr, mr, mw, k_bn, k_rate, k_frozen, cap, cap_rem, weight):  # pragma: no cover
+    """Water-filling of one component: the active flows ``order[lo:hi]`` (see :func:`_rates`)."""
+    for q in range(lo, hi):
+        k = order[q]
         for i in range(m_ptr[k], m_ptr[k + 1]):
             weight[mr[i]] += mw[i]
             cap_rem[mr[i]] += mw[i] * k_bn[k]
     left = 0
-    for k in range(n_active):
+    for q in range(lo, hi):
+        k = order[q]
         binds = False
         for i in range(m_ptr[k], m_ptr[k + 1]):
             if cap_rem[mr[i]] > cap[mr[i]] * (1.0 + 1e-12):
@@ -133,10 +191,13 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
         else:
             k_rate[k] = k_bn[k]
     # Capacity left on binding resources, and the weights of their unfrozen users.
-    for i in range(m):
-        cap_rem[mr[i]] = cap[mr[i]]
-        weight[mr[i]] = 0.0
-    for k in range(n_active):
+    for q in range(lo, hi):
+        k = order[q]
+        for i in range(m_ptr[k], m_ptr[k + 1]):
+            cap_rem[mr[i]] = cap[mr[i]]
+            weight[mr[i]] = 0.0
+    for q in range(lo, hi):
+        k = order[q]
         for i in range(m_ptr[k], m_ptr[k + 1]):
             if k_frozen[k]:
                 cap_rem[mr[i]] -= mw[i] * k_rate[k]
@@ -146,7 +207,8 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
         level = np.inf
         best_res = -1
         best_flow = -1
-        for k in range(n_active):
+        for q in range(lo, hi):
+            k = order[q]
             if k_frozen[k]:
                 continue
             if k_bn[k] < level:
@@ -162,7 +224,8 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
                         best_res = r
                         best_flow = -1
         level = max(level, 0.0)
-        for k in range(n_active):
+        for q in range(lo, hi):
+            k = order[q]
             if k_frozen[k]:
                 continue
             hit = k == best_flow
@@ -177,8 +240,6 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
                 for i in range(m_ptr[k], m_ptr[k + 1]):
                     cap_rem[mr[i]] -= mw[i] * level
                     weight[mr[i]] -= mw[i]
-    for k in range(n_active):
-        rate[active[k]] = k_rate[k]
 
 
 @njit(cache=True)
@@ -220,7 +281,7 @@ Scratch = namedtuple("Scratch", [
     "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
     "eg_waiter", "drained", "heap", "pend", "mr", "mw", "m_ptr", "k_bn", "k_rate", "k_frozen", "route_nbytes",
-    "route_iso", "route_bn"])
+    "route_iso", "route_bn", "uf", "res_first", "order", "c_ptr"])
 
 
 @njit(cache=True)
@@ -241,7 +302,9 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
         mr=np.empty(n_entries, np.int64), mw=np.empty(n_entries), m_ptr=np.empty(n_ops + 1, np.int64),
         k_bn=np.empty(n_ops), k_rate=np.empty(n_ops), k_frozen=np.empty(n_ops, np.bool_),
         route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes),   # per route: last SEND's iso
-        route_bn=np.full(n_routes, np.nan))                                           # and its bottleneck
+        route_bn=np.full(n_routes, np.nan),                                           # and its bottleneck
+        uf=np.empty(n_ops, np.int64), res_first=np.full(n_res, -1, np.int64),      # rate components
+        order=np.empty(n_ops, np.int64), c_ptr=np.empty(n_ops + 1, np.int64))
 
 
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
@@ -254,7 +317,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
     """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
-     k_frozen, route_nbytes, route_iso, route_bn) = W
+     k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr) = W
     n_active = 0
     size = 0
     seq = 0
@@ -272,7 +335,7 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
         if dirty and t_heap > now:
             dirty = False
             _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, P.op_nbytes, res_cap, cap_rem, weight,
-                   r_contended, o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen)
+                   r_contended, o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen, uf, res_first, order, c_ptr)
             t_drain = np.inf
             for k in range(n_active):
                 o = active[k]
