@@ -6,6 +6,7 @@ import typer
 
 from kbfast import __version__
 from kbfast.cli.bench import bench
+from kbfast.cli.calibrate import calibrate
 from kbfast.cli.probe import probe
 from kbfast.cli.run import run_app
 from kbfast.cli.sweep import check, plot, sweep
@@ -24,6 +25,7 @@ app.command("plot")(plot)
 app.add_typer(topo_app, name="topo")
 app.command("probe")(probe)
 app.command("bench")(bench)
+app.command("calibrate")(calibrate)
 app.add_typer(run_app, name="run")
 
 

@@ -1,13 +1,18 @@
-"""Load, override and validate system descriptions (design §10).
+"""Load, override and validate system descriptions (design §10, §12).
 
 A topology YAML may name a ``base`` preset; its keys are deep-merged over the
-base.  ``--set key.path=value`` overrides are applied after merging.  Every
-problem becomes a ``ConfigError`` naming the file, the key path and the value.
+base.  When its ``param_set`` (or ``--set param_set=NAME``) names a saved
+parameter set ``calibration/NAME.yaml`` (written by ``kbfast calibrate
+--save``), the set's values are applied next.  ``--set key.path=value``
+overrides are applied last.  Every problem becomes a ``ConfigError`` naming
+the file, the key path and the value.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, get_args, get_origin
@@ -19,6 +24,8 @@ from kbfast.config.schema import GRID_TOPOLOGIES, SystemSpec
 from kbfast.errors import ConfigError, did_you_mean
 
 DEFAULT_TOPOLOGY = "ahbm_2sip"
+PARAM_SET_DIR_ENV = "KBFAST_CALIBRATION_DIR"   # a folder of parameter sets searched before the packaged one
+_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def preset_names() -> list[str]:
@@ -302,9 +309,81 @@ def validate(label: str, data: dict[str, Any]) -> SystemSpec:
     return spec
 
 
-def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None) -> SystemSpec:
-    """Load a preset or YAML file, apply overrides, validate."""
-    label, data = load_raw(name_or_path)
+# ----------------------------------------------------------------------------------------------------------------
+# Parameter sets (design §12): calibration/NAME.yaml = {name, values: {dotted key: value}, provenance: {...}}.
+
+def param_set_dirs() -> list[Path]:
+    """Folders holding parameter sets, searched in order: ``$KBFAST_CALIBRATION_DIR`` when set, then the
+    packaged ``calibration/`` folder (``kbfast.calibration``); ``kbfast calibrate --save`` writes to the first."""
+    dirs = [Path(os.environ[PARAM_SET_DIR_ENV])] if os.environ.get(PARAM_SET_DIR_ENV) else []
+    return [*dirs, Path(str(resources.files("kbfast.calibration")))]
+
+
+def param_set_names() -> list[str]:
+    """Names of the saved parameter sets (``*.yaml`` in :func:`param_set_dirs`)."""
+    return sorted({p.stem for d in param_set_dirs() if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def check_param_set_name(label: str, key: str, name: object) -> str:
+    """A set name is a plain file stem: letters, digits, ``.``, ``_``, ``-``."""
+    if not (isinstance(name, str) and _SET_NAME.fullmatch(name)):
+        raise ConfigError(label, key, name, "a parameter set name is letters, digits, '.', '_' and '-'",
+                          "e.g. fit-2026-06")
+    return name
+
+
+def param_set_path(name: str) -> Path | None:
+    """The file of parameter set ``name``, or None when no folder holds one."""
+    if not (isinstance(name, str) and _SET_NAME.fullmatch(name)):
+        return None
+    return next((d / f"{name}.yaml" for d in param_set_dirs() if (d / f"{name}.yaml").is_file()), None)
+
+
+def read_param_set(path: Path) -> dict[str, Any]:
+    """The ``values`` mapping of a parameter set file: dotted key -> value (checked against the schema)."""
+    label = str(path)
+    data = _parse_yaml(label, path.read_text())
+    values = data.get("values")
+    if not isinstance(values, dict) or not values:
+        raise ConfigError(label, "values", values, "a parameter set needs a mapping of dotted key -> value",
+                          "write values: {fabric.ns_per_mm: 0.0}")
+    for key in values:
+        check_key_path(label, str(key))
+        if str(key) == "param_set":
+            raise ConfigError(label, "values.param_set", values[key], "a parameter set cannot name another set")
+    return dict(values)
+
+
+def applied_param_set(label: str, data: dict[str, Any], overrides: dict[str, Any] | None = None,
+                      override_label: str = "--set") -> str | None:
+    """The saved set that applies to a raw topology: ``--set param_set`` if given, else the topology's own
+    ``param_set``; None when no ``calibration/NAME.yaml`` exists.  A name given by ``--set`` must be a saved
+    set or the topology's own label, else ``ConfigError`` lists the sets."""
+    own = data.get("param_set")
+    chosen = (overrides or {}).get("param_set", own)
+    path = param_set_path(chosen) if isinstance(chosen, str) else None
+    if path is None and chosen != own:
+        names = param_set_names()
+        hint = (f"saved sets: {', '.join(names)}; " if names else "no saved sets; ") + \
+            f"the topology's own label: {own!r}; save one with kbfast calibrate --fit ... --save NAME"
+        raise ConfigError(override_label, "param_set", chosen,
+                          f"no parameter set {chosen}.yaml in {', '.join(map(str, param_set_dirs()))}", hint)
+    return chosen if path is not None else None
+
+
+def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None = None,
+            override_label: str = "--set") -> SystemSpec:
+    """Raw topology -> spec: the saved parameter set (if any), then the overrides, then validation."""
+    name = applied_param_set(label, data, overrides, override_label)
+    if name is not None:
+        path = param_set_path(name)
+        data = apply_overrides(data, read_param_set(path), label=str(path))
     if overrides:
-        data = apply_overrides(data, overrides)
+        data = apply_overrides(data, overrides, label=override_label)
     return validate(label, data)
+
+
+def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None) -> SystemSpec:
+    """Load a preset or YAML file, apply its parameter set and the overrides, validate."""
+    label, data = load_raw(name_or_path)
+    return resolve(label, data, overrides)

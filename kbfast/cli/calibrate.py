@@ -1,0 +1,214 @@
+"""``kbfast calibrate``: the reference figures in both modes, a least-squares fit, parameter sets (design §12)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich import box
+from rich.table import Table
+
+from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
+                              reference_csv, save_param_set, sensitivity_scale)
+from kbfast.cli.common import SetOpt, console, err_console, load, user_errors
+from kbfast.config import DEFAULT_TOPOLOGY, parse_override
+from kbfast.errors import KbfastError
+
+
+class Mode(str, Enum):
+    fast = "fast"
+    exact = "exact"
+    both = "both"
+
+
+class Fmt(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _num(value: float, unit: str) -> str:
+    if unit == "ns":
+        return f"{value / 1e3:,.2f} us" if abs(value) >= 1e4 else f"{value:,.1f} ns"
+    if unit == "fraction":
+        return f"{value:+.3f}"
+    return f"{value:g} {unit}".strip()
+
+
+def _reference_cell(r: pd.Series) -> str:
+    ref = r["reference"]
+    if not isinstance(ref, float):
+        return str(ref)
+    text = _num(ref, r["unit"]) if r["unit"] in ("ns", "fraction") else f"{ref:g}"
+    return f"< {text}" if str(r["metric"]).endswith(("upper_bound", "_max")) else text
+
+
+def _red(text: str, bad: bool) -> str:
+    return f"[red]{text}[/]" if bad else text
+
+
+def _cell(r: pd.Series, mode: str) -> str:
+    """A number over its signed relative error or over whether the check holds; a text figure (chains,
+    per-kind latencies) becomes holds/fails here and is listed under the table."""
+    value, err = r[mode], r[f"{mode}_err"]
+    if isinstance(value, str):
+        return _red("holds" if err else "fails", not err)
+    text = _num(value, r["unit"])
+    if isinstance(err, bool):
+        return f"{text}\n{_red('holds' if err else 'fails', not err)}"
+    if isinstance(err, float) and err == err:
+        return f"{text}\n{_red(f'{100 * err:+.2f} %', abs(err) > TOL)}"
+    return text
+
+
+def rows_table(df: pd.DataFrame, modes: list[str], title: str) -> Table:
+    """The rows at 80 columns: case, reference, each mode's figure over its error, status."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("case", no_wrap=True)
+    table.add_column("reference", max_width=12)
+    for m in modes:
+        table.add_column(m, max_width=10)
+    table.add_column("status", no_wrap=True)
+    for _, r in df.iterrows():
+        status = {"ok": "[green]ok[/]", "off": "[red]off[/]"}.get(r["status"], r["status"])
+        table.add_row(r["case"], _reference_cell(r), *[_cell(r, m) for m in modes], status)
+    return table
+
+
+def checks_table(df: pd.DataFrame, modes: list[str]) -> Table:
+    """What the rows without a +-3 % error check, and the text figures the main table leaves out."""
+    table = Table("case", "check, and what was measured", title="checks", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.columns[0].no_wrap = True
+    for _, r in df.iterrows():
+        if isinstance(r[f"{modes[0]}_err"], float) and not r["status"] == "retired":
+            continue
+        lines = [str(r["criterion"])]
+        texts = {m: r[m] for m in modes if isinstance(r[m], str)}
+        if texts and len(set(texts.values())) == 1:
+            lines.append(f"{' = '.join(texts)}: {next(iter(texts.values()))}")
+        else:
+            lines += [f"{m}: {t}" for m, t in texts.items()]
+        table.add_row(r["case"], "\n".join(lines))
+    return table
+
+
+def fit_tables(res: FitResult) -> list[Table]:
+    """Fitted values, residuals before and after, sensitivities (d err / d relative change of the key)."""
+    values = Table("parameter", "start", "fitted", "bounds", title="fit (fast path, least squares)",
+                   box=box.SIMPLE_HEAD, pad_edge=False)
+    for p in res.params:
+        fitted = f"{res.values[p.key]:.6g}" if p.key in res.fitted else "not fitted: no sensitivity"
+        values.add_row(p.key, f"{p.start:g}", fitted, f"{p.lo:g}..{p.hi:g}")
+    resid = Table("row", "reference", "error before", "error after", title="residuals (relative error)",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for c in res.cases:
+        resid.add_row(c, f"{res.reference[c]:g} ns", f"{100 * res.before[c]:+.2f} %", f"{100 * res.after[c]:+.2f} %")
+    sens = Table("parameter", "row", "d err / d(dp/p)", title="sensitivity at the solution",
+                 box=box.SIMPLE_HEAD, pad_edge=False)
+    for p in res.params:
+        per_row = res.sensitivity[p.key]
+        if per_row is None or not any(per_row.values()):
+            sens.add_row(p.key, "(every row)", "no sensitivity")
+            continue
+        star = "" if sensitivity_scale(p, res.values[p.key]) != p.span else " *"
+        for i, (c, s) in enumerate((c, s) for c, s in per_row.items() if s):
+            sens.add_row(p.key if i == 0 else "", c, f"{s:+.4f}{star}")
+    return [values, resid, sens]
+
+
+def fit_notes(res: FitResult) -> list[str]:
+    notes = [f"least_squares: {res.nfev} evaluations; {res.message}"]
+    for p in res.params:
+        if sensitivity_scale(p, res.values[p.key]) == p.span:
+            notes.append(f"* {p.key} is 0: its sensitivity is per change of the bound span ({p.lo:g}..{p.hi:g})")
+    for p in res.params:
+        if not p.smooth:
+            found = ("the fitted value is a local result" if p.key in res.fitted
+                     else f"no row moved within one step of {p.start:g}")
+            notes.append(f"{p.key} moves the floor plan: latency changes where routes change (and with wire "
+                         f"length when fabric.ns_per_mm > 0), so the response is piecewise constant; sampled "
+                         f"with a {p.step:g} step: {found}")
+    return notes
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts at full float precision: numpy scalars become Python ones, NaN None."""
+    def plain(v: Any) -> Any:
+        v = v.item() if hasattr(v, "item") else v
+        return None if isinstance(v, float) and v != v else v
+    return [{k: plain(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def fit_json(res: FitResult) -> dict[str, Any]:
+    return {"values": res.values, "fitted": res.fitted, "reference": res.reference, "before": res.before,
+            "after": res.after, "sensitivity": res.sensitivity, "nfev": res.nfev, "message": res.message,
+            "bounds": {p.key: [p.lo, p.hi] for p in res.params}, "start": {p.key: p.start for p in res.params}}
+
+
+def calibrate(
+    keys: Annotated[list[str] | None, typer.Argument(
+        metavar="PARAM[=LO:HI]", show_default=False,
+        help="With --fit: the keys to fit, e.g. fabric.ns_per_mm link.io_conn.bw_gbs=64:512.")] = None,
+    topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")] = None,
+    sets: SetOpt = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="fast, exact or both")] = Mode.both,
+    do_fit: Annotated[bool, typer.Option("--fit",
+                                         help="Fit the PARAM keys to the latency rows (least squares).")] = False,
+    save: Annotated[str | None, typer.Option("--save", metavar="NAME",
+                                             help="Write the fitted values to calibration/NAME.yaml.")] = None,
+    fmt: Annotated[Fmt, typer.Option("--format", help="table, csv or json")] = Fmt.table,
+) -> None:
+    """Evaluate every reference figure (calibration/reference_public.csv): reference, fast, exact, error, status.
+
+    Exit 1 if a row that is not retired is off in an evaluated mode (beyond 3 %, or its check fails).
+
+    --fit KEY[=LO:HI] ... fits the keys to the latency rows (least squares, fast path), then evaluates with them.
+
+    --save NAME writes them to calibration/NAME.yaml; a topology loads it by param_set: NAME or --set param_set=NAME.
+    """
+    if keys and not do_fit:
+        raise KbfastError(f"{' '.join(keys)}: parameter keys need --fit (kbfast calibrate --fit KEY ...)")
+    if do_fit and not keys:
+        raise KbfastError("--fit needs at least one key, e.g. kbfast calibrate --fit fabric.ns_per_mm")
+    if save is not None and not do_fit:
+        raise KbfastError("--save needs --fit: it writes the fitted values")
+    if save is not None:
+        param_set_file(save)   # a bad name fails before the fit
+    spec = load(topology, sets)
+    overrides = dict(parse_override(s) for s in (sets or []))
+    modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
+    res = None
+    if do_fit:
+        res = fit(spec, parse_fit(keys or [], spec))
+        if save is not None:
+            path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
+            err_console.print(f"parameter set written to {path}", highlight=False)
+        spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
+    df = evaluate_rows(spec, modes)
+    if fmt is Fmt.csv:
+        sys.stdout.write(df.to_csv(index=False))
+    elif fmt is Fmt.json:
+        print(json.dumps({"topology": topology or DEFAULT_TOPOLOGY, "param_set": spec.param_set, "modes": modes,
+                          "ok": all_ok(df), "rows": records(df),
+                          "fit": fit_json(res) if res else None}, indent=2))
+    if res is not None and fmt is not Fmt.json:
+        out = console if fmt is Fmt.table else err_console
+        for table in fit_tables(res):
+            out.print(table)
+        for note in fit_notes(res):
+            out.print(note, highlight=False)
+    if fmt is Fmt.table:
+        title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
+        console.print(rows_table(df, modes, title))
+        console.print(checks_table(df, modes))
+    if not all_ok(df):
+        off = df.loc[df["status"] == "off", "case"]
+        err_console.print(f"[red]{len(off)} reference row(s) off[/]: " + ", ".join(off))
+        raise typer.Exit(1)
+
+
+calibrate = user_errors(calibrate)

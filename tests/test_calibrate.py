@@ -1,0 +1,236 @@
+"""``kbfast calibrate`` (design §12): the row registry, the fit, parameter sets and the command line."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kbfast.calibrate import (COLUMNS, LATENCY_ROWS, ROWS, Bench, all_ok, derive, evaluate_rows, fit, parse_fit,
+                              reference_table)
+from kbfast.cli.main import app
+from kbfast.config import load_system
+from kbfast.config.loader import PARAM_SET_DIR_ENV, param_set_names
+from kbfast.config.schema import SystemSpec
+from kbfast.errors import ConfigError
+from kbfast.sweep.runner import run_sweep
+from kbfast.sweep.spec import parse_spec
+
+TRUE = {"fabric.ns_per_mm": 0.4, "link.io_conn.bw_gbs": 200.0}   # the perturbed "truth" of the recovery test
+
+
+@pytest.fixture(scope="module")
+def rows(spec: SystemSpec) -> pd.DataFrame:
+    """Every reference row on the default topology, both modes."""
+    return evaluate_rows(spec)
+
+
+@pytest.fixture()
+def sets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private parameter-set folder, searched before the packaged one, so tests never write calibration/."""
+    folder = tmp_path / "sets"
+    monkeypatch.setenv(PARAM_SET_DIR_ENV, str(folder))
+    return folder
+
+
+def invoke(*args: str, columns: int = 200):
+    return CliRunner(env={"COLUMNS": str(columns)}).invoke(app, ["calibrate", *args], catch_exceptions=False)
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The registry.
+
+def test_every_reference_row_is_evaluated(rows: pd.DataFrame) -> None:
+    ref = reference_table()
+    assert list(rows["case"]) == list(ref.index) and sorted(ROWS) == sorted(ref.index)
+    assert list(rows.columns) == COLUMNS
+    assert set(rows["status"]) <= {"ok", "off", "retired"}
+
+
+def test_default_topology_passes(rows: pd.DataFrame) -> None:
+    assert all_ok(rows), rows[rows["status"] == "off"]
+    by = rows.set_index("case")
+    assert by.loc["pe_dma_local_16k", "fast"] == by.loc["pe_dma_local_16k", "exact"] == 77.0
+    for case in LATENCY_ROWS:   # isolated transfers: fast == exact (parity P1)
+        assert by.loc[case, "fast"] == by.loc[case, "exact"]
+        assert abs(by.loc[case, "exact_err"]) <= 0.03
+        assert by.loc[case, "exact_err"] == pytest.approx(by.loc[case, "exact"] / by.loc[case, "reference"] - 1)
+    assert by.loc["pe_dma_distance_order_16k", "exact_err"] is True
+    assert by.loc["pe_dma_distance_order_16k", "exact"].startswith("77.0 < ")
+
+
+def test_retired_row_reports_the_gap(rows: pd.DataFrame) -> None:
+    r = rows.set_index("case").loc["ipcq_vs_dma_intercube"]
+    assert r["status"] == "retired" and r["fast_err"] is None and r["exact_err"] is None
+    assert r["exact"] == pytest.approx(-20.375)     # IPCQ is below raw DMA at every size
+
+
+def test_collective_rows_follow_the_band_semantics(rows: pd.DataFrame) -> None:
+    by = rows.set_index("case")
+    for preset in ("torus", "ring", "mesh"):
+        r = by.loc[f"allreduce_center_vs_corner_{preset}"]
+        assert r["status"] == "ok" and -0.30 <= r["exact"] <= -0.02 and abs(r["fast"] - r["exact"]) < 0.01
+    assert 17200 < by.loc["allreduce_torus_96k_latest", "exact"] < 30000
+
+
+def test_a_row_beyond_3_percent_is_off(spec: SystemSpec) -> None:
+    df = evaluate_rows(derive(spec, {"fabric.ns_per_mm": 1.0}), modes=("fast",))
+    r = df.set_index("case").loc["pe_dma_remote_cube_worst_16k"]
+    assert r["status"] == "off" and r["fast_err"] > 0.03 and r["exact"] is None
+    assert not all_ok(df)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The fit.
+
+def test_fit_recovers_perturbed_parameters(spec: SystemSpec) -> None:
+    truth = Bench(derive(spec, TRUE))
+    ref = reference_table()
+    target = {c: ROWS[c].measure(truth, "fast", ref, 1.0).value for c in LATENCY_ROWS}
+    res = fit(spec, parse_fit(list(TRUE), spec), reference=target)
+    assert res.fitted == list(TRUE)
+    for key, value in TRUE.items():
+        assert res.values[key] == pytest.approx(value, rel=1e-3), res
+    assert max(abs(e) for e in res.after.values()) < 1e-6
+    assert res.before["pe_dma_remote_cube_worst_16k"] < -0.01          # 0.4 ns/mm adds wire time
+    assert res.sensitivity["link.io_conn.bw_gbs"]["pe_dma_local_16k"] == 0.0
+    assert res.sensitivity["fabric.ns_per_mm"]["pe_dma_remote_cube_worst_16k"] > 0
+
+
+def test_a_key_that_moves_no_row_is_not_fitted(spec: SystemSpec) -> None:
+    # with ns_per_mm = 0 the cube width reaches latency only through routes, and a step does not change them
+    res = fit(spec, parse_fit(["cube.geometry.w_mm", "fabric.ns_per_mm"], spec))
+    assert res.fitted == ["fabric.ns_per_mm"] and res.sensitivity["cube.geometry.w_mm"] is None
+    assert res.values["cube.geometry.w_mm"] == 14.0
+
+
+def test_parse_fit_bounds(spec: SystemSpec) -> None:
+    (p,) = parse_fit(["link.io_conn.bw_gbs=64:512"], spec)
+    assert (p.lo, p.hi, p.start) == (64.0, 512.0, 128.0)
+    (q,) = parse_fit(["link.io_conn.bw_gbs=200:300"], spec)
+    assert q.start == 200.0                  # the start is clipped into the bounds
+
+
+@pytest.mark.parametrize(("arg", "words"), [
+    ("fabric.ns_per_mmm", ["fabric.ns_per_mmm", "did you mean 'ns_per_mm'"]),
+    ("fabric.ns_per_mm=5:1", ["fabric.ns_per_mm", "LO < HI", "5:1"]),
+    ("fabric.ns_per_mm=a:b", ["fabric.ns_per_mm", "LO:HI", "a:b"]),
+    ("link.io_conn.bw_gbs=0:100", ["link.io_conn.bw_gbs", "greater than 0"]),
+    ("hbm.efficiency", ["hbm.efficiency", "no default bounds", "hbm.efficiency=LO:HI"]),
+    ("sips.topology", ["sips.topology", "not a continuous parameter"]),
+    ("sip.cube_mesh.w", ["sip.cube_mesh.w", "not a continuous parameter"]),
+])
+def test_bad_fit_keys_and_bounds_exit_2(arg: str, words: list[str]) -> None:
+    res = invoke("--mode", "fast", "--fit", arg)
+    assert res.exit_code == 2
+    msg = flat(res.stderr)
+    assert msg.startswith("error: --fit: ")
+    for w in words:
+        assert w in msg, msg
+
+
+def test_option_misuse_exits_2() -> None:
+    assert "need --fit" in flat(invoke("fabric.ns_per_mm").stderr)
+    res = invoke("--save", "x")
+    assert res.exit_code == 2 and "--save needs --fit" in res.stderr
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The command line.
+
+def test_table_reads_at_80_columns() -> None:
+    res = invoke(columns=80)
+    assert res.exit_code == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    text = res.stdout
+    for case in ROWS:
+        assert re.search(rf"^ {case} ", text, re.M), case       # whole ids, never cut
+    assert "+2.97 %" in text and "-1.47 %" in text and "retired" in text
+    assert "590.0 ns" in text and "77.0 < 82.0 < 127.0 < 204.5 < 590.0 ns" in flat(text)
+
+
+def test_csv_and_json(rows: pd.DataFrame) -> None:
+    res = invoke("--mode", "fast", "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    df = pd.read_csv(io.StringIO(res.stdout))
+    assert list(df.columns) == COLUMNS and list(df["case"]) == list(rows["case"])
+    assert df["exact"].isna().all()
+    lat = df.set_index("case").loc[list(LATENCY_ROWS)]
+    assert [float(v) for v in lat["fast"]] == list(rows.set_index("case").loc[list(LATENCY_ROWS), "fast"])
+    out = json.loads(invoke("--mode", "exact", "--format", "json").stdout)
+    assert out["ok"] is True and out["modes"] == ["exact"] and out["fit"] is None
+    assert out["param_set"] == "kernbench-2026-05"
+    by = {r["case"]: r for r in out["rows"]}
+    assert by["pe_dma_remote_cube_worst_16k"]["exact_err"] == rows.set_index("case").loc[
+        "pe_dma_remote_cube_worst_16k", "exact_err"]
+    assert by["ipcq_vs_dma_intercube"]["status"] == "retired"
+
+
+def test_exit_1_when_a_row_is_off() -> None:
+    res = invoke("--mode", "fast", "--set", "fabric.ns_per_mm=1.0")
+    assert res.exit_code == 1
+    assert "pe_dma_remote_cube_worst_16k" in flat(res.stderr) and "off" in res.stdout
+
+
+def test_unknown_param_set_exits_2(sets_dir: Path) -> None:
+    res = invoke("--mode", "fast", "--set", "param_set=nope")
+    assert res.exit_code == 2
+    msg = flat(res.stderr)
+    for w in ("--set: param_set", "'nope'", "nope.yaml", str(sets_dir), "kernbench-2026-05"):
+        assert w in msg, msg
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parameter sets.
+
+def test_save_load_and_results(sets_dir: Path, tmp_path: Path) -> None:
+    res = invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-fit", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    path = sets_dir / "t-fit.yaml"
+    doc = yaml.safe_load(path.read_text())
+    fitted = json.loads(res.stdout)["fit"]["values"]["link.io_conn.bw_gbs"]
+    assert doc["name"] == "t-fit" and doc["values"] == {"link.io_conn.bw_gbs": fitted} and fitted != 128.0
+    prov = doc["provenance"]
+    assert prov["rows"] == list(LATENCY_ROWS) and prov["topology"] == "ahbm_2sip" and prov["mode"] == "fast"
+    assert set(prov["residuals"]["pe_dma_remote_sip_16k"]) == {"reference", "before", "after"}
+    assert json.loads(res.stdout)["param_set"] == "t-fit"
+    # deterministic: the same fit writes the same bytes
+    first = path.read_bytes()
+    assert invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-fit", "--format", "csv").exit_code == 0
+    assert path.read_bytes() == first
+    assert "t-fit" in param_set_names()
+
+    # a topology names the set; --set param_set names it too; --set overrides still win
+    topo = tmp_path / "fitted.yaml"
+    topo.write_text("base: ahbm_2sip\nname: fitted\nparam_set: t-fit\n")
+    spec = load_system(topo)
+    assert spec.param_set == "t-fit" and spec.link.io_conn.bw_gbs == fitted
+    assert load_system(overrides={"param_set": "t-fit"}).link.io_conn.bw_gbs == fitted
+    assert load_system(topo, {"link.io_conn.bw_gbs": 256}).link.io_conn.bw_gbs == 256
+    assert load_system().link.io_conn.bw_gbs == 128.0
+
+    # the set shows in a sweep's param_set column, and changes the result
+    sweep = parse_spec({"name": "cal", "topology": str(topo), "workload": {"kind": "probe", "case": "REMOTE_SIP"},
+                        "axes": [{"zip": {"topology": [str(topo), "ahbm_2sip"]}}]}, str(tmp_path / "cal.yaml"))
+    df = run_sweep(sweep, tmp_path / "out").results
+    assert list(df["param_set"]) == ["t-fit", "cal"]
+    assert df["latency_ns"].iloc[0] != df["latency_ns"].iloc[1]
+    assert df["latency_ns"].iloc[0] == Bench(spec).probe_ns("REMOTE_SIP", 16 * 1024, "fast")
+
+
+def test_bad_param_set_file_names_the_file(sets_dir: Path) -> None:
+    sets_dir.mkdir()
+    (sets_dir / "broken.yaml").write_text("values: {fabric.ns_per_mmm: 1.0}\n")
+    with pytest.raises(ConfigError, match=r"broken\.yaml: fabric\.ns_per_mmm: unknown key"):
+        load_system(overrides={"param_set": "broken"})
