@@ -203,6 +203,10 @@ class ProgramBuilder:
         self._agent_start += [float(start_ns)] * len(nodes)
         return np.arange(first, len(self._agent_node), dtype=np.int64)
 
+    def agent_nodes(self, agents) -> np.ndarray:
+        """The node of each of ``agents`` (a PE agent's ``pe_dma``, the host's ``pcie_ep``)."""
+        return np.array(self._agent_node, np.int64)[np.asarray(agents, np.int64)]
+
     def host_agent(self, sip: int, start_ns: float = 0.0) -> int:
         """The host, injecting at SIP ``sip``'s ``pcie_ep`` (spec_fabric §10: no host->switch hop)."""
         _check_start(start_ns)
@@ -342,8 +346,12 @@ class ProgramBuilder:
             sel = dma[agent_kind[agent_of[dma]] == agent_k]
             if len(sel) == 0:
                 continue
-            pairs, inverse = np.unique(np.stack([agent_node[agent_of[sel]], target[sel]]), axis=1,
-                                       return_inverse=True)
+            # distinct (issuer node, target) pairs in lexicographic order, through one int64 key per op
+            # (np.unique over columns sorts structured records: 40 ms for the 32 k tile DMAs of 1024 SIPs)
+            n_nodes = np.int64(self.t.n_nodes)
+            keys, inverse = np.unique(agent_node[agent_of[sel]].astype(np.int64) * n_nodes + target[sel],
+                                      return_inverse=True)
+            pairs = np.divmod(keys, n_nodes)
             rs = self.router.routes(pairs[0], pairs[1], kind)
             fwd_ptr, fwd_edges = rs.ptr, rs.edges
             rev_edges = reverse_route_edges(self.t, fwd_ptr, fwd_edges)

@@ -5,10 +5,14 @@
   an uninstalled direction raises ``IpcqInvalidDirection`` (F1);
 * every algorithm of ``ALGORITHMS`` builds (and so passes the symbolic contributor check) on small
   topologies, including the single-cube fast path; broken kernels raise ``ScheduleError``;
+* the tile load and store: every rank's first op after START reads its tile from its own HBM slice and its
+  last op writes it back; what they add to the latency of a 2 x 2 lrab, derived by hand;
 * a ring that fills up forever raises ``ReplayDeadlock`` with the pointer dump, in exact and fast mode.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -20,7 +24,8 @@ from kbfast.exact.replay import ReplayDeadlock
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
-from kbfast.topology.names import pe_block
+from kbfast.metrics import phase_ends
+from kbfast.topology.names import node_id, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, allreduce, intercube_wiring
 from kbfast.workloads.install import (
@@ -31,6 +36,7 @@ from kbfast.workloads.install import (
     reverse_direction,
 )
 from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
+from topo_cache import topo
 
 # A 1 x 1 cube mesh has a single cube; its only IO port must sit on that cube.
 IO_ONE_CUBE = [{"id": "io0", "n_connections": 4,
@@ -297,7 +303,8 @@ def test_lrab_single_cube_fast_path(small) -> None:
     t, r = small["single_cube_ring3"]
     c = allreduce(t, r, 4096, "lrab")
     p = c.program
-    assert c.n_ranks == 3 and p.phase_names == ("P3 inter-SIP",)
+    assert c.n_ranks == 3 and p.phase_names == ("tile load", "P3 inter-SIP", "tile store")
+    assert allreduce(t, r, 4096, "lrab", tile_io=False).program.phase_names == ("P3 inter-SIP",)
     # ring_1d over 3 SIPs: 2 rounds of send + recv + add per SIP
     assert int((p.op_code == Op.SEND).sum()) == 6 and int((p.op_code == Op.MATH).sum()) == 6
     res = run_fast(p)
@@ -311,8 +318,8 @@ def test_lrab_single_cube_fast_path(small) -> None:
 def test_lrab_phases_on_a_cube_mesh(small) -> None:
     t, r = small["ring2_2x2"]
     p = allreduce(t, r, 4096, "lrab").program
-    assert set(p.phase_names) == {"P1 row reduce", "P2 column reduce", "P3 inter-SIP", "P4 column broadcast",
-                                  "P5 row broadcast"}
+    assert set(p.phase_names) == {"tile load", "P1 row reduce", "P2 column reduce", "P3 inter-SIP",
+                                  "P4 column broadcast", "P5 row broadcast", "tile store"}
 
 
 def test_unknown_algorithm(small) -> None:
@@ -321,6 +328,128 @@ def test_unknown_algorithm(small) -> None:
         allreduce(t, r, 4096, "lrap")
     with pytest.raises(KbfastError, match="size must be > 0"):
         allreduce(t, r, 0, "lrab")
+    with pytest.raises(KbfastError, match=r"tile_io must be true or false \(got 'no'\)"):
+        allreduce(t, r, 4096, "lrab", tile_io="no")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tile load and store (reference kernels: ``acc = load(pe_addr)`` ... ``store(pe_addr, acc)``).  By default every
+# rank reads its tile from its own HBM slice right after its START and writes the result back after its
+# kernel's last op: blocking PE DMAs of nbytes to ``sip{S}.cube{C}.hbm_ctrl.pe{X}`` of the rank's own PE, at
+# address 0.
+@pytest.mark.parametrize("topo", ["ring2_2x2", "torus6_3x2", "single_cube_ring3"])
+@pytest.mark.parametrize("alg", ALGORITHMS)
+def test_every_rank_loads_first_and_stores_last(small, topo: str, alg: str) -> None:
+    t, r = small[topo]
+    for ranks in _ranks_for(alg) + (["all_pes"] if alg in ("ring", "tree", "rs_ag") else []):
+        c = allreduce(t, r, 3000, alg, ranks=ranks)
+        p = c.program
+        assert c.tile_io is True
+        for a in range(p.n_agents):
+            name = p.agent_name(a)                                  # sip{S}.cube{C}.pe{X}
+            sip, cube, pe = (int(x) for x in re.fullmatch(r"sip(\d+)\.cube(\d+)\.pe(\d+)", name).groups())
+            own = node_id(t, f"sip{sip}.cube{cube}.hbm_ctrl.pe{pe}")
+            ops = p.ops_of(a)
+            assert p.op_code[ops[0]] == Op.START
+            first, last = ops[1], ops[-1]
+            for o, code, phase in ((first, Op.DMA_READ, "tile load"), (last, Op.DMA_WRITE, "tile store")):
+                assert p.op_code[o] == code, (name, alg)
+                assert p.op_target[o] == own and p.op_nbytes[o] == 3000 and p.op_addr[o] == 0
+                assert not p.op_async[o] and p.phase_names[p.op_phase[o]] == phase
+            # the ops between are the kernel's: no other DMA
+            assert not np.isin(p.op_code[ops[2:-1]], (Op.DMA_READ, Op.DMA_WRITE)).any()
+        off = allreduce(t, r, 3000, alg, ranks=ranks, tile_io=False).program
+        assert off.n_ops == p.n_ops - 2 * p.n_agents
+        assert not np.isin(off.op_code, (Op.DMA_READ, Op.DMA_WRITE)).any()
+        assert "tile load" not in off.phase_names and "tile store" not in off.phase_names
+        # the kernel's ops are the same, in the same order, per agent
+        for a in range(p.n_agents):
+            k_on, k_off = p.ops_of(a), off.ops_of(a)
+            assert list(p.op_code[k_on[2:-1]]) == list(off.op_code[k_off[1:]])
+            assert list(p.op_nbytes[k_on[2:-1]]) == list(off.op_nbytes[k_off[1:]])
+
+
+def _isolated_dma_ns(t: Tables, r: Router, nbytes: int, write: bool) -> float:
+    """One blocking DMA of ``nbytes`` by pe0 of cube 0 to its own slice, alone on the system (exact)."""
+    b = ProgramBuilder(t, r)
+    a = b.pe_agent(pe_block(t, 0, 0, 0))
+    b.start(a)
+    op = b.dma(a, node_id(t, "sip0.cube0.hbm_ctrl.pe0"), nbytes, write=write)
+    return run_exact(b.build()).op_latency_ns(op)
+
+
+ONE_SIP_2X2 = {"sips.count": 1, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 2}
+
+
+@pytest.mark.parametrize("nbytes", [16, 4096, 96 * 1024])
+def test_tile_io_adds_load_and_store_on_a_2x2_lrab(nbytes: int) -> None:
+    """1 SIP, 2 x 2 cubes, lrab (centre root = cube 3): exact latency with tile I/O minus without.
+
+    The loads of the 4 ranks run together on disjoint local paths (pe0 -> its router -> hbm_ctrl.pe0 of its
+    own cube), so each ends exactly ``L`` (the load's isolated latency) after the launch and every op of the
+    reduce phases ends exactly ``L`` later.  The last rank to finish (cube 0, the end of the broadcast
+    chain 3 -> 1 -> 0) stores alone: ``S``, the store's isolated latency.  But the difference is
+    ``L + S + 2 ns``, not ``L + S``: cube 1 forwards the root's tile to cube 0 (P5) and stores its own result
+    at the same instant.  Its store (vc_compute) and the forwarded message (vc_comm) leave through the same
+    pe_dma -> router link, where the arbiter's first turn is vc_compute's (docs/exact_mode.md R2a); the
+    router's serial worker then charges the store's head flit its 2 ns overhead (``overhead_ns.router``,
+    R3) before the message's head flit, so cube 0 receives 2 ns later.  The same holds at every size
+    (the message's bottleneck, the 128 GB/s UCIe connection, is half the PE link, so the interleaved
+    flits of the store cost it nothing more)."""
+    t, r = topo(ONE_SIP_2X2)
+    L, S = _isolated_dma_ns(t, r, nbytes, write=False), _isolated_dma_ns(t, r, nbytes, write=True)
+    router_ns = t.spec.overhead_ns.router
+    assert router_ns == 2.0
+    runs = {}
+    for tio in (False, True):
+        c = allreduce(t, r, nbytes, "lrab", tile_io=tio)
+        runs[tio] = (c, run_exact(c.program))
+    (c0, x0), (c1, x1) = runs[False], runs[True]
+    p0, p1 = c0.program, c1.program
+    assert c0.launch_ns == c1.launch_ns
+    launch = c1.launch_ns
+    phase = np.array([p1.phase_names[k] if k >= 0 else "" for k in p1.op_phase])
+    # every load ends at launch + L
+    np.testing.assert_array_equal(x1.op_end_ns[phase == "tile load"], launch + L)
+    # the reduce phases are the no-tile-I/O ones shifted by L exactly (op for op, per agent)
+    for a in range(p1.n_agents):
+        on, off = p1.ops_of(a)[2:-1], p0.ops_of(a)[1:]
+        red = np.isin(phase[on], ["P1 row reduce", "P2 column reduce"])
+        np.testing.assert_allclose(x1.op_end_ns[on[red]] - x0.op_end_ns[off[red]], L, rtol=0, atol=1e-9)
+    # the last store runs alone
+    last = int(np.argmax(x1.agent_finish_ns))
+    assert p1.agent_name(last) == "sip0.cube0.pe0"
+    store = p1.ops_of(last)[-1]
+    assert x1.op_end_ns[store] - x1.op_issue_ns[store] == pytest.approx(S, abs=1e-9)
+    # the per-phase ends show the load and the store
+    ends = phase_ends(p1, x1.op_end_ns, launch)
+    assert list(ends)[0] == "tile load" and ends["tile load"] == pytest.approx(L)
+    assert list(ends)[-1] == "tile store"
+    lat0, lat1 = x0.agent_finish_ns.max() - launch, x1.agent_finish_ns.max() - launch
+    assert ends["tile store"] == pytest.approx(lat1)
+    assert lat1 - lat0 == pytest.approx(L + S + router_ns, abs=1e-9), (lat0, lat1, L, S)
+
+
+def test_tile_io_extra_is_the_router_overhead() -> None:
+    """The 2 ns above ``L + S`` on the 2 x 2 lrab is the router's head-flit overhead: 5 ns with a 5 ns router."""
+    t, r = topo({**ONE_SIP_2X2, "overhead_ns.router": 5.0})
+    n = 4096
+    L, S = _isolated_dma_ns(t, r, n, write=False), _isolated_dma_ns(t, r, n, write=True)
+    lat = [run_exact((c := allreduce(t, r, n, "lrab", tile_io=x)).program).agent_finish_ns.max() - c.launch_ns
+           for x in (False, True)]
+    assert lat[1] - lat[0] == pytest.approx(L + S + 5.0, abs=1e-9)
+
+
+def test_tile_io_alone_adds_exactly_load_and_store() -> None:
+    """With nothing else on the fabric (one SIP, one cube: lrab has a single rank and no message) the tile
+    I/O adds exactly the isolated load and store, in exact mode and on the fast path."""
+    t, r = topo({"sips.count": 1, "sip.cube_mesh.w": 1, "sip.cube_mesh.h": 1})
+    for n in (16, 4096, 96 * 1024):
+        L, S = _isolated_dma_ns(t, r, n, write=False), _isolated_dma_ns(t, r, n, write=True)
+        for evaluate in (run_exact, run_fast):
+            lat = [evaluate((c := allreduce(t, r, n, "lrab", tile_io=x)).program).agent_finish_ns.max() - c.launch_ns
+                   for x in (False, True)]
+            assert lat[0] == 0.0 and lat[1] == pytest.approx(L + S, abs=1e-9)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 ``allreduce`` builds lrab, lrab_corner, ring, tree and hier3 by tracing each kernel once per rank role
 (kbfast.workloads.trace) and replaying every rank (kbfast.workloads.symbolic).  Its Program must be
-bit-for-bit the one ``run_kernels`` (one generator per rank) emits, and its symbolic check must raise the
-same ScheduleErrors.  ``tests/snapshot_programs.py`` compares many more cases against a saved snapshot.
+bit-for-bit the one ``run_kernels`` (one generator per rank) emits, with the tile load and store
+(``tile_io``, the default) and without, and its symbolic check must raise the same ScheduleErrors.  ``tests/snapshot_programs.py`` compares many more cases against a saved snapshot.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbfast.config import load_system
-from kbfast.ir import Program, ProgramBuilder
+from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import build_tables
-from kbfast.topology.names import pe_block
+from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads import collectives as C
 from kbfast.workloads.install import (
@@ -29,7 +29,7 @@ from kbfast.workloads.install import (
     tree_peers,
     wire,
 )
-from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
+from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels, with_tile_io
 from kbfast.workloads.symbolic import _distinct_rows, run_traced
 
 SYSTEMS = {
@@ -91,8 +91,9 @@ def hier3_install(n_pe: int, n_cubes: int, n_sips: int):
     return install(n_pe * n_cubes * n_sips, table)
 
 
-def _reference(t, router, algorithm: str, nbytes: int, ranks: str) -> Program:
-    """``allreduce`` as it was: a generator per rank, driven by ``run_kernels`` over the dict install."""
+def _reference(t, router, algorithm: str, nbytes: int, ranks: str, tile_io: bool = True) -> Program:
+    """``allreduce`` as it was: a generator per rank, driven by ``run_kernels`` over the dict install (with
+    the tile load and store of ``with_tile_io``, looked up by name, when ``tile_io``)."""
     lay = t.layout
     n_pe = len(t.plan.pe_router)
     nodes = [pe_block(t, s, c, p) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)
@@ -110,8 +111,15 @@ def _reference(t, router, algorithm: str, nbytes: int, ranks: str) -> Program:
             install(n, neighbor_fn("ring_1d", n)))
     b = ProgramBuilder(t, router, name=f"allreduce-{algorithm}@{nbytes}B")
     agents = [b.pe_agent(v) for v in nodes]
-    run_kernels(b, agents, inst, C.KERNELS[algorithm], nbytes, info=info)
-    return b.build(launch_ns=C.launch_timing(t, router, np.array(nodes)).target_start_ns)
+    kernel = with_tile_io(C.KERNELS[algorithm]) if tile_io else C.KERNELS[algorithm]
+    run_kernels(b, agents, inst, kernel, nbytes, info=info)
+    p = b.build(launch_ns=C.launch_timing(t, router, np.array(nodes)).target_start_ns)
+    if tile_io:   # every rank's own slice, by name
+        own = [hbm_ctrl(t, s, c, pe) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)
+               for pe in range(1 if ranks == "cube_pe0" else n_pe)]
+        dma = np.isin(p.op_code, (Op.DMA_READ, Op.DMA_WRITE))
+        assert list(p.op_target[dma]) == [own[a] for a in p.op_agent[dma]]
+    return p
 
 
 def _assert_same(p: Program, q: Program) -> None:
@@ -129,13 +137,16 @@ def _assert_same(p: Program, q: Program) -> None:
             assert x == y, f.name
 
 
+@pytest.mark.parametrize("tile_io", [True, False], ids=["tile_io", "no_tile_io"])
 @pytest.mark.parametrize("system", list(SYSTEMS))
 @pytest.mark.parametrize("algorithm,ranks", [("lrab", "cube_pe0"), ("lrab_corner", "cube_pe0"), ("ring", "cube_pe0"),
                                              ("tree", "cube_pe0"), ("tree", "all_pes"), ("hier3", "all_pes")])
-def test_traced_program_is_the_generator_program(systems, system: str, algorithm: str, ranks: str) -> None:
+def test_traced_program_is_the_generator_program(systems, system: str, algorithm: str, ranks: str,
+                                                 tile_io: bool) -> None:
     t, router = systems[system]
-    fast = C.allreduce(t, router, 3000, algorithm, ranks=ranks).program
-    _assert_same(fast, _reference(t, router, algorithm, 3000, ranks))
+    fast = C.allreduce(t, router, 3000, algorithm, ranks=ranks, tile_io=tile_io).program
+    _assert_same(fast, _reference(t, router, algorithm, 3000, ranks, tile_io))
+    assert int(np.isin(fast.op_code, (Op.DMA_READ, Op.DMA_WRITE)).sum()) == (2 * fast.n_agents if tile_io else 0)
 
 
 def _same_install(a, b) -> None:

@@ -20,9 +20,10 @@ def torus6():
     return t, Router(t)
 
 
-def _one(preset: str, size: int, kind: str, n_slots: int, algorithm: str = "lrab") -> tuple[float, float, float]:
+def _one(preset: str, size: int, kind: str, n_slots: int, algorithm: str = "lrab",
+         tile_io: bool = True) -> tuple[float, float, float]:
     t = build_tables(load_system(preset, {"ipcq.buffer_kind": kind, "ipcq.n_slots": n_slots}))
-    c = allreduce(t, Router(t), size, algorithm)
+    c = allreduce(t, Router(t), size, algorithm, tile_io=tile_io)
     f = run_fast(c.program)
     return (float(f.agent_finish_ns.max() - c.launch_ns), float(f.agent_finish_lo_ns.max() - c.launch_ns),
             float(f.agent_finish_hi_ns.max() - c.launch_ns))
@@ -43,6 +44,18 @@ def test_points_equal_single_evaluations(torus6) -> None:
         assert row.latency_hi_ns >= hi * (1 - 1e-12)
         assert row.latency_lo_ns <= row.latency_ns <= row.latency_hi_ns
         assert row.busbw_gbps > 0
+
+
+@pytest.mark.parametrize("tile_io", [True, False])
+def test_points_tile_io(torus6, tile_io: bool) -> None:
+    """The tile load and store scale with the size like the messages: every point equals its own Program."""
+    t, router = torus6
+    sizes = [16, 3000, 96 * 1024]
+    df = allreduce_points(t, router, sizes, ["tcm", "hbm", "sram"], 4, tile_io=tile_io)
+    assert df["tile_io"].tolist() == [tile_io] * 3
+    for row in df.itertuples():
+        point, lo, _ = _one("torus6", int(row.size), row.buffer_kind, 4, tile_io=tile_io)
+        assert row.latency_ns == pytest.approx(point, rel=1e-12) and row.latency_lo_ns == pytest.approx(lo, rel=1e-12)
 
 
 def test_points_other_algorithm(torus6) -> None:

@@ -97,6 +97,31 @@ def test_exact_mode_matches_check(reference: SweepOutcome, tmp_path: Path) -> No
     assert (df["busbw_gbps"] > 0).all() and df["error"].isna().all()
 
 
+def test_tile_io_axis_and_column(reference: SweepOutcome, tmp_path: Path) -> None:
+    """``tile_io`` is a workload field (default true) and a standard column; points that differ in it are
+    separate batches, each equal to the one-at-a-time fast evaluation of its all-reduce."""
+    from kbfast.fast.evaluate import run_fast
+    from kbfast.sweep.evaluate import tables_of
+    from kbfast.workloads.collectives import allreduce
+
+    assert (reference.results["tile_io"] == True).all()   # noqa: E712 - the default
+    data = {"topology": "torus6", "workload": {"kind": "allreduce"},
+            "axes": [{"grid": {"workload.tile_io": [True, False], "workload.size": ["1KiB", "96KiB"]}}]}
+    s = spec(data, "tio.yaml")
+    res = run_sweep(s, tmp_path)
+    df = res.results
+    assert df["tile_io"].tolist() == [True, True, False, False] and "workload.tile_io" not in df
+    cols = list(df.columns)
+    assert cols.index("algorithm") < cols.index("tile_io") < cols.index("size")
+    t, router = tables_of(s.points()[0])
+    for row in df.itertuples(index=False):
+        c = allreduce(t, router, int(row.size), "lrab", tile_io=bool(row.tile_io))
+        assert row.latency_ns == pytest.approx(run_fast(c.program).agent_finish_ns.max() - c.launch_ns, rel=1e-12)
+    on, off = df[df.tile_io].set_index("size"), df[~df.tile_io.astype(bool)].set_index("size")
+    # 96 KiB on torus6: the fast path adds the isolated load and store exactly, 397 ns each
+    assert on.loc[98304, "latency_ns"] - off.loc[98304, "latency_ns"] == pytest.approx(2 * 397.0)
+
+
 def test_invalid_point_is_recorded(tmp_path: Path) -> None:
     """ring_1d on torus6 keeps its sips.w/h: that point fails alone, the others have results."""
     s = spec({"topology": "torus6", "workload": {"kind": "allreduce", "size": "1KiB"},

@@ -143,8 +143,11 @@ def test_sizes_with_suffixes_become_bytes() -> None:
 def test_spec_defaults() -> None:
     s = make()
     assert s.name == "test" and s.mode == "fast" and s.seed == 0
-    assert s.workload == {"kind": "allreduce", "algorithm": "lrab", "size": "96KiB", "ranks": None}
+    assert s.workload == {"kind": "allreduce", "algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}
     assert len(s.points()) == 1                                           # no axes: the base point
+    off = make([{"grid": {"workload.tile_io": [True, False]}}]).points()
+    assert [p.workload["tile_io"] for p in off] == [True, False]
+    assert off[0].config_hash == make().points()[0].config_hash != off[1].config_hash
     pe = parse_spec({"workload": {"kind": "pe2pe"}}, "p.yaml")
     assert pe.topology == "ahbm_2sip" and pe.points()[0].workload["size"] == 4096
 
@@ -225,6 +228,12 @@ W = {"kind": "allreduce"}
     pytest.param({"workload": W, "axes": [{"random": {"n": 0, "axes": {"ipcq.n_slots": [1]}}}]},
                  "axes.0.random.n", "whole number > 0", id="random-n"),
     pytest.param({"workload": W, "mode": "exakt"}, "mode", "did you mean 'exact'", id="mode"),
+    pytest.param({"workload": {"kind": "allreduce", "tile_io": "no"}}, "workload.tile_io", "expected true or false",
+                 id="tile-io-value"),
+    pytest.param({"workload": W, "axes": [{"grid": {"workload.tile_io": [True, 1]}}]}, "workload.tile_io",
+                 "tile_io: false", id="tile-io-axis-value"),
+    pytest.param({"workload": {"kind": "pe2pe", "tile_io": False}}, "workload.tile_io", "unknown pe2pe field",
+                 id="tile-io-not-pe2pe"),
 ])
 def test_validation_errors(data: dict[str, Any], key: str, hint: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import pandas as pd
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kbfast.cli.common import SetOpt, console, load, parse_size, user_errors
@@ -51,6 +52,8 @@ def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> d
     """The metrics of one point: latency = max pe_exec_ns from the start barrier (spec_pe §3.6)."""
     p = c.program
     row: dict = {"workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks, "n_ops": p.n_ops}
+    if c.tile_io is not None:
+        row["tile_io"] = c.tile_io
     res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
@@ -77,7 +80,7 @@ def _print(row: dict, fmt: Fmt) -> None:
     else:
         table = Table("metric", "value", title=f"{row['workload']} ({row['mode']})")
         for k, v in row.items():
-            table.add_row(k, f"{v:,.3f}" if isinstance(v, float) else str(v))
+            table.add_row(escape(k), f"{v:,.3f}" if isinstance(v, float) else str(v))   # "[tile load]" is no markup
         console.print(table)
 
 
@@ -90,6 +93,9 @@ def run_allreduce(
     buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
     n_slots: Annotated[int | None, typer.Option(help="IPCQ ring depth.")] = None,
     ranks: Annotated[str | None, typer.Option(help="cube_pe0 or all_pes (default by algorithm).")] = None,
+    tile_io: Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
+        "Every rank loads its tile from its own HBM slice before the collective and stores the result "
+        "after it (default); --no-tile-io times the IPCQ schedule alone."))] = True,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
     fmt: FmtOpt = Fmt.table,
@@ -98,7 +104,7 @@ def run_allreduce(
 ) -> None:
     """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
     t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
-    c = allreduce(t, Router(t), parse_size(size), algorithm, ranks)
+    c = allreduce(t, Router(t), parse_size(size), algorithm, ranks, tile_io=tile_io)
     _print(evaluate(c, exact, compare, trace), fmt)
 
 

@@ -2,10 +2,10 @@
 
 A collective's op structure does not depend on the tile size, the IPCQ buffer
 kind or the ring depth, so the Program is built (and symbolically checked) once
-and planned once.  Each point then only rescales the message sizes and the
-MATH durations and swaps the channels' slot tier and ``n_slots``; the kernel
-loops over points with no Python work per point and runs the lower, point and
-upper schedules of each.
+and planned once.  Each point then only rescales the message and tile DMA
+sizes and the MATH durations and swaps the channels' slot tier and
+``n_slots``; the kernel loops over points with no Python work per point and
+runs the lower, point and upper schedules of each.
 """
 
 from __future__ import annotations
@@ -103,8 +103,10 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
 
 
 def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, algorithm: str = "lrab",
-                     ranks: str | None = None) -> pd.DataFrame:
+                     ranks: str | None = None, tile_io: bool = True) -> pd.DataFrame:
     """Fast-path all-reduce latencies for every (size, buffer kind, n_slots) triple, one jitted call.
+    ``tile_io``: the tile load and store of every rank (``allreduce``), whose bytes scale with the size
+    like the messages'.
 
     The upper bound here is the first (window-free) pass of ``kbfast.fast.bounds``: valid, looser
     than ``run_fast``'s.  ``ring_peak`` is the deepest ring occupancy a SEND met (``head -
@@ -116,11 +118,11 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
     if np.any(sizes <= 0) or np.any(slots <= 0):
         raise KbfastError("sizes and n_slots must be > 0")
     ref = int(sizes.max())
-    coll = allreduce(t, router, ref, algorithm, ranks)
+    coll = allreduce(t, router, ref, algorithm, ranks, tile_io=tile_io)
     p = coll.program
     plan = plan_fast(p)
     P = plan.args[0]
-    moving = (p.op_code == Op.SEND) | (p.op_code == Op.RECV)
+    moving = np.isin(p.op_code, (Op.SEND, Op.RECV, Op.DMA_READ, Op.DMA_WRITE))
     ratio = np.where(moving, p.op_nbytes / ref, 0.0)
     math_n = np.where(p.op_code == Op.MATH, p.op_nbytes * t.spec.pe.elem_bytes / ref, 0.0)
     cfg = t.spec.ipcq
@@ -136,7 +138,8 @@ def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, al
                                coll.launch_ns, plan.share, plan.data_route, plan.head_args, plan.bounds,
                                plan.flit_bytes, plan.args)
     return pd.DataFrame({
-        "algorithm": algorithm, "size": sizes, "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
+        "algorithm": algorithm, "tile_io": coll.tile_io, "size": sizes,
+        "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
         "n_ranks": coll.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
         "busbw_gbps": [busbw_gbps(int(s), coll.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])],
         "contention": out[:, 3] > 0, "ring_peak": out[:, 4].astype(np.int64),

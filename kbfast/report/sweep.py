@@ -19,7 +19,8 @@ import pandas as pd  # noqa: E402
 from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 
-INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "hop", "case", "buffer_kind", "n_slots")
+INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "buffer_kind",
+          "n_slots")
 MAX_SERIES = 12
 
 

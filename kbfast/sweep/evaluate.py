@@ -1,10 +1,10 @@
 """Evaluate sweep points in batches that share a topology (design §6 "batched", §8 outputs, §10).
 
 Points whose system differs only in the IPCQ buffer kind and ring depth, and
-whose all-reduce differs only in size, form one batch: the tables are built and
-the collective planned once, and ``allreduce_points`` evaluates them in one
-jitted call.  Other workloads share the tables of their batch and are evaluated
-point by point.  A point that raises is recorded with its error; if a batched
+whose all-reduce differs only in size (``tile_io`` changes the ops: not batched
+together), form one batch: the tables are built and the collective planned once,
+and ``allreduce_points`` evaluates them in one jitted call.  Other workloads
+share the tables of their batch and are evaluated point by point.  A point that raises is recorded with its error; if a batched
 call fails, its points are retried one at a time so that only the bad ones
 fail.  A point's result never depends on which batch it was in, so results are
 the same whatever the number of jobs.
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast import __version__
-from kbfast.config.loader import apply_overrides, load_raw, validate
+from kbfast.config.loader import load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
@@ -97,7 +97,7 @@ _OVERRIDES: dict[str, dict[str, Any]] = {}   # the overrides behind each system 
 @lru_cache(maxsize=256)
 def _system(topology: str, overrides_key: str) -> SystemSpec:
     label, data = _raw(topology)
-    return validate(label, apply_overrides(data, _OVERRIDES[overrides_key], label=f"{label} (sweep axis)"))
+    return resolve(label, data, _OVERRIDES[overrides_key], override_label=f"{label} (sweep axis)")
 
 
 def _system_key(p: Point) -> tuple[str, str]:
@@ -130,7 +130,7 @@ def _program(p: Point) -> tuple[Program, Collective | None, Any]:
     w = p.workload
     kind, size = w["kind"], int(w["size"])
     if kind == "allreduce":
-        c = allreduce(t, router, size, w["algorithm"], w["ranks"])
+        c = allreduce(t, router, size, w["algorithm"], w["ranks"], tile_io=w.get("tile_io", True))
         return c.program, c, None
     if kind == "pe2pe":
         c = pe2pe(t, router, w["hop"], size, raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
@@ -174,7 +174,7 @@ def _allreduce_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
     t, router = tables_of(points[0])
     w = points[0].workload
     df = allreduce_points(t, router, [int(p.workload["size"]) for p in points], [s.ipcq.buffer_kind for s in specs],
-                          [s.ipcq.n_slots for s in specs], w["algorithm"], w["ranks"])
+                          [s.ipcq.n_slots for s in specs], w["algorithm"], w["ranks"], w.get("tile_io", True))
     out = []
     for row in df.itertuples(index=False):
         out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
@@ -189,6 +189,8 @@ def _describe(p: Point) -> dict[str, Any]:
     w = p.workload
     out: dict[str, Any] = {"topology": p.topology, "workload": w["kind"], "size": int(w["size"])}
     out.update({k: w[k] for k in ("algorithm", "hop", "case") if k in w})
+    if w["kind"] == "allreduce":
+        out["tile_io"] = bool(w.get("tile_io", True))
     try:
         s = system_of(p)
     except KbfastError:

@@ -24,12 +24,12 @@ import pandas as pd
 
 from kbfast.errors import KbfastError
 from kbfast.sweep.evaluate import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
-from kbfast.sweep.spec import Point, SweepSpec
+from kbfast.sweep.spec import Point, SweepSpec, param_set_label
 
 FORMATS = ("parquet", "csv")
 PROVENANCE = ("kbfast_version", "config_hash", "mode", "param_set", "seed")
-STANDARD = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "hop", "case", "size", "buffer_kind",
-            "n_slots")
+STANDARD = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "size",
+            "buffer_kind", "n_slots")
 
 
 class SweepInterrupted(KbfastError):
@@ -177,7 +177,8 @@ def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
     rest = order[~order["point"].isin(same["point"])]
     moved = rest.merge(saved.drop(columns=["point"]).drop_duplicates("config_hash", keep="last"), on="config_hash")
     df = _tidy(pd.concat([same, moved], ignore_index=True))   # parts may disagree on a column's type
-    df["param_set"] = spec.name
+    sets = {p.index: param_set_label(p) or spec.name for p in points}   # the sweep's name unless a set applies
+    df["param_set"] = df["point"].map(sets)
     df["seed"] = spec.seed
     return order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
 

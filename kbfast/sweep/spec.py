@@ -4,7 +4,7 @@ A spec is a YAML mapping::
 
     name: seed36
     topology: torus6                 # preset or topology YAML (an axis may vary it)
-    workload: {kind: allreduce, algorithm: lrab, size: 96KiB}
+    workload: {kind: allreduce, algorithm: lrab, size: 96KiB}   # tile_io: true (the default)
     set: {ipcq.buffer_kind: tcm}     # fixed overrides for every point
     seed: 0
     axes:
@@ -35,17 +35,18 @@ import yaml
 
 from kbfast import __version__
 from kbfast.config import DEFAULT_TOPOLOGY
-from kbfast.config.loader import check_key_path, load_raw
+from kbfast.config.loader import applied_param_set, check_key_path, load_raw, param_set_path, read_param_set
 from kbfast.config.units import is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "allreduce": {"algorithm": "lrab", "size": "96KiB", "ranks": None},
+    "allreduce": {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True},
     "pe2pe": {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True},
     "probe": {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"},
     "traffic": {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"},
 }
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
+BOOL_FIELDS = {"allreduce": ("tile_io",)}   # workload fields that take true or false only
 MODES = ("fast", "exact")
 GROUPS = ("grid", "zip", "random")
 DISTRIBUTIONS = ("uniform", "log_uniform")
@@ -104,6 +105,8 @@ class SweepSpec:
             workload["size"] = _size(self.label, "workload.size", workload["size"])
             if "workload.size" in params:
                 params = {**params, "workload.size": workload["size"]}
+        for name in BOOL_FIELDS.get(workload["kind"], ()):
+            _bool(self.label, f"workload.{name}", workload[name])
         key = overrides_key(overrides)
         return Point(index, params, topology, overrides, workload,
                      config_hash(topology, overrides, workload, self.mode, key), key)
@@ -118,6 +121,12 @@ def _size(label: str, key: str, value: Any) -> Any:
         raise ConfigError(label, key, value, str(err)) from None
 
 
+def _bool(label: str, key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(label, key, value, "expected true or false",
+                          f"write {key.split('.')[-1]}: true or {key.split('.')[-1]}: false (YAML booleans, unquoted)")
+
+
 def overrides_key(overrides: dict[str, Any]) -> str:
     """Text key of a point's overrides, equal for equal overrides in any order."""
     return repr(sorted(overrides.items()))
@@ -127,10 +136,42 @@ def config_hash(topology: str, overrides: dict[str, Any], workload: dict[str, An
                 key: str | None = None) -> str:
     """A digest of everything that determines a point's result: the resolved base topology, overrides,
     workload, mode and the kbfast version (16 hex digits): sha256 of ``repr([base digest, sorted overrides,
-    sorted workload, mode, version])``, built from ``key`` (:func:`overrides_key`) when given."""
+    sorted workload, mode, version])``, built from ``key`` (:func:`overrides_key`) when given, followed by
+    the saved parameter set's name and values digest when the point's system loads one."""
     base = _topology_digest(topology)
     text = f"[{base!r}, {key or overrides_key(overrides)}, {sorted(workload.items())!r}, {mode!r}, {__version__!r}]"
+    saved = _saved_set(topology, _set_choice(overrides))
+    if saved is not None:
+        text += f" {saved!r}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _set_choice(overrides: dict[str, Any]) -> str | None:
+    value = overrides.get("param_set")
+    return None if value is None else str(value)
+
+
+@lru_cache(maxsize=256)
+def _saved_set(topology: str, chosen: str | None) -> tuple[str, str] | None:
+    """(name, digest of its values) of the saved parameter set the point's system loads, else None
+    (also when the topology or the set is bad: the point records that error)."""
+    try:
+        label, data = load_raw(topology)
+        name = applied_param_set(label, data, None if chosen is None else {"param_set": chosen})
+        if name is None:
+            return None
+        values = read_param_set(param_set_path(name))
+    except KbfastError:
+        return None
+    return name, hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def param_set_label(p: Point) -> str | None:
+    """The parameter set a point names (``param_set`` in ``set:`` or an axis) or the saved set its topology
+    loads (``calibration/NAME.yaml``); None when it uses its topology's own values unchanged."""
+    chosen = _set_choice(p.overrides)
+    saved = _saved_set(p.topology, chosen)
+    return chosen if chosen is not None else (saved[0] if saved else None)
 
 
 @lru_cache(maxsize=256)
@@ -283,6 +324,9 @@ def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
         if key != "kind" and key not in WORKLOADS[kind]:
             raise ConfigError(label, f"workload.{key}", workload[key], f"unknown {kind} field",
                               did_you_mean(str(key), list(WORKLOADS[kind])))
+    for key in BOOL_FIELDS.get(kind, ()):
+        if key in workload:
+            _bool(label, f"workload.{key}", workload[key])
     fixed = data.get("set") or {}
     if not isinstance(fixed, dict):
         raise ConfigError(label, "set", fixed, "expected a mapping of key path -> value")

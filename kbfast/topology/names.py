@@ -66,6 +66,32 @@ def cube_locals(t: Tables, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.divmod(rest, lay.nodes_per_cube)
 
 
+@lru_cache(maxsize=64)
+def _own_ctrl_lut(names: tuple[str, ...]) -> np.ndarray:
+    """Per cube-local index: the local index of ``hbm_ctrl.pe{x}`` for a block ``pe{x}.*`` of PE x, else -1."""
+    index = _local_index(names)
+    lut = np.full(len(names), -1, np.int64)
+    for i, name in enumerate(names):
+        pe, dot, _ = name.partition(".")
+        if dot and pe.startswith("pe") and pe[2:].isdigit():
+            lut[i] = index[f"hbm_ctrl.{pe}"]
+    lut.flags.writeable = False
+    return lut
+
+
+def own_hbm_ctrls(t: Tables, pe_nodes: np.ndarray) -> np.ndarray:
+    """The HBM controller of each PE's own slice: ``sip{S}.cube{C}.hbm_ctrl.pe{X}`` for any block of
+    ``sip{S}.cube{C}.pe{X}`` (:func:`hbm_ctrl` over an array, by id arithmetic: the controller and the
+    PE blocks sit at fixed offsets of the cube template)."""
+    nodes = np.asarray(pe_nodes, np.int64)
+    _, local = cube_locals(t, nodes)
+    ctrl = _own_ctrl_lut(tuple(t.cube_names))[local]
+    if np.any(ctrl < 0):
+        bad = int(nodes[np.flatnonzero(ctrl < 0)[0]])
+        raise ValueError(f"own_hbm_ctrls: {node_name(t, bad)} is not a PE block")
+    return nodes - local + ctrl
+
+
 def node_name(t: Tables, node: int) -> str:
     """Name of a node id (inverse of :func:`node_id`)."""
     if not 0 <= node < t.n_nodes:

@@ -11,6 +11,10 @@
   ring over SIPs, each a bidirectional chain to the representative, then broadcast.
 * ``rs_ag``: chunked ring reduce-scatter then all-gather (bandwidth optimal).
 
+Every all-reduce kernel runs between a tile load and a tile store by default (``tile_io``): each rank
+reads its tile from its own HBM slice before the collective and writes the result back after it
+(``kbfast.workloads.kernels.with_tile_io``).  ``pe2pe`` is a point-to-point probe without them.
+
 Ranks: ``cube_pe0`` (pe0 of every cube of every SIP) or ``all_pes``.
 """
 
@@ -34,7 +38,7 @@ from kbfast.workloads.install import (
     tree_peers,
     wire,
 )
-from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
+from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels, with_tile_io
 from kbfast.workloads.launch import launch_timing
 from kbfast.workloads.symbolic import run_traced
 
@@ -49,6 +53,7 @@ class Collective:
     n_ranks: int
     nbytes: int                     # per-rank tile
     launch_ns: float
+    tile_io: bool | None = None     # all-reduce: tile load and store modelled (None: not a collective kernel)
 
 
 def _sip_fn(t: Tables):
@@ -328,12 +333,19 @@ KERNELS = {"lrab": lrab_kernel, "lrab_corner": lrab_kernel, "ring": ring_kernel,
 
 
 def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", ranks: str | None = None,
-              launch: bool = True) -> Collective:
-    """Build the Program of one all-reduce of ``nbytes`` per rank; runs the symbolic check."""
+              launch: bool = True, tile_io: bool = True) -> Collective:
+    """Build the Program of one all-reduce of ``nbytes`` per rank; runs the symbolic check.
+
+    ``tile_io`` (default): every rank loads its tile from its own HBM slice before the kernel (a blocking
+    DMA_READ of ``nbytes`` from ``hbm_ctrl.pe{X}``, address 0, phase ``tile load``) and stores the result
+    there after it (a blocking DMA_WRITE, phase ``tile store``), as the reference kernels do; ``False``
+    times the IPCQ schedule alone."""
     if algorithm not in ALGORITHMS:
         raise KbfastError(f"unknown all-reduce algorithm {algorithm!r}: {did_you_mean(algorithm, ALGORITHMS)}")
     if nbytes <= 0:
         raise KbfastError(f"all-reduce size must be > 0 bytes (got {nbytes})")
+    if not isinstance(tile_io, (bool, np.bool_)):
+        raise KbfastError(f"tile_io must be true or false (got {tile_io!r})")
     lay = t.layout
     ranks = ranks or ("cube_pe0" if algorithm.startswith("lrab") else "all_pes")
     if algorithm.startswith("lrab") and ranks != "cube_pe0":
@@ -354,10 +366,11 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
         raise KbfastError(f"rs_ag sends 2(n-1) chunks per rank, {2 * n * (n - 1):,} messages on {n} ranks; it is "
                           f"limited to {RS_AG_MAX_RANKS} ranks: use ranks=cube_pe0, ring or lrab")
     b = ProgramBuilder(t, router, name=f"allreduce-{algorithm}@{nbytes}B")
+    kernel = with_tile_io(KERNELS[algorithm]) if tile_io else KERNELS[algorithm]
     if algorithm == "rs_ag":
         # payloads carry chunk tags (bit arithmetic): run the generators themselves
         agents = [b.pe_agent(v) for v in nodes.tolist()]
-        run_kernels(b, agents, install(n, neighbor_fn("ring_1d", n)), KERNELS[algorithm], nbytes, info=info)
+        run_kernels(b, agents, install(n, neighbor_fn("ring_1d", n)), kernel, nbytes, info=info)
     else:
         if algorithm.startswith("lrab"):
             wiring = intercube_wiring(t)
@@ -367,10 +380,10 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
             wiring = _hier3_wiring(n_pe, lay.n_cubes_per_sip, lay.n_sips)
         else:
             wiring = wire(*ring_peers(n))
-        run_traced(b, b.pe_agents(nodes), wiring, KERNELS[algorithm], nbytes, _roles(algorithm, n, info), info)
+        run_traced(b, b.pe_agents(nodes), wiring, kernel, nbytes, _roles(algorithm, n, info), info)
     target = launch_timing(t, router, np.array(nodes)).target_start_ns if launch else 0.0
     return Collective(program=b.build(launch_ns=target), algorithm=algorithm, n_ranks=n, nbytes=nbytes,
-                      launch_ns=target)
+                      launch_ns=target, tile_io=bool(tile_io))
 
 
 def busbw_gbps(nbytes: int, n_ranks: int, latency_ns: float) -> float:

@@ -17,6 +17,11 @@ in program order.  Every payload carries the set of contributing ranks (a
 bitset); ``tl.add`` refuses to count a rank twice and, at the end, every rank
 must hold every contribution exactly once — a broken schedule is caught before
 anyone trusts its timing (the symbolic correctness check).
+
+``tl.load()`` and ``tl.store()`` are the kernel's tile DMA: a blocking read of the tile from the
+rank's own HBM slice (``hbm_ctrl.pe{X}`` of its PE and cube, address 0) into the PE, and the write
+of the result back.  :func:`with_tile_io` wraps a kernel in them, as every reference kernel begins
+with ``acc = load(pe_addr)`` and ends with ``store(pe_addr, acc)``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,11 @@ from dataclasses import dataclass, field
 
 from kbfast.errors import KbfastError
 from kbfast.ir import ProgramBuilder
+from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Install
+
+TILE_LOAD = "tile load"      # the phases of with_tile_io's load and store
+TILE_STORE = "tile store"
 
 
 class ScheduleError(KbfastError):
@@ -36,7 +45,7 @@ class ScheduleError(KbfastError):
 
 @dataclass(frozen=True)
 class Request:
-    kind: str                 # "send", "recv", "math", "compute", "phase"
+    kind: str                 # "send", "recv", "math", "compute", "phase", "load", "store"
     direction: str = ""
     payload: int = 0
     nbytes: int = 0
@@ -78,8 +87,32 @@ class Tl:
     def phase(self, name: str) -> Request:
         return Request("phase", direction=name)
 
+    def load(self, nbytes: int | None = None) -> Request:
+        """Blocking DMA read of the tile from the rank's own HBM slice (address 0) into the PE."""
+        return Request("load", nbytes=self.nbytes if nbytes is None else nbytes)
+
+    def store(self, nbytes: int | None = None) -> Request:
+        """Blocking DMA write of the tile from the PE to the rank's own HBM slice (address 0)."""
+        return Request("store", nbytes=self.nbytes if nbytes is None else nbytes)
+
 
 Kernel = Callable[[Tl], Generator[Request, int, int]]
+
+
+def with_tile_io(kernel: Kernel) -> Kernel:
+    """``kernel`` between a tile load and a tile store, each in its own phase (``tile load``, ``tile store``):
+    the reference kernels' ``acc = load(pe_addr)`` ... ``store(pe_addr, acc)``."""
+
+    def tiled(tl: Tl):
+        yield tl.phase(TILE_LOAD)
+        yield tl.load()
+        acc = yield from kernel(tl)
+        yield tl.phase(TILE_STORE)
+        yield tl.store()
+        return acc
+
+    tiled.__name__ = tiled.__qualname__ = f"{getattr(kernel, '__name__', 'kernel')}_with_tile_io"
+    return tiled
 
 
 def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel: Kernel, nbytes: int,
@@ -95,6 +128,13 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
     gens = [kernel(tl) for tl in tls]
     for a in agents:
         b.start(a)
+    slices: list[int] = []       # each rank's own HBM controller, looked up at the first tile DMA
+
+    def own_slice(r: int) -> int:
+        if not slices:
+            slices.extend(own_hbm_ctrls(b.t, b.agent_nodes(agents)).tolist())
+        return slices[r]
+
     queues: dict[tuple[int, str], deque[int]] = {}
     channels: dict[tuple[int, str], int] = {}
     pending: list[Request | None] = [None] * n
@@ -138,6 +178,9 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
                 value[r] = 0
             elif req.kind == "compute":
                 b.compute(agents[r], req.value)
+                value[r] = 0
+            elif req.kind in ("load", "store"):
+                b.dma(agents[r], own_slice(r), req.nbytes, write=req.kind == "store")
                 value[r] = 0
             else:
                 b.phase(agents[r], req.direction)

@@ -5,7 +5,8 @@ on a recv whose channel is empty; a channel is created at the first send on it. 
 check (spec_ccl §5.0, kernels.py): every value is a set of contributing ranks (a leaf rank, or a
 bitset row of a refcounted pool), ``add`` refuses a rank counted twice, every rank must end with
 every contribution.  Returns the emitted ops in program order, ready for
-:meth:`~kbfast.ir.ProgramBuilder.add_ops`.
+:meth:`~kbfast.ir.ProgramBuilder.add_ops`; a tile DMA (``tl.load`` / ``tl.store``) gets its rank's own
+HBM controller as target after the replay, in one array lookup.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import numpy as np
 from numba import njit
 
 from kbfast.ir import Op, ProgramBuilder
+from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring
 from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
 from kbfast.workloads.trace import templates_to_arrays, trace
 
 OK, E_TWICE, E_DEADLOCK, E_MISSING = 0, 1, 2, 3
 _SEND, _RECV, _ADD, _PHASE = int(Op.SEND), int(Op.RECV), 8, 9
+_READ, _WRITE = int(Op.DMA_READ), int(Op.DMA_WRITE)
 
 
 @njit(cache=True)
@@ -259,8 +262,11 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
     to_builder = np.full(len(phases) + 1, -1, np.int64)       # trace phase id -> builder phase index (-1 stays)
     for p in phase_order:
         to_builder[p] = b.phase_index(phase_names[p])
-    b.add_ops(agents[out_rank], ar["op"][out_ins], out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins],
-              to_builder[out_phase])
+    code = ar["op"][out_ins]
+    if np.any((ar["op"] == _READ) | (ar["op"] == _WRITE)):     # tile DMAs target the rank's own HBM slice
+        dma = (code == _READ) | (code == _WRITE)
+        out_chan[dma] = own_hbm_ctrls(b.t, b.agent_nodes(agents))[out_rank[dma]]
+    b.add_ops(agents[out_rank], code, out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins], to_builder[out_phase])
     b.set_phases(agents[last >= 0], to_builder[last[last >= 0]])
 
 

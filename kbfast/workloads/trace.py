@@ -87,6 +87,10 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
             if req.value < 0:
                 raise KbfastError(f"COMPUTE needs ns >= 0 (got {req.value})")
             emit(Op.COMPUTE, arg=req.value)
+        elif req.kind in ("load", "store"):     # the tile DMA: its target (the rank's own slice) is set per rank
+            if req.nbytes < 0:
+                raise KbfastError(f"DMA needs nbytes >= 0 and addr >= 0 (got {req.nbytes}, 0)")
+            emit(Op.DMA_WRITE if req.kind == "store" else Op.DMA_READ, nbytes=req.nbytes)
         else:
             emit(PHASE, phase=phases.setdefault(req.direction, len(phases)))
     t.kills = [[] for _ in t.op]
