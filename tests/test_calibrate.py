@@ -170,7 +170,7 @@ def test_csv_and_json(rows: pd.DataFrame) -> None:
     assert [float(v) for v in lat["fast"]] == list(rows.set_index("case").loc[list(LATENCY_ROWS), "fast"])
     out = json.loads(invoke("--mode", "exact", "--format", "json").stdout)
     assert out["ok"] is True and out["modes"] == ["exact"] and out["fit"] is None
-    assert out["param_set"] == "kernbench-2026-05"
+    assert out["param_set"] == "kernbench-2026-11"
     by = {r["case"]: r for r in out["rows"]}
     assert by["pe_dma_remote_cube_worst_16k"]["exact_err"] == rows.set_index("case").loc[
         "pe_dma_remote_cube_worst_16k", "exact_err"]
@@ -187,7 +187,7 @@ def test_unknown_param_set_exits_2(sets_dir: Path) -> None:
     res = invoke("--mode", "fast", "--set", "param_set=nope")
     assert res.exit_code == 2
     msg = flat(res.stderr)
-    for w in ("--set: param_set", "'nope'", "nope.yaml", str(sets_dir), "kernbench-2026-05"):
+    for w in ("--set: param_set", "'nope'", "nope.yaml", str(sets_dir), "kernbench-2026-11"):
         assert w in msg, msg
 
 
