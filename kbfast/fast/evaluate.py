@@ -19,6 +19,7 @@ from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
 BOUND_PASSES = 4
+BOUND_GAIN = 1e-3     # stop refining once no agent's upper bound moved by 0.1 % of its span
 
 
 @dataclass(frozen=True)
@@ -428,7 +429,10 @@ def run_fast(p: Program) -> FastResult:
         if np.array_equal(tighter, extra):
             break
         extra = tighter
+        before = hi[0].a_finish
         hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
+        if _bound_gain(before, hi[0].a_finish, p.agent_start_ns) < BOUND_GAIN:
+            break
     wall = time.perf_counter() - t0
     S = point[0]
     # Both bounds are valid for exact mode, so a point estimate outside them is clamped in.
@@ -439,6 +443,13 @@ def run_fast(p: Program) -> FastResult:
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
                       compact=plan.compact, edge_contended=_per_edge(plan.edge_group, point[2]),
                       data_route=data_route)
+
+
+def _bound_gain(before: np.ndarray, after: np.ndarray, start: np.ndarray) -> float:
+    """The largest improvement of an agent's upper bound in one refinement pass, relative to its span."""
+    if len(before) == 0:
+        return 0.0
+    return float(np.max((before - after) / np.maximum(before - start, 1.0)))
 
 
 def _per_edge(edge_group: np.ndarray, group_flag: np.ndarray) -> np.ndarray:
