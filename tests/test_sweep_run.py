@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from kbfast import __version__
+from kbfast.config import load_system
 from kbfast.errors import KbfastError
 from kbfast.sweep.runner import PROVENANCE, SweepInterrupted, SweepOutcome, run_sweep
 from kbfast.sweep.spec import SweepSpec, parse_spec
@@ -54,7 +55,7 @@ def test_results_parquet(reference: SweepOutcome) -> None:
     assert list(df["buffer_kind"]) == list(df["ipcq.buffer_kind"]) == ["tcm", "sram"] * 4
     assert set(PROVENANCE) | set(METRIC_COLUMNS) <= set(df.columns)
     assert (df["kbfast_version"] == __version__).all() and (df["mode"] == "fast").all()
-    assert (df["param_set"] == "tiny").all() and (df["seed"] == 0).all()
+    assert (df["param_set"] == load_system().param_set).all() and (df["seed"] == 0).all()   # the systems' own set
     assert df["error"].isna().all() and reference.n_errors == 0
     assert (df["latency_lo_ns"] <= df["latency_ns"]).all() and (df["latency_ns"] <= df["latency_hi_ns"]).all()
     assert (df["busbw_gbps"] > 0).all() and (df["n_ranks"] == 96).all()

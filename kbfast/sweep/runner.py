@@ -177,7 +177,7 @@ def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
     rest = order[~order["point"].isin(same["point"])]
     moved = rest.merge(saved.drop(columns=["point"]).drop_duplicates("config_hash", keep="last"), on="config_hash")
     df = _tidy(pd.concat([same, moved], ignore_index=True))   # parts may disagree on a column's type
-    sets = {p.index: param_set_label(p) or spec.name for p in points}   # the sweep's name unless a set applies
+    sets = {p.index: param_set_label(p) or "" for p in points}   # the system's parameter set (design §8)
     df["param_set"] = df["point"].map(sets)
     df["seed"] = spec.seed
     return order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)

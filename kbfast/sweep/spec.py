@@ -167,11 +167,24 @@ def _saved_set(topology: str, chosen: str | None) -> tuple[str, str] | None:
 
 
 def param_set_label(p: Point) -> str | None:
-    """The parameter set a point names (``param_set`` in ``set:`` or an axis) or the saved set its topology
-    loads (``calibration/NAME.yaml``); None when it uses its topology's own values unchanged."""
+    """The parameter set of a point's system: the one it names (``param_set`` in ``set:`` or an axis), else
+    the saved set its topology loads (``calibration/NAME.yaml``), else its topology's own ``param_set`` label;
+    None when the topology cannot be read (the point records that error)."""
     chosen = _set_choice(p.overrides)
-    saved = _saved_set(p.topology, chosen)
-    return chosen if chosen is not None else (saved[0] if saved else None)
+    if chosen is not None:
+        return chosen
+    saved = _saved_set(p.topology, None)
+    return saved[0] if saved else _own_label(p.topology)
+
+
+@lru_cache(maxsize=256)
+def _own_label(topology: str) -> str | None:
+    try:
+        _, data = load_raw(topology)
+    except KbfastError:
+        return None
+    label = data.get("param_set")
+    return None if label is None else str(label)
 
 
 @lru_cache(maxsize=256)
