@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -42,8 +43,8 @@ import pandas as pd
 import yaml
 
 from kbfast import __version__
-from kbfast.config.loader import (apply_overrides, check_key_path, check_param_set_name, load_raw, lookup,
-                                  param_set_dirs, validate)
+from kbfast.config.loader import (PARAM_SET_DIR_ENV, apply_overrides, check_key_path, check_param_set_name,
+                                  load_raw, lookup, param_set_dirs, validate)
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.exact import run_exact
@@ -381,8 +382,9 @@ def evaluate_rows(spec: SystemSpec, modes: Iterable[str] = MODES, ref: pd.DataFr
                   bench: Bench | None = None) -> pd.DataFrame:
     """One row per reference case, in the CSV's order: reference, the figure and error per mode, status.
 
-    ``status`` is ``retired`` for a retired row, ``ok`` when the row passes in every evaluated mode, else
-    ``off``.  Columns of a mode that was not evaluated are empty.
+    ``status`` is ``retired`` for a retired row, ``n/a`` when the system lacks what the row measures (a
+    second cube or SIP), ``ok`` when the row passes in every evaluated mode, else ``off``.  Columns of a mode
+    that was not evaluated are empty.
     """
     modes = tuple(modes)
     bad = [m for m in modes if m not in MODES]
@@ -398,10 +400,15 @@ def evaluate_rows(spec: SystemSpec, modes: Iterable[str] = MODES, ref: pd.DataFr
                                "reference": row.reference(ref.loc[case]),
                                "fast": None, "exact": None, "fast_err": None, "exact_err": None}
         oks = []
-        for mode in modes:
-            o = row.measure(bench, mode, ref)
-            rec[mode], rec[f"{mode}_err"] = o.value, o.err
-            oks.append(o.ok)
+        try:
+            for mode in modes:
+                o = row.measure(bench, mode, ref)
+                rec[mode], rec[f"{mode}_err"] = o.value, o.err
+                oks.append(o.ok)
+        except KbfastError as err:      # the system lacks what the row measures (one cube, one SIP, ...)
+            rec.update(status="n/a", unit=row.unit, criterion=f"not measurable here: {err}")
+            out.append(rec)
+            continue
         rec["status"] = "retired" if row.retired else ("ok" if all(oks) else "off")
         rec.update(unit=row.unit, criterion=row.criterion)
         out.append(rec)
@@ -461,7 +468,12 @@ def parse_fit(items: list[str], spec: SystemSpec) -> list[FitParam]:
         check_key_path("--fit", key)
         if key in [p.key for p in params]:
             raise ConfigError("--fit", key, item, "the key is given twice")
-        value = lookup(spec, key)
+        try:
+            value = lookup(spec, key)
+        except KeyError:
+            raise ConfigError("--fit", key, item, "not a parameter of the validated system (a key inside a "
+                              "mapping such as routing.weight_mm cannot be fitted)",
+                              "fit a bandwidth, length or time, e.g. fabric.ns_per_mm") from None
         if not isinstance(value, float):
             raise ConfigError("--fit", key, value, "not a continuous parameter (only real-valued keys are fitted)",
                               "fit a bandwidth, length or time")
@@ -594,9 +606,14 @@ def fit(spec: SystemSpec, params: list[FitParam], reference: dict[str, float] | 
 
 def param_set_file(name: str) -> Path:
     """Where ``--save NAME`` writes: the first parameter-set folder (``$KBFAST_CALIBRATION_DIR`` or the
-    packaged ``calibration/``)."""
+    packaged ``calibration/``); refuses a bad name or a folder it cannot write, before any fit runs."""
     check_param_set_name("--save", "param_set", name)
-    return param_set_dirs()[0] / f"{name}.yaml"
+    folder = param_set_dirs()[0]
+    probe = folder if folder.exists() else next((p for p in folder.parents if p.exists()), folder)
+    if not os.access(probe, os.W_OK):
+        raise ConfigError("--save", "param_set", name, f"cannot write parameter sets to {folder}",
+                          f"set {PARAM_SET_DIR_ENV} to a writable folder")
+    return folder / f"{name}.yaml"
 
 
 def param_set_document(name: str, result: FitResult, spec: SystemSpec, topology: str,
@@ -633,8 +650,12 @@ def save_param_set(name: str, result: FitResult, spec: SystemSpec, topology: str
     if not result.fitted:
         raise KbfastError(f"--save {name}: no parameter was fitted (none moves a row), nothing to save")
     path = param_set_file(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
     doc = param_set_document(name, result, spec, topology, overrides)
-    path.write_text("# kbfast parameter set, written by `kbfast calibrate --fit ... --save`\n"
-                    + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# kbfast parameter set, written by `kbfast calibrate --fit ... --save`\n"
+                        + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    except OSError as err:
+        raise ConfigError("--save", "param_set", name, f"cannot write {path}: {err.strerror}",
+                          f"set {PARAM_SET_DIR_ENV} to a writable folder") from None
     return path

@@ -8,8 +8,9 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
 ``run_hybrid`` therefore evaluates the Program on the fast path first and then, by ``method``:
 
 * ``closed form``: no flow met another; the fast path is exact already;
-* ``exact replay``: flows met and the replay's estimated event count is within ``budget`` events; the point
-  estimate is the exact replay's (per op and per agent), the bounds stay the fast path's;
+* ``exact replay``: flows met, the replay's estimated event count (:func:`replay_events_estimate`) is at
+  most ``2 x budget`` and the replay finishes within ``budget`` events; the point estimate is the exact
+  replay's (per op and per agent), the bounds stay the fast path's;
 * ``fluid``: flows met and the Program is too large to replay within the budget; the fluid estimate stands.
 
 The bounds are the fast path's in every case, so ``lower <= point <= upper`` holds throughout.  This module
@@ -40,6 +41,9 @@ class HybridResult:
     replay_events: int       # events of the exact replay (0 when none ran)
 
     def __getattr__(self, name: str):
+        """The fast path's fields and properties (only called for names the dataclass does not define)."""
+        if name.startswith("__") or name == "fast":
+            raise AttributeError(name)
         return getattr(self.fast, name)
 
 
@@ -49,7 +53,7 @@ def replay_events_estimate(p: Program) -> int:
     A DMA's flits cross its payload route (forward; the reverse one for a host read), its zero-byte
     completion the other route once; a SEND's flits cross its channel's route and its credit comes back
     over about as many edges; every op adds a few agent events.  Measured on the probe catalogue and the
-    all-reduces, the replay takes 50-95 % of this; the estimate only decides whether to try.
+    all-reduces, the replay takes 50-100 % of this; the estimate only decides whether to try.
     """
     flit = p.tables.spec.fabric.flit_bytes
     flits = np.maximum((p.op_nbytes + flit - 1) // flit, 1)

@@ -234,3 +234,13 @@ def test_bad_param_set_file_names_the_file(sets_dir: Path) -> None:
     (sets_dir / "broken.yaml").write_text("values: {fabric.ns_per_mmm: 1.0}\n")
     with pytest.raises(ConfigError, match=r"broken\.yaml: fabric\.ns_per_mmm: unknown key"):
         load_system(overrides={"param_set": "broken"})
+
+
+def test_rows_a_system_cannot_measure_are_not_applicable():
+    """Two cubes, one SIP: the REMOTE_SIP and the IPCQ h4 rows have nothing to measure; they are n/a, the
+    others are evaluated (no error, no traceback)."""
+    df = evaluate_rows(load_system(overrides={"sips.count": 1, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 1}),
+                       modes=("fast",)).set_index("case")
+    assert df.loc["pe_dma_remote_sip_16k", "status"] == "n/a"
+    assert "not measurable here" in df.loc["pe_dma_remote_sip_16k", "criterion"]
+    assert df.loc["pe_dma_local_16k", "status"] == "ok" and df.loc["pe_dma_local_16k", "fast"] == 77.0

@@ -61,12 +61,24 @@ def test_methods_by_case(tables, router, catalogue_default):
 
 
 def test_budget_guard_falls_back_to_fluid(tables, router, catalogue_default):
-    """An estimate that lets the replay start, but a budget the replay exceeds: the fluid estimate, no error."""
+    """The estimate lets the replay start, the replay runs out of budget: the fluid estimate, no error.  Too
+    large an estimate: no replay at all."""
     p = catalogue_default["ucie_eastbound_8pe"].program(tables, router, 64 * KiB)
     need = run_exact(p).n_events
-    h = run_hybrid(p, budget=need // 2 + 1)
-    assert h.method in ("fluid", "exact replay")
-    assert run_hybrid(p, budget=need // 4).method == "fluid"
+    assert replay_events_estimate(p) <= 2 * (need - 1)        # so the replay is tried ...
+    short = run_hybrid(p, budget=need - 1)                      # ... and stops at its budget
+    assert short.method == "fluid" and short.replay_events == 0
+    np.testing.assert_array_equal(short.op_end_ns, run_fast(p).op_end_ns)
+    assert run_hybrid(p, budget=need).method == "exact replay"
+    assert run_hybrid(p, budget=replay_events_estimate(p) // 2 - 1).method == "fluid"
+
+
+def test_result_copies_and_pickles(tables, router, catalogue_default):
+    import copy
+    import pickle
+    h = run_hybrid(catalogue_default["ctrl_hot_2"].program(tables, router, 4 * KiB))
+    for other in (copy.copy(h), pickle.loads(pickle.dumps(h))):
+        assert other.method == h.method and other.makespan_ns == h.makespan_ns
 
 
 @pytest.mark.parametrize("name", ["ucie_eastbound_8pe", "sip_hotspot_pe0", "all_pe_cube0_to_pe0", "ctrl_hot_3"])

@@ -209,8 +209,8 @@ def test_p1_single_sip_lrab(mesh: int, kind: str, n_slots: int, n: int, tile_io:
 #
 # The point estimate equals the lower bound: exact is later by 5 ns per inter-SIP exchange round in which
 # two trains cross the PCIe switch together (its serial worker pays the 5 ns first-flit overhead once per
-# transaction; the fluid model spreads it as bandwidth), and by 8 ns more with tile I/O in every case:
-# 4 x overhead_ns.router (20 ns with a 5 ns router), the head flits of tile stores that go through a
+# transaction; the fluid model spreads it as bandwidth), and with tile I/O by 8 ns more (12 ns on
+# mesh_2d_no_wrap): 4 (6) x overhead_ns.router (20 ns with a 5 ns router), the head flits of tile stores that go through a
 # router before the message their rank has just posted (see P1).  Without tile I/O the same cases measure
 # -0.139 .. -0.633 % (16 KiB) and -0.000 .. -0.254 % (96 KiB) now (ring 2 SIPs 16K -0.139, torus 9 SIPs 16K
 # -0.633); the table this one replaces (-0.123 .. -0.843 %) had not been re-measured when the kernbench

@@ -9,6 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system, parse_override
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
@@ -31,7 +32,7 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except KbfastError as err:
-            err_console.print(f"[bold red]error:[/] {err}", highlight=False, markup=True)
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, markup=True, emoji=False)
             sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]

@@ -197,6 +197,8 @@ def _format_validation(label: str, err: ValidationError) -> ConfigError:
         hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
     elif kind == "literal_error":
         hint = first["msg"].replace("Input should be", "use")
+        if key == "routing.policy" and value == "mm":
+            hint = "'mm' is now 'balanced' (the previous default); the default is 'kernbench', the original router"
     elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):
         hint = _TYPE_HINTS.get(kind.split("_")[0], "")
     more = len(err.errors()) - 1
@@ -317,6 +319,29 @@ def param_set_dirs() -> list[Path]:
     packaged ``calibration/`` folder (``kbfast.calibration``); ``kbfast calibrate --save`` writes to the first."""
     dirs = [Path(os.environ[PARAM_SET_DIR_ENV])] if os.environ.get(PARAM_SET_DIR_ENV) else []
     return [*dirs, Path(str(resources.files("kbfast.calibration")))]
+
+
+def param_sets_stamp() -> tuple:
+    """What the saved sets' contents depend on: the folders searched and each set file's mtime and size.
+    Caches of loaded systems compare it to notice a set that was written or edited (cheap: a few stats)."""
+    return tuple((str(d), tuple(sorted((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in d.glob("*.yaml"))))
+                 for d in param_set_dirs() if d.is_dir())
+
+
+class FileCaches:
+    """``functools.lru_cache``s of what was read from topology and parameter-set files, forgotten when a saved
+    set is written or edited (a notebook, or a long-lived worker, that saves a set between two sweeps)."""
+
+    def __init__(self, *caches: Any) -> None:
+        self.caches = caches
+        self.stamp: tuple | None = None
+
+    def refresh(self) -> None:
+        stamp = param_sets_stamp()
+        if stamp != self.stamp:
+            self.stamp = stamp
+            for cached in self.caches:
+                cached.cache_clear()
 
 
 def param_set_names() -> list[str]:

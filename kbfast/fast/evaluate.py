@@ -74,7 +74,7 @@ class FastResult:
         return float(self.op_end_ns[op] - self.op_issue_ns[op])
 
 
-def _data_routes(p: Program) -> np.ndarray:
+def data_routes(p: Program) -> np.ndarray:
     """Per op, the route that carries its payload (the reverse route for a host read; the channel's
     route for an IPCQ SEND), or -1."""
     dma = (p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ)
@@ -388,7 +388,7 @@ def plan_fast(p: Program) -> Plan:
     hbm = spec.hbm
     commit = spec.fabric.flit_bytes / spec.pc_bw_gbs
     sw = hbm.switch_penalty_ns
-    data_route = _data_routes(p)
+    data_route = data_routes(p)
 
     shared_edge, shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh = _shared(p, c, data_route, e_bw, e_dst,
                                                                                       n_flit, n_ovh)

@@ -25,9 +25,9 @@ import pandas as pd
 
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.fast.evaluate import run_fast
+from kbfast.fast.evaluate import data_routes
 from kbfast.ir import Op, Program
-from kbfast.probe import Timing, evaluate_case, exact_evaluator, fast_evaluator
+from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator, fluid_evaluator
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
@@ -50,19 +50,11 @@ def default_case_names(t: Tables, router: Router) -> list[str]:
 
 
 def flow_routes(p: Program) -> list[np.ndarray]:
-    """The data-carrying route of every DMA flow of a Program: the forward route of a write, the
-    reverse route (taken by the returning data) of a read."""
-    out = []
-    for o in np.flatnonzero((p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ)):
-        r = p.op_rroute[o] if p.op_code[o] == Op.DMA_READ else p.op_route[o]
-        out.append(p.route(int(r)))
-    return out
-
-
-def fluid_evaluator(p: Program) -> Timing:
-    """The fast path's own estimate (closed form, or the fluid schedule where flows meet), never replayed."""
-    r = run_fast(p)
-    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.contention)
+    """The data-carrying route of every DMA flow of a Program (``kbfast.fast.evaluate.data_routes``: the
+    reverse route for a host read, the forward route otherwise)."""
+    routes = data_routes(p)
+    dma = np.flatnonzero((p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ))
+    return [p.route(int(routes[o])) for o in dma]
 
 
 def edge_label(t: Tables, e: int) -> str:
@@ -226,4 +218,4 @@ def compare_routing(spec: SystemSpec | Tables, cases: Sequence[str] | None = Non
 
 
 __all__ = ["COLUMNS", "EXTRA_CASES", "bus_passes", "compact_conns", "compare_routing", "default_case_names",
-           "fluid_evaluator", "flow_routes", "route_load", "top_conns", "ucie_load"]
+           "flow_routes", "route_load", "top_conns", "ucie_load"]

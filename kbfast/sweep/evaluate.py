@@ -21,14 +21,14 @@ import numpy as np
 import pandas as pd
 
 from kbfast import __version__
-from kbfast.config.loader import load_raw, resolve
+from kbfast.config.loader import FileCaches, load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.fast.points import allreduce_points
 from kbfast.ir import Program
-from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator
+from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
@@ -150,7 +150,7 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     size = int(p.workload["size"])
     if case is not None:
         t, router = tables_of(p)
-        row = evaluate_case(t, router, case, size, exact_evaluator if exact else fast_evaluator)
+        row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator)
         lat = row["makespan_ns"]
         out = {"latency_ns": lat, "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
                "latency_hi_ns": row.get("makespan_hi_ns", np.nan), "busbw_gbps": np.nan,
@@ -204,8 +204,12 @@ def _error_text(err: Exception) -> str:
     return str(err) if isinstance(err, KbfastError) else f"{type(err).__name__}: {err}"
 
 
+_SYSTEM_CACHES = FileCaches(_raw, _system, _tables)
+
+
 def evaluate_batch(batch: Batch) -> BatchResult:
     """Evaluate every point of ``batch``; never raises for a point's own problem."""
+    _SYSTEM_CACHES.refresh()
     metrics: dict[int, dict[str, Any]] = {}
     errors: dict[int, str] = {}
     kernel_s = 0.0

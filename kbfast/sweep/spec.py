@@ -35,7 +35,8 @@ import yaml
 
 from kbfast import __version__
 from kbfast.config import DEFAULT_TOPOLOGY
-from kbfast.config.loader import applied_param_set, check_key_path, load_raw, param_set_path, read_param_set
+from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, param_set_path,
+                                  read_param_set)
 from kbfast.config.units import is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 
@@ -196,6 +197,9 @@ def _topology_digest(topology: str) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_FILE_CACHES = FileCaches(_saved_set, _own_label, _topology_digest)
+
+
 @lru_cache(maxsize=1024)
 def resolve_topology(topology: str, folder: str) -> str:
     """A topology path in a spec is relative to the spec's folder; preset names stay as they are."""
@@ -321,6 +325,7 @@ def _check_group(label: str, gi: int, group: Any, workload_kind: str) -> None:
 
 def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
     """Validate a spec mapping; every problem is a ``ConfigError`` naming ``label`` and the key path."""
+    _FILE_CACHES.refresh()
     if not isinstance(data, dict):
         raise ConfigError(label, "<root>", data, "a sweep spec must be a mapping")
     for key in data:

@@ -1,0 +1,103 @@
+"""The fluid schedule's max-min fair rates (``kbfast.fast.schedule._rates``), filled per connected component,
+against a plain global water-filling over all active flows (docs/fast_path.md §3).
+
+The reference is the filling kbfast ran before it split the active flows into components, transcribed into
+plain Python: the same operations, so the rates must agree bit for bit, whatever the components are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbfast.fast.schedule import _rates
+
+BWS = (32.0, 64.0, 128.0, 256.0, 512.0)
+
+
+def global_filling(flows, bn, res_cap, res_ovh, nbytes, users):
+    """Rates of ``flows`` (lists of resource ids) by water-filling over all of them at once."""
+    def w(r, o):
+        return res_ovh[r] / max(nbytes[o], 1) if res_ovh[r] > 0.0 else 1.0
+
+    entries = [[(r, w(r, o)) for r in flows[o] if users[r] > 1] for o in range(len(flows))]
+    cap_rem = {r: 0.0 for es in entries for r, _ in es}
+    weight = dict(cap_rem)
+    for o, es in enumerate(entries):
+        for r, x in es:
+            weight[r] += x
+            cap_rem[r] += x * bn[o]
+    rate = [0.0] * len(flows)
+    frozen = [not any(cap_rem[r] > res_cap[r] * (1.0 + 1e-12) for r, _ in es) for es in entries]
+    for o in range(len(flows)):
+        if frozen[o]:
+            rate[o] = bn[o]
+    for r in cap_rem:
+        cap_rem[r], weight[r] = res_cap[r], 0.0
+    for o, es in enumerate(entries):
+        for r, x in es:
+            if frozen[o]:
+                cap_rem[r] -= x * rate[o]
+            else:
+                weight[r] += x
+    left = frozen.count(False)
+    while left > 0:
+        level, best_res, best_flow = math.inf, -1, -1
+        for o, es in enumerate(entries):
+            if frozen[o]:
+                continue
+            if bn[o] < level:
+                level, best_flow, best_res = bn[o], o, -1
+            for r, _ in es:
+                if weight[r] > 0.0 and cap_rem[r] / weight[r] < level:
+                    level, best_res, best_flow = cap_rem[r] / weight[r], r, -1
+        level = max(level, 0.0)
+        for o, es in enumerate(entries):
+            if frozen[o] or not (o == best_flow or (best_res >= 0 and any(r == best_res for r, _ in es))):
+                continue
+            frozen[o], rate[o] = True, level
+            left -= 1
+            for r, x in es:
+                cap_rem[r] -= x * level
+                weight[r] -= x
+    return rate
+
+
+@st.composite
+def instances(draw):
+    n_res = draw(st.integers(1, 10))
+    worker = [draw(st.booleans()) for _ in range(n_res)]
+    res_ovh = np.array([draw(st.sampled_from([2.0, 8.0])) if k else 0.0 for k in worker])
+    res_cap = np.array([1.0 if k else draw(st.sampled_from(BWS)) for k in worker])
+    n_flows = draw(st.integers(1, 14))
+    flows = [draw(st.lists(st.integers(0, n_res - 1), min_size=1, max_size=4, unique=True)) for _ in range(n_flows)]
+    bn = np.array([draw(st.sampled_from(BWS)) for _ in range(n_flows)])
+    nbytes = np.array([draw(st.sampled_from([256, 4096, 65536, 1000])) for _ in range(n_flows)], np.int64)
+    return flows, bn, res_cap, res_ovh, nbytes
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances())
+def test_component_filling_equals_global_filling(inst):
+    flows, bn, res_cap, res_ovh, nbytes = inst
+    n, n_res = len(flows), len(res_cap)
+    users = np.bincount([r for f in flows for r in f], minlength=n_res).astype(np.int64)
+    sh_res = np.array([r for f in flows for r in f], np.int64)
+    ends = np.cumsum([len(f) for f in flows])
+    sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
+    rate = np.zeros(n)
+    _rates(np.arange(n, dtype=np.int64), n, rate, bn, sh_span, sh_res, res_ovh, nbytes, res_cap, np.zeros(n_res),
+           np.zeros(n_res), np.zeros(n_res, np.bool_), np.zeros(n, np.bool_), users, np.empty(len(sh_res), np.int64),
+           np.empty(len(sh_res)), np.empty(n + 1, np.int64), np.empty(n), np.empty(n), np.empty(n, np.bool_),
+           np.empty(n, np.int64), np.full(n_res, -1, np.int64), np.empty(n, np.int64), np.empty(n + 1, np.int64))
+    assert rate.tolist() == global_filling(flows, bn, res_cap, res_ovh, nbytes, users)
+    # and it is a feasible allocation: no flow above its cap, no resource above its capacity
+    assert np.all(rate <= bn * (1 + 1e-12))
+    for r in range(n_res):
+        if users[r] > 1:
+            used = sum(rate[o] * (res_ovh[r] / max(nbytes[o], 1) if res_ovh[r] > 0 else 1.0)
+                       for o in range(n) if r in flows[o])
+            assert used <= res_cap[r] * (1 + 1e-9)
