@@ -14,7 +14,7 @@ from rich.table import Table
 
 from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
                               reference_csv, save_param_set, sensitivity_scale)
-from kbfast.cli.common import SetOpt, console, err_console, load, user_errors
+from kbfast.cli.common import OutputFormat, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
 
@@ -23,12 +23,6 @@ class Mode(str, Enum):
     fast = "fast"
     exact = "exact"
     both = "both"
-
-
-class Fmt(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
 
 
 def _num(value: float, unit: str) -> str:
@@ -160,7 +154,7 @@ def calibrate(
                                          help="Fit the PARAM keys to the latency rows (least squares).")] = False,
     save: Annotated[str | None, typer.Option("--save", metavar="NAME",
                                              help="Write the fitted values to calibration/NAME.yaml.")] = None,
-    fmt: Annotated[Fmt, typer.Option("--format", help="table, csv or json")] = Fmt.table,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
 ) -> None:
     """Evaluate every reference figure (calibration/reference_public.csv): reference, fast, exact, error, status.
 
@@ -189,19 +183,19 @@ def calibrate(
             err_console.print(f"parameter set written to {path}", highlight=False)
         spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
     df = evaluate_rows(spec, modes)
-    if fmt is Fmt.csv:
+    if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
-    elif fmt is Fmt.json:
+    elif fmt is OutputFormat.json:
         print(json.dumps({"topology": topology or DEFAULT_TOPOLOGY, "param_set": spec.param_set, "modes": modes,
                           "ok": all_ok(df), "rows": records(df),
                           "fit": fit_json(res) if res else None}, indent=2))
-    if res is not None and fmt is not Fmt.json:
-        out = console if fmt is Fmt.table else err_console
+    if res is not None and fmt is not OutputFormat.json:
+        out = console if fmt is OutputFormat.table else err_console
         for table in fit_tables(res):
             out.print(table)
         for note in fit_notes(res):
             out.print(note, highlight=False)
-    if fmt is Fmt.table:
+    if fmt is OutputFormat.table:
         title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
         console.print(rows_table(df, modes, title))
         console.print(checks_table(df, modes))

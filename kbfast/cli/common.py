@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from enum import Enum
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -22,6 +23,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 TopologyArg = Annotated[str, typer.Argument(help="Preset name (see `kbfast topo list`) or path to a topology YAML.")]
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a key: --set sip.cube_mesh.w=8 (repeatable).")]
+
+
+
+class OutputFormat(str, Enum):
+    """What a command prints: a rich table, CSV or JSON (one format choice for every command)."""
+
+    table = "table"
+    csv = "csv"
+    json = "json"
 
 
 def user_errors(fn: F) -> F:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from kbfast.cli.common import SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, SetOpt, console, err_console, load, parse_size, user_errors
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.exact.trace import write_trace
@@ -24,12 +24,6 @@ from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_cata
 class FastMethod(str, Enum):
     hybrid = "hybrid"
     fluid = "fluid"
-
-
-class ProbeFormat(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
 
 
 # The fast path's method per row (kbfast.hybrid), short enough for the table.
@@ -45,7 +39,7 @@ def probe(
     method: Annotated[FastMethod, typer.Option(
         "--method", help="Fast path: hybrid (replay a small contended case exactly) or fluid (never replay).")
     ] = FastMethod.hybrid,
-    fmt: Annotated[ProbeFormat, typer.Option("--format", help="table, csv or json")] = ProbeFormat.table,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
     topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML.")] = None,
     sets: SetOpt = None,
     list_cases: Annotated[bool, typer.Option("--list", help="List the cases and exit.")] = False,
@@ -69,9 +63,9 @@ def probe(
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
     checks = check_invariants(df)
-    if fmt is ProbeFormat.csv:
+    if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
-    elif fmt is ProbeFormat.json:
+    elif fmt is OutputFormat.json:
         print(json.dumps({"rows": json.loads(df.to_json(orient="records")),
                           "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks]},
                          indent=2))

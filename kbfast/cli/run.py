@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kbfast.cli.common import SetOpt, console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, SetOpt, console, load, parse_size, user_errors
 from kbfast.exact import run_exact
 from kbfast.exact.trace import write_trace
 from kbfast.fast.evaluate import run_fast
@@ -25,17 +24,11 @@ from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, allreduce
 run_app = typer.Typer(help="Run one workload point: an all-reduce or a PE-to-PE transfer.", no_args_is_help=True)
 
 
-class Fmt(str, Enum):
-    table = "table"
-    json = "json"
-    csv = "csv"
-
-
 TopologyOpt = Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Bytes per rank, e.g. 96KiB, 1MiB.")]
 ExactOpt = Annotated[bool, typer.Option("--exact", help="Exact flit-level replay instead of the fast path.")]
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Fast path and exact replay, with the error.")]
-FmtOpt = Annotated[Fmt, typer.Option("--format", help="table, json or csv")]
+FmtOpt = Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")]
 TraceOpt = Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of the exact replay.")]
 
 
@@ -72,10 +65,10 @@ def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> d
     return row
 
 
-def _print(row: dict, fmt: Fmt) -> None:
-    if fmt is Fmt.json:
+def _print(row: dict, fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.json:
         print(json.dumps(row, indent=2, default=float))
-    elif fmt is Fmt.csv:
+    elif fmt is OutputFormat.csv:
         sys.stdout.write(pd.DataFrame([row]).to_csv(index=False))
     else:
         table = Table("metric", "value", title=f"{row['workload']} ({row['mode']})")
@@ -98,7 +91,7 @@ def run_allreduce(
         "after it (default); --no-tile-io times the IPCQ schedule alone."))] = True,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
-    fmt: FmtOpt = Fmt.table,
+    fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     sets: SetOpt = None,
 ) -> None:
@@ -119,7 +112,7 @@ def run_pe2pe(
     buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
-    fmt: FmtOpt = Fmt.table,
+    fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     sets: SetOpt = None,
 ) -> None:

@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kbfast.cli.common import SetOpt, console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, SetOpt, console, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
@@ -29,12 +29,6 @@ topo_app = typer.Typer(help="Inspect topologies: summaries, floor plans and rout
 
 class TextFormat(str, Enum):
     table = "table"
-    json = "json"
-
-
-class CompareFormat(str, Enum):
-    table = "table"
-    csv = "csv"
     json = "json"
 
 
@@ -147,7 +141,7 @@ def compare_routing_cmd(
     size: Annotated[list[str] | None, typer.Option("--size", help="Bytes per issuer, e.g. 16KiB (repeatable; "
                                                                   "default 16 KiB).")] = None,
     sets: SetOpt = None,
-    fmt: Annotated[CompareFormat, typer.Option("--format", help="table, csv or json")] = CompareFormat.table,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
 ) -> None:
     """Run probe cases under every routing policy (kernbench, balanced, hops): exact and fast makespans,
     the UCIe connections each policy loads, and the most loaded edge (docs/routing.md)."""
@@ -155,10 +149,10 @@ def compare_routing_cmd(
 
     sizes = [parse_size(s) for s in size] if size else None
     df = compare_routing(load(topology, sets), case, sizes)
-    if fmt is CompareFormat.csv:
+    if fmt is OutputFormat.csv:
         out = df.assign(ucie_edges=[json.dumps(d) for d in df["ucie_edges"]])
         sys.stdout.write(out.to_csv(index=False))
-    elif fmt is CompareFormat.json:
+    elif fmt is OutputFormat.json:
         print(json.dumps({"rows": json.loads(df.to_json(orient="records"))}, indent=2))
     else:
         _print_comparison(df)
