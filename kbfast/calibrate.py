@@ -50,11 +50,11 @@ from kbfast.errors import ConfigError, KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
-from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator, run_probes
+from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import HOPS, Collective, allreduce, pe2pe
+from kbfast.workloads.collectives import Collective, allreduce, hop_endpoints, pe2pe
 from kbfast.workloads.probes import ProbeCase, build_catalogue
 
 MODES = ("fast", "exact")
@@ -132,7 +132,7 @@ class Bench:
         """Mean DMA latency (issue to response) of a probe case (spec_pe §10)."""
         if case not in self.catalogue():
             raise KbfastError(f"probe case {case} does not exist on {self.spec.name}")
-        evaluator = exact_evaluator if mode == "exact" else fast_evaluator
+        evaluator = exact_evaluator if mode == "exact" else fluid_evaluator
         return self._cached(("probe", case, nbytes, mode), lambda: float(
             evaluate_case(*self.system(), self.catalogue()[case], nbytes, evaluator)["latency_ns"]))
 
@@ -143,7 +143,7 @@ class Bench:
         for row in ROWS.values():
             for case, nbytes in row.probes(ref):
                 by_size.setdefault(nbytes, set()).add(case)
-        evaluator = exact_evaluator if mode == "exact" else fast_evaluator
+        evaluator = exact_evaluator if mode == "exact" else fluid_evaluator
         t, r = self.system()
         frames = [run_probes(t, r, [self.catalogue()[n] for n in sorted(names)], [nbytes], evaluator)
                   for nbytes, names in sorted(by_size.items())]
@@ -167,8 +167,7 @@ class Bench:
         """One PE DMA write of ``n`` bytes into the peer PE's HBM slice, issue to response."""
         def compute() -> float:
             t, r = self.system()
-            _, s, d = HOPS[hop]
-            d = (d[0], t.layout.cube_w if d[1] < 0 else d[1], d[2])
+            s, d = hop_endpoints(t, hop)
             b = ProgramBuilder(t, r, name=f"dma-write-{hop}")
             w = b.dma(b.pe_agent(pe_block(t, *s)), hbm_ctrl(t, *d), n, write=True)
             return _run(b.build(), mode).op_latency_ns(w)

@@ -126,9 +126,10 @@ def _conn_item(t: Tables, key: tuple[int, str, int], indices: list[int]) -> str:
     return f"{_short(node_name(t, endpoint))}.conn{_ranges(sorted(indices))} {direction} x{n}"
 
 
-def ucie_load(t: Tables, routes: list[np.ndarray]) -> dict[int, int]:
-    """Flows per ``ucie_internal`` edge (connection <-> endpoint) over ``routes``, by edge id."""
-    usage = Counter(int(e) for r in routes for e in r)
+def ucie_load(t: Tables, routes: list[np.ndarray], usage: Counter | None = None) -> dict[int, int]:
+    """Flows per ``ucie_internal`` edge (connection <-> endpoint) over ``routes``, by edge id (``usage``: the
+    flows per edge of those routes, when the caller has counted them already)."""
+    usage = usage if usage is not None else Counter(int(e) for r in routes for e in r)
     return {e: n for e, n in sorted(usage.items()) if t.edge_kind[e] == EdgeKind.UCIE_INTERNAL}
 
 
@@ -140,7 +141,7 @@ def route_load(t: Tables, routes: list[np.ndarray]) -> dict:
     flows, then the smaller edge id.
     """
     usage = Counter(int(e) for r in routes for e in r)
-    ucie = ucie_load(t, routes)
+    ucie = ucie_load(t, routes, usage)
     row: dict = {"ucie_conns": compact_conns(t, ucie), "ucie_edges": {edge_label(t, e): n for e, n in ucie.items()},
                  "bus_passes": sum(len(bus_passes(t, r)) for r in routes), "max_edge": "", "max_edge_kind": "",
                  "max_edge_bw_gbs": math.nan, "max_edge_flows": 0}

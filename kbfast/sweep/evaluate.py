@@ -130,7 +130,7 @@ def _program(p: Point) -> tuple[Program, Collective | None, Any]:
     w = p.workload
     kind, size = w["kind"], int(w["size"])
     if kind == "allreduce":
-        c = allreduce(t, router, size, w["algorithm"], w["ranks"], tile_io=w.get("tile_io", True))
+        c = allreduce(t, router, size, w["algorithm"], w["ranks"], tile_io=w["tile_io"])
         return c.program, c, None
     if kind == "pe2pe":
         c = pe2pe(t, router, w["hop"], size, raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
@@ -174,7 +174,7 @@ def _allreduce_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
     t, router = tables_of(points[0])
     w = points[0].workload
     df = allreduce_points(t, router, [int(p.workload["size"]) for p in points], [s.ipcq.buffer_kind for s in specs],
-                          [s.ipcq.n_slots for s in specs], w["algorithm"], w["ranks"], w.get("tile_io", True))
+                          [s.ipcq.n_slots for s in specs], w["algorithm"], w["ranks"], w["tile_io"])
     out = []
     for row in df.itertuples(index=False):
         out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
@@ -190,7 +190,7 @@ def _describe(p: Point) -> dict[str, Any]:
     out: dict[str, Any] = {"topology": p.topology, "workload": w["kind"], "size": int(w["size"])}
     out.update({k: w[k] for k in ("algorithm", "hop", "case") if k in w})
     if w["kind"] == "allreduce":
-        out["tile_io"] = bool(w.get("tile_io", True))
+        out["tile_io"] = w["tile_io"]
     try:
         s = system_of(p)
     except KbfastError:

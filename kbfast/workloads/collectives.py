@@ -402,6 +402,17 @@ HOPS = {
 }
 
 
+def hop_endpoints(t: Tables, hop: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(sip, cube, pe) of the source and the destination of a hop class on ``t`` (cube -1: one row down)."""
+    _, src, (s1, c1, p1) = HOPS[hop]
+    lay = t.layout
+    if c1 < 0:
+        c1 = lay.cube_w
+    if s1 >= lay.n_sips or c1 >= lay.n_cubes_per_sip or p1 >= len(t.plan.pe_router):
+        raise KbfastError(f"hop class {hop} needs a second {'SIP' if s1 else 'cube'} in this topology")
+    return src, (s1, c1, p1)
+
+
 def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = False, consume: bool = True,
           launch: bool = True) -> Collective:
     """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store."""
@@ -409,12 +420,7 @@ def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = Fals
         raise KbfastError(f"unknown hop class {hop!r}: {did_you_mean(hop, HOPS)}")
     if nbytes <= 0:
         raise KbfastError(f"pe2pe size must be > 0 bytes (got {nbytes})")
-    _, (s0, c0, p0), (s1, c1, p1) = HOPS[hop]
-    lay = t.layout
-    if c1 < 0:
-        c1 = lay.cube_w
-    if s1 >= lay.n_sips or c1 >= lay.n_cubes_per_sip or p1 >= len(t.plan.pe_router):
-        raise KbfastError(f"hop class {hop} needs a second {'SIP' if s1 else 'cube'} in this topology")
+    (s0, c0, p0), (s1, c1, p1) = hop_endpoints(t, hop)
     src, dst = pe_block(t, s0, c0, p0), pe_block(t, s1, c1, p1)
     b = ProgramBuilder(t, router, name=f"pe2pe-{hop}-{'dma' if raw_dma else 'ipcq'}@{nbytes}B")
     a, z = b.pe_agent(src), b.pe_agent(dst)
