@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.exact.trace import write_trace
@@ -28,6 +30,11 @@ class FastMethod(str, Enum):
 
 # The fast path's method per row (kbfast.hybrid), short enough for the table.
 METHOD_SHORT = {"closed form": "closed", "exact replay": "replay", "fluid": "fluid"}
+
+
+def _short_ns(x: float) -> str:
+    """A bound in the compare table: ``516``, ``78.9k``, ``17.9M`` (full values in csv/json)."""
+    return f"{x:.0f}" if x < 1e4 else f"{x / 1e3:.1f}k" if x < 1e6 else f"{x / 1e6:.1f}M"
 
 
 def probe(
@@ -71,20 +78,26 @@ def probe(
                          indent=2))
     else:
         mode = "exact replay" if exact else ("fast path vs exact" if compare else "fast path")
-        cols = ["case", "bytes", "issuers", "latency ns", "makespan ns", "eff GB/s", "util single", "util aggr"]
-        if compare and not exact:
-            cols += ["exact makespan", "error", "bounds", "method"]
-        table = Table(*cols, title=f"probe ({mode})")
-        for _, r in df.iterrows():
-            cells = [r["case"], f"{r['nbytes']:,}", str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
-                     f"{r['makespan_ns']:.1f}", f"{r['effective_bw_gbps']:.1f}", f"{100 * r['util_single']:.1f}%",
-                     f"{100 * r['util_aggregate']:.1f}%"]
-            if compare and not exact:
+        side_by_side = compare and not exact
+        if side_by_side:   # the fast/exact comparison only; latency and utilisation are in the plain view and csv/json
+            table = Table("case", "size", "n", "fast ns", "exact ns", "error", "lo..hi ns", "method",
+                          title=f"probe ({mode})", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            for col in table.columns[1:]:
+                col.no_wrap = True      # numbers stay whole; a long case name folds
+            table.columns[0].overflow = "fold"
+            for _, r in df.iterrows():
                 has_bounds = "makespan_lo_ns" in r and r["makespan_lo_ns"] == r["makespan_lo_ns"]
-                cells += [f"{r['exact_makespan_ns']:.1f}", f"{100 * r['rel_error']:+.2f}%",
-                          f"{r['makespan_lo_ns']:.0f}..{r['makespan_hi_ns']:.0f}" if has_bounds else "-",
-                          METHOD_SHORT.get(r.get("method"), "-")]
-            table.add_row(*cells)
+                table.add_row(r["case"], format_size(r["nbytes"]), str(r["n_issuers"]), f"{r['makespan_ns']:,.1f}",
+                              f"{r['exact_makespan_ns']:,.1f}", f"{100 * r['rel_error']:+.2f}%",
+                              f"{_short_ns(r['makespan_lo_ns'])}..{_short_ns(r['makespan_hi_ns'])}" if has_bounds else "-",
+                              METHOD_SHORT.get(r.get("method"), "-"))
+        else:
+            table = Table("case", "bytes", "issuers", "latency ns", "makespan ns", "eff GB/s", "util single",
+                          "util aggr", title=f"probe ({mode})")
+            for _, r in df.iterrows():
+                table.add_row(r["case"], f"{r['nbytes']:,}", str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
+                              f"{r['makespan_ns']:.1f}", f"{r['effective_bw_gbps']:.1f}",
+                              f"{100 * r['util_single']:.1f}%", f"{100 * r['util_aggregate']:.1f}%")
         console.print(table)
         for c in checks:
             mark = "[green]\\[v] PASS[/]" if c.passed else "[red]\\[x] FAIL[/]"
