@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from kbfast.exact import run_exact
-from kbfast.exact.replay import ReplayBudgetExceeded
+from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.fast.evaluate import FastResult, run_fast
 from kbfast.ir import Op, Program
 

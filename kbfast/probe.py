@@ -20,6 +20,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program
 from kbfast.metrics import BREAKDOWN, breakdown, utilization
+from kbfast.results import rel_error
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
@@ -112,7 +113,7 @@ def run_probes(t: Tables, router: Router, cases: list[ProbeCase], sizes: list[in
             ex = evaluate_case(t, router, c, n, exact_evaluator)
             row["exact_latency_ns"] = ex["latency_ns"]
             row["exact_makespan_ns"] = ex["makespan_ns"]
-            row["rel_error"] = (row["makespan_ns"] - ex["makespan_ns"]) / ex["makespan_ns"] if ex["makespan_ns"] else 0.0
+            row["rel_error"] = rel_error(row["makespan_ns"], ex["makespan_ns"])
     df = pd.DataFrame(rows)
     for col in map(breakdown_column, BREAKDOWN):
         if col not in df:

@@ -20,7 +20,7 @@ import pytest
 from kbfast.config import load_system
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.exact import run_exact
-from kbfast.exact.replay import ReplayDeadlock
+from kbfast.sim.diagnostics import ReplayDeadlock
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
@@ -585,7 +585,7 @@ def test_recv_without_send_deadlocks(small, evaluate) -> None:
 @pytest.mark.parametrize("evaluate", [run_exact, run_fast], ids=["exact", "fast"])
 def test_send_never_received_breaks_i1(small, evaluate) -> None:
     """A message that fits the ring but is never received finishes the replay, yet violates I1."""
-    from kbfast.exact.replay import IpcqUnconsumed
+    from kbfast.sim.diagnostics import IpcqUnconsumed
 
     t, r = small["ring2_2x2"]
     b = ProgramBuilder(t, r, name="lonely")

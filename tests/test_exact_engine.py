@@ -14,7 +14,7 @@ import pytest
 from kbfast.config import load_system
 from kbfast.errors import KbfastError
 from kbfast.exact import ExactResult, ReplayBudgetExceeded, ReplayDeadlock, run_exact
-from kbfast.exact.replay import estimate_memory_bytes
+from kbfast.sim.lowering import estimate_memory_bytes
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
@@ -308,3 +308,18 @@ def test_launch_noop_starts_every_pe_together(tables: Tables, router: Router) ->
     assert p.launch_ns == lt.target_start_ns
     assert np.all(res.agent_finish_ns == lt.target_start_ns)
     assert starts.min() >= lt.pe_arrival_ns.max()
+
+
+def test_an_event_kind_the_evaluator_does_not_handle_raises() -> None:
+    """``kbfast.sim.agents.handle`` dispatches the shared kinds only; any other kind is an evaluator's bug."""
+    from kbfast.sim.agents import handle, new_state
+    from kbfast.sim.heap import heap_new
+    from kbfast.sim.lowering import make_prog
+
+    t = build_tables(load_system())
+    b = ProgramBuilder(t, Router(t))
+    b.dma(b.pe_agent(pe_block(t, 0, 0, 0)), hbm_ctrl(t, 0, 0, 0), 256, write=False)
+    P = make_prog(b.build())
+    S = new_state(P)
+    with pytest.raises(ValueError, match="unknown event kind"):
+        handle(99, 0, 0, 0.0, P, S, heap_new(64), np.int64(0), np.int64(0), np.zeros(8, np.int64), np.int64(0))

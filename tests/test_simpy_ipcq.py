@@ -22,8 +22,8 @@ from test_simpy_reference import both
 from topo_cache import topo
 
 from kbfast.exact import run_exact
-from kbfast.exact.replay import ReplayDeadlock
-from kbfast.exact.simpy_ref import run_simpy
+from kbfast.sim.diagnostics import ReplayDeadlock
+from kbfast.reference.simpy_ref import run_simpy
 from kbfast.ir import RECV_ANY, Op, Program, ProgramBuilder
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.exact import run_exact
-from kbfast.exact.simpy_ref import SimpyResult, run_simpy
+from kbfast.reference.simpy_ref import SimpyResult, run_simpy
 from kbfast.ir import WAIT_ALL, ProgramBuilder
 from kbfast.topology.builder import build_tables
 from kbfast.topology.kinds import NodeKind
@@ -221,7 +221,7 @@ def test_random_programs_agree(tables, router, spec):
 
 
 def test_deadlock_is_reported(tables, router):
-    from kbfast.exact.replay import ReplayDeadlock
+    from kbfast.sim.diagnostics import ReplayDeadlock
 
     b = ProgramBuilder(tables, router)
     a = b.pe_agent(pe(tables, 0, 0, 0))

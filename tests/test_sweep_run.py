@@ -102,7 +102,7 @@ def test_tile_io_axis_and_column(reference: SweepOutcome, tmp_path: Path) -> Non
     """``tile_io`` is a workload field (default true) and a standard column; points that differ in it are
     separate batches, each equal to the one-at-a-time fast evaluation of its all-reduce."""
     from kbfast.fast.evaluate import run_fast
-    from kbfast.sweep.evaluate import tables_of
+    from kbfast.sweep.batches import tables_of
     from kbfast.workloads.collectives import allreduce
 
     assert (reference.results["tile_io"] == True).all()   # noqa: E712 - the default

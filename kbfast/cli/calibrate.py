@@ -14,7 +14,7 @@ from rich.table import Table
 
 from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
                               reference_csv, save_param_set, sensitivity_scale)
-from kbfast.cli.common import OutputFormat, SetOpt, console, err_console, load, user_errors
+from kbfast.cli.common import OutputFormat, compile_notice, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
 
@@ -175,9 +175,11 @@ def calibrate(
     spec = load(topology, sets)
     overrides = dict(parse_override(s) for s in (sets or []))
     modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
+    bounds = parse_fit(keys or [], spec) if do_fit else None   # bad keys fail before any compiling
+    compile_notice(*modes)
     res = None
-    if do_fit:
-        res = fit(spec, parse_fit(keys or [], spec))
+    if bounds is not None:
+        res = fit(spec, bounds)
         if save is not None:
             path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
             err_console.print(f"parameter set written to {path}", highlight=False)

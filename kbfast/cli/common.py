@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -46,6 +48,31 @@ def user_errors(fn: F) -> F:
             sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]
+
+
+# The Numba kernels a command may compile on its first run, and roughly how long each adds to it on the
+# 2-core reference machine ("points" calls "fast": it adds its own share only; docs/README.md, "First run").
+KERNELS = {
+    "fast": ("kbfast.fast.schedule", "schedule", 40),
+    "points": ("kbfast.fast.points", "points_kernel", 50),
+    "exact": ("kbfast.exact.engine", "replay", 30),
+}
+
+
+def _cached(module: str, name: str) -> bool:
+    """Whether the Numba cache holds an index for this kernel (its compiled code is then loaded, not built)."""
+    cache = getattr(getattr(importlib.import_module(module), name), "_cache", None)
+    return cache is None or os.path.exists(getattr(cache, "_index_path", ""))
+
+
+def compile_notice(*needs: str) -> None:
+    """Say on stderr, before the work starts, which kernels a first run compiles and roughly how long it takes:
+    otherwise a first run looks hung.  Silent when every kernel is cached."""
+    missing = [n for n in dict.fromkeys(needs) if not _cached(*KERNELS[n][:2])]
+    if missing:
+        secs = sum(KERNELS[n][2] for n in missing)
+        err_console.print(f"first run: compiling the {' and '.join(missing)} kernels once (about {secs} s on 2 cores; "
+                          "they are cached, later runs skip this)", highlight=False)
 
 
 def load(topology: str | None, sets: list[str] | None) -> SystemSpec:

@@ -12,11 +12,11 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kbfast.cli.common import OutputFormat, SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, compile_notice, SetOpt, console, err_console, load, parse_size, user_errors
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
-from kbfast.exact.trace import write_trace
+from kbfast.report.trace import write_trace
 from kbfast.probe import check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -67,6 +67,7 @@ def probe(
             raise KbfastError("--trace needs exactly one --case and one --size")
         write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
+    compile_notice(*(("exact",) if exact else ("fast", "exact")))
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
     checks = check_invariants(df)

@@ -12,11 +12,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kbfast.cli.common import OutputFormat, SetOpt, console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, compile_notice, SetOpt, console, load, parse_size, user_errors
 from kbfast.exact import run_exact
-from kbfast.exact.trace import write_trace
+from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
+from kbfast.results import latency_from, rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, allreduce, busbw_gbps, pe2pe
@@ -47,19 +48,20 @@ def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> d
     row: dict = {"workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks, "n_ops": p.n_ops}
     if c.tile_io is not None:
         row["tile_io"] = c.tile_io
+    compile_notice(*(("exact",) if exact else ("fast", *(("exact",) if compare or trace else ()))))
     res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
-    lat = float(res.agent_finish_ns.max() - c.launch_ns)
+    lat = latency_from(res.agent_finish_ns, c.launch_ns)
     row.update(mode="exact" if exact else "fast", latency_ns=lat, busbw_gbps=busbw_gbps(c.nbytes, c.n_ranks, lat),
                launch_ns=c.launch_ns)
     if not exact:
-        row.update(latency_lo_ns=float(res.agent_finish_lo_ns.max() - c.launch_ns),
-                   latency_hi_ns=float(res.agent_finish_hi_ns.max() - c.launch_ns), contention=res.contention)
+        row.update(latency_lo_ns=latency_from(res.agent_finish_lo_ns, c.launch_ns),
+                   latency_hi_ns=latency_from(res.agent_finish_hi_ns, c.launch_ns), contention=res.contention)
     if compare and not exact:
         ex = run_exact(p)
-        ex_lat = float(ex.agent_finish_ns.max() - c.launch_ns)
-        row.update(exact_latency_ns=ex_lat, rel_error=(lat - ex_lat) / ex_lat if ex_lat else 0.0)
+        ex_lat = latency_from(ex.agent_finish_ns, c.launch_ns)
+        row.update(exact_latency_ns=ex_lat, rel_error=rel_error(lat, ex_lat))
     for name, end in phase_ends(p, res.op_end_ns, c.launch_ns).items():
         row[f"phase_end_ns[{name}]"] = end
     return row

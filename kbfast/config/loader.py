@@ -409,6 +409,11 @@ def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None =
 
 
 def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None) -> SystemSpec:
-    """Load a preset or YAML file, apply its parameter set and the overrides, validate."""
+    """Load a preset or YAML file, apply its parameter set and the overrides, validate.
+
+    >>> spec = load_system("ahbm_2sip", {"fabric.ns_per_mm": 0.1})
+    >>> spec.sips.count, spec.fabric.ns_per_mm
+    (2, 0.1)
+    """
     label, data = load_raw(name_or_path)
     return resolve(label, data, overrides)

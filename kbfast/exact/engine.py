@@ -21,7 +21,7 @@ Semantics (design §5; spec_fabric §5.1–§5.3, §5.7; spec_memory §3–§4; 
   A PE DMA then returns a zero-byte response on the reverse route; a host write
   completes at once; a host read (a zero-byte command) runs the chunk loop of
   spec_memory §3.7 and streams its data back on the reverse route.
-* Agents, DMA channels and the IPCQ protocol are kbfast.runtime (shared with
+* Agents, DMA channels and the IPCQ protocol are kbfast.sim.agents (shared with
   the fast path); an IPCQ SEND injects its data towards the receiver's
   ``pe_dma`` (store-and-forward terminal) and reports the reassembly time.
 * A PE's egress link (the first edge out of its ``pe_dma``) carries two virtual
@@ -41,13 +41,13 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from kbfast.exact.heap import heap_new, heap_pop, unpack
-from kbfast.fabric import bottleneck, ctrl_latency
-from kbfast.runtime import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, push
+from kbfast.sim.heap import heap_new, heap_pop, unpack
+from kbfast.sim.fabric import bottleneck, ctrl_latency
+from kbfast.sim.agents import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, push
 
 # transaction kinds
 K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA, K_IPCQ = 0, 1, 2, 3, 4
-# engine event kinds (0..7 belong to kbfast.runtime)
+# engine event kinds (0..7 belong to kbfast.sim.agents)
 EV_FLIT, EV_PUT, EV_TXN_DONE, EV_CTRL_ARRIVE, EV_CHUNK, EV_VC_SERVE = 8, 9, 10, 11, 12, 13
 VC_COMPUTE, VC_COMM = 0, 1
 # status
@@ -134,12 +134,12 @@ def _run(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges, n_pcs
     n_agents = len(P.a_start)
     op_nbytes = P.op_nbytes
     pc_mask = n_pcs - 1
-    n_txn = 0
-    size = 0
-    seq = 0
+    n_txn = np.int64(0)
+    size = np.int64(0)
+    seq = np.int64(0)
     for a in range(n_agents):
         size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
-    vsize = 0
+    vsize = np.int64(0)
 
     n_events = 0
     status = OK
@@ -352,7 +352,7 @@ def _run(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges, n_pcs
                 size, seq = push(heap, size, seq, now, EV_OP_DONE, o, 0, 0)
             continue
 
-        # Agents, DMA channels and IPCQ (kbfast.runtime); then begin what they released.
+        # Agents, DMA channels and IPCQ (kbfast.sim.agents); then begin what they released.
         size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, pend, 0)
         for k in range(n_pend):
             o = pend[k]

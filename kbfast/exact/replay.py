@@ -9,79 +9,16 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
-from kbfast import runtime
-from kbfast.exact import engine, heap
-from kbfast.runtime import make_prog
+from kbfast.exact import engine
 from kbfast.ir import Op, Program
-from kbfast.topology.kinds import EdgeKind, NodeKind
+from kbfast.sim import heap
+from kbfast.sim.diagnostics import ReplayBudgetExceeded, ReplayDeadlock, blocked_report, check_consumed
+from kbfast.sim.lowering import compact, estimate_memory_bytes, heap_capacity, make_prog, vc_edges
+from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
 DEFAULT_MAX_EVENTS = 2_000_000_000
 DEFAULT_MAX_MEMORY_BYTES = 8 << 30
-
-
-class ReplayDeadlock(KbfastError):
-    """The event queue emptied while agents were still blocked (``IpcqDeadlock`` with IPCQ channels)."""
-
-
-class ReplayBudgetExceeded(KbfastError):
-    """The replay used more events than its budget (a runaway or far too large workload)."""
-
-
-@dataclass(frozen=True)
-class Compact:
-    """The nodes and edges a Program touches, renumbered 0..n-1 for the kernel."""
-
-    nodes: np.ndarray        # global node ids, ascending
-    edges: np.ndarray        # global edge ids, ascending
-    route_edges: np.ndarray  # local edge ids
-    e_src: np.ndarray        # per local edge: local source node (int32)
-    e_dst: np.ndarray        # per local edge: local destination node (int32)
-    hbm_ctrls: np.ndarray    # global node ids of the HBM controllers, by local controller index
-    node_hbm: np.ndarray     # local node -> controller index or -1
-
-
-def renumber(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values of ``ids`` (all in [0, n)) ascending, and the map global -> local (int32), by
-    marking instead of sorting (np.unique's sort took 0.15 s at 1024 SIPs)."""
-    used = np.zeros(n, np.bool_)
-    used[ids] = True
-    distinct = np.flatnonzero(used)
-    local = np.full(n, -1, np.int32)
-    local[distinct] = np.arange(len(distinct), dtype=np.int32)
-    return distinct, local
-
-
-def compact(p: Program) -> Compact:
-    t = p.tables
-    edges, edge_local = renumber(p.route_edges, len(t.edge_src))
-    ends = (t.edge_src[edges], t.edge_dst[edges], p.agent_node)
-    nodes, node_local = renumber(np.concatenate(ends), len(t.node_kind))
-    nodes = nodes.astype(np.result_type(t.edge_src.dtype, p.agent_node.dtype))
-    is_hbm = t.node_kind[nodes] == NodeKind.HBM_CTRL
-    node_hbm = np.full(len(nodes), -1, np.int32)
-    node_hbm[is_hbm] = np.arange(int(is_hbm.sum()), dtype=np.int32)
-    return Compact(nodes=nodes, edges=edges, route_edges=edge_local[p.route_edges], e_src=node_local[ends[0]],
-                   e_dst=node_local[ends[1]], hbm_ctrls=nodes[is_hbm], node_hbm=node_hbm)
-
-
-def vc_edges(p: Program, edges: np.ndarray) -> np.ndarray:
-    """Which of ``edges`` are PE egress links, where PE_DMA's two virtual channels meet (spec_ccl §2.8)."""
-    t = p.tables
-    return t.node_kind[t.edge_src[edges]] == NodeKind.PE_DMA
-
-
-def heap_capacity(p: Program) -> int:
-    """Bound on pending events: one per flit of every transaction, plus agent and control events."""
-    flit = p.tables.spec.fabric.flit_bytes
-    return int(np.sum((p.op_nbytes + flit - 1) // flit)) + 4 * (p.n_ops + p.n_agents) + 64
-
-
-def estimate_memory_bytes(p: Program) -> int:
-    """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight."""
-    flits = int(np.sum((p.op_nbytes + p.tables.spec.fabric.flit_bytes - 1) // p.tables.spec.fabric.flit_bytes))
-    # 80 B per queue slot (kbfast.exact.heap: 8 arrays of 8 B, two free lists)
-    return 200 * p.n_ops + 64 * len(p.route_edges) + 80 * (flits + p.n_ops + p.n_agents)
 
 
 @dataclass(frozen=True)
@@ -125,7 +62,14 @@ class ExactResult(ReplayTimes):
 
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
               max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES) -> ExactResult:
-    """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate."""
+    """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate.
+
+    >>> from kbfast import Router, build_tables, load_system, pe2pe
+    >>> t = build_tables(load_system())
+    >>> r = run_exact(pe2pe(t, Router(t), "h1", 4096).program)
+    >>> r.makespan_ns > 0 and r.n_events > 0
+    True
+    """
     need = estimate_memory_bytes(p)
     if need > max_memory_bytes:
         raise KbfastError(f"exact replay of {p.name!r} would need about {need / 2**30:.1f} GiB "
@@ -180,7 +124,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
 
 
 def _check_limits(p: Program) -> None:
-    """The kernel packs event fields into 64 bits (kbfast.exact.heap); refuse what does not fit."""
+    """The kernel packs event fields into 64 bits (kbfast.sim.heap); refuse what does not fit."""
     flit = p.tables.spec.fabric.flit_bytes
     max_flits = int(((p.op_nbytes + flit - 1) // flit).max()) if p.n_ops else 0
     longest = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 0
@@ -193,37 +137,3 @@ def _check_limits(p: Program) -> None:
         raise KbfastError(f"exact replay supports routes of at most {heap.MAX_C} edges; {p.name!r} has {longest}")
 
 
-class IpcqUnconsumed(KbfastError):
-    """I1 (spec_ccl §3): a message was sent and never received."""
-
-
-def check_consumed(p: Program, S) -> None:
-    """Every IPCQ message must be received exactly once (invariant I1)."""
-    left = np.flatnonzero(S.q_head > S.q_tail)
-    if len(left):
-        raise IpcqUnconsumed(f"I1 violated in {p.name!r}: {int((S.q_head - S.q_tail)[left].sum())} IPCQ "
-                             f"message(s) were sent and never received (every send needs one recv)\npointers:\n"
-                             + runtime.pointer_dump(p, S))
-
-
-def blocked_report(p: Program, S) -> str:
-    """Name every blocked agent and what it waits for, then dump the IPCQ pointers (spec_ccl §3 F3)."""
-    kind = "IPCQ deadlock" if len(p.channels) else "deadlock"
-    lines = [f"{kind} in {p.name!r}: the event queue emptied while agents were blocked"]
-    for a in np.flatnonzero(S.a_finish < 0):
-        block, arg = int(S.a_block[a]), int(S.a_arg[a])
-        if block == runtime.BLK_OP:
-            what = f"op {arg} ({Op(int(p.op_code[arg])).name}), which never completed"
-        elif block == runtime.BLK_ALL:
-            what = "WAIT for all outstanding ops"
-        elif block == runtime.BLK_SEND:
-            what = f"SEND on ch{arg}, whose ring stays full (no credit comes back)"
-        elif block == runtime.BLK_ANY:
-            what = "RECV on any channel, where nothing arrives"
-        else:
-            what = "an op that never ran"
-        lines.append(f"  {p.agent_name(int(a))}: blocked on {what}")
-    if len(p.channels):
-        lines.append("pointers:")
-        lines.append(runtime.pointer_dump(p, S))
-    return "\n".join(lines)

@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.config.schema import SystemSpec
-from kbfast.exact.replay import renumber
+from kbfast.sim.lowering import renumber
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, transfer_end
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kbfast.fabric import bottleneck, ctrl_latency
+from kbfast.sim.fabric import bottleneck, ctrl_latency
 
 # transfer kinds
 PE_REQ, H2D, D2H = 0, 1, 2
@@ -69,7 +69,7 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
         ctot = buf[9, 7]
         _last_row(K, ctot, F, sL, buf)
         return K, buf[9, 6], ctot
-    K = 0
+    K = np.int64(0)
     sum_p = 0.0
     for k in range(lo, hi):
         e = edges[k]
@@ -176,7 +176,7 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
         v = e_dst[edges[k]]
         if k == hi - 1 or not n_flit[v]:
             b = buf[min(seg, MEMO_SLOTS - 2)]
-            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, False, e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
+            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
             last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, b)
             if k == hi - 1:
                 return last, t0, seg_lo
@@ -212,7 +212,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
         t0 = arrive + n_ovh[e_dst[edges[last_saf]]]
         seg_lo = last_saf + 1
     b = buf[MEMO_SLOTS - 1]
-    K, sum_p, ctot = _prepare(edges, seg_lo, hi, True, e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
+    K, sum_p, ctot = _prepare(edges, seg_lo, hi, np.bool_(True), e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
     base = t0 + sum_p
     pc0 = (addr >> pc_shift) % n_pcs
     fin = -np.inf

@@ -1,4 +1,4 @@
-"""Many configuration points of one collective in one jitted call (design §6 "batched").
+"""Many configuration points of one Program in one jitted call (design §6 "batched").
 
 A collective's op structure does not depend on the tile size, the IPCQ buffer
 kind or the ring depth, so the Program is built (and symbolically checked) once
@@ -18,11 +18,9 @@ from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference
 from kbfast.fast.evaluate import plan_fast
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
-from kbfast.ir import BUFFER_KINDS, Op, ProgramBuilder
-from kbfast.runtime import Prog
-from kbfast.topology.builder import Tables
+from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
+from kbfast.sim.agents import Prog
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import allreduce, busbw_gbps
 
 
 @njit(cache=True)
@@ -50,7 +48,7 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
     Points come sorted by size, then buffer kind, then ``n_slots`` descending.  What depends on the
     size only (bytes, head offsets, interference bound, isolated latencies) is computed once per
     distinct size.  A size and kind whose three runs blocked no SEND give the same runs for every
-    ``n_slots`` above their ring peak (``kbfast.runtime``): those points reuse them.
+    ``n_slots`` above their ring peak (``kbfast.sim.agents``): those points reuse them.
     """
     n_pts = len(sizes)
     out = np.empty((n_pts, 5))
@@ -102,45 +100,35 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
     return out
 
 
-def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, algorithm: str = "lrab",
-                     ranks: str | None = None, tile_io: bool = True) -> pd.DataFrame:
-    """Fast-path all-reduce latencies for every (size, buffer kind, n_slots) triple, one jitted call.
-    ``tile_io``: the tile load and store of every rank (``allreduce``), whose bytes scale with the size
-    like the messages'.
+def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, n_slots) -> np.ndarray:
+    """Fast-path latency of Program ``p`` at every point (``sizes[i]``, buffer kind ``kinds[i]`` as an index
+    of ``BUFFER_KINDS``, ``n_slots[i]``): an (n, 5) array of latency, lower bound, upper bound, contention
+    (0/1) and ring peak, in the order of the inputs.
 
-    The upper bound here is the first (window-free) pass of ``kbfast.fast.bounds``: valid, looser
-    than ``run_fast``'s.  ``ring_peak`` is the deepest ring occupancy a SEND met (``head -
-    tail_cache``, over the three runs): the point saw backpressure iff ``n_slots <= ring_peak``.
+    ``p`` is built at the largest size; its moving ops (SEND, RECV, DMA_READ, DMA_WRITE) scale with the
+    size, its MATH ops' element counts too.  The upper bound is the first (window-free) pass of
+    ``kbfast.fast.bounds``: valid, looser than ``run_fast``'s.
     """
     sizes = np.asarray(sizes, np.int64)
-    kinds = np.array([BUFFER_KINDS.index(k) for k in np.broadcast_to(np.asarray(buffer_kinds), sizes.shape)])
-    slots = np.broadcast_to(np.asarray(n_slots, np.int64), sizes.shape).copy()
+    kinds = np.asarray(kinds, np.int64)
+    slots = np.asarray(n_slots, np.int64)
     if np.any(sizes <= 0) or np.any(slots <= 0):
         raise KbfastError("sizes and n_slots must be > 0")
+    t = p.tables
     ref = int(sizes.max())
-    coll = allreduce(t, router, ref, algorithm, ranks, tile_io=tile_io)
-    p = coll.program
     plan = plan_fast(p)
-    P = plan.args[0]
     moving = np.isin(p.op_code, (Op.SEND, Op.RECV, Op.DMA_READ, Op.DMA_WRITE))
     ratio = np.where(moving, p.op_nbytes / ref, 0.0)
     math_n = np.where(p.op_code == Op.MATH, p.op_nbytes * t.spec.pe.elem_bytes / ref, 0.0)
-    cfg = t.spec.ipcq
-    tiers = [getattr(cfg.tiers, k) for k in BUFFER_KINDS]
+    tiers = [getattr(t.spec.ipcq.tiers, k) for k in BUFFER_KINDS]
     b = ProgramBuilder(t, router)
     dst = p.agent_node[p.channels.dst]
     hop = np.stack([b.hop_bws(dst, np.full(len(dst), k)) for k in range(len(BUFFER_KINDS))], axis=1)
     order = np.lexsort((-slots, kinds, sizes))
     out = np.empty((len(sizes), 5))
-    out[order] = points_kernel(P, sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n,
-                               t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
+    out[order] = points_kernel(plan.args[0], sizes[order].astype(np.float64), kinds[order], slots[order], ratio,
+                               math_n, t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
                                np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
-                               coll.launch_ns, plan.share, plan.data_route, plan.head_args, plan.bounds,
+                               launch_ns, plan.share, plan.data_route, plan.head_args, plan.bounds,
                                plan.flit_bytes, plan.args)
-    return pd.DataFrame({
-        "algorithm": algorithm, "tile_io": coll.tile_io, "size": sizes,
-        "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
-        "n_ranks": coll.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
-        "busbw_gbps": [busbw_gbps(int(s), coll.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])],
-        "contention": out[:, 3] > 0, "ring_peak": out[:, 4].astype(np.int64),
-    })
+    return out

@@ -26,13 +26,13 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from kbfast.exact.heap import heap_new, heap_pop, unpack
-from kbfast.fabric import bottleneck
+from kbfast.sim.heap import heap_new, heap_pop, unpack
+from kbfast.sim.fabric import bottleneck
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, train_exit_last, transfer_end
-from kbfast.runtime import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
+from kbfast.sim.agents import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
 LOWER, POINT, UPPER = 0, 1, 2
-# schedule event kinds (0..7 belong to kbfast.runtime)
+# schedule event kinds (0..7 belong to kbfast.sim.agents)
 EV_JOIN, EV_FLOW_DONE, EV_SOLO_DRAIN = 8, 9, 10
 
 
@@ -142,7 +142,7 @@ def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, ca
         root = _find(uf, k)
         order[c_ptr[root]] = k
         c_ptr[root] += 1
-    start = 0
+    start = np.int64(0)
     for k in range(n_active):
         if _find(uf, k) != k:
             continue
@@ -246,7 +246,7 @@ def _fill(order, lo, hi, m_ptr, mr, mw, k_bn, k_rate, k_frozen, cap, cap_rem, we
 def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
              e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
              switch_penalty, sh_span, sh_res, max_route, res_cap, res_ovh):  # pragma: no cover - jitted
-    """Run the agents (kbfast.runtime); returns (runtime state, op_contended, resource_contended).
+    """Run the agents (kbfast.sim.agents); returns (runtime state, op_contended, resource_contended).
 
     ``iso`` memoises each flow's isolated latency (NaN = not yet computed) across the
     lower, point and upper runs of the same sizes.
@@ -263,11 +263,11 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     joins only after the previous flow on its first edge has drained (conservative
     when the two routes part before their bottleneck).
     """
-    n_ctrl = 0
+    n_ctrl = np.int64(0)
     for v in range(len(n_hbm)):
         n_ctrl = max(n_ctrl, n_hbm[v] + 1)
     S = new_state(P)
-    n_entries = 0
+    n_entries = np.int64(0)
     for o in range(len(sh_span)):
         n_entries += sh_span[o, 1] - sh_span[o, 0]
     W = _scratch(P, len(res_cap), len(e_src), n_entries, n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
@@ -318,9 +318,9 @@ def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, c
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
      k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr) = W
-    n_active = 0
-    size = 0
-    seq = 0
+    n_active = np.int64(0)
+    size = np.int64(0)
+    seq = np.int64(0)
     for a in range(len(P.a_start)):
         size, seq = push(heap, size, seq, P.a_start[a], EV_AGENT, a, 0, 0)
     now = 0.0
@@ -506,7 +506,7 @@ def _drained(o, now, end, heap, size, seq, users, holder, sh_span, sh_res, drain
     return size, seq
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _pull(g, now, P, solo, in_fluid, rem, bn, join_t, ver, active, n_active):  # pragma: no cover - jitted
     """Move solo flow ``g`` into the fluid set: it has run at its bottleneck rate since it joined."""
     solo[g] = False                  # (its holder entries go stale)

@@ -28,6 +28,7 @@ from kbfast.errors import KbfastError
 from kbfast.fast.evaluate import data_routes
 from kbfast.ir import Op, Program
 from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator, fluid_evaluator
+from kbfast.results import rel_error
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
@@ -203,9 +204,9 @@ def compare_routing(spec: SystemSpec | Tables, cases: Sequence[str] | None = Non
                 fluid = evaluate_case(t, router, case, nbytes, fluid_evaluator)["makespan_ns"]
                 rows.append({"case": case.name, "group": case.group, "n_issuers": case.n_issuers, "nbytes": nbytes,
                              "policy": policy, "exact_makespan_ns": exact, "fast_makespan_ns": fast,
-                             "fast_rel_error": (fast - exact) / exact if exact else 0.0,
+                             "fast_rel_error": rel_error(fast, exact),
                              "fast_method": str(fast_row.get("method", "")), "fluid_makespan_ns": fluid,
-                             "fluid_rel_error": (fluid - exact) / exact if exact else 0.0,
+                             "fluid_rel_error": rel_error(fluid, exact),
                              "same_routes_as_kernbench": None if ref_routes is None else key == ref_routes, **load,
                              "max_edge_drain_ns": load["max_edge_flows"] * nbytes / load["max_edge_bw_gbs"]})
     df = pd.DataFrame(rows)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
-from kbfast.sweep.evaluate import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
+from kbfast.sweep.batches import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
 from kbfast.sweep.spec import Point, SweepSpec, param_set_label
 
 FORMATS = ("parquet", "csv")

@@ -201,7 +201,13 @@ def _tile(local: np.ndarray, count: int, stride: int, base: int = 0) -> np.ndarr
 
 
 def build_tables(spec: SystemSpec) -> Tables:
-    """Compile ``spec`` into flat tables (spec_fabric §1.4–§3)."""
+    """Compile ``spec`` into flat tables (spec_fabric §1.4–§3).
+
+    >>> from kbfast import load_system
+    >>> t = build_tables(load_system("ahbm_2sip"))
+    >>> t.n_nodes > 0 and len(t.edge_src) == t.n_edges
+    True
+    """
     plan = build_floorplan(spec.cube)
     cube, io = _cube_template(spec, plan), _io_template(spec)
     cw, ch = spec.sip.cube_mesh.w, spec.sip.cube_mesh.h

@@ -273,7 +273,15 @@ class RouteSet:
 
 
 class Router:
-    """Shared route tables for both evaluators; trees are cached per (graph, SIP-local source)."""
+    """Shared route tables for both evaluators; trees are cached per (graph, SIP-local source).
+
+    >>> from kbfast import build_tables, load_system
+    >>> from kbfast.topology.names import node_id
+    >>> t = build_tables(load_system())
+    >>> edges = Router(t).route(node_id(t, "sip0.cube0.pe0.pe_dma"), node_id(t, "sip0.cube0.hbm_ctrl.pe2"))
+    >>> len(edges) > 0
+    True
+    """
 
     def __init__(self, tables: Tables, policy: str | None = None):
         self.t = tables

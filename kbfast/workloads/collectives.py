@@ -339,7 +339,14 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
     ``tile_io`` (default): every rank loads its tile from its own HBM slice before the kernel (a blocking
     DMA_READ of ``nbytes`` from ``hbm_ctrl.pe{X}``, address 0, phase ``tile load``) and stores the result
     there after it (a blocking DMA_WRITE, phase ``tile store``), as the reference kernels do; ``False``
-    times the IPCQ schedule alone."""
+    times the IPCQ schedule alone.
+
+    >>> from kbfast import Router, build_tables, load_system
+    >>> t = build_tables(load_system("ring6"))
+    >>> c = allreduce(t, Router(t), 16384)
+    >>> c.n_ranks, c.program.n_ops > 0          # a rank per cube: 6 SIPs x 16 cubes
+    (96, True)
+    """
     if algorithm not in ALGORITHMS:
         raise KbfastError(f"unknown all-reduce algorithm {algorithm!r}: {did_you_mean(algorithm, ALGORITHMS)}")
     if nbytes <= 0:
@@ -415,7 +422,13 @@ def hop_endpoints(t: Tables, hop: str) -> tuple[tuple[int, int, int], tuple[int,
 
 def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = False, consume: bool = True,
           launch: bool = True) -> Collective:
-    """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store."""
+    """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store.
+
+    >>> from kbfast import Router, build_tables, load_system
+    >>> t = build_tables(load_system())
+    >>> pe2pe(t, Router(t), "h3", 4096).program.n_agents
+    2
+    """
     if hop not in HOPS:
         raise KbfastError(f"unknown hop class {hop!r}: {did_you_mean(hop, HOPS)}")
     if nbytes <= 0:

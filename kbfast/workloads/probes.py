@@ -85,7 +85,15 @@ def _by_distance(t: Tables, router: Router, src: int, cube: int, exclude: int = 
 
 
 def build_catalogue(t: Tables, router: Router) -> dict[str, ProbeCase]:
-    """Every probe case for this topology, by name."""
+    """Every probe case for this topology, by name.
+
+    >>> from kbfast import Router, build_tables, load_system
+    >>> t = build_tables(load_system())
+    >>> router = Router(t)
+    >>> p = build_catalogue(t, router)["REMOTE_SIP"].program(t, router, 4096)
+    >>> p.n_ops > 0
+    True
+    """
     lay = t.layout
     n_pe = len(t.plan.pe_router)
     last_cube = lay.n_cubes_per_sip - 1

@@ -60,7 +60,7 @@ def heap_new(capacity):  # pragma: no cover - jitted
             np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.full(1 << _TABLE_BITS, -1, np.int64), free)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
     """Queue ``payload`` at ``time`` with sequence ``seq`` (the caller guarantees capacity)."""
     ht, hs, hb, b_time, b_head, b_tail, nxt, pay, table, free = heap
@@ -107,7 +107,7 @@ def heap_push(heap, size, seq, time, payload):  # pragma: no cover - jitted
     hb[i] = b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def heap_pop(heap, size):  # pragma: no cover - jitted
     """Remove the next event of a non-empty queue; returns (time, payload).  New size is size-1."""
     ht, hs, hb, b_time, b_head, b_tail, nxt, pay, table, free = heap

@@ -34,7 +34,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from kbfast.exact.heap import heap_push, pack
+from kbfast.sim.heap import heap_push, pack
 
 OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE, OP_SEND, OP_RECV, OP_MATH = 0, 1, 2, 3, 4, 5, 6, 7
 EV_AGENT, EV_OP_DONE, EV_VISIBLE, EV_RECV_TRY, EV_CREDIT = 0, 1, 2, 3, 4
@@ -50,24 +50,6 @@ State = namedtuple("State", [
     "a_pc", "a_block", "a_arg", "a_out", "a_finish", "a_since", "a_rr",
     "dq_busy", "dq_head", "dq_tail",
     "q_head", "q_tailc", "q_vis", "q_tail", "q_last_vis", "q_rhead", "q_rtail", "q_busy", "q_peak"])
-
-
-def make_prog(p) -> Prog:
-    """Pack a Program's arrays for the kernels (channels included)."""
-    ch = p.channels
-    # Messages of a channel, in the sender's program order (= send order).
-    pos_in_program = np.empty(p.n_ops, np.int64)
-    pos_in_program[p.agent_ops] = np.arange(p.n_ops)
-    sends = np.flatnonzero(p.op_code == OP_SEND)
-    sends = sends[np.lexsort((pos_in_program[sends], p.op_target[sends]))]
-    counts = np.bincount(p.op_target[sends], minlength=len(ch)) if len(ch) else np.zeros(0, np.int64)
-    return Prog(
-        a_start=p.agent_start_ns, a_host=p.agent_kind == 1, op_ptr=p.op_ptr, agent_ops=p.agent_ops,
-        op_code=p.op_code, op_target=p.op_target.astype(np.int64), op_nbytes=p.op_nbytes, op_async=p.op_async,
-        op_arg=p.op_arg, ch_src=ch.src, ch_dst=ch.dst, ch_nslots=ch.n_slots, ch_setup=ch.setup_ns,
-        ch_tier_bw=ch.tier_bw, ch_hop_bw=ch.hop_bw, ch_credit=ch.credit_ns, ch_in_ptr=ch.in_ptr,
-        ch_in_list=ch.in_list, ch_msg_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns))
 
 
 @njit(cache=True)
@@ -112,7 +94,7 @@ def push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
     return size + 1, seq + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Run agent ``a`` until it blocks; ops to begin now are appended to ``pend``."""
     S.a_block[a] = BLK_NONE
@@ -213,7 +195,7 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
     return size, seq, n_pend
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """A DMA or RECV op completed at ``now``: free its DMA channel, wake its agent if waiting."""
     S.op_end[o] = now
@@ -239,7 +221,7 @@ def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - 
     return size, seq, n_pend
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """The data of ``send_op`` reassembled at the receiver's pe_dma: slot write, then visible (FIFO)."""
     c = P.op_target[send_op]
@@ -248,7 +230,7 @@ def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitt
     return push(heap, size, seq, vis, EV_VISIBLE, c, 0, 0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """Data and head of the next message of channel ``c`` become visible (spec_ccl §4.5)."""
     S.q_vis[c] += 1
@@ -260,7 +242,7 @@ def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """Serve the channel's oldest waiting RECV if its message is visible (spec_ccl §2.4)."""
     o = S.q_rhead[c]
@@ -290,7 +272,7 @@ def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """A credit lands at the sender: the tail cache advances; a sender blocked on a full ring wakes."""
     S.q_tailc[c] = max(S.q_tailc[c], value)
@@ -301,9 +283,10 @@ def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
-    """Dispatch a shared event; returns (size, seq, n_pend)."""
+    """Dispatch a shared event (``EV_AGENT`` .. ``EV_CREDIT``); returns (size, seq, n_pend).  Any other kind
+    raises: an evaluator handles its own kinds before it calls this."""
     if kind == EV_AGENT:
         size, seq, n_pend = run_agent(x, now, P, S, heap, size, seq, pend, n_pend)
     elif kind == EV_OP_DONE:
@@ -312,17 +295,9 @@ def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no 
         size, seq = visible(x, now, P, S, heap, size, seq)
     elif kind == EV_RECV_TRY:
         size, seq = recv_try(x, now, P, S, heap, size, seq)
-    else:
+    elif kind == EV_CREDIT:
         size, seq = credit(y, x, now, P, S, heap, size, seq)
+    else:
+        raise ValueError("kbfast.sim.agents.handle: unknown event kind (an evaluator passed an event it must "
+                         "handle itself)")
     return size, seq, n_pend
-
-
-def pointer_dump(p, S) -> str:
-    """Every ring's pointers (spec_ccl §3 F3): sends accepted, credits seen, visible, consumed."""
-    ch = p.channels
-    lines = []
-    for c in range(len(ch)):
-        lines.append(f"  ch{c} {p.agent_name(int(ch.src[c]))} -> {p.agent_name(int(ch.dst[c]))}: "
-                     f"my_head={int(S.q_head[c])} peer_tail_cache={int(S.q_tailc[c])} "
-                     f"peer_head_cache={int(S.q_vis[c])} my_tail={int(S.q_tail[c])} n_slots={int(ch.n_slots[c])}")
-    return "\n".join(lines)

@@ -26,9 +26,10 @@ from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.fast.points import allreduce_points
 from kbfast.ir import Program
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
+from kbfast.results import in_bounds, latency_from, rel_error
+from kbfast.sweep.points import allreduce_points
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
@@ -158,13 +159,13 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
                "n_ranks": case.n_issuers, "util_single": row["util_single"], "util_aggregate": row["util_aggregate"]}
         return out
     res = run_exact(prog) if exact else run_fast(prog)
-    lat = float(res.agent_finish_ns.max() - coll.launch_ns)
+    lat = latency_from(res.agent_finish_ns, coll.launch_ns)
     out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
            "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if p.workload["kind"] == "allreduce" else np.nan,
            "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
     if not exact:
-        out.update(latency_lo_ns=float(res.agent_finish_lo_ns.max() - coll.launch_ns),
-                   latency_hi_ns=float(res.agent_finish_hi_ns.max() - coll.launch_ns), contention=res.contention)
+        out.update(latency_lo_ns=latency_from(res.agent_finish_lo_ns, coll.launch_ns),
+                   latency_hi_ns=latency_from(res.agent_finish_hi_ns, coll.launch_ns), contention=res.contention)
     return out
 
 
@@ -264,10 +265,8 @@ def _cross_check(batch: Batch, metrics: dict[int, dict[str, Any]]) -> tuple[dict
         except Exception as err:   # noqa: BLE001 - recorded with the point
             out[p.index] = {"check_error": _error_text(err)}
             continue
-        lo, hi = fast["latency_lo_ns"], fast["latency_hi_ns"]
-        tol = 1e-9 * max(abs(ex), 1.0)
-        out[p.index] = {"exact_latency_ns": ex, "rel_error": (fast["latency_ns"] - ex) / ex if ex else 0.0,
-                        "exact_in_bounds": bool(lo - tol <= ex <= hi + tol) if np.isfinite(lo) else None}
+        out[p.index] = {"exact_latency_ns": ex, "rel_error": rel_error(fast["latency_ns"], ex),
+                        "exact_in_bounds": in_bounds(fast["latency_lo_ns"], ex, fast["latency_hi_ns"])}
     return out, time.perf_counter() - k0
 
 

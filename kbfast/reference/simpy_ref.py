@@ -19,7 +19,7 @@ so that ``kbfast bench`` has a baseline:
   run the command-only chunk loop (spec_memory §3.7) and stream the data back
   (§3.8); PE DMA channels are ``simpy.Resource(capacity=1)`` held through the
   round trip (spec_pe §4.3);
-* IPCQ, the protocol of :mod:`kbfast.runtime` (spec_ccl §2, §4): a SEND parks
+* IPCQ, the protocol of :mod:`kbfast.sim.agents` (spec_ccl §2, §4): a SEND parks
   while its ring is full (§2.2), then injects its data towards the receiver's
   ``pe_dma`` (a store-and-forward terminal); the slot write makes it visible at
   ``max(t_a + SLOT + HOP, previous visibility)`` (§2.3, §4.6).  One process per
@@ -49,8 +49,9 @@ from collections import deque
 import numpy as np
 import simpy
 
-from kbfast.exact.replay import ReplayDeadlock, ReplayTimes
+from kbfast.exact.replay import ReplayTimes
 from kbfast.ir import AgentKind, Op, Program
+from kbfast.sim.diagnostics import ReplayDeadlock
 from kbfast.topology.kinds import NodeKind
 
 PE_REQ, PE_RESP, H2D, D2H_CMD, D2H_DATA, IPCQ = range(6)   # transaction kinds

@@ -1,0 +1,1 @@
+"""Readable reference simulators that check the Numba evaluators (``pip install kbfast[reference]``)."""

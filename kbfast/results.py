@@ -1,0 +1,85 @@
+"""The figures every command reports, computed once: latency from launch, relative error, bounds check, and
+the fast-vs-exact comparison of one Program (design §7, parity contract).
+
+* latency from launch = max over agents of the finish time - launch (spec_pe §3.6: max ``pe_exec_ns``
+  from the common start barrier);
+* relative error = (fast - exact) / exact, 0 when exact is 0;
+* in bounds = lower - tol <= exact <= upper + tol with tol = 1e-9 x max(|exact|, 1 ns).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.ir import Program
+
+
+def latency_from(finish_ns: np.ndarray, launch_ns: float) -> float:
+    """Max agent finish time minus ``launch_ns`` (0 for a Program without agents)."""
+    return float(np.max(finish_ns) - launch_ns) if len(finish_ns) else 0.0
+
+
+def rel_error(value: float, reference: float) -> float:
+    """(value - reference) / reference; 0 when the reference is 0."""
+    return (value - reference) / reference if reference else 0.0
+
+
+def in_bounds(lower: float, value: float, upper: float) -> bool | None:
+    """Whether ``value`` lies in [lower, upper] up to 1e-9 relative; None when the bounds are unknown (NaN)."""
+    if not (np.isfinite(lower) and np.isfinite(upper)):
+        return None
+    tol = 1e-9 * max(abs(value), 1.0)
+    return bool(lower - tol <= value <= upper + tol)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One Program on both evaluators: latencies from ``launch_ns`` (ns) and wall times (s)."""
+
+    program: str
+    launch_ns: float
+    fast_ns: float
+    fast_lower_ns: float
+    fast_upper_ns: float
+    exact_ns: float
+    fast_wall_s: float
+    exact_wall_s: float
+
+    @property
+    def rel_error(self) -> float:
+        """(fast - exact) / exact."""
+        return rel_error(self.fast_ns, self.exact_ns)
+
+    @property
+    def exact_in_bounds(self) -> bool | None:
+        """Whether the exact latency lies inside the fast path's bounds (parity P2)."""
+        return in_bounds(self.fast_lower_ns, self.exact_ns, self.fast_upper_ns)
+
+    def as_row(self) -> dict:
+        """The fields plus ``rel_error`` and ``exact_in_bounds``, for a table row."""
+        return {**asdict(self), "rel_error": self.rel_error, "exact_in_bounds": self.exact_in_bounds}
+
+
+def compare(p: Program, launch_ns: float | None = None) -> Comparison:
+    """Evaluate ``p`` on the fast path and by exact replay; latencies count from ``launch_ns`` (default: the
+    earliest agent start, so they are makespans).
+
+    >>> from kbfast import Router, allreduce, build_tables, compare, load_system
+    >>> t = build_tables(load_system("ring6"))
+    >>> c = allreduce(t, Router(t), 4096)
+    >>> r = compare(c.program, c.launch_ns)
+    >>> abs(r.rel_error) < 0.05 and r.exact_in_bounds
+    True
+    """
+    start = float(p.agent_start_ns.min()) if launch_ns is None else float(launch_ns)
+    fast = run_fast(p)
+    exact = run_exact(p)
+    return Comparison(program=p.name, launch_ns=start, fast_ns=latency_from(fast.agent_finish_ns, start),
+                      fast_lower_ns=latency_from(fast.agent_finish_lo_ns, start),
+                      fast_upper_ns=latency_from(fast.agent_finish_hi_ns, start),
+                      exact_ns=latency_from(exact.agent_finish_ns, start),
+                      fast_wall_s=fast.wall_s, exact_wall_s=exact.wall_s)
