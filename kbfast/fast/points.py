@@ -60,6 +60,7 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
     ch_setup = np.empty(n_ch)
     ch_tier_bw = np.empty(n_ch)
     ch_hop_bw = np.empty(n_ch)
+    finish = np.empty(3)   # per mode: the last agent's finish
     free = -1              # index of the last point of this size and kind whose runs blocked no SEND
     for i in range(n_pts):
         new_size = i == 0 or sizes[i] != sizes[i - 1]
@@ -81,19 +82,20 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
         Pi = Prog(P.a_start, P.a_host, P.op_ptr, P.agent_ops, P.op_code, P.op_target, nbytes, P.op_async, arg,
                   P.ch_src, P.ch_dst, ch_nslots, ch_setup, ch_tier_bw, ch_hop_bw, P.ch_credit, P.ch_in_ptr,
                   P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
-        lo = schedule(LOWER, zero, share, head, iso, Pi, *args[1:])
-        pt = schedule(POINT, zero, share, head, iso, Pi, *args[1:])
-        hi = schedule(UPPER, extra, share, head, iso, Pi, *args[1:])
-        f_lo = lo[0].a_finish.max()
-        f_hi = hi[0].a_finish.max()
-        f_pt = min(max(pt[0].a_finish.max(), f_lo), f_hi)
+        peak = 0
+        for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is linked into this kernel once
+            S, o_contended, _ = schedule(mode, extra if mode == UPPER else zero, share, head, iso, Pi, *args[1:])
+            finish[mode] = S.a_finish.max()
+            if mode == POINT:
+                out[i, 3] = 1.0 if o_contended.any() else 0.0
+            for c in range(n_ch):
+                peak = max(peak, S.q_peak[c])
+        f_lo = finish[LOWER]
+        f_hi = finish[UPPER]
+        f_pt = min(max(finish[POINT], f_lo), f_hi)
         out[i, 0] = f_pt - launch
         out[i, 1] = f_lo - launch
         out[i, 2] = f_hi - launch
-        out[i, 3] = 1.0 if pt[1].any() else 0.0
-        peak = 0
-        for c in range(n_ch):
-            peak = max(peak, lo[0].q_peak[c], pt[0].q_peak[c], hi[0].q_peak[c])
         out[i, 4] = peak
         if peak < n_slots[i]:
             free = i
