@@ -14,7 +14,7 @@ from rich.table import Table
 
 from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
                               reference_csv, save_param_set, sensitivity_scale)
-from kbfast.cli.common import OutputFormat, compile_notice, SetOpt, console, err_console, load, user_errors
+from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
 
@@ -176,15 +176,15 @@ def calibrate(
     overrides = dict(parse_override(s) for s in (sets or []))
     modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
     bounds = parse_fit(keys or [], spec) if do_fit else None   # bad keys fail before any compiling
-    compile_notice(*modes)
     res = None
-    if bounds is not None:
-        res = fit(spec, bounds)
-        if save is not None:
-            path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
-            err_console.print(f"parameter set written to {path}", highlight=False)
-        spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
-    df = evaluate_rows(spec, modes)
+    with first_run(modes[0], ahead=tuple(modes[1:])):
+        if bounds is not None:
+            res = fit(spec, bounds)
+            if save is not None:
+                path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
+                err_console.print(f"parameter set written to {path}", highlight=False)
+            spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
+        df = evaluate_rows(spec, modes)
     if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
     elif fmt is OutputFormat.json:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import functools
-import importlib
-import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from typing import Annotated, Any, TypeVar
 
@@ -16,6 +15,7 @@ from rich.markup import escape
 
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system, parse_override
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
+from kbfast import warmup
 from kbfast.errors import KbfastError
 
 console = Console()
@@ -50,29 +50,26 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-# The Numba kernels a command may compile on its first run, and roughly how long each adds to it on the
-# 2-core reference machine ("points" calls "fast": it adds its own share only; docs/README.md, "First run").
-KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 40),
-    "points": ("kbfast.fast.points", "points_kernel", 50),
-    "exact": ("kbfast.exact.engine", "replay", 30),
-}
-
-
-def _cached(module: str, name: str) -> bool:
-    """Whether the Numba cache holds an index for this kernel (its compiled code is then loaded, not built)."""
-    cache = getattr(getattr(importlib.import_module(module), name), "_cache", None)
-    return cache is None or os.path.exists(getattr(cache, "_index_path", ""))
-
-
-def compile_notice(*needs: str) -> None:
-    """Say on stderr, before the work starts, which kernels a first run compiles and roughly how long it takes:
-    otherwise a first run looks hung.  Silent when every kernel is cached."""
-    missing = [n for n in dict.fromkeys(needs) if not _cached(*KERNELS[n][:2])]
-    if missing:
-        secs = sum(KERNELS[n][2] for n in missing)
-        err_console.print(f"first run: compiling the {' and '.join(missing)} kernels once (about {secs} s on 2 cores; "
-                          "they are cached, later runs skip this)", highlight=False)
+@contextmanager
+def first_run(*needs: str, ahead: tuple[str, ...] = ()) -> Iterator[None]:
+    """Around a command's work: when kernels it needs are not cached yet (a first run), say so on stderr,
+    with about how long compiling takes, and compile the ``ahead`` ones in a second process meanwhile
+    (``kbfast.warmup``).  Otherwise a first run looks hung.  Silent and free when everything is cached."""
+    todo = warmup.missing(*needs, *ahead)
+    background = warmup.start([k for k in todo if k in ahead]) if len(todo) > 1 else None
+    if todo:
+        own = sum(warmup.KERNELS[k][2] for k in todo if background is None or k not in ahead)
+        other = sum(warmup.KERNELS[k][2] for k in todo if background is not None and k in ahead)
+        err_console.print(f"first run: compiling the {' and '.join(todo)} kernels once (about {max(own, other)} s "
+                          f"on 2 cores{', two at a time' if background else ''}; they are cached, later runs skip "
+                          "this)", highlight=False)
+    try:
+        yield
+    finally:
+        if background is not None:
+            if background.poll() is None and sys.exc_info()[0] is not None:
+                background.terminate()
+            background.wait()
 
 
 def load(topology: str | None, sets: list[str] | None) -> SystemSpec:

@@ -12,7 +12,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kbfast.cli.common import OutputFormat, compile_notice, SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, parse_size, user_errors
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
@@ -67,9 +67,9 @@ def probe(
             raise KbfastError("--trace needs exactly one --case and one --size")
         write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
-    compile_notice(*(("exact",) if exact else ("fast", "exact")))
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
-    df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
+    with first_run("exact" if exact else "fast", ahead=("exact",) if not exact else ()):
+        df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
     checks = check_invariants(df)
     if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))

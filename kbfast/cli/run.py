@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kbfast.cli.common import OutputFormat, compile_notice, SetOpt, console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, load, parse_size, user_errors
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
@@ -48,8 +48,8 @@ def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> d
     row: dict = {"workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks, "n_ops": p.n_ops}
     if c.tile_io is not None:
         row["tile_io"] = c.tile_io
-    compile_notice(*(("exact",) if exact else ("fast", *(("exact",) if compare or trace else ()))))
-    res = run_exact(p) if exact else run_fast(p)
+    with first_run("exact" if exact else "fast", ahead=("exact",) if not exact and (compare or trace) else ()):
+        res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
     lat = latency_from(res.agent_finish_ns, c.launch_ns)

@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kbfast.cli.common import compile_notice, console, err_console, user_errors
+from kbfast.cli.common import console, err_console, first_run, user_errors
 from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
 from kbfast.sweep.batches import make_batches
 from kbfast.sweep.runner import check_sample, order_columns, read_table, run_local, run_sweep
@@ -83,8 +83,8 @@ def sweep(
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
     s = load_spec(spec)
     out = out or Path("results") / s.name
-    compile_notice(*(("exact",) if exact else ("fast", "points", *(("exact",) if check else ()))))
-    with _progress(f"sweep {s.name}") as update:
+    needs = ("exact",) if exact else ("fast", "points")
+    with first_run(*needs, ahead=("exact",) if check and not exact else ()), _progress(f"sweep {s.name}") as update:
         res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
                         progress=update)
     df = res.results
@@ -118,8 +118,7 @@ def check(
     chosen = check_sample(len(points), sample, s.seed if seed is None else seed)
     picked = [p for p in points if p.index in chosen]
     rows = []
-    compile_notice("fast", "points", "exact")
-    with _progress(f"check {s.name}") as update:
+    with first_run("fast", "points", ahead=("exact",)), _progress(f"check {s.name}") as update:
         update(0, len(picked))
         for batch, res in run_local(make_batches(picked, "fast", chosen, max_points=1), jobs):
             rows.append(res.rows)
