@@ -21,6 +21,7 @@ from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program
 from kbfast.metrics import BREAKDOWN, breakdown, utilization
 from kbfast.results import rel_error
+from kbfast.sim.lowering import hbm_constants
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
@@ -92,9 +93,8 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
     if case.n_issuers == 1 and case.kind != "d2h":
         o = int(dma[0])
         rev = p.route(int(p.op_rroute[o])) if case.kind == "pe_dma" else None
-        commit = t.spec.fabric.flit_bytes / t.spec.pc_bw_gbs
         parts = breakdown(t, routes[0], rev, nbytes, float(lat[0]),
-                          float(timing.op_begin_ns[o] - timing.op_issue_ns[o]), commit)
+                          float(timing.op_begin_ns[o] - timing.op_issue_ns[o]), hbm_constants(t.spec).commit_ns)
         row.update({breakdown_column(k): v for k, v in parts.items()})
     return row
 

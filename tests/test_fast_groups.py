@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.fast.evaluate import _merge_identical, _same_shape_routes, _shared_entries, plan_fast
-from kbfast.fast.schedule import POINT, head_offsets, schedule
+from kbfast.fast.schedule import POINT, schedule
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -65,12 +65,13 @@ def _unmerged_point(p, reverse: bool):
     has = plan.data_route >= 0
     sh_span = np.zeros((p.n_ops, 2), np.int64)
     sh_span[has, 0], sh_span[has, 1] = sh_ptr[plan.data_route[has]], sh_ptr[plan.data_route[has] + 1]
-    args = plan.args[:-5] + (sh_span, sh_ids, plan.args[-3], np.concatenate([e_bw, np.ones(len(c.nodes))]),
-                             np.concatenate([np.zeros(len(c.edges)), n_ovh]))
-    head = head_offsets(plan.data_route, p.op_nbytes, *plan.head_args)
+    sharing = plan.sharing._replace(sh_span=sh_span, sh_res=sh_ids,
+                                    res_cap=np.concatenate([e_bw, np.ones(len(c.nodes))]),
+                                    res_ovh=np.concatenate([np.zeros(len(c.edges)), n_ovh]))
+    head = plan.head_offsets(p.op_nbytes)
     zero = np.zeros(p.n_ops)
-    merged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *plan.args)
-    unmerged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *args)
+    merged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *plan.kernel_inputs)
+    unmerged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *plan.kernel_inputs[:-1], sharing)
     return merged, unmerged, plan
 
 
@@ -108,8 +109,10 @@ def test_same_shape_routes_group_by_closed_form_inputs(preset: str, algorithm: s
     t = build_tables(load_system(preset))
     p = allreduce(t, Router(t), 4096, algorithm, None if algorithm == "lrab" else "cube_pe0").program
     plan = plan_fast(p)
-    (_, _, _, _, ch_route, ch_iso_route, r_ptr, r_edges, e_src, e_dst, e_c, _, e_prop, n_ovh,
-     n_flit) = plan.args[:15]
+    fab = plan.lowered.fabric
+    ch_route, ch_iso_route = plan.lowered.routes.ch_route, plan.sharing.ch_iso_route
+    r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh, n_flit = (fab.r_ptr, fab.r_edges, fab.e_src, fab.e_dst, fab.e_c,
+                                                                fab.e_prop, fab.n_ovh, fab.n_flit)
 
     def inputs(r: int) -> tuple:
         edges = r_edges[r_ptr[r]:r_ptr[r + 1]]

@@ -60,10 +60,30 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
 
 
 @njit(cache=True, error_model="numpy")
-def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
-           n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty,
-           P, op_addr, op_route, op_rroute, ch_route, vc_edge, vc_w, max_events, heap_capacity):  # pragma: no cover - jitted
-    """Replay a Program; returns (status, n_events, runtime state, edge and PC stats).
+def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):  # pragma: no cover - jitted
+    """Replay a Program; returns (status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog).
+
+    Parameters (built by :func:`kbfast.sim.lowering.lower`, docs/README.md "Kernel contracts")
+    ----------
+    fabric : Fabric
+        compact nodes, edges and routes of the Program.
+    hbm : Hbm
+        PC count, burst and flit sizes, commit times, switch penalty.
+    P : Prog
+        agents, ops and IPCQ channels (:func:`kbfast.sim.lowering.make_prog`).
+    routes : OpRoutes
+        per op its HBM address and forward / reverse route, per channel its route.
+    vc_edge : bool [E]
+        the PE egress links, where the two virtual channels meet.
+    vc_w : int64 [2]
+        round-robin weights in flits of ``vc_compute`` and ``vc_comm``.
+    max_events : int64
+        event budget; past it the replay stops with status ``BUDGET``.
+    heap_capacity : int64
+        event queue size (:func:`kbfast.sim.lowering.heap_capacity`).
+
+    Returns status (``OK``, ``DEADLOCK``, ``BUDGET``), the number of events, the agents' state ``S``, per
+    edge the bytes, busy time and peak queue (bytes), per PC the commits, busy time and largest backlog.
 
     A put of a whole transaction on one edge (source injection or a
     store-and-forward re-stream) reserves the wire for the train at once; the
@@ -75,13 +95,12 @@ def replay(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges,
     sends one flit per event.
     """
     n_ctrl = 0
-    for v in range(len(n_ovh)):
-        n_ctrl = max(n_ctrl, n_hbm[v] + 1)
+    for v in range(len(fabric.n_ovh)):
+        n_ctrl = max(n_ctrl, fabric.n_hbm[v] + 1)
     S = new_state(P)
-    W = _scratch(len(P.op_code), len(n_ovh), len(e_src), max(n_ctrl * n_pcs, 1), vc_w, heap_capacity)
-    status, n_events = _run(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges, n_pcs, pc_shift,
-                            burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty, P, S, W, op_addr,
-                            op_route, op_rroute, ch_route, vc_edge, vc_w, max_events)
+    W = _scratch(len(P.op_code), len(fabric.n_ovh), len(fabric.e_src), max(n_ctrl * hbm.n_pcs, 1), vc_w,
+                 heap_capacity)
+    status, n_events = _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events)
     return status, n_events, S, W.e_bytes, W.e_busy, W.e_peak, W.pc_commits, W.pc_busy, W.pc_backlog
 
 
@@ -124,10 +143,12 @@ def _scratch(n_ops, n_nodes, n_edges, n_pc_all, vc_w, heap_capacity):  # pragma:
 # runtime helpers pay no atomic reference counting on the many arrays of P and S.
 # Allocation happens in replay().
 @njit(cache=True, error_model="numpy", _nrt=False)
-def _run(n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr, r_edges, n_pcs, pc_shift, burst_bytes, flit_bytes,
-         commit_ns, burst_commit_ns, switch_penalty, P, S, W, op_addr, op_route, op_rroute, ch_route, vc_edge, vc_w,
-         max_events):  # pragma: no cover - jitted
-    """The event loop of :func:`replay`, on the arrays of ``S`` and ``W``; returns (status, n_events)."""
+def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no cover - jitted
+    """The event loop of :func:`replay` (same parameters, plus the agents' state ``S`` and the scratch
+    arrays ``W``); returns (status, n_events)."""
+    n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, _, e_prop, r_ptr, r_edges = fabric
+    n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty = hbm
+    op_addr, op_route, op_rroute, ch_route = routes
     (pend, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, t_count, t_last, t_aux, t_train_hop,
      t_train_dep0, t_sent, t_qnext, t_qhop, q_head, q_tail, vc_turn, vc_left, vc_busy, q_bytes, node_free, avail,
      e_bytes, e_busy, e_peak, pc_avail, pc_dir, pc_commits, pc_busy, pc_backlog, heap, vheap) = W

@@ -13,7 +13,7 @@ from kbfast.exact import engine
 from kbfast.ir import Op, Program
 from kbfast.sim import heap
 from kbfast.sim.diagnostics import ReplayBudgetExceeded, ReplayDeadlock, blocked_report, check_consumed
-from kbfast.sim.lowering import compact, estimate_memory_bytes, heap_capacity, make_prog, vc_edges
+from kbfast.sim.lowering import estimate_memory_bytes, heap_capacity, lower, vc_edges
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
@@ -76,22 +76,14 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
                           f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
     t, spec = p.tables, p.tables.spec
     _check_limits(p)
-    c = compact(p)
-    hbm = spec.hbm
+    low = lower(p)
+    c = low.compact
     flit = spec.fabric.flit_bytes
-    pc_bw = spec.pc_bw_gbs
-    args = (
-        t.node_overhead_ns[c.nodes], t.node_flit_aware[c.nodes], c.node_hbm,
-        c.e_src, c.e_dst, t.edge_bw_gbs[c.edges], t.edge_prop_ns[c.edges], p.route_ptr, c.route_edges,
-        hbm.pcs_per_pe, int(hbm.burst_bytes).bit_length() - 1, hbm.burst_bytes, flit,
-        flit / pc_bw, hbm.burst_bytes / pc_bw, hbm.switch_penalty_ns,
-        make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64),
-        p.channels.route, vc_edges(p, c.edges),
-        np.array([spec.pe.vc_weights.compute, spec.pe.vc_weights.comm], np.int64),
-        np.int64(max_events), np.int64(heap_capacity(p)),
-    )
+    vc_w = np.array([spec.pe.vc_weights.compute, spec.pe.vc_weights.comm], np.int64)
     t0 = time.perf_counter()
-    status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog = engine.replay(*args)
+    status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog = engine.replay(
+        low.fabric, low.hbm, low.prog, low.routes, vc_edges(p, c.edges), vc_w, np.int64(max_events),
+        np.int64(heap_capacity(p)))
     wall = time.perf_counter() - t0
     if status == engine.BUDGET:
         raise ReplayBudgetExceeded(f"exact replay of {p.name!r} exceeded its budget of {max_events:,} events; "
@@ -111,7 +103,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
         "utilization": e_busy / makespan if makespan > 0 else 0.0,
         "peak_queue_flits": e_peak / flit,
     })
-    npcs = hbm.pcs_per_pe
+    npcs = low.hbm.n_pcs
     n_ctrl = len(c.hbm_ctrls)
     pcs = pd.DataFrame({
         "controller": np.repeat([node_name(t, int(h)) for h in c.hbm_ctrls], npcs),

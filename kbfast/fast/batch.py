@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.config.schema import SystemSpec
-from kbfast.sim.lowering import renumber
+from kbfast.sim.lowering import hbm_constants, renumber
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, transfer_end
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
@@ -74,16 +74,17 @@ def param_rows(tables_list: list[Tables], edges: np.ndarray, nodes: np.ndarray) 
     for s in specs:
         if s.fabric.flit_bytes != s.hbm.burst_bytes:
             raise ValueError("the fast path needs fabric.flit_bytes == hbm.burst_bytes")
+    hbm = [hbm_constants(s) for s in specs]
     return ParamRows(
         e_c=np.where(np.isinf(bw), 0.0, 1.0 / bw), e_bw=bw,
         e_prop=np.stack([t.edge_prop_ns[edges] for t in tables_list]),
         n_ovh=np.stack([t.node_overhead_ns[nodes] for t in tables_list]),
-        F=np.array([s.fabric.flit_bytes for s in specs], np.int64),
-        burst=np.array([s.hbm.burst_bytes for s in specs], np.int64),
-        pc_shift=np.array([int(s.hbm.burst_bytes).bit_length() - 1 for s in specs], np.int64),
-        n_pcs=np.array([s.hbm.pcs_per_pe for s in specs], np.int64),
-        commit=np.array([s.fabric.flit_bytes / s.pc_bw_gbs for s in specs]),
-        burst_commit=np.array([s.hbm.burst_bytes / s.pc_bw_gbs for s in specs]),
+        F=np.array([h.flit_bytes for h in hbm], np.int64),
+        burst=np.array([h.burst_bytes for h in hbm], np.int64),
+        pc_shift=np.array([h.pc_shift for h in hbm], np.int64),
+        n_pcs=np.array([h.n_pcs for h in hbm], np.int64),
+        commit=np.array([h.commit_ns for h in hbm]),
+        burst_commit=np.array([h.burst_commit_ns for h in hbm]),
     )
 
 

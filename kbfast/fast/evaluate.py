@@ -11,10 +11,10 @@ from numba import njit
 
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import BoundTables, interference
-from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
+from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, schedule
 from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
-from kbfast.sim.lowering import Compact, compact, make_prog
+from kbfast.sim.lowering import Compact, Lowered, hbm_constants, lower
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
@@ -361,53 +361,53 @@ class Plan:
     """Everything the fast schedule needs that depends on the program's structure, not its sizes."""
 
     program: Program
-    compact: Compact
+    lowered: Lowered          # the kernel inputs both evaluators share (kbfast.sim.lowering)
+    sharing: Sharing          # each flow's shared resources (kbfast.fast.schedule)
     data_route: np.ndarray
-    edge_group: np.ndarray    # per compact edge: its shared resource group in ``args``, or -1
-    args: tuple               # schedule arguments after (mode, extra, share, head)
-    share: np.ndarray
-    head_args: tuple          # head_offsets arguments after (data_route, op_nbytes)
+    edge_group: np.ndarray    # per compact edge: its shared resource group, or -1
+    share: np.ndarray         # per op: its payload route has a shared resource
+    shared_edge: np.ndarray   # per compact edge: in a shared resource
+    shared_node: np.ndarray   # per compact node: its worker is a shared resource
     bounds: BoundTables       # flow classes of the interference bound
-    flit_bytes: int
-    switch_penalty: float
+
+    @property
+    def compact(self) -> Compact:
+        return self.lowered.compact
+
+    @property
+    def kernel_inputs(self) -> tuple:
+        """(fabric, hbm, P, routes, sharing): :func:`~kbfast.fast.schedule.schedule`'s inputs after the
+        mode, extra, share, head and iso arrays."""
+        low = self.lowered
+        return low.fabric, low.hbm, low.prog, low.routes, self.sharing
+
+    def head_offsets(self, op_nbytes: np.ndarray) -> np.ndarray:
+        """Per op: zero-load time until its head reaches its first shared resource, ns."""
+        return head_offsets(self.data_route, op_nbytes, self.lowered.fabric, self.shared_edge, self.shared_node,
+                            self.lowered.hbm.flit_bytes)
 
 
 def plan_fast(p: Program) -> Plan:
     """Compact the program and find its shared resources (design §6)."""
-    t, spec = p.tables, p.tables.spec
+    spec = p.tables.spec
     if spec.fabric.flit_bytes != spec.hbm.burst_bytes:
         raise KbfastError(f"the fast path needs fabric.flit_bytes == hbm.burst_bytes (got "
                           f"{spec.fabric.flit_bytes} and {spec.hbm.burst_bytes}); use exact mode for finer flits")
-    c = compact(p)
-    e_src, e_dst = c.e_src, c.e_dst
-    e_bw = t.edge_bw_gbs[c.edges]
-    e_c = np.where(np.isinf(e_bw), 0.0, 1.0 / e_bw)
-    n_ovh = t.node_overhead_ns[c.nodes]
-    n_flit = t.node_flit_aware[c.nodes]
-    e_prop = t.edge_prop_ns[c.edges]
-    hbm = spec.hbm
-    commit = spec.fabric.flit_bytes / spec.pc_bw_gbs
-    sw = hbm.switch_penalty_ns
+    low = lower(p)
+    c, fab, hbm = low.compact, low.fabric, low.hbm
     data_route = data_routes(p)
-
-    shared_edge, shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh = _shared(p, c, data_route, e_bw, e_dst,
-                                                                                      n_flit, n_ovh)
-    share = sh_span[:, 1] > sh_span[:, 0]
+    shared_edge, shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh = _shared(p, c, data_route, fab.e_bw,
+                                                                                      fab.e_dst, fab.n_flit, fab.n_ovh)
     max_route = int(np.diff(p.route_ptr).max()) if len(p.route_ptr) > 1 else 1
-    ch_route = p.channels.route.astype(np.int64)
-    ch_iso_route = ch_route[_same_shape_routes(ch_route, p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_prop,
-                                               n_ovh, n_flit)]
-    args = (make_prog(p), p.op_addr, p.op_route.astype(np.int64), p.op_rroute.astype(np.int64), ch_route,
-            ch_iso_route, p.route_ptr, c.route_edges, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, c.node_hbm,
-            spec.fabric.flit_bytes, hbm.burst_bytes, int(hbm.burst_bytes).bit_length() - 1, hbm.pcs_per_pe,
-            commit, hbm.burst_bytes / spec.pc_bw_gbs, sw, sh_span, sh_res, max_route, res_cap, res_ovh)
-    head_args = (p.route_ptr, c.route_edges, e_src, e_dst, e_bw, e_prop, n_ovh, n_flit,
-                 shared_edge, shared_node, spec.fabric.flit_bytes)
-
-    bounds = _bound_tables(p, c, data_route, e_bw, n_flit, n_ovh, e_dst, commit, sw)
-    return Plan(program=p, compact=c, data_route=data_route, edge_group=edge_group, args=args, share=share,
-                head_args=head_args,
-                bounds=bounds, flit_bytes=spec.fabric.flit_bytes, switch_penalty=sw)
+    ch_route = low.routes.ch_route
+    ch_iso_route = ch_route[_same_shape_routes(ch_route, fab.r_ptr, fab.r_edges, fab.e_src, fab.e_dst, fab.e_c,
+                                               fab.e_prop, fab.n_ovh, fab.n_flit)]
+    sharing = Sharing(sh_span=sh_span, sh_res=sh_res, max_route=max_route, res_cap=res_cap, res_ovh=res_ovh,
+                      ch_iso_route=ch_iso_route)
+    bounds = _bound_tables(p, c, data_route, fab.e_bw, fab.n_flit, fab.n_ovh, fab.e_dst, hbm.commit_ns,
+                           hbm.switch_penalty_ns)
+    return Plan(program=p, lowered=low, sharing=sharing, data_route=data_route, edge_group=edge_group,
+                share=sh_span[:, 1] > sh_span[:, 0], shared_edge=shared_edge, shared_node=shared_node, bounds=bounds)
 
 
 def run_fast(p: Program) -> FastResult:
@@ -421,18 +421,18 @@ def run_fast(p: Program) -> FastResult:
     """
     t0 = time.perf_counter()
     plan = plan_fast(p)
-    data_route, args, share = plan.data_route, plan.args, plan.share
-    head = head_offsets(data_route, p.op_nbytes, *plan.head_args)
+    data_route, args, share, flit = plan.data_route, plan.kernel_inputs, plan.share, plan.lowered.hbm.flit_bytes
+    head = plan.head_offsets(p.op_nbytes)
     zero = np.zeros(p.n_ops)
     iso = np.full(p.n_ops, np.nan)
     lo = _checked(p, schedule(LOWER, zero, share, head, iso, *args))
     point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
     own = _own_penalty(p, plan)
     begin_lo = lo[0].op_begin
-    extra = interference(plan.bounds, p.op_nbytes, plan.flit_bytes, begin_lo, begin_lo, False, own)
+    extra = interference(plan.bounds, p.op_nbytes, flit, begin_lo, begin_lo, False, own)
     hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
     for _ in range(BOUND_PASSES):
-        tighter = interference(plan.bounds, p.op_nbytes, plan.flit_bytes, begin_lo, _flow_end(p, hi[0]), True, own)
+        tighter = interference(plan.bounds, p.op_nbytes, flit, begin_lo, _flow_end(p, hi[0]), True, own)
         if np.array_equal(tighter, extra):
             break
         extra = tighter
@@ -469,10 +469,11 @@ def _per_edge(edge_group: np.ndarray, group_flag: np.ndarray) -> np.ndarray:
 
 def _own_penalty(p: Program, plan: Plan) -> np.ndarray:
     """Every own commit may pay the read/write switch penalty."""
-    if plan.switch_penalty <= 0:
+    hbm = plan.lowered.hbm
+    if hbm.switch_penalty_ns <= 0:
         return np.zeros(p.n_ops)
-    units = -(-p.op_nbytes // plan.flit_bytes)
-    return np.where(plan.data_route >= 0, units * plan.switch_penalty, 0.0)
+    units = -(-p.op_nbytes // hbm.flit_bytes)
+    return np.where(plan.data_route >= 0, units * hbm.switch_penalty_ns, 0.0)
 
 
 def _checked(p: Program, result):
@@ -516,10 +517,9 @@ def _edge_table(p: Program, c: Compact, contended: np.ndarray, finish: np.ndarra
 
 def _pc_table(p: Program, c: Compact, data_route: np.ndarray) -> pd.DataFrame:
     """Commits per PC follow from the addresses alone: flit i of a transfer lands on PC (pc0 + i) mod n_pcs."""
-    t, spec = p.tables, p.tables.spec
-    npcs, flit = spec.hbm.pcs_per_pe, spec.fabric.flit_bytes
+    t, hbm = p.tables, hbm_constants(p.tables.spec)
+    npcs, flit, shift = hbm.n_pcs, hbm.flit_bytes, hbm.pc_shift
     commits = np.zeros((len(c.hbm_ctrls), npcs), np.int64)
-    shift = int(spec.hbm.burst_bytes).bit_length() - 1
     for o in np.flatnonzero((data_route >= 0) & (p.op_code != Op.SEND)):
         ctrl = int(_dma_controller(p, c, o))
         n = -(-int(p.op_nbytes[o]) // flit)
@@ -530,5 +530,5 @@ def _pc_table(p: Program, c: Compact, data_route: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({
         "controller": np.repeat([node_name(t, int(h)) for h in c.hbm_ctrls], npcs),
         "pc": np.tile(np.arange(npcs), len(c.hbm_ctrls)),
-        "commits": commits.ravel(), "busy_ns": commits.ravel() * (flit / spec.pc_bw_gbs),
+        "commits": commits.ravel(), "busy_ns": commits.ravel() * hbm.commit_ns,
     })

@@ -11,7 +11,6 @@ runs the lower, point and upper schedules of each.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 from numba import njit
 
 from kbfast.errors import KbfastError
@@ -19,7 +18,7 @@ from kbfast.fast.bounds import interference
 from kbfast.fast.evaluate import plan_fast
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
-from kbfast.sim.agents import Prog
+from kbfast.sim.agents import OP_MATH, Prog
 from kbfast.topology.routing import Router
 
 
@@ -32,7 +31,7 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
     arg = P.op_arg.copy()
     for o in range(n_ops):
         nbytes[o] = max(np.int64(size * ratio[o]), 1) if ratio[o] > 0.0 else P.op_nbytes[o]
-        if P.op_code[o] == 7:  # MATH
+        if P.op_code[o] == OP_MATH:
             n_elem = max(np.int64(size * math_n[o] / elem_bytes), 1)
             nbytes[o] = n_elem
             arg[o] = max(math_ovh, n_elem * math_per_elem)
@@ -40,15 +39,36 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
 
 
 @njit(cache=True)
-def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
-                  tier_bw, hop_bw, launch, share, data_route, head_args, bounds, flit,
-                  args):  # pragma: no cover - jitted
+def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
+                  tier_bw, hop_bw, launch, share, data_route, shared_edge, shared_node, bounds, fabric, hbm, P,
+                  routes, sharing):  # pragma: no cover - jitted
     """Per point: (latency, lower, upper, contention, ring peak) with latency = max agent finish - launch.
 
     Points come sorted by size, then buffer kind, then ``n_slots`` descending.  What depends on the
     size only (bytes, head offsets, interference bound, isolated latencies) is computed once per
     distinct size.  A size and kind whose three runs blocked no SEND give the same runs for every
     ``n_slots`` above their ring peak (``kbfast.sim.agents``): those points reuse them.
+
+    Parameters
+    ----------
+    sizes : float64 [n]
+        per point, the message size in bytes (sorted as above).
+    kinds, n_slots : int64 [n]
+        per point, the IPCQ buffer kind (index into ``BUFFER_KINDS``) and the ring depth.
+    ratio, math_n : float64 [O]
+        per op, its bytes per byte of size (0: fixed), and a MATH op's elements per byte of size.
+    math_ovh, math_per_elem, elem_bytes : float
+        the MATH cost ``max(math_ovh, n_elem * math_per_elem)`` and the element size.
+    tier_setup, tier_bw : float64 [K]
+        per buffer kind, the slot tier's setup (ns) and bandwidth (GB/s).
+    hop_bw : float64 [C, K]
+        per channel and buffer kind, the PE <-> bank hop bandwidth.
+    launch : float
+        the launch time, ns: latencies count from it.
+    share, data_route, shared_edge, shared_node, bounds :
+        the plan of :func:`kbfast.fast.evaluate.plan_fast` (size-independent).
+    fabric, hbm, P, routes, sharing :
+        the kernel inputs of :func:`kbfast.fast.schedule.schedule` (``P`` at the largest size).
     """
     n_pts = len(sizes)
     out = np.empty((n_pts, 5))
@@ -67,8 +87,8 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
         if new_size:
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
-            head = head_offsets(data_route, nbytes, *head_args)
-            extra = interference(bounds, nbytes, flit, zero, zero, False, zero)    # window-free
+            head = head_offsets(data_route, nbytes, fabric, shared_edge, shared_node, hbm.flit_bytes)
+            extra = interference(bounds, nbytes, hbm.flit_bytes, zero, zero, False, zero)    # window-free
         k = kinds[i]
         if new_size or k != kinds[i - 1]:
             free = -1
@@ -84,7 +104,8 @@ def points_kernel(P, sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_el
                   P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns)
         peak = 0
         for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is linked into this kernel once
-            S, o_contended, _ = schedule(mode, extra if mode == UPPER else zero, share, head, iso, Pi, *args[1:])
+            S, o_contended, _ = schedule(mode, extra if mode == UPPER else zero, share, head, iso, fabric, hbm, Pi,
+                                         routes, sharing)
             finish[mode] = S.a_finish.max()
             if mode == POINT:
                 out[i, 3] = 1.0 if o_contended.any() else 0.0
@@ -128,9 +149,9 @@ def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, 
     hop = np.stack([b.hop_bws(dst, np.full(len(dst), k)) for k in range(len(BUFFER_KINDS))], axis=1)
     order = np.lexsort((-slots, kinds, sizes))
     out = np.empty((len(sizes), 5))
-    out[order] = points_kernel(plan.args[0], sizes[order].astype(np.float64), kinds[order], slots[order], ratio,
-                               math_n, t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
+    out[order] = points_kernel(sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n,
+                               t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
                                np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
-                               launch_ns, plan.share, plan.data_route, plan.head_args, plan.bounds,
-                               plan.flit_bytes, plan.args)
+                               launch_ns, plan.share, plan.data_route, plan.shared_edge, plan.shared_node,
+                               plan.bounds, *plan.kernel_inputs)
     return out

@@ -36,15 +36,29 @@ LOWER, POINT, UPPER = 0, 1, 2
 EV_JOIN, EV_FLOW_DONE, EV_SOLO_DRAIN = 8, 9, 10
 
 
+Sharing = namedtuple("Sharing", [
+    "sh_span",       # int64 [O, 2]  per op: its shared resources are sh_res[sh_span[o, 0]:sh_span[o, 1]]
+    "sh_res",        # int64 [*]     shared resource ids (groups of wires or node workers the same flows use)
+    "max_route",     # int           the longest route, in edges
+    "res_cap",       # float64 [n_res]  per resource: capacity, B/ns
+    "res_ovh",       # float64 [n_res]  per resource: overhead, ns (0 on a wire; weights in _w)
+    "ch_iso_route",  # int64 [C]     per channel: a route of the same shape whose isolated latency it shares
+])
+
+
 @njit(cache=True)
-def head_offsets(data_route, op_nbytes, r_ptr, r_edges, e_src, e_dst, e_bw, e_prop, n_ovh, n_flit, shared_edge,
-                 shared_node, F):  # pragma: no cover - jitted
+def head_offsets(data_route, op_nbytes, fabric, shared_edge, shared_node, F):  # pragma: no cover - jitted
     """Zero-load time from a flow's start until its head reaches its first shared resource (0 if none):
     a shared edge, or a shared node worker (reached at the end of the edge into it).
 
     Source overhead, then per edge the first flit's serialization and propagation and the
     next node's overhead; a store-and-forward node on the way adds the rest of the train.
+
+    Parameters: ``data_route`` int64 [O] (the route carrying each op's payload, or -1), ``op_nbytes``
+    int64 [O], ``fabric`` (:class:`kbfast.sim.lowering.Fabric`), ``shared_edge`` bool [E] and
+    ``shared_node`` bool [N] (in a shared resource), ``F`` the flit size in bytes.  Returns float64 [O], ns.
     """
+    n_ovh, n_flit, _, e_src, e_dst, e_bw, _, e_prop, r_ptr, r_edges = fabric
     out = np.zeros(len(data_route))
     for o in range(len(data_route)):
         r = data_route[o]
@@ -243,10 +257,28 @@ def _fill(order, lo, hi, m_ptr, mr, mw, k_bn, k_rate, k_frozen, cap, cap_rem, we
 
 
 @njit(cache=True)
-def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
-             e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
-             switch_penalty, sh_span, sh_res, max_route, res_cap, res_ovh):  # pragma: no cover - jitted
-    """Run the agents (kbfast.sim.agents); returns (runtime state, op_contended, resource_contended).
+def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
+    """Run the agents (kbfast.sim.agents); returns (S, op_contended, resource_contended).
+
+    Parameters (docs/README.md "Kernel contracts"; the first four from :func:`kbfast.sim.lowering.lower`)
+    ----------
+    mode : int
+        ``LOWER`` (no contention), ``POINT`` (fluid max-min sharing) or ``UPPER`` (plus ``extra``).
+    extra : float64 [O]
+        per op: the interference bound added to its isolated time in ``UPPER`` mode (0 otherwise).
+    share : bool [O]
+        per op: its payload route has a shared resource.
+    head : float64 [O]
+        per op: zero-load time until its head reaches its first shared resource (:func:`head_offsets`).
+    iso : float64 [O]
+        per op: memoised isolated latency (NaN = not computed yet); updated in place.
+    fabric, hbm, P, routes : Fabric, Hbm, Prog, OpRoutes
+        the Program's compact fabric, HBM constants, agents and ops, and routes.
+    sharing : Sharing
+        the shared resources of each flow (:func:`kbfast.fast.evaluate.plan_fast`).
+
+    Returns the agents' state ``S`` (op and agent times), bool [O] whether each op shared a resource
+    with another active flow, and bool [n_res] whether each resource was contended.
 
     ``iso`` memoises each flow's isolated latency (NaN = not yet computed) across the
     lower, point and upper runs of the same sizes.
@@ -264,17 +296,17 @@ def schedule(mode, extra, share, head, iso, P, op_addr, op_route, op_rroute, ch_
     when the two routes part before their bottleneck).
     """
     n_ctrl = np.int64(0)
-    for v in range(len(n_hbm)):
-        n_ctrl = max(n_ctrl, n_hbm[v] + 1)
+    for v in range(len(fabric.n_hbm)):
+        n_ctrl = max(n_ctrl, fabric.n_hbm[v] + 1)
     S = new_state(P)
     n_entries = np.int64(0)
-    for o in range(len(sh_span)):
-        n_entries += sh_span[o, 1] - sh_span[o, 0]
-    W = _scratch(P, len(res_cap), len(e_src), n_entries, n_ctrl * n_pcs, n_pcs, max_route, len(r_ptr) - 1)
-    _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
-         e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
-         switch_penalty, sh_span, sh_res, res_cap, res_ovh)
+    for o in range(len(sharing.sh_span)):
+        n_entries += sharing.sh_span[o, 1] - sharing.sh_span[o, 0]
+    W = _scratch(P, len(sharing.res_cap), len(fabric.e_src), n_entries, n_ctrl * hbm.n_pcs, hbm.n_pcs,
+                 sharing.max_route, len(fabric.r_ptr) - 1)
+    _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing)
     return S, W.o_contended, W.r_contended
+
 
 
 Scratch = namedtuple("Scratch", [
@@ -311,10 +343,13 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
 # NRT the inlined runtime helpers pay no atomic reference counting on the many arrays of
 # P and S, which otherwise took most of the loop's time.  Allocation happens in schedule().
 @njit(cache=True, _nrt=False)
-def _run(mode, extra, share, head, iso, P, S, W, op_addr, op_route, op_rroute, ch_route, ch_iso_route, r_ptr, r_edges,
-         e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, n_hbm, F, burst, pc_shift, n_pcs, commit, burst_commit,
-         switch_penalty, sh_span, sh_res, res_cap, res_ovh):  # pragma: no cover - jitted
-    """The event loop of :func:`schedule`, on the arrays of ``S`` and ``W``."""
+def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing):  # pragma: no cover - jitted
+    """The event loop of :func:`schedule` (same parameters, plus the agents' state ``S`` and the scratch
+    arrays ``W``)."""
+    n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_c, e_prop, r_ptr, r_edges = fabric
+    n_pcs, pc_shift, burst, F, commit, burst_commit, switch_penalty = hbm
+    op_addr, op_route, op_rroute, ch_route = routes
+    sh_span, sh_res, _, res_cap, res_ovh, ch_iso_route = sharing
     (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
      k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr) = W

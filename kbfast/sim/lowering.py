@@ -1,19 +1,58 @@
 """Lowering: a Program's arrays packed and renumbered for the kernels of both evaluators.
 
-* :func:`compact` keeps the nodes and edges a Program touches, renumbered 0..n-1;
-* :func:`make_prog` packs the agents, ops and IPCQ channels into a :class:`~kbfast.sim.agents.Prog`;
-* :func:`heap_capacity` and :func:`estimate_memory_bytes` size the event queue and the replay.
+The kernels of both evaluators take the same named inputs, built here once per Program by :func:`lower`
+(docs/README.md, "Kernel contracts"):
+
+* :class:`Fabric`: the compact nodes and edges the Program touches, and its routes over them;
+* :class:`Hbm`: the HBM and flit constants, derived from the spec in :func:`hbm_constants` only;
+* :class:`~kbfast.sim.agents.Prog`: agents, ops and IPCQ channels (:func:`make_prog`);
+* :class:`OpRoutes`: per op its HBM address and forward / reverse route, per channel its route.
+
+:func:`compact` keeps the nodes and edges a Program touches, renumbered 0..n-1; :func:`heap_capacity` and
+:func:`estimate_memory_bytes` size the event queue and the replay.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
 
+from kbfast.config.schema import SystemSpec
 from kbfast.ir import Op, Program
 from kbfast.sim.agents import Prog
 from kbfast.topology.kinds import NodeKind
+
+Fabric = namedtuple("Fabric", [
+    "n_ovh",     # float64 [N]  per compact node: overhead, ns (spec_fabric §2)
+    "n_flit",    # bool [N]     per compact node: flit-aware (wormhole) or store-and-forward
+    "n_hbm",     # int32 [N]    per compact node: HBM controller index, or -1
+    "e_src",     # int32 [E]    per compact edge: source node
+    "e_dst",     # int32 [E]    per compact edge: destination node
+    "e_bw",      # float64 [E]  per compact edge: bandwidth, GB/s (= B/ns; inf for none)
+    "e_c",       # float64 [E]  per compact edge: ns per byte, 1 / e_bw (0 for an infinite bandwidth)
+    "e_prop",    # float64 [E]  per compact edge: wire propagation, ns
+    "r_ptr",     # int64 [R+1]  routes, CSR: route r is r_edges[r_ptr[r]:r_ptr[r + 1]]
+    "r_edges",   # int32 [*]    routes, CSR: compact edge ids in path order
+])
+
+Hbm = namedtuple("Hbm", [
+    "n_pcs",              # pseudo-channels per controller (spec_memory §3)
+    "pc_shift",           # log2(burst bytes): address >> pc_shift picks the burst, then % n_pcs the PC
+    "burst_bytes",        # HBM burst, B
+    "flit_bytes",         # fabric flit, B
+    "commit_ns",          # one flit's commit on a PC: flit_bytes / PC bandwidth
+    "burst_commit_ns",    # one burst's commit on a PC: burst_bytes / PC bandwidth
+    "switch_penalty_ns",  # a PC's read <-> write turnaround
+])
+
+OpRoutes = namedtuple("OpRoutes", [
+    "op_addr",     # int64 [O]  per op: HBM address (DMA), else 0
+    "op_route",    # int64 [O]  per op: forward route id, or -1
+    "op_rroute",   # int64 [O]  per op: reverse (response) route id, or -1
+    "ch_route",    # int64 [C]  per IPCQ channel: the data route
+])
 
 
 @dataclass(frozen=True)
@@ -88,3 +127,35 @@ def make_prog(p) -> Prog:
         ch_tier_bw=ch.tier_bw, ch_hop_bw=ch.hop_bw, ch_credit=ch.credit_ns, ch_in_ptr=ch.in_ptr,
         ch_in_list=ch.in_list, ch_msg_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns))
+
+
+def hbm_constants(spec: SystemSpec) -> Hbm:
+    """The HBM and flit constants of ``spec`` (spec_memory §3, ADR-0034), computed here only."""
+    hbm, flit = spec.hbm, spec.fabric.flit_bytes
+    return Hbm(n_pcs=hbm.pcs_per_pe, pc_shift=int(hbm.burst_bytes).bit_length() - 1, burst_bytes=hbm.burst_bytes,
+               flit_bytes=flit, commit_ns=flit / spec.pc_bw_gbs, burst_commit_ns=hbm.burst_bytes / spec.pc_bw_gbs,
+               switch_penalty_ns=hbm.switch_penalty_ns)
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """A Program as both evaluators' kernels take it (built by :func:`lower`)."""
+
+    compact: Compact
+    fabric: Fabric
+    hbm: Hbm
+    prog: Prog
+    routes: OpRoutes
+
+
+def lower(p: Program) -> Lowered:
+    """Compact ``p`` and pack it into the named kernel inputs."""
+    t = p.tables
+    c = compact(p)
+    e_bw = t.edge_bw_gbs[c.edges]
+    fabric = Fabric(n_ovh=t.node_overhead_ns[c.nodes], n_flit=t.node_flit_aware[c.nodes], n_hbm=c.node_hbm,
+                    e_src=c.e_src, e_dst=c.e_dst, e_bw=e_bw, e_c=np.where(np.isinf(e_bw), 0.0, 1.0 / e_bw),
+                    e_prop=t.edge_prop_ns[c.edges], r_ptr=p.route_ptr, r_edges=c.route_edges)
+    routes = OpRoutes(op_addr=p.op_addr, op_route=p.op_route.astype(np.int64),
+                      op_rroute=p.op_rroute.astype(np.int64), ch_route=p.channels.route.astype(np.int64))
+    return Lowered(compact=c, fabric=fabric, hbm=hbm_constants(t.spec), prog=make_prog(p), routes=routes)
