@@ -20,8 +20,10 @@ from kbfast.metrics import phase_ends
 from kbfast.results import latency_from, rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, allreduce, busbw_gbps, pe2pe
+from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
+from kbfast.workloads.registry import WORKLOADS, build
 
+ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
 run_app = typer.Typer(help="Run one workload point: an all-reduce or a PE-to-PE transfer.", no_args_is_help=True)
 
 
@@ -83,14 +85,14 @@ def _print(row: dict, fmt: OutputFormat) -> None:
 @user_errors
 def run_allreduce(
     topology: TopologyOpt = None,
-    algorithm: Annotated[str, typer.Option(help=f"One of {', '.join(ALGORITHMS)}.")] = "lrab",
-    size: SizeOpt = "96KiB",
+    algorithm: Annotated[str, typer.Option(help=f"One of {', '.join(ALGORITHMS)}.")] = ALLREDUCE["algorithm"],
+    size: SizeOpt = ALLREDUCE["size"],
     buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
     n_slots: Annotated[int | None, typer.Option(help="IPCQ ring depth.")] = None,
     ranks: Annotated[str | None, typer.Option(help="cube_pe0 or all_pes (default by algorithm).")] = None,
     tile_io: Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
         "Every rank loads its tile from its own HBM slice before the collective and stores the result "
-        "after it (default); --no-tile-io times the IPCQ schedule alone."))] = True,
+        "after it (default); --no-tile-io times the IPCQ schedule alone."))] = ALLREDUCE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
@@ -99,15 +101,15 @@ def run_allreduce(
 ) -> None:
     """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
     t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
-    c = allreduce(t, Router(t), parse_size(size), algorithm, ranks, tile_io=tile_io)
-    _print(evaluate(c, exact, compare, trace), fmt)
+    w = {"kind": "allreduce", "algorithm": algorithm, "size": parse_size(size), "ranks": ranks, "tile_io": tile_io}
+    _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
 
 
 @run_app.command("pe2pe")
 @user_errors
 def run_pe2pe(
-    hop: Annotated[str, typer.Option(help=f"Hop class: {', '.join(HOPS)}.")] = "h3",
-    size: SizeOpt = "4KiB",
+    hop: Annotated[str, typer.Option(help=f"Hop class: {', '.join(HOPS)}.")] = PE2PE["hop"],
+    size: SizeOpt = PE2PE["size"],
     raw_dma: Annotated[bool, typer.Option("--raw-dma", help="DMA load + store instead of IPCQ send/recv.")] = False,
     no_consume: Annotated[bool, typer.Option("--no-consume", help="recv_no_consume (skip the slot read).")] = False,
     topology: TopologyOpt = None,
@@ -120,5 +122,5 @@ def run_pe2pe(
 ) -> None:
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA."""
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
-    c = pe2pe(t, Router(t), hop, parse_size(size), raw_dma=raw_dma, consume=not no_consume)
-    _print(evaluate(c, exact, compare, trace), fmt)
+    w = {"kind": "pe2pe", "hop": hop, "size": parse_size(size), "raw_dma": raw_dma, "consume": not no_consume}
+    _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)

@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, unpack
-from kbfast.sim.fabric import bottleneck, ctrl_latency
+from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
 from kbfast.sim.agents import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, push
 
 # transaction kinds
@@ -154,7 +154,6 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
      e_bytes, e_busy, e_peak, pc_avail, pc_dir, pc_commits, pc_busy, pc_backlog, heap, vheap) = W
     n_agents = len(P.a_start)
     op_nbytes = P.op_nbytes
-    pc_mask = n_pcs - 1
     n_txn = np.int64(0)
     size = np.int64(0)
     seq = np.int64(0)
@@ -195,7 +194,7 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
                 if i == 0:
                     s += n_ovh[v]
                 node_free[v] = s
-                g = n_hbm[v] * n_pcs + (((t_addr[txn] + i * flit_bytes) >> pc_shift) & pc_mask)
+                g = n_hbm[v] * n_pcs + pc_of(t_addr[txn] + i * flit_bytes, pc_shift, n_pcs)
                 sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != t_dir[txn]) else 0.0
                 if pc_avail[g] - s > pc_backlog[g]:
                     pc_backlog[g] = pc_avail[g] - s
@@ -327,7 +326,7 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
             o = t_op[txn]
             nch = (op_nbytes[o] + burst_bytes - 1) // burst_bytes
             if i < nch:
-                g = n_hbm[v] * n_pcs + (((op_addr[o] + i * burst_bytes) >> pc_shift) & pc_mask)
+                g = n_hbm[v] * n_pcs + pc_of(op_addr[o] + i * burst_bytes, pc_shift, n_pcs)
                 sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != 1) else 0.0
                 if pc_avail[g] - now > pc_backlog[g]:
                     pc_backlog[g] = pc_avail[g] - now

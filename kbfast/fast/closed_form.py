@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from kbfast.sim.fabric import bottleneck, ctrl_latency
+from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
 
 # transfer kinds
 PE_REQ, H2D, D2H = 0, 1, 2
@@ -214,7 +214,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     b = buf[MEMO_SLOTS - 1]
     K, sum_p, ctot = _prepare(edges, seg_lo, hi, np.bool_(True), e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
     base = t0 + sum_p
-    pc0 = (addr >> pc_shift) % n_pcs
+    pc0 = pc_of(addr, pc_shift, n_pcs)
     fin = -np.inf
     # candidates 0, 1, n-1, then 2..P+1 and n-1-P..n-2 (clipped to 2..n-2, without repeats)
     a1 = min(n_pcs + 1, n - 2)
@@ -244,7 +244,7 @@ def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # 
     if nch == 0:
         return t0
     delta = nbytes / bn / nch
-    pc0 = (addr >> pc_shift) % n_pcs
+    pc0 = pc_of(addr, pc_shift, n_pcs)
     last = t0
     for q in range(n_pcs):
         first = (q - pc0) % n_pcs

@@ -14,6 +14,7 @@ from kbfast.fast.bounds import BoundTables, interference
 from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, schedule
 from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
+from kbfast.sim.fabric import pc_of
 from kbfast.sim.lowering import Compact, Lowered, hbm_constants, lower
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
@@ -523,7 +524,7 @@ def _pc_table(p: Program, c: Compact, data_route: np.ndarray) -> pd.DataFrame:
     for o in np.flatnonzero((data_route >= 0) & (p.op_code != Op.SEND)):
         ctrl = int(_dma_controller(p, c, o))
         n = -(-int(p.op_nbytes[o]) // flit)
-        pc0 = (int(p.op_addr[o]) >> shift) % npcs
+        pc0 = pc_of.py_func(int(p.op_addr[o]), shift, npcs)
         full, part = divmod(n, npcs)
         commits[ctrl] += full
         commits[ctrl, (pc0 + np.arange(part)) % npcs] += 1

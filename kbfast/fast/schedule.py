@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, unpack
-from kbfast.sim.fabric import bottleneck
+from kbfast.sim.fabric import bottleneck, pc_of
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, train_exit_last, transfer_end
 from kbfast.sim.agents import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
@@ -489,7 +489,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                     unit = burst if kind_t == D2H else F
                     nunits = (P.op_nbytes[o] + unit - 1) // unit
                     for q in range(min(n_pcs, nunits)):
-                        pc = ((op_addr[o] >> pc_shift) + q) % n_pcs
+                        pc = pc_of(op_addr[o] + q * burst, pc_shift, n_pcs)   # flit = burst here
                         pc_dir[hbm * n_pcs + pc] = d
                 route = rev if kind_t == D2H else fwd
             if mode == UPPER:

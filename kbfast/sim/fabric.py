@@ -7,6 +7,14 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
+def pc_of(addr, pc_shift, n_pcs):  # pragma: no cover - jitted
+    """The pseudo-channel a byte address commits to: its burst index ``addr >> pc_shift`` modulo ``n_pcs``
+    (spec_memory §3.2, ADR-0034; ``n_pcs`` is a power of two, which the loader checks).  The one place
+    both evaluators, and the PC tables, pick a PC."""
+    return (addr >> pc_shift) & (n_pcs - 1)
+
+
+@njit(cache=True, inline="always")
 def ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh):  # pragma: no cover - jitted
     """A zero-byte control message over edges[lo:hi]: every edge's propagation plus every
     intermediate node's overhead; it uses no bandwidth and no serial worker (spec_fabric §5.3)."""

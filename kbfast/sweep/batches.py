@@ -26,15 +26,14 @@ from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.ir import Program
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
 from kbfast.results import in_bounds, latency_from, rel_error
-from kbfast.sweep.points import allreduce_points
+from kbfast.sweep.points import batched_points
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import Collective, allreduce, busbw_gbps, pe2pe
-from kbfast.workloads.probes import build_catalogue, random_traffic, select
+from kbfast.workloads.collectives import busbw_gbps
+from kbfast.workloads.registry import WORKLOADS, build
 
 BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
@@ -65,7 +64,7 @@ class BatchResult:
 
 def _shared_key(p: Point, mode: str) -> str:
     """Points with the same key share a batch: same base, same overrides and workload up to the batched keys."""
-    batched = p.workload["kind"] == "allreduce" and mode == "fast"
+    batched = WORKLOADS[p.workload["kind"]].batched and mode == "fast"
     over = {k: v for k, v in p.overrides.items() if not (batched and k in BATCHED_KEYS)}
     work = {k: v for k, v in p.workload.items() if k != "size"}
     return repr([p.topology, sorted(over.items()), sorted(work.items())])
@@ -125,32 +124,13 @@ def tables_of(p: Point) -> tuple[Tables, Router]:
     return _tables(*_system_key(p))
 
 
-def _program(p: Point) -> tuple[Program, Collective | None, Any]:
-    """The workload's Program; collectives return their ``Collective``, probes and traffic their case."""
-    t, router = tables_of(p)
-    w = p.workload
-    kind, size = w["kind"], int(w["size"])
-    if kind == "allreduce":
-        c = allreduce(t, router, size, w["algorithm"], w["ranks"], tile_io=w["tile_io"])
-        return c.program, c, None
-    if kind == "pe2pe":
-        c = pe2pe(t, router, w["hop"], size, raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
-        return c.program, c, None
-    if kind == "probe":
-        case = select(build_catalogue(t, router), [str(w["case"])])[0]
-    elif w["pattern"] == "random":
-        case = random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
-    else:
-        raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
-    return case.program(t, router, size), None, case
-
-
 def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     """Metrics of one point on one evaluator."""
-    prog, coll, case = _program(p)
+    t, router = tables_of(p)
+    built = build(t, router, p.workload)
+    prog, coll, case = built.program, built.collective, built.case
     size = int(p.workload["size"])
     if case is not None:
-        t, router = tables_of(p)
         row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator)
         lat = row["makespan_ns"]
         out = {"latency_ns": lat, "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
@@ -161,7 +141,7 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     res = run_exact(prog) if exact else run_fast(prog)
     lat = latency_from(res.agent_finish_ns, coll.launch_ns)
     out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
-           "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if p.workload["kind"] == "allreduce" else np.nan,
+           "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if WORKLOADS[p.workload["kind"]].bus_bandwidth else np.nan,
            "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
     if not exact:
         out.update(latency_lo_ns=latency_from(res.agent_finish_lo_ns, coll.launch_ns),
@@ -169,13 +149,12 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     return out
 
 
-def _allreduce_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
-    """All points of a batch in one ``allreduce_points`` call (they share everything but the batched keys)."""
+def _batched_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
+    """All points of a batch in one ``batched_points`` call (they share everything but the batched keys)."""
     specs = [system_of(p) for p in points]
     t, router = tables_of(points[0])
-    w = points[0].workload
-    df = allreduce_points(t, router, [int(p.workload["size"]) for p in points], [s.ipcq.buffer_kind for s in specs],
-                          [s.ipcq.n_slots for s in specs], w["algorithm"], w["ranks"], w["tile_io"])
+    df = batched_points(t, router, points[0].workload, [int(p.workload["size"]) for p in points],
+                        [s.ipcq.buffer_kind for s in specs], [s.ipcq.n_slots for s in specs])
     out = []
     for row in df.itertuples(index=False):
         out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
@@ -189,9 +168,7 @@ def _describe(p: Point) -> dict[str, Any]:
     """The resolved, standard input columns of a point (whatever its axes were)."""
     w = p.workload
     out: dict[str, Any] = {"topology": p.topology, "workload": w["kind"], "size": int(w["size"])}
-    out.update({k: w[k] for k in ("algorithm", "hop", "case") if k in w})
-    if w["kind"] == "allreduce":
-        out["tile_io"] = w["tile_io"]
+    out.update({k: w[k] for k in WORKLOADS[w["kind"]].columns})
     try:
         s = system_of(p)
     except KbfastError:
@@ -215,10 +192,11 @@ def evaluate_batch(batch: Batch) -> BatchResult:
     errors: dict[int, str] = {}
     kernel_s = 0.0
     pts = batch.points
-    if batch.mode == "fast" and pts[0].workload["kind"] == "allreduce" and len(pts) > 1:
+    batched = batch.mode == "fast" and WORKLOADS[pts[0].workload["kind"]].batched
+    if batched and len(pts) > 1:
         k0 = time.perf_counter()
         try:
-            metrics.update(zip((p.index for p in pts), _allreduce_fast(pts)))
+            metrics.update(zip((p.index for p in pts), _batched_fast(pts)))
         except Exception:   # noqa: BLE001 - retried point by point below, which records each point's own error
             pass
         kernel_s += time.perf_counter() - k0
@@ -227,8 +205,8 @@ def evaluate_batch(batch: Batch) -> BatchResult:
             continue
         k0 = time.perf_counter()
         try:
-            if batch.mode == "fast" and p.workload["kind"] == "allreduce":
-                metrics[p.index] = _allreduce_fast((p,))[0]
+            if batched:
+                metrics[p.index] = _batched_fast((p,))[0]
             else:
                 metrics[p.index] = evaluate_point(p, batch.mode == "exact")
         except Exception as err:   # noqa: BLE001 - a failing point is recorded, the sweep goes on (design §10)
@@ -278,7 +256,7 @@ def _occupancy(batch: Batch, errors: dict[int, str]) -> tuple[pd.DataFrame | Non
     for p in batch.points:
         if p.index in errors:
             continue
-        prog = _program(p)[0]
+        prog = build(*tables_of(p), p.workload).program
         res = run_exact(prog) if batch.mode == "exact" else run_fast(prog)
         tag = {"point": p.index, "config_hash": p.config_hash}
         if batch.links:

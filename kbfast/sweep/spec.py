@@ -39,15 +39,9 @@ from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path,
                                   read_param_set)
 from kbfast.config.units import is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
+from kbfast.workloads.registry import WORKLOADS
 
-WORKLOADS: dict[str, dict[str, Any]] = {
-    "allreduce": {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True},
-    "pe2pe": {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True},
-    "probe": {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"},
-    "traffic": {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"},
-}
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
-BOOL_FIELDS = {"allreduce": ("tile_io",)}   # workload fields that take true or false only
 MODES = ("fast", "exact")
 GROUPS = ("grid", "zip", "random")
 DISTRIBUTIONS = ("uniform", "log_uniform")
@@ -106,7 +100,7 @@ class SweepSpec:
             workload["size"] = _size(self.label, "workload.size", workload["size"])
             if "workload.size" in params:
                 params = {**params, "workload.size": workload["size"]}
-        for name in BOOL_FIELDS.get(workload["kind"], ()):
+        for name in WORKLOADS[workload["kind"]].bool_fields:
             _bool(self.label, f"workload.{name}", workload[name])
         key = overrides_key(overrides)
         return Point(index, params, topology, overrides, workload,
@@ -281,7 +275,7 @@ def _check_key(label: str, key: str, workload_kind: str) -> None:
         return
     if key.startswith("workload."):
         name = key.split(".", 1)[1]
-        fields = WORKLOADS[workload_kind]
+        fields = WORKLOADS[workload_kind].fields
         if name == "kind":
             raise ConfigError(label, key, None, "the workload kind is fixed per spec", "write one spec per workload")
         if name not in fields:
@@ -339,10 +333,10 @@ def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
     if kind not in WORKLOADS:
         raise ConfigError(label, "workload.kind", kind, "unknown workload kind", did_you_mean(str(kind), WORKLOADS))
     for key in workload:
-        if key != "kind" and key not in WORKLOADS[kind]:
+        if key != "kind" and key not in WORKLOADS[kind].fields:
             raise ConfigError(label, f"workload.{key}", workload[key], f"unknown {kind} field",
-                              did_you_mean(str(key), list(WORKLOADS[kind])))
-    for key in BOOL_FIELDS.get(kind, ()):
+                              did_you_mean(str(key), list(WORKLOADS[kind].fields)))
+    for key in WORKLOADS[kind].bool_fields:
         if key in workload:
             _bool(label, f"workload.{key}", workload[key])
     fixed = data.get("set") or {}
@@ -367,7 +361,7 @@ def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
         raise ConfigError(label, "seed", seed, "the seed must be a whole number")
     return SweepSpec(label=label, name=str(data.get("name") or Path(label).stem), description=str(data.get("description", "")),
                      topology=str(data.get("topology", DEFAULT_TOPOLOGY)),
-                     workload={**WORKLOADS[kind], **workload}, fixed=dict(fixed), axes=axes, seed=seed, mode=mode)
+                     workload={**WORKLOADS[kind].fields, **workload}, fixed=dict(fixed), axes=axes, seed=seed, mode=mode)
 
 
 def load_spec(path: str | Path) -> SweepSpec:

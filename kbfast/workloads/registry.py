@@ -1,0 +1,84 @@
+"""The workload registry: one table from a workload kind to its generator, fields and defaults.
+
+The sweep spec (``workload: {kind: ..., field: value}``), the sweep's batches and the bench read it; a new
+workload kind is one entry here.  ``build`` turns (tables, router, fields) into a Program; sizes are in
+bytes by then (the spec parses suffixes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kbfast.errors import KbfastError
+from kbfast.ir import Program
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import Collective, allreduce, pe2pe
+from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
+
+
+@dataclass(frozen=True)
+class Built:
+    """A workload's Program, and what measures it: a collective counts latency from its launch (spec_pe
+    §3.6); a probe case or traffic pattern is measured by ``kbfast.probe.evaluate_case``."""
+
+    program: Program
+    collective: Collective | None = None
+    case: ProbeCase | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One workload kind: its fields with their defaults, and its generator."""
+
+    name: str
+    description: str
+    fields: dict[str, Any]                 # field -> default (``size`` may carry a unit suffix)
+    build: Callable[[Tables, Router, dict[str, Any]], Built]
+    bool_fields: tuple[str, ...] = ()      # fields that take true or false only
+    columns: tuple[str, ...] = ()          # fields copied into the result table
+    batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
+    bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
+
+
+def _allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    c = allreduce(t, router, int(w["size"]), w["algorithm"], w["ranks"], tile_io=bool(w["tile_io"]))
+    return Built(c.program, collective=c)
+
+
+def _pe2pe(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    c = pe2pe(t, router, w["hop"], int(w["size"]), raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
+    return Built(c.program, collective=c)
+
+
+def _probe(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    case = select(build_catalogue(t, router), [str(w["case"])])[0]
+    return Built(case.program(t, router, int(w["size"])), case=case)
+
+
+def _traffic(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    if w["pattern"] != "random":
+        raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
+    case = random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
+    return Built(case.program(t, router, int(w["size"])), case=case)
+
+
+WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
+    WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
+                 {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
+                 bool_fields=("tile_io",), columns=("algorithm", "tile_io"), batched=True, bus_bandwidth=True),
+    WorkloadKind("pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
+                 {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _pe2pe,
+                 bool_fields=("raw_dma", "consume"), columns=("hop",)),
+    WorkloadKind("probe", "one case of the probe catalogue (kbfast probe --list)",
+                 {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"}, _probe, columns=("case",)),
+    WorkloadKind("traffic", "random PE-to-HBM flows",
+                 {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _traffic),
+)}
+
+
+def build(t: Tables, router: Router, workload: dict[str, Any]) -> Built:
+    """The Program of ``workload`` (a mapping with ``kind`` and every field of that kind)."""
+    return WORKLOADS[workload["kind"]].build(t, router, workload)
