@@ -43,7 +43,7 @@ from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, unpack
 from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
-from kbfast.sim.agents import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, push
+from kbfast.sim.agents import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle_call, ipcq_arrive_call, new_state, push
 
 # transaction kinds
 K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA, K_IPCQ = 0, 1, 2, 3, 4
@@ -362,7 +362,7 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
             txn = x
             o = t_op[txn]
             if t_kind[txn] == K_IPCQ:
-                size, seq = ipcq_arrive(o, now, P, S, heap, size, seq)
+                size, seq = ipcq_arrive_call(o, now, P, S, heap, size, seq)
             elif t_kind[txn] == K_PE_REQ:
                 rr = op_rroute[o]
                 pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
@@ -373,7 +373,7 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
             continue
 
         # Agents, DMA channels and IPCQ (kbfast.sim.agents); then begin what they released.
-        size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, pend, 0)
+        size, seq, n_pend = handle_call(kind, x, y, now, P, S, heap, size, seq, pend, 0)
         for k in range(n_pend):
             o = pend[k]
             d = n_txn

@@ -25,6 +25,13 @@ of spec_ccl §2 and §4:
 Evaluators call :func:`run_agent` on agent events, begin the ops it returns in
 ``pend`` (DMAs, and SEND data transfers), and report back with
 :func:`op_done` and :func:`ipcq_arrive`.
+
+Inlining (measured with ``kbfast bench`` and the first-run compile times, docs/README.md "First run"):
+the fast schedule's loop is mostly agent events, and a call that passes ``P`` and ``S`` (about 50 arrays)
+costs more than the work, so the helpers are inlined into it (``run_agent``, the largest, stays a call).
+The exact replay's loop is mostly flit events: it calls :func:`handle_call` and :func:`ipcq_arrive_call`,
+compiled once, which keeps its loop small enough to compile in a third of the time at the same speed.
+Loop counters start as ``np.int64``: an integer literal argument makes Numba compile a callee once more.
 """
 
 from __future__ import annotations
@@ -195,7 +202,7 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
     return size, seq, n_pend
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """A DMA or RECV op completed at ``now``: free its DMA channel, wake its agent if waiting."""
     S.op_end[o] = now
@@ -221,7 +228,7 @@ def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - 
     return size, seq, n_pend
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """The data of ``send_op`` reassembled at the receiver's pe_dma: slot write, then visible (FIFO)."""
     c = P.op_target[send_op]
@@ -230,7 +237,7 @@ def ipcq_arrive(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitt
     return push(heap, size, seq, vis, EV_VISIBLE, c, 0, 0)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """Data and head of the next message of channel ``c`` become visible (spec_ccl §4.5)."""
     S.q_vis[c] += 1
@@ -242,7 +249,7 @@ def visible(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """Serve the channel's oldest waiting RECV if its message is visible (spec_ccl §2.4)."""
     o = S.q_rhead[c]
@@ -272,7 +279,7 @@ def recv_try(c, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     """A credit lands at the sender: the tail cache advances; a sender blocked on a full ring wakes."""
     S.q_tailc[c] = max(S.q_tailc[c], value)
@@ -283,7 +290,7 @@ def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
     return size, seq
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Dispatch a shared event (``EV_AGENT`` .. ``EV_CREDIT``); returns (size, seq, n_pend).  Any other kind
     raises: an evaluator handles its own kinds before it calls this."""
@@ -301,3 +308,15 @@ def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no 
         raise ValueError("kbfast.sim.agents.handle: unknown event kind (an evaluator passed an event it must "
                          "handle itself)")
     return size, seq, n_pend
+
+
+@njit(cache=True, _nrt=False)
+def handle_call(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """:func:`handle` compiled once as a function of its own, for the exact replay (see the module notes)."""
+    return handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend)
+
+
+@njit(cache=True, _nrt=False)
+def ipcq_arrive_call(send_op, now, P, S, heap, size, seq):  # pragma: no cover - jitted
+    """:func:`ipcq_arrive` compiled once as a function of its own, for the exact replay."""
+    return ipcq_arrive(send_op, now, P, S, heap, size, seq)
