@@ -1,4 +1,4 @@
-"""The interference bound (kbfast.fast.bounds) against the obvious pairwise reference kept here."""
+"""The interference bound (kbfast.fast.bounds) against the pairwise reference in tests/naive.py."""
 
 from __future__ import annotations
 
@@ -7,30 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbfast.fast.bounds import BoundTables, interference
+from naive import pairwise_interference
 
 FLIT = 64
-
-
-def reference(B: BoundTables, nbytes, begin_lo, end_hi, use_windows, own_extra):
-    """extra[o] = own + the work of every other op on o's resources whose window overlaps o's."""
-    cls = np.full(len(nbytes), -1)
-    for c in range(len(B.cls_ptr) - 1):
-        cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
-
-    def work(k, g):
-        return B.base[k] * (nbytes[g], 1, -(-nbytes[g] // FLIT))[B.kind[k]]
-
-    def entries(o):
-        return range(B.cls_ptr[cls[o]], B.cls_ptr[cls[o] + 1]) if cls[o] >= 0 else range(0)
-
-    extra = own_extra.copy()
-    for o in range(len(nbytes)):
-        for k in entries(o):
-            for g in range(len(nbytes)):
-                if g == o or (use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g])):
-                    continue
-                extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
-    return extra
 
 
 def random_tables(rng: np.random.Generator, n_ops: int, n_cls: int, n_res: int) -> BoundTables:
@@ -60,5 +39,5 @@ def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, 
     end = begin + (rng.integers(0, 10, n_ops).astype(float) if ties else rng.random(n_ops) * 300)
     own = rng.random(n_ops)
     got = interference(B, nbytes, FLIT, begin, end, windows, own)
-    want = reference(B, nbytes, begin, end, windows, own)
+    want = pairwise_interference(B, nbytes, begin, end, windows, own, FLIT)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

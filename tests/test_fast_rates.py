@@ -7,63 +7,14 @@ plain Python: the same operations, so the rates must agree bit for bit, whatever
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbfast.fast.schedule import _rates
+from naive import global_filling
 
 BWS = (32.0, 64.0, 128.0, 256.0, 512.0)
-
-
-def global_filling(flows, bn, res_cap, res_ovh, nbytes, users):
-    """Rates of ``flows`` (lists of resource ids) by water-filling over all of them at once."""
-    def w(r, o):
-        return res_ovh[r] / max(nbytes[o], 1) if res_ovh[r] > 0.0 else 1.0
-
-    entries = [[(r, w(r, o)) for r in flows[o] if users[r] > 1] for o in range(len(flows))]
-    cap_rem = {r: 0.0 for es in entries for r, _ in es}
-    weight = dict(cap_rem)
-    for o, es in enumerate(entries):
-        for r, x in es:
-            weight[r] += x
-            cap_rem[r] += x * bn[o]
-    rate = [0.0] * len(flows)
-    frozen = [not any(cap_rem[r] > res_cap[r] * (1.0 + 1e-12) for r, _ in es) for es in entries]
-    for o in range(len(flows)):
-        if frozen[o]:
-            rate[o] = bn[o]
-    for r in cap_rem:
-        cap_rem[r], weight[r] = res_cap[r], 0.0
-    for o, es in enumerate(entries):
-        for r, x in es:
-            if frozen[o]:
-                cap_rem[r] -= x * rate[o]
-            else:
-                weight[r] += x
-    left = frozen.count(False)
-    while left > 0:
-        level, best_res, best_flow = math.inf, -1, -1
-        for o, es in enumerate(entries):
-            if frozen[o]:
-                continue
-            if bn[o] < level:
-                level, best_flow, best_res = bn[o], o, -1
-            for r, _ in es:
-                if weight[r] > 0.0 and cap_rem[r] / weight[r] < level:
-                    level, best_res, best_flow = cap_rem[r] / weight[r], r, -1
-        level = max(level, 0.0)
-        for o, es in enumerate(entries):
-            if frozen[o] or not (o == best_flow or (best_res >= 0 and any(r == best_res for r, _ in es))):
-                continue
-            frozen[o], rate[o] = True, level
-            left -= 1
-            for r, x in es:
-                cap_rem[r] -= x * level
-                weight[r] -= x
-    return rate
 
 
 @st.composite

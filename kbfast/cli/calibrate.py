@@ -177,14 +177,14 @@ def calibrate(
     modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
     bounds = parse_fit(keys or [], spec) if do_fit else None   # bad keys fail before any compiling
     res = None
-    with first_run(modes[0], ahead=tuple(modes[1:])):
-        if bounds is not None:
-            res = fit(spec, bounds)
-            if save is not None:
-                path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
-                err_console.print(f"parameter set written to {path}", highlight=False)
-            spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
-        df = evaluate_rows(spec, modes)
+    first_run(*modes)
+    if bounds is not None:
+        res = fit(spec, bounds)
+        if save is not None:
+            path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
+            err_console.print(f"parameter set written to {path}", highlight=False)
+        spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
+    df = evaluate_rows(spec, modes)
     if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
     elif fmt is OutputFormat.json:

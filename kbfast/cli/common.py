@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Any, TypeVar
 
@@ -50,26 +49,26 @@ def user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@contextmanager
-def first_run(*needs: str, ahead: tuple[str, ...] = ()) -> Iterator[None]:
-    """Around a command's work: when kernels it needs are not cached yet (a first run), say so on stderr,
-    with about how long compiling takes, and compile the ``ahead`` ones in a second process meanwhile
-    (``kbfast.warmup``).  Otherwise a first run looks hung.  Silent and free when everything is cached."""
-    todo = warmup.missing(*needs, *ahead)
-    background = warmup.start([k for k in todo if k in ahead]) if len(todo) > 1 else None
+def first_run(*kernels: str) -> None:
+    """Before a command's work: when kernels it needs are not cached yet (a first run), say so on stderr
+    with about how long compiling takes, then compile them on both cores (``kbfast.warmup``): the largest
+    group (the fast path's) in a second process, the rest in this one, and wait.  The work then loads
+    every kernel from the cache.  Otherwise a first run looks hung.  Silent and free when all are cached."""
+    todo = warmup.missing(*kernels)
     if todo:
-        own = sum(warmup.KERNELS[k][2] for k in todo if background is None or k not in ahead)
-        other = sum(warmup.KERNELS[k][2] for k in todo if background is not None and k in ahead)
-        err_console.print(f"first run: compiling the {' and '.join(todo)} kernels once (about {max(own, other)} s "
-                          f"on 2 cores{', two at a time' if background else ''}; they are cached, later runs skip "
-                          "this)", highlight=False)
-    try:
-        yield
-    finally:
-        if background is not None:
-            if background.poll() is None and sys.exc_info()[0] is not None:
-                background.terminate()
-            background.wait()
+        here, there = warmup.split(todo)
+        secs = max(sum(warmup.KERNELS[k][2] for k in here), sum(warmup.KERNELS[k][2] for k in there))
+        err_console.print(f"first run: compiling the {', '.join(todo)} kernels once (about {secs} s on 2 cores; "
+                          "they are cached, later runs skip this)", highlight=False)
+        background = warmup.start(there)
+        try:
+            for k in here:
+                warmup.warm(k)
+        finally:
+            if background is not None:
+                if sys.exc_info()[0] is not None:
+                    background.terminate()
+                background.wait()
 
 
 def load(topology: str | None, sets: list[str] | None) -> SystemSpec:

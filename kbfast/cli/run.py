@@ -50,8 +50,8 @@ def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> d
     row: dict = {"workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks, "n_ops": p.n_ops}
     if c.tile_io is not None:
         row["tile_io"] = c.tile_io
-    with first_run("exact" if exact else "fast", ahead=("exact",) if not exact and (compare or trace) else ()):
-        res = run_exact(p) if exact else run_fast(p)
+    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("fast",)))
+    res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
     lat = latency_from(res.agent_finish_ns, c.launch_ns)

@@ -19,6 +19,7 @@ from kbfast.report.sweep import check_summary, check_text, default_plots, plot_x
 from kbfast.sweep.batches import make_batches
 from kbfast.sweep.runner import check_sample, order_columns, read_table, run_local, run_sweep
 from kbfast.sweep.spec import load_spec
+from kbfast.workloads.registry import WORKLOADS
 
 
 class Fmt(str, Enum):
@@ -49,6 +50,15 @@ def _progress(label: str) -> Iterator:
 
     with bar:
         yield update
+
+
+def _kernels(s, exact: bool, check: bool) -> list[str]:
+    """The Numba kernels a sweep of ``s`` uses (kbfast.warmup): the batched fast path and the collective
+    generator for a batched workload, the fast schedule otherwise, the exact replay for --exact or --check."""
+    kernels = [] if exact else (["fast", "points"] if WORKLOADS[s.workload["kind"]].batched else ["fast"])
+    if WORKLOADS[s.workload["kind"]].bus_bandwidth:
+        kernels.append("collectives")
+    return kernels + (["exact"] if exact or check else [])
 
 
 def _print_table(df: pd.DataFrame, title: str, floatfmt: str = "{:,.3f}") -> None:
@@ -83,8 +93,8 @@ def sweep(
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
     s = load_spec(spec)
     out = out or Path("results") / s.name
-    needs = ("exact",) if exact else ("fast", "points")
-    with first_run(*needs, ahead=("exact",) if check and not exact else ()), _progress(f"sweep {s.name}") as update:
+    first_run(*_kernels(s, exact, check > 0))
+    with _progress(f"sweep {s.name}") as update:
         res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
                         progress=update)
     df = res.results
@@ -118,7 +128,8 @@ def check(
     chosen = check_sample(len(points), sample, s.seed if seed is None else seed)
     picked = [p for p in points if p.index in chosen]
     rows = []
-    with first_run("fast", "points", ahead=("exact",)), _progress(f"check {s.name}") as update:
+    first_run(*_kernels(s, False, True))
+    with _progress(f"check {s.name}") as update:
         update(0, len(picked))
         for batch, res in run_local(make_batches(picked, "fast", chosen, max_points=1), jobs):
             rows.append(res.rows)

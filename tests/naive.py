@@ -1,0 +1,129 @@
+"""Slow, obvious references for the Numba kernels, in plain Python; the tests check each kernel against one.
+
+* :class:`NaiveEventQueue`: the event queue of ``kbfast.sim.heap`` as a ``heapq`` of (time, sequence,
+  payload): equal times pop in insertion order;
+* :func:`global_filling`: the fluid schedule's weighted max-min water-filling over all active flows at
+  once (``kbfast.fast.schedule._rates`` fills per connected component);
+* :func:`max_min_fair`: textbook progressive filling (every flow an equal share, no weights);
+* :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
+  pair of flows.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+
+class NaiveEventQueue:
+    """Events ordered by (time, insertion sequence), as ``kbfast.sim.heap`` orders them."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, time: float, payload: int) -> None:
+        heapq.heappush(self._heap, (time, self._seq, payload))
+        self._seq += 1
+
+    def pop(self) -> tuple[float, int]:
+        time, _, payload = heapq.heappop(self._heap)
+        return time, payload
+
+
+def global_filling(flows, bn, res_cap, res_ovh, nbytes, users):
+    """Rates of ``flows`` (lists of resource ids) by water-filling over all of them at once."""
+    def w(r, o):
+        return res_ovh[r] / max(nbytes[o], 1) if res_ovh[r] > 0.0 else 1.0
+
+    entries = [[(r, w(r, o)) for r in flows[o] if users[r] > 1] for o in range(len(flows))]
+    cap_rem = {r: 0.0 for es in entries for r, _ in es}
+    weight = dict(cap_rem)
+    for o, es in enumerate(entries):
+        for r, x in es:
+            weight[r] += x
+            cap_rem[r] += x * bn[o]
+    rate = [0.0] * len(flows)
+    frozen = [not any(cap_rem[r] > res_cap[r] * (1.0 + 1e-12) for r, _ in es) for es in entries]
+    for o in range(len(flows)):
+        if frozen[o]:
+            rate[o] = bn[o]
+    for r in cap_rem:
+        cap_rem[r], weight[r] = res_cap[r], 0.0
+    for o, es in enumerate(entries):
+        for r, x in es:
+            if frozen[o]:
+                cap_rem[r] -= x * rate[o]
+            else:
+                weight[r] += x
+    left = frozen.count(False)
+    while left > 0:
+        level, best_res, best_flow = math.inf, -1, -1
+        for o, es in enumerate(entries):
+            if frozen[o]:
+                continue
+            if bn[o] < level:
+                level, best_flow, best_res = bn[o], o, -1
+            for r, _ in es:
+                if weight[r] > 0.0 and cap_rem[r] / weight[r] < level:
+                    level, best_res, best_flow = cap_rem[r] / weight[r], r, -1
+        level = max(level, 0.0)
+        for o, es in enumerate(entries):
+            if frozen[o] or not (o == best_flow or (best_res >= 0 and any(r == best_res for r, _ in es))):
+                continue
+            frozen[o], rate[o] = True, level
+            left -= 1
+            for r, x in es:
+                cap_rem[r] -= x * level
+                weight[r] -= x
+    return rate
+
+
+def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[float]) -> list[float]:
+    """Progressive filling: raise every unfrozen flow's rate together; a flow freezes when it reaches its
+    demand or one of its resources fills.  ``flows[o]`` lists flow o's resources."""
+    rate = [0.0] * len(flows)
+    frozen = [False] * len(flows)
+    left = list(capacity)
+    while not all(frozen):
+        active = [o for o in range(len(flows)) if not frozen[o]]
+        users = {r: sum(1 for o in active if r in flows[o]) for r in range(len(capacity))}
+        step = min([demand[o] - rate[o] for o in active]
+                   + [left[r] / users[r] for r in range(len(capacity)) if users[r]])
+        step = max(step, 0.0)
+        for o in active:
+            rate[o] += step
+            for r in flows[o]:
+                left[r] -= step
+        for o in active:
+            full = any(left[r] <= 1e-12 * max(capacity[r], 1.0) for r in flows[o])
+            if full or rate[o] >= demand[o] * (1 - 1e-12):
+                frozen[o] = True
+    return rate
+
+
+def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit):
+    """extra[o] = own + the work of every other op on o's resources whose window overlaps o's."""
+    cls = np.full(len(nbytes), -1)
+    for c in range(len(B.cls_ptr) - 1):
+        cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
+
+    def work(k, g):
+        return B.base[k] * (nbytes[g], 1, -(-nbytes[g] // flit))[B.kind[k]]
+
+    def entries(o):
+        return range(B.cls_ptr[cls[o]], B.cls_ptr[cls[o] + 1]) if cls[o] >= 0 else range(0)
+
+    extra = own_extra.copy()
+    for o in range(len(nbytes)):
+        for k in entries(o):
+            for g in range(len(nbytes)):
+                if g == o or (use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g])):
+                    continue
+                extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
+    return extra
