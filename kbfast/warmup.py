@@ -10,7 +10,6 @@ such compile.
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 
@@ -26,10 +25,17 @@ FAST = ("fast", "points")   # the largest group: the points kernel calls the fas
 
 
 def cached(kernel: str) -> bool:
-    """Whether the Numba cache holds an index for ``kernel`` (its code is then loaded, not compiled)."""
+    """Whether the Numba cache holds compiled code of ``kernel`` for its current source (its index file
+    exists and its source stamp matches; Numba's ``IndexDataCacheFile``)."""
     module, name, _ = KERNELS[kernel]
     cache = getattr(getattr(importlib.import_module(module), name), "_cache", None)
-    return cache is None or os.path.exists(getattr(cache, "_index_path", ""))
+    index = getattr(cache, "_cache_file", None)
+    if index is None:          # caching off for this function: nothing to warm
+        return True
+    try:
+        return bool(index._load_index())
+    except Exception:          # noqa: BLE001 - an unreadable index is a cache miss
+        return False
 
 
 def missing(*kernels: str) -> list[str]:

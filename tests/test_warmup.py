@@ -1,0 +1,33 @@
+"""First-run compiling (kbfast/warmup.py, cli.common.first_run): a cached kernel is seen as cached, an empty
+cache as empty, and a run with everything cached says nothing and starts no process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from kbfast import warmup
+from kbfast.cli import common
+
+
+def test_a_compiled_kernel_is_cached_and_a_warm_first_run_is_silent(capsys, monkeypatch) -> None:
+    warmup.warm("exact")
+    assert warmup.cached("exact")
+    assert warmup.missing("exact", "exact") == []
+    monkeypatch.setattr(warmup, "start", lambda kernels: (_ for _ in ()).throw(AssertionError("started")))
+    common.first_run("exact")
+    assert capsys.readouterr().err == ""
+
+
+def test_an_empty_cache_is_seen_as_empty(tmp_path) -> None:
+    code = "from kbfast import warmup; print(','.join(warmup.missing(*warmup.KERNELS)))"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out.split(",") == list(warmup.KERNELS)
+
+
+def test_the_fast_group_compiles_in_the_second_process_when_there_is_more() -> None:
+    assert warmup.split(["fast", "points", "exact"]) == (["exact"], ["fast", "points"])
+    assert warmup.split(["fast", "points"]) == (["fast", "points"], [])
+    assert warmup.split(["exact", "collectives"]) == (["exact", "collectives"], [])
