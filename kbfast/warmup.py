@@ -80,8 +80,11 @@ def start(kernels: list[str]) -> subprocess.Popen | None:
     """Compile ``kernels`` in a background process (output discarded); None when there is nothing to do."""
     if not kernels:
         return None
-    return subprocess.Popen([sys.executable, "-m", "kbfast.warmup", *kernels],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "kbfast.warmup", *kernels],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:       # no second process: the command compiles them itself, as it goes
+        return None
 
 
 if __name__ == "__main__":
