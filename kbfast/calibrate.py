@@ -51,7 +51,6 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
-from kbfast.results import latency_from
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
@@ -91,7 +90,7 @@ def _run(p: Program, mode: str):
 
 def collective_ns(c: Collective, mode: str) -> float:
     """Latency of a collective or pe2pe transfer: max ``pe_exec_ns`` from the start barrier (spec_ccl §8)."""
-    return latency_from(_run(c.program, mode).agent_finish_ns, c.launch_ns)
+    return _run(c.program, mode).latency_ns(c.launch_ns)[0]
 
 
 class Bench:

@@ -1,8 +1,7 @@
-"""The figures every command reports, computed once: latency from launch, relative error, bounds check, and
-the fast-vs-exact comparison of one Program (design §7, parity contract).
+"""The figures every command reports, computed once: relative error, bounds check, and the fast-vs-exact
+comparison of one Program (design §7, parity contract).  Latency from launch and makespan are methods of
+the evaluators' common result type, :class:`kbfast.sim.result.Result`.
 
-* latency from launch = max over agents of the finish time - launch (spec_pe §3.6: max ``pe_exec_ns``
-  from the common start barrier);
 * relative error = (fast - exact) / exact, 0 when exact is 0;
 * in bounds = lower - tol <= exact <= upper + tol with tol = 1e-9 x max(|exact|, 1 ns).
 """
@@ -16,11 +15,6 @@ import numpy as np
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program
-
-
-def latency_from(finish_ns: np.ndarray, launch_ns: float) -> float:
-    """Max agent finish time minus ``launch_ns`` (0 for a Program without agents)."""
-    return float(np.max(finish_ns) - launch_ns) if len(finish_ns) else 0.0
 
 
 def rel_error(value: float, reference: float) -> float:
@@ -78,8 +72,7 @@ def compare(p: Program, launch_ns: float | None = None) -> Comparison:
     start = float(p.agent_start_ns.min()) if launch_ns is None else float(launch_ns)
     fast = run_fast(p)
     exact = run_exact(p)
-    return Comparison(program=p.name, launch_ns=start, fast_ns=latency_from(fast.agent_finish_ns, start),
-                      fast_lower_ns=latency_from(fast.agent_finish_lo_ns, start),
-                      fast_upper_ns=latency_from(fast.agent_finish_hi_ns, start),
-                      exact_ns=latency_from(exact.agent_finish_ns, start),
-                      fast_wall_s=fast.wall_s, exact_wall_s=exact.wall_s)
+    fast_ns, lower_ns, upper_ns = fast.latency_ns(start)
+    return Comparison(program=p.name, launch_ns=start, fast_ns=fast_ns, fast_lower_ns=lower_ns,
+                      fast_upper_ns=upper_ns, exact_ns=exact.latency_ns(start)[0], fast_wall_s=fast.wall_s,
+                      exact_wall_s=exact.wall_s)

@@ -17,7 +17,7 @@ from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
-from kbfast.results import latency_from, rel_error
+from kbfast.results import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
@@ -54,15 +54,14 @@ def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> d
     res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
-    lat = latency_from(res.agent_finish_ns, c.launch_ns)
+    lat, lo, hi = res.latency_ns(c.launch_ns)
     row.update(mode="exact" if exact else "fast", latency_ns=lat, busbw_gbps=busbw_gbps(c.nbytes, c.n_ranks, lat),
                launch_ns=c.launch_ns)
     if not exact:
-        row.update(latency_lo_ns=latency_from(res.agent_finish_lo_ns, c.launch_ns),
-                   latency_hi_ns=latency_from(res.agent_finish_hi_ns, c.launch_ns), contention=res.contention)
+        row.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
     if compare and not exact:
         ex = run_exact(p)
-        ex_lat = latency_from(ex.agent_finish_ns, c.launch_ns)
+        ex_lat = ex.latency_ns(c.launch_ns)[0]
         row.update(exact_latency_ns=ex_lat, rel_error=rel_error(lat, ex_lat))
     for name, end in phase_ends(p, res.op_end_ns, c.launch_ns).items():
         row[f"phase_end_ns[{name}]"] = end

@@ -10,10 +10,11 @@ import pandas as pd
 
 from kbfast.errors import KbfastError
 from kbfast.exact import engine
-from kbfast.ir import Op, Program
+from kbfast.ir import Program
 from kbfast.sim import heap
 from kbfast.sim.diagnostics import ReplayBudgetExceeded, ReplayDeadlock, blocked_report, check_consumed
 from kbfast.sim.lowering import estimate_memory_bytes, heap_capacity, lower, vc_edges
+from kbfast.sim.result import Result
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
@@ -21,43 +22,20 @@ DEFAULT_MAX_EVENTS = 2_000_000_000
 DEFAULT_MAX_MEMORY_BYTES = 8 << 30
 
 
-@dataclass(frozen=True)
-class ReplayTimes:
-    """Per-op timestamps of one replay (issue, begin = resources acquired, end) and agent finish times."""
+@dataclass(frozen=True, kw_only=True)
+class ReplayTimes(Result):
+    """The times of one event replay (:class:`kbfast.sim.result.Result`; its bounds are its times) and
+    how many events it took."""
 
-    program: Program
     n_events: int
-    wall_s: float
-    agent_finish_ns: np.ndarray
-    op_issue_ns: np.ndarray
-    op_begin_ns: np.ndarray
-    op_end_ns: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExactResult(ReplayTimes):
     """Per-op timestamps and per-resource statistics of one exact replay."""
 
     edges: pd.DataFrame      # one row per edge used: kind, src, dst, bytes, busy_ns, utilization, peak_queue_flits
     pcs: pd.DataFrame        # one row per (controller, pc): commits, busy_ns, max_backlog_ns
-
-    @property
-    def makespan_ns(self) -> float:
-        """Time from the earliest agent start to the last agent finish."""
-        return float(self.agent_finish_ns.max() - self.program.agent_start_ns.min())
-
-    def op_latency_ns(self, op: int) -> float:
-        """Issue to completion of one op."""
-        return float(self.op_end_ns[op] - self.op_issue_ns[op])
-
-    def ops(self) -> pd.DataFrame:
-        p = self.program
-        return pd.DataFrame({
-            "agent": [p.agent_name(a) for a in p.op_agent],
-            "op": [Op(int(c)).name for c in p.op_code],
-            "nbytes": p.op_nbytes, "issue_ns": self.op_issue_ns, "begin_ns": self.op_begin_ns,
-            "end_ns": self.op_end_ns,
-        })
 
 
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,

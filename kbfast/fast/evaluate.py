@@ -16,6 +16,7 @@ from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
 from kbfast.sim.fabric import pc_of
 from kbfast.sim.lowering import Compact, Lowered, hbm_constants, lower
+from kbfast.sim.result import Result
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
@@ -23,20 +24,11 @@ BOUND_PASSES = 4
 BOUND_GAIN = 1e-3     # stop refining once no agent's upper bound moved by 0.1 % of its span
 
 
-@dataclass(frozen=True)
-class FastResult:
-    """Per-op times (point estimate) with per-op bounds, plus per-resource occupancy."""
+@dataclass(frozen=True, kw_only=True)
+class FastResult(Result):
+    """Per-op times (point estimate) with per-op bounds (:class:`kbfast.sim.result.Result`), plus
+    per-resource occupancy."""
 
-    program: Program
-    wall_s: float
-    op_issue_ns: np.ndarray
-    op_begin_ns: np.ndarray
-    op_end_ns: np.ndarray
-    op_end_lo_ns: np.ndarray
-    op_end_hi_ns: np.ndarray
-    agent_finish_ns: np.ndarray
-    agent_finish_lo_ns: np.ndarray
-    agent_finish_hi_ns: np.ndarray
     op_contended: np.ndarray     # bool per op: shared an edge with another active flow
     compact: Compact
     edge_contended: np.ndarray   # bool per compact edge
@@ -52,27 +44,9 @@ class FastResult:
         """Per (controller, pc): commits, busy_ns (built on demand)."""
         return _pc_table(self.program, self.compact, self.data_route)
 
-    def _span(self, finish: np.ndarray) -> float:
-        return float(finish.max() - self.program.agent_start_ns.min()) if len(finish) else 0.0
-
-    @property
-    def makespan_ns(self) -> float:
-        return self._span(self.agent_finish_ns)
-
-    @property
-    def makespan_lo_ns(self) -> float:
-        return self._span(self.agent_finish_lo_ns)
-
-    @property
-    def makespan_hi_ns(self) -> float:
-        return self._span(self.agent_finish_hi_ns)
-
     @property
     def contention(self) -> bool:
         return bool(self.op_contended.any())
-
-    def op_latency_ns(self, op: int) -> float:
-        return float(self.op_end_ns[op] - self.op_issue_ns[op])
 
 
 def data_routes(p: Program) -> np.ndarray:

@@ -27,7 +27,7 @@ from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
-from kbfast.results import in_bounds, latency_from, rel_error
+from kbfast.results import in_bounds, rel_error
 from kbfast.sweep.points import batched_points
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
@@ -139,13 +139,12 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
                "n_ranks": case.n_issuers, "util_single": row["util_single"], "util_aggregate": row["util_aggregate"]}
         return out
     res = run_exact(prog) if exact else run_fast(prog)
-    lat = latency_from(res.agent_finish_ns, coll.launch_ns)
+    lat, lo, hi = res.latency_ns(coll.launch_ns)
     out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
            "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if WORKLOADS[p.workload["kind"]].bus_bandwidth else np.nan,
            "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
     if not exact:
-        out.update(latency_lo_ns=latency_from(res.agent_finish_lo_ns, coll.launch_ns),
-                   latency_hi_ns=latency_from(res.agent_finish_hi_ns, coll.launch_ns), contention=res.contention)
+        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
     return out
 
 
