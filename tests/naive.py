@@ -4,7 +4,8 @@
   payload): equal times pop in insertion order;
 * :func:`global_filling`: the fluid schedule's weighted max-min water-filling over all active flows at
   once (``kbfast.fast.schedule._rates`` fills per connected component);
-* :func:`max_min_fair`: textbook progressive filling (every flow an equal share, no weights);
+* :func:`max_min_fair`: textbook progressive filling (every flow an equal share, no weights, optional
+  demands);
 * :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
   pair of flows.
 """
@@ -28,10 +29,16 @@ class NaiveEventQueue:
         return len(self._heap)
 
     def push(self, time: float, payload: int) -> None:
+        """Queue ``payload`` at ``time``, after every event already queued at that time."""
         heapq.heappush(self._heap, (time, self._seq, payload))
         self._seq += 1
 
+    def peek_time(self) -> float:
+        """The next event's time (the queue must not be empty)."""
+        return self._heap[0][0]
+
     def pop(self) -> tuple[float, int]:
+        """Remove the next event; returns (time, payload)."""
         time, _, payload = heapq.heappop(self._heap)
         return time, payload
 
@@ -84,11 +91,19 @@ def global_filling(flows, bn, res_cap, res_ovh, nbytes, users):
     return rate
 
 
-def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[float]) -> list[float]:
-    """Progressive filling: raise every unfrozen flow's rate together; a flow freezes when it reaches its
-    demand or one of its resources fills.  ``flows[o]`` lists flow o's resources."""
+def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[float] | None = None) -> list[float]:
+    """Textbook progressive filling, every flow weighing the same: raise every unfrozen flow's rate together;
+    a flow freezes when it reaches its demand (none: unbounded) or one of its resources fills.
+
+    ``flows[o]`` lists flow o's distinct resources; every user of a resource counts, one user or many.  A flow
+    on no resource with no demand gets ``inf``.
+    """
     rate = [0.0] * len(flows)
-    frozen = [False] * len(flows)
+    demand = [math.inf] * len(flows) if demand is None else list(demand)
+    frozen = [not f and d == math.inf for f, d in zip(flows, demand)]
+    for o in range(len(flows)):
+        if frozen[o]:
+            rate[o] = math.inf
     left = list(capacity)
     while not all(frozen):
         active = [o for o in range(len(flows)) if not frozen[o]]
