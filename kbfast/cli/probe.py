@@ -93,10 +93,13 @@ def probe(
                               f"{_short_ns(r['makespan_lo_ns'])}..{_short_ns(r['makespan_hi_ns'])}" if has_bounds else "-",
                               METHOD_SHORT.get(r.get("method"), "-"))
         else:
-            table = Table("case", "bytes", "issuers", "latency ns", "makespan ns", "eff GB/s", "util single",
-                          "util aggr", title=f"probe ({mode})")
+            table = Table("case", "size", "n", "latency\nns", "makespan\nns", "eff\nGB/s", "util\nsingle",
+                          "util\naggr", title=f"probe ({mode})", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+            for col in table.columns[1:]:
+                col.no_wrap = True      # numbers stay whole; a long case name folds
+            table.columns[0].overflow = "fold"
             for _, r in df.iterrows():
-                table.add_row(r["case"], f"{r['nbytes']:,}", str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
+                table.add_row(r["case"], format_size(r["nbytes"]), str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
                               f"{r['makespan_ns']:.1f}", f"{r['effective_bw_gbps']:.1f}",
                               f"{100 * r['util_single']:.1f}%", f"{100 * r['util_aggregate']:.1f}%")
         console.print(table)
