@@ -65,8 +65,11 @@ def fast_evaluator(p: Program) -> Timing:
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.contention, r.method)
 
 
-def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evaluate: Evaluator) -> dict:
-    p = case.program(t, router, nbytes)
+def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evaluate: Evaluator,
+                  program: Program | None = None) -> dict:
+    """One row of metrics of ``case`` at ``nbytes`` per issuer; ``program``: the case's Program, when the
+    caller has built it already."""
+    p = case.program(t, router, nbytes) if program is None else program
     timing = evaluate(p)
     row: dict = {"case": case.name, "nbytes": nbytes, "n_issuers": case.n_issuers, "group": case.group}
     if case.kind == "launch":

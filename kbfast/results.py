@@ -8,7 +8,7 @@ the evaluators' common result type, :class:`kbfast.sim.result.Result`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,10 +52,6 @@ class Comparison:
     def exact_in_bounds(self) -> bool | None:
         """Whether the exact latency lies inside the fast path's bounds (parity P2)."""
         return in_bounds(self.fast_lower_ns, self.exact_ns, self.fast_upper_ns)
-
-    def as_row(self) -> dict:
-        """The fields plus ``rel_error`` and ``exact_in_bounds``, for a table row."""
-        return {**asdict(self), "rel_error": self.rel_error, "exact_in_bounds": self.exact_in_bounds}
 
 
 def compare(p: Program, launch_ns: float | None = None) -> Comparison:

@@ -17,6 +17,23 @@ from naive import global_filling
 BWS = (32.0, 64.0, 128.0, 256.0, 512.0)
 
 
+def run_rates(flows, bn, res_cap, res_ovh, nbytes) -> np.ndarray:
+    """``_rates`` on every flow of ``flows`` (lists of resource ids), all active and joined."""
+    n, n_res = len(flows), len(res_cap)
+    users = np.bincount([r for f in flows for r in f], minlength=n_res).astype(np.int64)
+    sh_res = np.array([r for f in flows for r in f], np.int64)
+    ends = np.cumsum([len(f) for f in flows])
+    sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
+    rate = np.zeros(n)
+    _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(bn, np.float64), sh_span, sh_res,
+           np.asarray(res_ovh, np.float64), np.asarray(nbytes, np.int64), np.asarray(res_cap, np.float64),
+           np.zeros(n_res), np.zeros(n_res), np.zeros(n_res, np.bool_), np.zeros(n, np.bool_), users,
+           np.empty(len(sh_res), np.int64), np.empty(len(sh_res)), np.empty(n + 1, np.int64), np.empty(n),
+           np.empty(n), np.empty(n, np.bool_), np.empty(n, np.int64), np.full(n_res, -1, np.int64),
+           np.empty(n, np.int64), np.empty(n + 1, np.int64))
+    return rate
+
+
 @st.composite
 def instances(draw):
     n_res = draw(st.integers(1, 10))
@@ -36,14 +53,7 @@ def test_component_filling_equals_global_filling(inst):
     flows, bn, res_cap, res_ovh, nbytes = inst
     n, n_res = len(flows), len(res_cap)
     users = np.bincount([r for f in flows for r in f], minlength=n_res).astype(np.int64)
-    sh_res = np.array([r for f in flows for r in f], np.int64)
-    ends = np.cumsum([len(f) for f in flows])
-    sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
-    rate = np.zeros(n)
-    _rates(np.arange(n, dtype=np.int64), n, rate, bn, sh_span, sh_res, res_ovh, nbytes, res_cap, np.zeros(n_res),
-           np.zeros(n_res), np.zeros(n_res, np.bool_), np.zeros(n, np.bool_), users, np.empty(len(sh_res), np.int64),
-           np.empty(len(sh_res)), np.empty(n + 1, np.int64), np.empty(n), np.empty(n), np.empty(n, np.bool_),
-           np.empty(n, np.int64), np.full(n_res, -1, np.int64), np.empty(n, np.int64), np.empty(n + 1, np.int64))
+    rate = run_rates(flows, bn, res_cap, res_ovh, nbytes)
     assert rate.tolist() == global_filling(flows, bn, res_cap, res_ovh, nbytes, users)
     # and it is a feasible allocation: no flow above its cap, no resource above its capacity
     assert np.all(rate <= bn * (1 + 1e-12))

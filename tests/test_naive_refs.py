@@ -16,10 +16,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbfast.fast.schedule import _rates
 from kbfast.sim import heap as heap_mod
 from kbfast.sim.heap import heap_new, heap_pop, heap_push, pack, unpack
 from naive import NaiveEventQueue, global_filling, max_min_fair
+from test_fast_rates import BWS, run_rates
 
 # ---------------------------------------------------------------------------------------------------------
 # event queue
@@ -100,25 +100,7 @@ def test_packed_events_come_back_in_order_and_whole(events) -> None:
 # ---------------------------------------------------------------------------------------------------------
 # water-filling
 
-BWS = (32.0, 64.0, 128.0, 256.0, 512.0)
 BIG = 1e9      # a flow's own bottleneck far above any capacity: it never binds
-
-
-def run_rates(flows, bn, res_cap, res_ovh, nbytes) -> np.ndarray:
-    """``_rates`` on every flow of ``flows`` (lists of resource ids), all active and joined."""
-    n, n_res = len(flows), len(res_cap)
-    users = np.bincount([r for f in flows for r in f], minlength=n_res).astype(np.int64)
-    sh_res = np.array([r for f in flows for r in f], np.int64)
-    ends = np.cumsum([len(f) for f in flows])
-    sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
-    rate = np.zeros(n)
-    _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(bn, np.float64), sh_span, sh_res,
-           np.asarray(res_ovh, np.float64), np.asarray(nbytes, np.int64), np.asarray(res_cap, np.float64),
-           np.zeros(n_res), np.zeros(n_res), np.zeros(n_res, np.bool_), np.zeros(n, np.bool_), users,
-           np.empty(len(sh_res), np.int64), np.empty(len(sh_res)), np.empty(n + 1, np.int64), np.empty(n),
-           np.empty(n), np.empty(n, np.bool_), np.empty(n, np.int64), np.full(n_res, -1, np.int64),
-           np.empty(n, np.int64), np.empty(n + 1, np.int64))
-    return rate
 
 
 def assert_max_min_fair(flows, rate, bn, cap, weight) -> None:

@@ -12,7 +12,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, parse_size, user_errors
+from kbfast.cli.common import (OutputFormat, SetOpt, console, err_console, first_run, load, parse_size,
+                               user_errors)
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact

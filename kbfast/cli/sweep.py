@@ -53,12 +53,11 @@ def _progress(label: str) -> Iterator:
 
 
 def _kernels(s, exact: bool, check: bool) -> list[str]:
-    """The Numba kernels a sweep of ``s`` uses (kbfast.warmup): the batched fast path and the collective
-    generator for a batched workload, the fast schedule otherwise, the exact replay for --exact or --check."""
-    kernels = [] if exact else (["fast", "points"] if WORKLOADS[s.workload["kind"]].batched else ["fast"])
-    if WORKLOADS[s.workload["kind"]].bus_bandwidth:
-        kernels.append("collectives")
-    return kernels + (["exact"] if exact or check else [])
+    """The Numba kernels a sweep of ``s`` uses (kbfast.warmup): the fast path (batched or not) unless
+    ``exact``, the workload generator's own, the exact replay for --exact or --check."""
+    kind = WORKLOADS[s.workload["kind"]]
+    fast = [] if exact else (["fast", "points"] if kind.batched else ["fast"])
+    return fast + list(kind.kernels) + (["exact"] if exact or check else [])
 
 
 def _print_table(df: pd.DataFrame, title: str, floatfmt: str = "{:,.3f}") -> None:

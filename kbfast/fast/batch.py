@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.config.schema import SystemSpec
-from kbfast.sim.lowering import hbm_constants, renumber
+from kbfast.sim.lowering import hbm_constants, ns_per_byte, renumber
 from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, transfer_end
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
@@ -76,7 +76,7 @@ def param_rows(tables_list: list[Tables], edges: np.ndarray, nodes: np.ndarray) 
             raise ValueError("the fast path needs fabric.flit_bytes == hbm.burst_bytes")
     hbm = [hbm_constants(s) for s in specs]
     return ParamRows(
-        e_c=np.where(np.isinf(bw), 0.0, 1.0 / bw), e_bw=bw,
+        e_c=ns_per_byte(bw), e_bw=bw,
         e_prop=np.stack([t.edge_prop_ns[edges] for t in tables_list]),
         n_ovh=np.stack([t.node_overhead_ns[nodes] for t in tables_list]),
         F=np.array([h.flit_bytes for h in hbm], np.int64),

@@ -129,6 +129,11 @@ def make_prog(p) -> Prog:
         ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns))
 
 
+def ns_per_byte(bw_gbs: np.ndarray) -> np.ndarray:
+    """1 / bandwidth (GB/s = B/ns), and 0 for an infinite bandwidth: a wire's serialization time per byte."""
+    return np.where(np.isinf(bw_gbs), 0.0, 1.0 / bw_gbs)
+
+
 def hbm_constants(spec: SystemSpec) -> Hbm:
     """The HBM and flit constants of ``spec`` (spec_memory §3, ADR-0034), computed here only."""
     hbm, flit = spec.hbm, spec.fabric.flit_bytes
@@ -154,7 +159,7 @@ def lower(p: Program) -> Lowered:
     c = compact(p)
     e_bw = t.edge_bw_gbs[c.edges]
     fabric = Fabric(n_ovh=t.node_overhead_ns[c.nodes], n_flit=t.node_flit_aware[c.nodes], n_hbm=c.node_hbm,
-                    e_src=c.e_src, e_dst=c.e_dst, e_bw=e_bw, e_c=np.where(np.isinf(e_bw), 0.0, 1.0 / e_bw),
+                    e_src=c.e_src, e_dst=c.e_dst, e_bw=e_bw, e_c=ns_per_byte(e_bw),
                     e_prop=t.edge_prop_ns[c.edges], r_ptr=p.route_ptr, r_edges=c.route_edges)
     routes = OpRoutes(op_addr=p.op_addr, op_route=p.op_route.astype(np.int64),
                       op_rroute=p.op_rroute.astype(np.int64), ch_route=p.channels.route.astype(np.int64))

@@ -1,10 +1,10 @@
 """Evaluate sweep points in batches that share a topology (design §6 "batched", §8 outputs, §10).
 
 Points whose system differs only in the IPCQ buffer kind and ring depth, and
-whose all-reduce differs only in size (``tile_io`` changes the ops: not batched
-together), form one batch: the tables are built and the collective planned once,
-and ``allreduce_points`` evaluates them in one jitted call.  Other workloads
-share the tables of their batch and are evaluated point by point.  A point that raises is recorded with its error; if a batched
+whose workload is a batched kind (the registry's ``batched``: the all-reduce)
+differing only in size, form one batch: the tables are built and the Program
+planned once, and ``batched_points`` evaluates them in one jitted call.  Other
+workloads share the tables of their batch and are evaluated point by point.  A point that raises is recorded with its error; if a batched
 call fails, its points are retried one at a time so that only the bad ones
 fail.  A point's result never depends on which batch it was in, so results are
 the same whatever the number of jobs.
@@ -131,7 +131,7 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     prog, coll, case = built.program, built.collective, built.case
     size = int(p.workload["size"])
     if case is not None:
-        row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator)
+        row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator, prog)
         lat = row["makespan_ns"]
         out = {"latency_ns": lat, "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
                "latency_hi_ns": row.get("makespan_hi_ns", np.nan), "busbw_gbps": np.nan,

@@ -41,6 +41,7 @@ class WorkloadKind:
     columns: tuple[str, ...] = ()          # fields copied into the result table
     batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
+    kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.warmup)
 
 
 def _allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
@@ -68,7 +69,8 @@ def _traffic(t: Tables, router: Router, w: dict[str, Any]) -> Built:
 WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
                  {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
-                 bool_fields=("tile_io",), columns=("algorithm", "tile_io"), batched=True, bus_bandwidth=True),
+                 bool_fields=("tile_io",), columns=("algorithm", "tile_io"), batched=True, bus_bandwidth=True,
+                 kernels=("collectives",)),
     WorkloadKind("pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
                  {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _pe2pe,
                  bool_fields=("raw_dma", "consume"), columns=("hop",)),
