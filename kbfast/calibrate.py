@@ -15,7 +15,7 @@ in one mode (``fast`` path or ``exact`` replay) and what passes:
 * **IPCQ overhead** (spec_ccl §8.2, ADR-0023 T5): IPCQ send/recv minus one DMA write of the same size, below
   100 ns on the hops h3 and h4 for every size from 128 B to 10 KB;
 * **retired**: ``ipcq_vs_dma_intercube`` ("IPCQ >= raw DMA") was measured on an older model.  Today's
-  semantics put IPCQ about 21 ns below raw DMA (spec README, decisions).  The row reports that gap and is
+  semantics put IPCQ about 12 ns below raw DMA (spec README, decisions).  The row reports that gap and is
   never a failure.
 
 The all-reduce rows run on the given spec with the SIP arrangement (``sips``) of the torus6, ring6 or mesh6

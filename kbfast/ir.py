@@ -34,6 +34,7 @@ from enum import IntEnum
 import numpy as np
 
 from kbfast.errors import KbfastError
+from kbfast.tiling import GemmPlan
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import cube_locals, node_name
@@ -49,6 +50,9 @@ class Op(IntEnum):
     SEND = 5
     RECV = 6
     MATH = 7
+    FETCH = 8
+    STORE = 9
+    GEMM = 10
 
 
 RECV_ANY = -1
@@ -164,6 +168,7 @@ class ProgramBuilder:
         self._ch_size: list[int] = []
         self._phase_names: list[str] = []
         self._agent_phase: dict[int, int] = {}
+        self._gemm_agents: dict[int, tuple[int, ...]] = {}   # pe_dma node -> its GEMM pipeline's helper agents
 
     def phase(self, agent: int, name: str) -> None:
         """Tag the agent's following ops with a phase (for per-phase breakdowns)."""
@@ -226,15 +231,23 @@ class ProgramBuilder:
         return self._n_ops - 1
 
     def add_ops(self, agent: np.ndarray, code: np.ndarray, target: np.ndarray, nbytes: np.ndarray,
-                arg: np.ndarray, phase: np.ndarray) -> None:
-        """Append ops in bulk (synchronous, ``addr`` 0), in the given order; ``phase`` indexes
+                arg: np.ndarray, phase: np.ndarray, addr: np.ndarray | None = None,
+                is_async: np.ndarray | None = None) -> None:
+        """Append ops in bulk (by default synchronous, ``addr`` 0), in the given order; ``phase`` indexes
         :meth:`phase_index`.  The caller has checked them as the one-op methods would."""
         self._flush()
-        n = len(agent)
-        self._blocks.append((np.asarray(agent, np.int64), np.asarray(code, np.int8), np.asarray(target, np.int32),
-                             np.asarray(nbytes, np.int64), np.zeros(n, np.int64), np.zeros(n, bool),
-                             np.asarray(arg, np.float64), np.asarray(phase, np.int16)))
+        n = len(code)
+        self._blocks.append((np.broadcast_to(np.asarray(agent, np.int64), n), np.asarray(code, np.int8),
+                             np.asarray(target, np.int32), np.asarray(nbytes, np.int64),
+                             np.zeros(n, np.int64) if addr is None else np.asarray(addr, np.int64),
+                             np.zeros(n, bool) if is_async is None else np.asarray(is_async, bool),
+                             np.asarray(arg, np.float64), np.broadcast_to(np.asarray(phase, np.int16), n)))
         self._n_ops += n
+
+    @property
+    def n_ops(self) -> int:
+        """Ops added so far: the id the next op gets."""
+        return self._n_ops
 
     def _flush(self) -> None:
         if self._rows:
@@ -299,6 +312,35 @@ class ProgramBuilder:
             self._check_channel(agent, channel, self._ch_dst)
         return self._add(agent, Op.RECV, channel, nbytes, is_async=is_async, arg=1.0 if consume else 0.0)
 
+    def gemm(self, agent: int, plan: GemmPlan, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int]) -> int:
+        """A GEMM command of PE agent ``agent`` (kbfast.tiling): ``a``, ``b``, ``c`` are each operand's
+        (HBM controller node, byte address).  Returns the op that ends when the GEMM's last DMA_WRITE is done.
+
+        The tile pipeline runs on five helper agents of the PE (reader, fetcher, compute, storer, writer),
+        created on the PE's first GEMM and shared by its later ones; they take the PE's resources first in,
+        first out and chain through WAITs on each other's ops (spec_pe §5.5: a tile's stages follow one
+        another; tile t+D's reads wait for tile t's FETCH).  The agent itself marks the start (a COMPUTE of
+        0 ns the helpers wait for) and waits for the last write: commands never interleave (spec_pe §4.6).
+        """
+        if self._agent_kind[agent] != AgentKind.PE:
+            raise KbfastError("a GEMM runs on a PE agent")
+        for name, (node, addr) in (("A", a), ("B", b), ("C", c)):
+            if self.t.node_kind[node] != NodeKind.HBM_CTRL:
+                raise KbfastError(f"GEMM operand {name}: {node_name(self.t, node)} is not an HBM controller")
+            if addr < 0:
+                raise KbfastError(f"GEMM operand {name}: address must be >= 0 (got {addr})")
+        node = self._agent_node[agent]
+        if node not in self._gemm_agents:
+            self._gemm_agents[node] = tuple(self.pe_agent(node, self._agent_start[agent]) for _ in range(5))
+        reader, fetcher, comp, storer, writer = self._gemm_agents[node]
+        phase = self.phase_index("gemm")
+        marker = self.compute(agent, 0.0)
+        for op_agent, cols in zip((reader, fetcher, comp, storer, writer), gemm_ops(plan, marker, a, b, c)):
+            if len(cols[0]):
+                self.add_ops(op_agent, *cols[:4], phase, addr=cols[4], is_async=cols[5])
+        last_write = self._n_ops - 1
+        return self.wait(agent, last_write)
+
     def math(self, agent: int, n_elem: int) -> int:
         """PE_MATH over ``n_elem`` elements: ``max(math_overhead_ns, n_elem * math_ns_per_elem)``."""
         return self._add(agent, Op.MATH, nbytes=n_elem, arg=self.math_ns(n_elem))
@@ -331,8 +373,8 @@ class ProgramBuilder:
         waits = (code == Op.WAIT) & (target != WAIT_ALL)
         if np.any((target[waits] < 0) | (target[waits] >= n)):
             raise KbfastError("a WAIT names an op that does not exist")
-        if np.any(agent_of[target[waits]] != agent_of[waits]):
-            raise KbfastError("a WAIT may only wait for an op of its own agent")
+        if np.any(agent_node[agent_of[target[waits]]] != agent_node[agent_of[waits]]):
+            raise KbfastError("a WAIT may only wait for an op of an agent on the same PE")
 
         if np.any((code == Op.SEND) & (nbytes <= 0)):
             raise KbfastError("an IPCQ SEND needs nbytes > 0")
@@ -448,6 +490,111 @@ class ProgramBuilder:
             rs = self.router.routes(base + k_local, base + np.array(bank), "pe_dma")
             vals[banked] = np.minimum.reduceat(t.edge_bw_gbs[rs.edges], rs.ptr[:-1])
         return vals[inverse.ravel()]
+
+
+def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int]) -> list:
+    """The ops of the five helper agents of a GEMM (reader, fetcher, compute, storer, writer), to be appended
+    in that order right after ``marker``: per agent the columns (code, target, nbytes, arg, addr, async).
+
+    Op ids are known in advance, so every WAIT names its op.  Reader: WAIT marker, then per tile t
+    (WAIT FETCH(t - D) from t = D) and its asynchronous reads (A, B, unless pinned).  Fetcher: WAIT marker,
+    per tile (WAIT its last read) and FETCH.  Compute: per tile WAIT FETCH, GEMM, the k_tile epilogues and on
+    the last k the output_tile epilogues.  Storer: per output tile WAIT its last compute op, STORE.  Writer:
+    per output tile WAIT STORE, DMA_WRITE C.
+    """
+    T, nk, D = plan.n_tile_total, plan.k_tiles, plan.depth
+    t = np.arange(T, dtype=np.int64)
+    m, rem = np.divmod(t, plan.n_tiles * nk)
+    n, k = np.divmod(rem, nk)
+    reads = [(a, plan.a_tile_bytes, plan.a_addr(a[1], m, k))] if not plan.a_pinned else []
+    reads += [(b, plan.b_tile_bytes, plan.b_addr(b[1], k, n))] if not plan.b_pinned else []
+    r = len(reads)
+    k_eps = [e for e in plan.epilogues if e.scope == "k_tile"]
+    o_eps = [e for e in plan.epilogues if e.scope == "output_tile"]
+    n_out = plan.n_out
+    last = np.flatnonzero(k == nk - 1)
+    # op id layout (see the docstring), from the reader's first op
+    R0 = marker + 1
+    gated = t >= D                                    # tiles whose reads wait for FETCH(t - D)
+    r_pos = 1 + t * r + np.maximum(t - D, 0)           # per tile: its first reader op after the marker's WAIT
+    size_r = (1 + T * r + max(T - D, 0)) if r else 0
+    F0 = R0 + size_r
+    f = 2 if r else 1
+    fetch_id = F0 + 1 + t * f + (f - 1)
+    C0 = F0 + 1 + T * f
+    ci, n_o = 2 + len(k_eps), len(o_eps)
+    c_pos = t * ci + (t // nk) * n_o
+    S0 = C0 + T * ci + n_out * n_o
+    W0 = S0 + 2 * n_out
+
+    def cols(code, target, nbytes=0, arg=0.0, addr=0, is_async=False, size=None):
+        size = len(code) if size is None else size
+        return [np.broadcast_to(np.asarray(x), size).copy() for x in (code, target, nbytes, arg, addr, is_async)]
+
+    out = []
+    # reader
+    if r:
+        per = np.full((T, 1 + r), -1, np.int64)      # per tile: [WAIT or -1, read...]
+        code = np.full((T, 1 + r), int(Op.DMA_READ), np.int8)
+        code[:, 0] = int(Op.WAIT)
+        per[:, 0] = np.where(gated, fetch_id[np.maximum(t - D, 0)], -1)
+        nbytes = np.zeros((T, 1 + r), np.int64)
+        addr = np.zeros((T, 1 + r), np.int64)
+        for j, ((node, _), nb, ad) in enumerate(reads):
+            per[:, 1 + j] = node
+            nbytes[:, 1 + j] = nb
+            addr[:, 1 + j] = ad
+        keep = np.ones((T, 1 + r), bool)
+        keep[:, 0] = gated
+        code, target, nbytes, addr = (np.concatenate([[x0], x[keep]]) for x0, x in
+                                      ((int(Op.WAIT), code), (marker, per), (0, nbytes), (0, addr)))
+        out.append(cols(code, target, nbytes, 0.0, addr, code == int(Op.DMA_READ)))
+    else:
+        out.append(cols(np.zeros(0, np.int8), -1))
+    # fetcher
+    fetch_bytes = plan.a_tile_bytes + plan.b_tile_bytes
+    last_read = R0 + r_pos + gated + r - 1
+    if r:
+        code = np.tile(np.array([int(Op.WAIT), int(Op.FETCH)], np.int8), T)
+        target = np.stack([last_read, np.full(T, -1)], 1).ravel()
+        arg = np.tile([0.0, plan.fetch_ns], T)
+        nbytes = np.tile([0, fetch_bytes], T)
+    else:
+        code, target = np.full(T, int(Op.FETCH), np.int8), np.full(T, -1)
+        arg, nbytes = np.full(T, plan.fetch_ns), np.full(T, fetch_bytes)
+    out.append(cols(np.concatenate([[int(Op.WAIT)], code]), np.concatenate([[marker], target]),
+                    np.concatenate([[0], nbytes]), np.concatenate([[0.0], arg])))
+    # compute: per tile WAIT FETCH, GEMM, k epilogues; the last k adds the output epilogues
+    elems = plan.out_elems
+    inner = [(int(Op.GEMM), plan.tile_macs, plan.gemm_ns)] + [(int(Op.MATH), elems, e.ns) for e in k_eps]
+    tail = [(int(Op.MATH), elems, e.ns) for e in o_eps]
+    size = T * ci + n_out * n_o
+    code = np.empty(size, np.int8)
+    target = np.full(size, -1, np.int64)
+    nbytes = np.zeros(size, np.int64)
+    arg = np.zeros(size)
+    base = c_pos
+    code[base] = int(Op.WAIT)
+    target[base] = fetch_id
+    for j, (cd, nb, ns) in enumerate(inner):
+        code[base + 1 + j], nbytes[base + 1 + j], arg[base + 1 + j] = cd, nb, ns
+    for j, (cd, nb, ns) in enumerate(tail):
+        code[base[last] + ci + j], nbytes[base[last] + ci + j], arg[base[last] + ci + j] = cd, nb, ns
+    out.append(cols(code, target, nbytes, arg))
+    comp_last = C0 + c_pos[last] + ci + n_o - 1
+    # storer and writer: per output tile
+    j = np.arange(n_out)
+    store_id = S0 + 2 * j + 1
+    out.append(cols(np.tile(np.array([int(Op.WAIT), int(Op.STORE)], np.int8), n_out),
+                    np.stack([comp_last, np.full(n_out, -1)], 1).ravel(),
+                    np.tile([0, plan.c_tile_bytes], n_out), np.tile([0.0, plan.store_ns], n_out)))
+    mo, no = np.divmod(j, plan.n_tiles)
+    out.append(cols(np.tile(np.array([int(Op.WAIT), int(Op.DMA_WRITE)], np.int8), n_out),
+                    np.stack([store_id, np.full(n_out, c[0])], 1).ravel(),
+                    np.tile([0, plan.c_tile_bytes], n_out), 0.0,
+                    np.stack([np.zeros(n_out, np.int64), plan.c_addr(c[1], mo, no)], 1).ravel()))
+    assert W0 + 2 * n_out == marker + 1 + sum(len(x[0]) for x in out)
+    return out
 
 
 def _check_start(start_ns: float) -> None:

@@ -14,7 +14,7 @@ Measured at this commit (exact mode; fast path within 0.2 %):
 | torus6 96 KiB, latest model | < 30 us (and > 17.2 us) | 21.89 us |
 | buffer kinds, torus6, 64 KiB | tcm 12.0 < hbm 21.4 < sram 24.3 us; hbm/tcm ~1.8, sram/tcm ~2.0 | tcm 15.36 < hbm 24.72 < sram 27.70 us; hbm/tcm 1.609, sram/tcm 1.803 |
 | IPCQ overhead vs one DMA write, h3/h4, 128 B .. 10 KB | < 100 ns | -7.4 .. +32.1 ns |
-| IPCQ >= raw DMA on h3/h4 | holds (04-27 model) | retired: IPCQ is 20.375 .. 20.875 ns below raw DMA (pinned) |
+| IPCQ >= raw DMA on h3/h4 | holds (04-27 model) | retired: IPCQ is 12.375 .. 12.875 ns below raw DMA (pinned) |
 """
 
 from __future__ import annotations
@@ -129,28 +129,23 @@ def test_ipcq_overhead_under_100ns(ref: pd.DataFrame, bench: Bench, hop: str) ->
 
 # "IPCQ >= raw DMA (load + store) at every size on h3/h4" (04-27, after the credit became blocking).
 # Retired (spec README, decisions): it does not hold with the current semantics, and ``kbfast calibrate``
-# reports the row as retired with today's gap.  Measured (exact, ns):
-#   size      128     256     512     1024    2048    4096    8192    10240
-#   h3 ipcq  66.875  73.625  75.625  80.625  92.625 116.625 164.625 188.625
-#   h3 raw   87.250  94.500  96.500 101.500 113.500 137.500 185.500 209.500
-#   h4 ipcq  89.375  98.625 100.625 105.625 117.625 141.625 189.625 213.625
-#   h4 raw  109.750 119.500 121.500 126.500 138.500 162.500 210.500 234.500
-# raw DMA = local HBM load (n/256 + 13 ns: one router, 8 ns PC commit, response) + the remote store (train,
-# 8 ns HBM commit, zero-byte response back over the same path).  IPCQ = the same train to the peer's
-# pe_dma + slot write + slot read (n/512 each, tcm) + the blocking credit (path latency of 16 B back, which
-# costs what the store's response costs plus 16/128 ns).  The per-byte terms are equal (n/256 either
-# way), so IPCQ stays below raw DMA by a constant: the load's 13 ns + the 8 ns commit - 0.125 = 20.875 ns
-# (20.375 at 128 B, a partial flit).  The 04-27 ordering came from an older model (before per-flit wires and
-# the DMA channel held through the HBM round trip); charging the drain again at IPCQ inbound, as that model
-# did, adds only n/128 ns on h3/h4 and would close the gap from about 2.7 KB up, not at 128 B.
+# reports the row as retired with today's gap.
+# raw DMA = local HBM load (n/256 + 5 ns for whole flits: one router each way and the last flit's hop; the
+# response leaves once the controller took the last flit, hbm.read_response: accepted) + the remote store
+# (train, 8 ns HBM commit, zero-byte response back over the same path).  IPCQ = the same train to the
+# peer's pe_dma + slot write + slot read (n/512 each, tcm) + the blocking credit (path latency of 16 B back,
+# which costs what the store's response costs plus 16/128 ns).  The per-byte terms are equal (n/256 either
+# way), so IPCQ stays below raw DMA by a constant: the load's 5 ns + the store's 8 ns commit - 0.125 =
+# 12.875 ns (12.375 at 128 B, a partial flit).  The 04-27 ordering came from an older model (before per-flit
+# wires and the DMA channel held through the HBM round trip).
 # Pinned: a change to either side of the gap must show up here and be explained.  The gap is
 #   IPCQ - raw DMA = -(local load's fixed part + the store's 8 ns commit - the credit's 16/128 ns)
-# where the local load of n bytes takes n/256 + 13 ns for whole flits (1 + 2 + 1 ns first flit, 8 ns commit,
-# 2 ns router on the response; test_exact_handcases) and 12 + 2n/256 ns for one partial flit (13.5 at 128 B).
+# where the local load of n bytes takes n/256 + 5 ns for whole flits (1 + 2 + 1 ns first flit, 2 ns router
+# on the response; test_exact_handcases) and 4 + 2n/256 ns for one partial flit (5 at 128 B).
 @pytest.mark.parametrize("hop", ["h3", "h4"])
 def test_ipcq_below_raw_dma_by_the_documented_gap(ref: pd.DataFrame, bench: Bench, hop: str) -> None:
     assert ref.loc["ipcq_vs_dma_intercube", "metric"] == "ordering"      # the retired row
     for n in PE2PE_SIZES:
-        load_fixed = 12 + n / 256 if n < 256 else 13.0        # the load minus its n/256 streaming
+        load_fixed = 4 + n / 256 if n < 256 else 5.0          # the load minus its n/256 streaming
         gap = bench.ipcq_ns(hop, n) - bench.raw_dma_ns(hop, n)
         assert gap == pytest.approx(-(load_fixed + 8.0 - 16 / 128), abs=1e-9), (hop, n, gap)

@@ -65,14 +65,15 @@ def test_allreduce_json(runner: CliRunner) -> None:
     assert row["latency_ns"] == pytest.approx(run_fast(c.program).agent_finish_ns.max() - c.launch_ns, rel=1e-12)
     assert row["launch_ns"] == pytest.approx(c.launch_ns)
     assert 17_200 < row["latency_ns"] < 30_000
-    # with the tile load and store (the default): 21 859.625 ns = 21 065.625 (IPCQ schedule) + 2 x 397
-    assert row["latency_ns"] == pytest.approx(21_859.625, rel=1e-12)
-    assert row["phase_end_ns[tile load]"] == pytest.approx(397.0)       # 13 + 98304 / 256 ns, every rank at once
+    # with the tile load and store (the default): 21 851.625 ns = 21 065.625 (IPCQ schedule) + 389 + 397
+    assert row["latency_ns"] == pytest.approx(21_851.625, rel=1e-12)
+    assert row["phase_end_ns[tile load]"] == pytest.approx(389.0)       # 5 + 98304 / 256 ns, every rank at once
 
 
 def test_allreduce_no_tile_io(runner: CliRunner) -> None:
     """--no-tile-io drops the tile load and store: on the fast path, torus6 96 KiB is exactly the isolated
-    load and store faster (397 ns each: 13 ns + 98304 / 256 GB/s); exact mode also drops the 8 ns the stores'
+    load and store faster (the load 389 ns: 5 ns + 98304 / 256 GB/s, its response leaving when the controller took
+    the last flit; the store 397 ns: 13 ns + 98304 / 256 GB/s); exact mode also drops the 8 ns the stores'
     router head flits cost the messages posted before them (tests/test_parity_collectives.py, P2)."""
     args = ("allreduce", "--topology", "torus6", "--size", "96KiB")
     on, off = run_json(runner, *args, "--tile-io", "--compare"), run_json(runner, *args, "--no-tile-io", "--compare")
@@ -80,8 +81,8 @@ def test_allreduce_no_tile_io(runner: CliRunner) -> None:
     assert off["n_ops"] == on["n_ops"] - 2 * 96
     assert [k for k in off if k.startswith("phase_end_ns[")] == [f"phase_end_ns[{p}]" for p in PHASES[1:-1]]
     assert off["latency_ns"] == pytest.approx(21_065.625, rel=1e-12)
-    assert on["latency_ns"] - off["latency_ns"] == pytest.approx(2 * 397.0)
-    assert on["exact_latency_ns"] - off["exact_latency_ns"] == pytest.approx(2 * 397.0 + 8.0)
+    assert on["latency_ns"] - off["latency_ns"] == pytest.approx(389.0 + 397.0)
+    assert on["exact_latency_ns"] - off["exact_latency_ns"] == pytest.approx(389.0 + 397.0 + 8.0)
     bad = run(runner, *args, "--tile-io=no")
     assert bad.exit_code == 2 and "does not take a value" in flat(bad.stderr) and "Traceback" not in bad.output
 
@@ -155,8 +156,8 @@ def test_pe2pe_csv(runner: CliRunner) -> None:
     raw = _csv(run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--raw-dma", "--format", "csv"))
     assert ipcq["workload"] == raw["workload"] == "pe2pe_h3" and ipcq["nbytes"] == 4096
     assert {"latency_ns", "busbw_gbps", "latency_lo_ns", "latency_hi_ns", "contention"} <= set(ipcq)
-    # exact-mode values (test_calibration_collectives): IPCQ 116.625, raw DMA 137.5; the fast path is exact here
-    assert ipcq["latency_ns"] == 116.625 and raw["latency_ns"] == 137.5
+    # exact-mode values (test_calibration_collectives): IPCQ 116.625, raw DMA 129.5; the fast path is exact here
+    assert ipcq["latency_ns"] == 116.625 and raw["latency_ns"] == 129.5
     assert ipcq["n_ops"] == 4 and raw["n_ops"] == 4
 
 

@@ -118,14 +118,29 @@ def test_deadlock_names_the_blocked_agent(t0: Tables) -> None:
     assert isinstance(exc.value, KbfastError)
 
 
-def test_wait_on_other_agents_op_is_rejected_at_build(t0: Tables) -> None:
+def test_wait_on_another_pes_op_is_rejected_at_build(t0: Tables) -> None:
+    """A WAIT is a done wire inside a PE: an agent may wait for an op of an agent on the same PE only."""
     b = ProgramBuilder(t0)
     a1 = b.pe_agent(pe_block(t0, 0, 0, 1))
     o = b.dma(a1, hbm_ctrl(t0, 0, 0, 1), 256)
     a0 = b.pe_agent(pe_block(t0, 0, 0, 0))
     b.wait(a0, o)
-    with pytest.raises(KbfastError, match="its own agent"):
+    with pytest.raises(KbfastError, match="an agent on the same PE"):
         b.build()
+
+
+def test_wait_on_an_agent_of_the_same_pe(t0: Tables) -> None:
+    """Two agents on pe0: the second waits for the first's DMA (13 + 256/256 = 14 ns round trip), then
+    computes 5 ns; the first's WAIT on the second's COMPUTE wakes at its end."""
+    b = ProgramBuilder(t0)
+    pe0 = pe_block(t0, 0, 0, 0)
+    a, c = b.pe_agent(pe0), b.pe_agent(pe0)
+    o = b.dma(a, hbm_ctrl(t0, 0, 0, 0), 256)
+    b.wait(c, o)
+    work = b.compute(c, 5.0)
+    w = b.wait(a, work)
+    res = run_exact(b.build())
+    assert res.op_end_ns[o] == 14.0 and res.op_end_ns[work] == 19.0 and res.op_end_ns[w] == 19.0
 
 
 
@@ -158,7 +173,8 @@ def test_async_dmas_and_wait_all(t0: Tables) -> None:
     # 1..16, read flits at 17..32.  Write: controller at 4+i, last commit 27, done 29 (= 16 + 13).  Read:
     # r0c0 serves its flit 0 at 17 + 2 = 19, the r0c0 -> ctrl wire is free at 19 (write flit 15), read flit j
     # reaches the controller at 20+j; its PC (j mod 8) is freed exactly then (write flit 8+j mod 8 ended at
-    # 20 + j mod 8, read flit j-8 at 28 + j-8): commits end 28+j, last 43, done 45.
+    # 20 + j mod 8, read flit j-8 at 28 + j-8): commits end 28+j, last 43.  The read's response leaves when
+    # the controller took its last flit (35, hbm.read_response: accepted): done 37; the PCs work until 43.
     b = ProgramBuilder(t0, name="async")
     a = b.pe_agent(pe_block(t0, 0, 0, 0))
     ctrl = hbm_ctrl(t0, 0, 0, 0)
@@ -169,10 +185,10 @@ def test_async_dmas_and_wait_all(t0: Tables) -> None:
     res = run_exact(b.build())
     assert res.op_issue_ns[[w, r]].tolist() == [0.0, 0.0]
     assert res.op_begin_ns[[w, r]].tolist() == [0.0, 0.0]
-    assert res.op_end_ns[[w, r]].tolist() == [29.0, 45.0]
+    assert res.op_end_ns[[w, r]].tolist() == [29.0, 37.0]
     assert (res.op_begin_ns[c], res.op_end_ns[c]) == (0.0, 5.0)   # computes while the DMAs fly
-    assert res.op_issue_ns[wa] == 5.0 and res.op_end_ns[wa] == 45.0
-    assert res.agent_finish_ns[0] == 45.0 and res.makespan_ns == 45.0
+    assert res.op_issue_ns[wa] == 5.0 and res.op_end_ns[wa] == 37.0
+    assert res.agent_finish_ns[0] == 37.0 and res.makespan_ns == 37.0
     assert (res.pcs["max_backlog_ns"] == 0.0).all() and res.pcs["commits"].tolist() == [4] * 8
 
 

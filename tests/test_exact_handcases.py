@@ -50,8 +50,10 @@ def r0(t0: Tables) -> Router:
 
 @pytest.fixture(scope="module")
 def t_sw() -> Tables:
-    """Propagation zeroed and a 4 ns read/write turnaround penalty."""
-    return build_tables(load_system(overrides={**NO_PROP, "hbm.switch_penalty_ns": 4.0}))
+    """Propagation zeroed and a 4 ns read/write turnaround penalty; reads wait for their last commit
+    (``hbm.read_response: committed``), so the turnaround shows in their latency."""
+    return build_tables(load_system(overrides={**NO_PROP, "hbm.switch_penalty_ns": 4.0,
+                                               "hbm.read_response": "committed"}))
 
 
 def single_dma(t: Tables, pe: int, ctrl: int, nbytes: int, addr: int = 0, write: bool = True) -> ExactResult:
@@ -113,9 +115,13 @@ def test_local_pe_dma(t0: Tables, nbytes: int, expected: float) -> None:
     assert (pcs["max_backlog_ns"] == 0.0).all()
 
 
-def test_local_pe_dma_read_costs_like_write(t0: Tables) -> None:
-    # spec_memory §4.1 note: a PE DMA read carries nbytes forward too; only dir differs.
-    assert single_dma(t0, 0, 0, 16 * KiB, write=False).op_latency_ns(0) == 77.0
+def test_local_pe_dma_read_skips_the_last_commit(t0: Tables) -> None:
+    # spec_memory §4.1 note: a PE DMA read carries nbytes forward too.  Its response leaves when the controller
+    # took the last flit (hbm.read_response: accepted): 64 + 2 (router) + 1 (flit time) = 67, +2 = 69, the
+    # write's 77 less its last 8 ns commit; under ``committed`` it costs what the write costs.
+    assert single_dma(t0, 0, 0, 16 * KiB, write=False).op_latency_ns(0) == 69.0
+    committed = build_tables(load_system(overrides={**NO_PROP, "hbm.read_response": "committed"}))
+    assert single_dma(committed, 0, 0, 16 * KiB, write=False).op_latency_ns(0) == 77.0
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -320,8 +326,11 @@ def test_switch_penalty_same_pc(t_sw: Tables, t0: Tables) -> None:
     pcs = used_pcs(res)
     assert pcs["pc"].tolist() == [0] and pcs["commits"].tolist() == [2]
     assert float(pcs.loc[0, "max_backlog_ns"]) == 12.0 - 6.0
-    # the same program without the penalty
-    assert turnaround(t0, 0).op_end_ns[:2].tolist() == [14.0, 22.0]
+    # the same program without the penalty, reads committed
+    no_penalty = build_tables(load_system(overrides={**NO_PROP, "hbm.read_response": "committed"}))
+    assert turnaround(no_penalty, 0).op_end_ns[:2].tolist() == [14.0, 22.0]
+    # by default the read's response leaves when the controller took its flit (6): done at 8
+    assert turnaround(t0, 0).op_end_ns[:2].tolist() == [14.0, 8.0]
 
 
 def test_switch_penalty_other_pc(t_sw: Tables) -> None:

@@ -13,12 +13,13 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
 
-BASE = {"kbfast.errors", "kbfast.config", "kbfast.topology", "kbfast.ir"}
+BASE = {"kbfast.errors", "kbfast.config", "kbfast.topology", "kbfast.tiling", "kbfast.ir"}
 # layer -> the kbfast packages (besides itself) it may import
 RULES = {
     "kbfast.config": {"kbfast.errors", "kbfast.topology"},   # the loader checks override keys against EdgeKind
     "kbfast.topology": {"kbfast.errors", "kbfast.config"},
-    "kbfast.ir": {"kbfast.errors", "kbfast.topology"},
+    "kbfast.tiling": {"kbfast.errors"},
+    "kbfast.ir": {"kbfast.errors", "kbfast.topology", "kbfast.tiling"},
     "kbfast.sim": BASE,
     "kbfast.fast": BASE | {"kbfast.sim"},
     "kbfast.exact": BASE | {"kbfast.sim"},

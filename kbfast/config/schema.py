@@ -147,6 +147,10 @@ class Hbm(Strict):
     efficiency: float = Field(gt=0.0, le=1.0)
     switch_penalty_ns: NonNegativeFloat
     mapping_mode: Literal["n_to_one"]
+    # When a PE DMA read's response leaves the controller (docs/gemm.md "Pipeline DMA"): ``accepted``, once the
+    # controller has taken the read's last flit (its bursts still occupy the PCs); ``committed``, after the
+    # last burst's PC commit, as a write.
+    read_response: Literal["accepted", "committed"]
 
 
 class SlotTier(Strict):
@@ -183,14 +187,31 @@ class VcWeights(Strict):
     comm: PositiveInt
 
 
+class Tile(Strict):
+    """The GEMM hardware tile, in elements (spec_pe §5.1: 32 (M) x 64 (K) x 32 (N))."""
+
+    m: PositiveInt
+    k: PositiveInt
+    n: PositiveInt
+
+
 class Pe(Strict):
     """PE compute costs the sources never valued (spec_pe §0.2): MATH = max(overhead, n_elem * ns_per_elem);
-    and the PE_DMA virtual-channel arbitration."""
+    the PE_DMA virtual-channel arbitration and read channel; the GEMM tile pipeline (spec_pe §4–§5)."""
 
     elem_bytes: PositiveInt
     math_ns_per_elem: NonNegativeFloat
     math_overhead_ns: NonNegativeFloat
     vc_weights: VcWeights
+    # When a DMA read frees the PE's read channel (docs/gemm.md "Pipeline DMA"): ``accepted``, once the
+    # controller has taken its last flit (the response returns while the next read streams); ``response``,
+    # when the response is back at the PE (spec_pe §4.3, the full round trip).
+    dma_read_release: Literal["accepted", "response"]
+    tile: Tile
+    gemm_macs_per_ns: PositiveFloat      # MACs per ns of PE_GEMM: one tile takes m*k*n / rate ns
+    tile_buffers: PositiveInt            # tile t+D's reads wait until tile t has left FETCH
+    tcm_read_gbs: PositiveFloat          # PE_TCM read channel (FETCH), ADR-0040
+    tcm_write_gbs: PositiveFloat         # PE_TCM write channel (STORE), ADR-0040
 
 
 class Routing(Strict):

@@ -17,7 +17,8 @@ Semantics (design §5; spec_fabric §5.1–§5.3, §5.7; spec_memory §3–§4; 
 * HBM controller (terminal, flit-aware): flit ``i`` commits to PC
   ``((addr + i*flit) >> log2(burst)) & (n_pcs-1)`` at
   ``max(s, pc_avail) + switch_penalty`` for ``commit_ns``; the transaction
-  finalizes at its latest commit, asynchronously (the worker goes on).
+  finalizes at its latest commit, asynchronously (the worker goes on); a PE
+  read finalizes when its last flit is taken (``hbm.read_response: accepted``).
   A PE DMA then returns a zero-byte response on the reverse route; a host write
   completes at once; a host read (a zero-byte command) runs the chunk loop of
   spec_memory §3.7 and streams its data back on the reverse route.
@@ -43,7 +44,8 @@ from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, unpack
 from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
-from kbfast.sim.agents import EV_AGENT, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle_call, ipcq_arrive_call, new_state, push
+from kbfast.sim.agents import (EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle_call, ipcq_arrive_call,
+                               new_state, push)
 
 # transaction kinds
 K_PE_REQ, K_H2D, K_D2H_CMD, K_D2H_DATA, K_IPCQ = 0, 1, 2, 3, 4
@@ -147,7 +149,7 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
     """The event loop of :func:`replay` (same parameters, plus the agents' state ``S`` and the scratch
     arrays ``W``); returns (status, n_events)."""
     n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, _, e_prop, r_ptr, r_edges = fabric
-    n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty = hbm
+    n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty, read_accept = hbm
     op_addr, op_route, op_rroute, ch_route = routes
     (pend, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, t_count, t_last, t_aux, t_train_hop,
      t_train_dep0, t_sent, t_qnext, t_qhop, q_head, q_tail, vc_turn, vc_left, vc_busy, q_bytes, node_free, avail,
@@ -205,7 +207,12 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
                 pc_busy[g] += commit_ns
                 t_last[txn] = fin if i == 0 else max(t_last[txn], fin)
                 if i == nfl - 1:
-                    size, seq = push(heap, size, seq, max(t_last[txn], s), EV_TXN_DONE, txn, 0, 0)
+                    # A PE read may free its channel, and send its response, once its last flit is taken.
+                    read = t_kind[txn] == K_PE_REQ and t_dir[txn] == 1
+                    if read and P.read_release_early:
+                        size, seq = push(heap, size, seq, s, EV_CHAN_FREE, t_op[txn], 0, 0)
+                    done = s if (read and read_accept) else max(t_last[txn], s)
+                    size, seq = push(heap, size, seq, done, EV_TXN_DONE, txn, 0, 0)
             elif n_flit[v]:
                 s = max(now, node_free[v])
                 if i == 0:
@@ -316,6 +323,8 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
                 delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], e_bw) / nch
                 size, seq = push(heap, size, seq, t_aux[txn] + delta, EV_CHUNK, txn, 0, 0)
             else:
+                if t_kind[txn] == K_PE_REQ and t_dir[txn] == 1 and P.read_release_early:
+                    size, seq = push(heap, size, seq, now + n_ovh[v], EV_CHAN_FREE, t_op[txn], 0, 0)
                 size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
             continue
 

@@ -16,7 +16,7 @@ from numba import njit
 
 from kbfast.config.schema import SystemSpec
 from kbfast.sim.lowering import hbm_constants, ns_per_byte, renumber
-from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, transfer_end
+from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, new_pcs, transfer_end
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
 
@@ -33,7 +33,7 @@ def isolated_batch(kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_
     size-independent part of the closed form (``_prepare``'s memo, named by the parameter set).
     """
     out = np.empty(len(nbytes))
-    _batch_loop(out, new_buf(max_route), np.zeros(64), kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges,
+    _batch_loop(out, new_buf(max_route), new_pcs(64), kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges,
                 e_src, e_dst, n_flit, e_c, e_bw, e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit)
     return out
 
@@ -41,14 +41,14 @@ def isolated_batch(kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_
 # No NRT: the loop allocates nothing, and without it the per-point row views and the calls pay no
 # atomic reference counting (as in kbfast.fast.schedule._run).
 @njit(cache=True, _nrt=False)
-def _batch_loop(out, buf, pen, kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_src, e_dst, n_flit, e_c,
+def _batch_loop(out, buf, pcs, kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_src, e_dst, n_flit, e_c,
                 e_bw, e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit):  # pragma: no cover - jitted
     for i in order:
         s = pset[i]
         f, r = fwd[i], rev[i]
         out[i] = transfer_end(kind[i], 0.0, nbytes[i], addr[i], r_edges, r_ptr[f], r_ptr[f + 1], r_edges,
                               r_ptr[r], r_ptr[r + 1], e_src, e_dst, e_c[s], e_bw[s], e_prop[s], n_ovh[s], n_flit,
-                              F[s], burst[s], pc_shift[s], n_pcs[s], commit[s], burst_commit[s], pen, buf, s)
+                              F[s], burst[s], pc_shift[s], n_pcs[s], commit[s], burst_commit[s], pcs, buf, s)
 
 
 @dataclass(frozen=True)

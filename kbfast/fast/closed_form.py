@@ -33,8 +33,9 @@ from numba import njit
 
 from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
 
-# transfer kinds
-PE_REQ, H2D, D2H = 0, 1, 2
+# transfer kinds: a PE DMA (write, or read under hbm.read_response: committed), host write, host read,
+# a PE read under hbm.read_response: accepted (finalized when the controller takes its last flit)
+PE_REQ, H2D, D2H, PE_READ = 0, 1, 2, 3
 
 # The closed forms below allocate nothing, so they run without NRT (``_nrt=False``): no atomic
 # reference counting on their many array arguments (a third of a short route's time in a batch).
@@ -187,16 +188,10 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
 
 
 @njit(cache=True, _nrt=False)
-def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, addr, pc_shift, n_pcs,
-               commit, pen, buf, memo):  # pragma: no cover - jitted
-    """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train.
-
-    Flit ``i`` is on PC ``(pc0 + i) mod P``; the class members at or after ``i`` number
-    ``(n-1-i)//P + 1``.  Candidates: ``i in {0, 1, n-1}`` and the first and last ``P``
-    indices of ``2..n-2`` (each class's ends of the convex range).  ``pen[q]`` is the
-    read/write switch penalty of the first commit on PC ``q`` (a class's first flit is
-    one of ``i < P``).
-    """
+def _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo):  # pragma: no cover
+    """The last store-and-forward segment of a train to the HBM controller ending edges[lo:hi], prepared
+    with the controller's worker; returns (K, base, Ctot, its memo rows): flit ``i`` is taken at
+    ``base + V_i``."""
     n = (nbytes + F - 1) // F
     sL = nbytes - F * (n - 1)
     s0 = F if n > 1 else nbytes
@@ -213,9 +208,35 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
         seg_lo = last_saf + 1
     b = buf[MEMO_SLOTS - 1]
     K, sum_p, ctot = _prepare(edges, seg_lo, hi, np.bool_(True), e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
-    base = t0 + sum_p
+    return K, t0 + sum_p, ctot, b
+
+
+@njit(cache=True, _nrt=False)
+def hbm_accept(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo):  # pragma: no cover
+    """When the HBM controller ending edges[lo:hi] takes the train's last flit (``base + V_{n-1}``)."""
+    n = (nbytes + F - 1) // F
+    K, base, ctot, b = _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo)
+    return base + _v(n - 1, n, K, F, nbytes - F * (n - 1), ctot, b)
+
+
+@njit(cache=True, _nrt=False)
+def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, addr, pc_shift, n_pcs,
+               commit, pcs, buf, memo):  # pragma: no cover - jitted
+    """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train.
+
+    Flit ``i`` is on PC ``(pc0 + i) mod P``; the class members at or after ``i`` number
+    ``(n-1-i)//P + 1``.  Candidates: ``i in {0, 1, n-1}`` and the first and last ``P``
+    indices of ``2..n-2`` (each class's ends of the convex range).  ``pcs`` (:func:`new_pcs`) row 0 is
+    the read/write switch penalty of the first commit on PC ``q`` (a class's first flit is one of
+    ``i < P``), row 1 when PC ``q`` is free (``-inf``: idle), and row 2 receives each PC's last commit
+    (``-inf``: untouched): ``max(class candidates, ready + penalty + commit * N_q)``.
+    """
+    n = (nbytes + F - 1) // F
+    sL = nbytes - F * (n - 1)
+    K, base, ctot, b = _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo)
     pc0 = pc_of(addr, pc_shift, n_pcs)
-    fin = -np.inf
+    for q in range(n_pcs):
+        pcs[2, q] = -np.inf
     # candidates 0, 1, n-1, then 2..P+1 and n-1-P..n-2 (clipped to 2..n-2, without repeats)
     a1 = min(n_pcs + 1, n - 2)
     b0 = max(a1 + 1, n - 1 - n_pcs)
@@ -230,16 +251,33 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
         else:
             i = b0 + (c - 3 - max(a1 - 1, 0))
         term = base + _v(i, n, K, F, sL, ctot, b) + commit * ((n - 1 - i) // n_pcs + 1)
+        q = (pc0 + i) % n_pcs
         if i < n_pcs:
-            q = pc0 + i
-            term += pen[q - n_pcs if q >= n_pcs else q]
-        fin = max(fin, term)
+            term += pcs[0, q]
+        pcs[2, q] = max(pcs[2, q], term)
+    fin = -np.inf
+    for q in range(n_pcs):
+        first = (q - pc0) % n_pcs
+        if first < n:
+            n_q = (n - 1 - first) // n_pcs + 1
+            pcs[2, q] = max(pcs[2, q], pcs[1, q] + pcs[0, q] + commit * n_q)
+            fin = max(fin, pcs[2, q])
     return fin
+
+
+@njit(cache=True)
+def new_pcs(n_pcs):  # pragma: no cover - jitted
+    """Per-PC rows of :func:`hbm_finish`: switch penalties 0, every PC idle, no commits yet."""
+    pcs = np.zeros((3, n_pcs))
+    pcs[1, :] = -np.inf
+    pcs[2, :] = -np.inf
+    return pcs
 
 
 @njit(cache=True, _nrt=False)
 def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # pragma: no cover - jitted
-    """Host-read chunk loop (spec_memory §3.7): chunk i at t0+(i+1)*drain/n; returns the data send time."""
+    """Host-read chunk loop (spec_memory §3.7): chunk i at t0+(i+1)*drain/n; returns the data send time.
+    ``pen[q]``: the switch penalty of PC ``q``'s first commit."""
     nch = (nbytes + burst - 1) // burst
     if nch == 0:
         return t0
@@ -260,10 +298,11 @@ def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # 
 
 @njit(cache=True, _nrt=False)
 def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
-                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pen, buf, memo):  # pragma: no cover - jitted
+                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pcs, buf, memo):  # pragma: no cover - jitted
     """Completion time of one isolated DMA begun at T (the semantics of kbfast.exact.engine).
 
-    PE request: source overhead, train to the HBM controller, PC commits, zero-byte response.
+    PE request: source overhead, train to the HBM controller, PC commits (PE_READ: the controller takes the
+    last flit), zero-byte response.
     H2D: the same without the response.  D2H: zero-byte command, chunk loop, data train back.
     """
     head = T + n_ovh[e_src[fwd[flo]]]
@@ -271,7 +310,7 @@ def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_d
         t_cmd = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh)
         hbm = e_dst[fwd[fhi - 1]]
         bn = bottleneck(fwd, flo, fhi, e_bw)
-        send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit, pen)
+        send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit, pcs[0])
         if nbytes == 0:
             return send + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
         last, _, _ = train_exit_last(rev, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf, memo)
@@ -280,7 +319,9 @@ def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_d
         fin = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[fwd[fhi - 1]]]
     else:
         fin = hbm_finish(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
-                         n_pcs, commit, pen, buf, memo)
+                         n_pcs, commit, pcs, buf, memo)   # (a PE_READ's commits still fill pcs[2])
+        if kind == PE_READ:
+            fin = hbm_accept(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, buf, memo)
     if kind == H2D:
         return fin
     return fin + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]

@@ -27,9 +27,9 @@ import numpy as np
 from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, unpack
-from kbfast.sim.fabric import bottleneck, pc_of
-from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, train_exit_last, transfer_end
-from kbfast.sim.agents import EV_AGENT, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
+from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
+from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, train_exit_last, transfer_end
+from kbfast.sim.agents import EV_AGENT, EV_CHAN_FREE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
 LOWER, POINT, UPPER = 0, 1, 2
 # schedule event kinds (0..7 belong to kbfast.sim.agents)
@@ -310,10 +310,10 @@ def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  #
 
 
 Scratch = namedtuple("Scratch", [
-    "pc_dir", "pen", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
+    "pc_dir", "pc_avail", "pcs", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
     "eg_waiter", "drained", "heap", "pend", "mr", "mw", "m_ptr", "k_bn", "k_rate", "k_frozen", "route_nbytes",
-    "route_iso", "route_bn", "uf", "res_first", "order", "c_ptr"])
+    "route_iso", "route_bn", "uf", "res_first", "order", "c_ptr", "rel"])
 
 
 @njit(cache=True)
@@ -321,7 +321,8 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
     """Fresh per-run arrays of :func:`_run` (per op, per shared resource, per edge; the event heap)."""
     n_ops = len(P.op_code)
     return Scratch(
-        pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pen=np.zeros(n_pcs), buf=new_buf(max_route),
+        pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pc_avail=np.full(max(n_pc_dir, 1), -np.inf),
+        pcs=new_pcs(n_pcs), buf=new_buf(max_route),
         lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
         bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),
         solo=np.zeros(n_ops, np.bool_), in_fluid=np.zeros(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
@@ -336,7 +337,8 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
         route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes),   # per route: last SEND's iso
         route_bn=np.full(n_routes, np.nan),                                           # and its bottleneck
         uf=np.empty(n_ops, np.int64), res_first=np.full(n_res, -1, np.int64),      # rate components
-        order=np.empty(n_ops, np.int64), c_ptr=np.empty(n_ops + 1, np.int64))
+        order=np.empty(n_ops, np.int64), c_ptr=np.empty(n_ops + 1, np.int64),
+        rel=np.full(n_ops, -1.0))           # per read freeing its channel early: end - release, ns
 
 
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
@@ -347,12 +349,12 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
     """The event loop of :func:`schedule` (same parameters, plus the agents' state ``S`` and the scratch
     arrays ``W``)."""
     n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_c, e_prop, r_ptr, r_edges = fabric
-    n_pcs, pc_shift, burst, F, commit, burst_commit, switch_penalty = hbm
+    n_pcs, pc_shift, burst, F, commit, burst_commit, switch_penalty, read_accept = hbm
     op_addr, op_route, op_rroute, ch_route = routes
     sh_span, sh_res, _, res_cap, res_ovh, ch_iso_route = sharing
-    (pc_dir, pen, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
+    (pc_dir, pc_avail, pcs, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
-     k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr) = W
+     k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr, rel) = W
     n_active = np.int64(0)
     size = np.int64(0)
     seq = np.int64(0)
@@ -386,7 +388,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                     active[k] = active[n_active]
                     in_fluid[o] = False
                     size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
-                                         sh_span, sh_res, drained, eg_waiter, start, head, ver)
+                                         sh_span, sh_res, drained, eg_waiter, start, head, ver, rel)
                 else:
                     k += 1
             dirty = True
@@ -431,7 +433,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                 continue
             solo[o] = False
             size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
-                                 sh_span, sh_res, drained, eg_waiter, start, head, ver)
+                                 sh_span, sh_res, drained, eg_waiter, start, head, ver, rel)
             continue
         if kind == EV_FLOW_DONE:
             if y != ver[x]:
@@ -463,28 +465,35 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
             else:
                 a = S.op_agent[o]
                 write = P.op_code[o] == OP_DMA_WRITE
-                kind_t = PE_REQ if not P.a_host[a] else (H2D if write else D2H)
+                if P.a_host[a]:
+                    kind_t = H2D if write else D2H
+                else:
+                    kind_t = PE_READ if (read_accept and not write) else PE_REQ
                 fwd = op_route[o]
                 rev = op_rroute[o]
                 hbm = n_hbm[e_dst[r_edges[r_ptr[fwd + 1] - 1]]]
                 d = 0 if write else 1
+                # POINT follows each controller's history: PC read/write direction (switch penalty) and
+                # when each PC is free after a read whose bursts outlive it (PE_READ; concurrent flows'
+                # commits are the fluid's business); LOWER and UPPER take none.
+                history = mode == POINT and hbm >= 0
                 for q in range(n_pcs):
-                    pen[q] = 0.0
-                if mode == POINT and switch_penalty > 0.0:
-                    for q in range(n_pcs):
-                        g = hbm * n_pcs + q
-                        if pc_dir[g] >= 0 and pc_dir[g] != d:
-                            pen[q] = switch_penalty
-                history = mode == POINT and switch_penalty > 0.0
+                    g = hbm * n_pcs + q
+                    pcs[0, q] = switch_penalty if (history and pc_dir[g] >= 0 and pc_dir[g] != d) else 0.0
+                    pcs[1, q] = pc_avail[g] - now if history else -np.inf
                 if history or np.isnan(iso[o]):
                     lat[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
                                           r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw,
                                           e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit,
-                                          pen, buf, 0)      # memo 0: one set of tables per run
+                                          pcs, buf, 0)      # memo 0: one set of tables per run
                     if not history:
                         iso[o] = lat[o]
                 else:
                     lat[o] = iso[o]
+                if history and kind_t == PE_READ and P.op_nbytes[o] > 0:
+                    for q in range(n_pcs):
+                        if pcs[2, q] > -np.inf:
+                            pc_avail[hbm * n_pcs + q] = now + pcs[2, q]
                 if mode == POINT:
                     unit = burst if kind_t == D2H else F
                     nunits = (P.op_nbytes[o] + unit - 1) // unit
@@ -492,6 +501,10 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                         pc = pc_of(op_addr[o] + q * burst, pc_shift, n_pcs)   # flit = burst here
                         pc_dir[hbm * n_pcs + pc] = d
                 route = rev if kind_t == D2H else fwd
+                if P.read_release_early and not write and not P.a_host[a]:
+                    # The channel is free when the controller took the last flit: the end less the response.
+                    rel[o] = ctrl_latency(r_edges, r_ptr[rev], r_ptr[rev + 1], e_dst, e_prop, n_ovh) + \
+                        n_ovh[e_dst[r_edges[r_ptr[rev + 1] - 1]]]
             if mode == UPPER:
                 lat[o] += extra[o]
             if mode == POINT and share[o] and P.op_nbytes[o] > 0:
@@ -511,6 +524,8 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                     size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
             else:
                 size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, ver[o], 0)
+                if rel[o] >= 0.0:
+                    size, seq = push(heap, size, seq, now + lat[o] - rel[o], EV_CHAN_FREE, o, 0, 0)
 
 
 @njit(cache=True, _nrt=False)
@@ -526,8 +541,11 @@ def _advance(active, n_active, rem, rate, t_rem, t):  # pragma: no cover - jitte
 
 @njit(cache=True, _nrt=False)
 def _drained(o, now, end, heap, size, seq, users, holder, sh_span, sh_res, drained, eg_waiter, start, head,
-             ver):  # pragma: no cover - jitted
-    """A flow's bytes have passed: free its resources, schedule its end, release a train waiting behind it."""
+             ver, rel):  # pragma: no cover - jitted
+    """A flow's bytes have passed: free its resources, schedule its end (and an early channel release,
+    ``rel``), release a train waiting behind it."""
+    if rel[o] >= 0.0:
+        size, seq = push(heap, size, seq, max(now, end - rel[o]), EV_CHAN_FREE, o, 0, 0)
     drained[o] = True
     for j in range(sh_span[o, 0], sh_span[o, 1]):
         r = sh_res[j]

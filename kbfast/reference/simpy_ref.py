@@ -52,11 +52,15 @@ import simpy
 from kbfast.exact.replay import ReplayTimes
 from kbfast.ir import AgentKind, Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock
+from kbfast.sim.lowering import agent_pes
 from kbfast.topology.kinds import NodeKind
 
 PE_REQ, PE_RESP, H2D, D2H_CMD, D2H_DATA, IPCQ = range(6)   # transaction kinds
 WRITE, READ = 0, 1                                   # PC directions (spec_memory §3.2)
 DMA = (Op.DMA_WRITE, Op.DMA_READ)
+TIMED = (Op.FETCH, Op.STORE, Op.GEMM, Op.MATH)     # hold a PE resource for op_arg ns
+# op -> the PE resource it holds: DMA write, DMA read, TCM read, TCM write, compute slot
+RESOURCE = {Op.DMA_WRITE: 0, Op.DMA_READ: 1, Op.FETCH: 2, Op.STORE: 3, Op.GEMM: 4, Op.MATH: 4}
 
 
 SimpyResult = ReplayTimes   # per-op timestamps, with the meaning of ExactResult's
@@ -98,8 +102,13 @@ class _Sim:
         self.issue, self.begin, self.end = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
         self.finish = np.full(p.n_agents, np.nan)
         self.done = [self.env.event() for _ in range(n)]   # triggered when op o completes
-        self.channels = [(simpy.Resource(self.env, 1), simpy.Resource(self.env, 1))   # (write, read)
-                         for _ in range(p.n_agents)]
+        # Per PE: DMA write, DMA read, TCM read, TCM write, compute slot (spec_pe §4.2–§4.4), shared by its agents.
+        self.agent_pe = agent_pes(p)
+        self.resources = [[simpy.Resource(self.env, 1) for _ in range(5)]
+                          for _ in range(int(self.agent_pe.max(initial=-1)) + 1)]
+        self.read_accept = spec.hbm.read_response == "accepted"
+        self.read_release_early = spec.pe.dma_read_release == "accepted"
+        self.accepted = [self.env.event() for _ in range(n)]   # a PE read's last flit taken by the controller
         self._init_ipcq()
         for a in range(p.n_agents):
             self.env.process(self._agent(a))
@@ -133,9 +142,9 @@ class _Sim:
             code = p.op_code[o]
             if code == Op.START:
                 self.begin[o] = self.end[o] = env.now
-            elif code in DMA:
+            elif code in DMA or code in TIMED:
                 outstanding.append(o)
-                env.process(self._dma(a, o))
+                env.process(self._dma(a, o) if code in DMA else self._timed(a, o))
                 if not p.op_async[o]:
                     yield self.done[o]
             elif code == Op.SEND:
@@ -151,20 +160,40 @@ class _Sim:
                 if pending:
                     yield simpy.AllOf(env, pending)
                 self.begin[o], self.end[o] = self.issue[o], env.now
-            else:  # COMPUTE and MATH: busy for op_arg ns
+            else:  # COMPUTE: the agent is busy for op_arg ns
                 self.begin[o], self.end[o] = env.now, env.now + p.op_arg[o]
                 yield env.timeout(p.op_arg[o])
-            if code not in DMA and code != Op.RECV:
+            if code not in DMA and code not in TIMED and code != Op.RECV:
                 self.done[o].succeed()
         self.finish[a] = env.now
 
+    def _take(self, a: int, o: int):
+        """Take op ``o``'s resource of the agent's PE (none for the host); returns (resource, request)."""
+        pe = self.agent_pe[a]
+        if pe < 0:
+            return None, None
+        res = self.resources[pe][RESOURCE[int(self.p.op_code[o])]]
+        return res, res.request()
+
+    def _timed(self, a: int, o: int):
+        """FETCH, STORE, GEMM, MATH: hold the PE's resource for op_arg ns (spec_pe §4.2, §4.4)."""
+        res, req = self._take(a, o)
+        if req is not None and not req.triggered:
+            yield req
+        self.begin[o] = self.env.now
+        yield self.env.timeout(self.p.op_arg[o])
+        self.end[o] = self.env.now
+        if req is not None:
+            res.release(req)
+        self.done[o].succeed()
+
     def _dma(self, a: int, o: int):
-        """One DMA: take the channel (PE only), pay the source overhead, send; hold until done."""
+        """One DMA: take the channel (PE only), pay the source overhead, send; hold until done (a read:
+        until the controller took its last flit, under ``pe.dma_read_release: accepted``)."""
         p, env = self.p, self.env
         write = p.op_code[o] == Op.DMA_WRITE
         host = p.agent_kind[a] == AgentKind.HOST
-        channel = None if host else self.channels[a][0 if write else 1]
-        req = channel.request() if channel else None
+        channel, req = self._take(a, o)
         if req is not None and not req.triggered:   # a free channel is taken at once: transfers an agent
             yield req                                # issues at one instant reach the wire in program order
         self.begin[o] = env.now
@@ -173,6 +202,10 @@ class _Sim:
         kind = (H2D if write else D2H_CMD) if host else PE_REQ
         nbytes = 0 if kind == D2H_CMD else int(p.op_nbytes[o])   # PE reads carry their bytes (spec_memory §4.1)
         self._send(_Txn(kind, o, route, nbytes, int(p.op_addr[o]), WRITE if write else READ, self.flit))
+        if req is not None and not write and self.read_release_early:
+            yield self.accepted[o]
+            channel.release(req)
+            req = None
         yield self.done[o]
         self.end[o] = env.now
         if req is not None:
@@ -421,6 +454,11 @@ class _Sim:
         fin = self._commit(v, txn.addr + i * self.flit, txn.dir, self.flit_commit_ns)
         txn.last = fin if i == 0 else max(txn.last, fin)
         if i == txn.nflits - 1:
+            if txn.kind == PE_REQ and txn.dir == READ:
+                self.accepted[txn.op].succeed()
+                if self.read_accept:      # the response leaves now; the bursts still occupy the PCs
+                    self._complete(txn)
+                    return
             self.env.process(self._finalize(txn, txn.last))
 
     def _finalize(self, txn: _Txn, last_finish: float):
@@ -453,6 +491,8 @@ class _Sim:
     def _complete(self, txn: _Txn) -> None:
         """``txn`` has fully arrived (overhead paid) at the last node of its route (§3.8)."""
         if txn.kind == PE_REQ:
+            if txn.dir == READ and not self.accepted[txn.op].triggered:   # a zero-byte read
+                self.accepted[txn.op].succeed()
             self._send(_Txn(PE_RESP, txn.op, self.routes[self.p.op_rroute[txn.op]], 0, 0, txn.dir, self.flit))
         elif txn.kind == D2H_CMD:
             self.env.process(self._chunk_loop(txn))

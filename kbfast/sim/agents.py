@@ -2,9 +2,15 @@
 
 The exact replay and the fast schedule differ only in how a transfer moves
 through the fabric.  Everything an agent does between transfers lives here
-once: program order, DMA channels (capacity 1 per direction, held through the
-round trip, FIFO; spec_pe §4.3), WAIT, COMPUTE and MATH, and the IPCQ protocol
-of spec_ccl §2 and §4:
+once: program order, WAIT (on the agent's own ops or on another agent's), COMPUTE,
+the PE's resources and the IPCQ protocol of spec_ccl §2 and §4:
+
+* a PE has five resources of capacity 1, shared first in, first out by every
+  agent on it (spec_pe §4.2–§4.4): the DMA write and read channels (held through
+  the round trip; a read frees its channel when the controller took its last
+  flit under ``pe.dma_read_release: accepted``, event ``EV_CHAN_FREE``), the TCM
+  read channel (FETCH), the TCM write channel (STORE) and the compute slot (GEMM
+  and MATH).  FETCH, STORE, GEMM and MATH hold theirs for ``op_arg`` ns;
 
 * SEND is accepted when ``head - tail_cache < n_slots`` (else the agent blocks:
   sleep wakes at the credit, poll at the first poll tick after it); the data
@@ -44,16 +50,24 @@ from numba import njit
 from kbfast.sim.heap import heap_push, pack
 
 OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE, OP_SEND, OP_RECV, OP_MATH = 0, 1, 2, 3, 4, 5, 6, 7
-EV_AGENT, EV_OP_DONE, EV_VISIBLE, EV_RECV_TRY, EV_CREDIT = 0, 1, 2, 3, 4
+OP_FETCH, OP_STORE, OP_GEMM = 8, 9, 10
+EV_AGENT, EV_OP_DONE, EV_VISIBLE, EV_RECV_TRY, EV_CREDIT, EV_CHAN_FREE = 0, 1, 2, 3, 4, 5
 BLK_NONE, BLK_OP, BLK_ALL, BLK_SEND, BLK_ANY = 0, 1, 2, 3, 4
+# A PE's resources of capacity 1 (spec_pe §4.2–§4.4): DMA write and read channels, TCM read and write
+# channels, the compute slot (PE_GEMM and PE_MATH).  Every agent of a PE shares them, first in, first out.
+R_DMA_WRITE, R_DMA_READ, R_TCM_READ, R_TCM_WRITE, R_COMPUTE = 0, 1, 2, 3, 4
+N_RES = 5
 
 Prog = namedtuple("Prog", [
     "a_start", "a_host", "op_ptr", "agent_ops", "op_code", "op_target", "op_nbytes", "op_async", "op_arg",
     "ch_src", "ch_dst", "ch_nslots", "ch_setup", "ch_tier_bw", "ch_hop_bw", "ch_credit", "ch_in_ptr",
-    "ch_in_list", "ch_msg_ptr", "ch_msg_op", "credit_blocking", "poll_ns"])
+    "ch_in_list", "ch_msg_ptr", "ch_msg_op", "credit_blocking", "poll_ns",
+    "a_pe",                  # int64 [A]: the PE whose resources agent a uses (-1: the host, which has none)
+    "read_release_early",    # bool: a DMA read frees its channel when the controller took its last flit
+])
 
 State = namedtuple("State", [
-    "op_agent", "op_issue", "op_begin", "op_end", "op_next", "op_chan",
+    "op_agent", "op_issue", "op_begin", "op_end", "op_next", "op_chan", "op_whead", "op_wnext",
     "a_pc", "a_block", "a_arg", "a_out", "a_finish", "a_since", "a_rr",
     "dq_busy", "dq_head", "dq_tail",
     "q_head", "q_tailc", "q_vis", "q_tail", "q_last_vis", "q_rhead", "q_rtail", "q_busy", "q_peak"])
@@ -64,6 +78,9 @@ def new_state(P):  # pragma: no cover - jitted
     n_ops = len(P.op_code)
     n_agents = len(P.a_start)
     n_ch = len(P.ch_src)
+    n_pe = 1
+    for a in range(n_agents):
+        n_pe = max(n_pe, P.a_pe[a] + 1)
     op_agent = np.empty(n_ops, np.int64)
     for a in range(n_agents):
         for k in range(P.op_ptr[a], P.op_ptr[a + 1]):
@@ -71,11 +88,12 @@ def new_state(P):  # pragma: no cover - jitted
     return State(
         op_agent=op_agent, op_issue=np.full(n_ops, -1.0), op_begin=np.full(n_ops, -1.0),
         op_end=np.full(n_ops, -1.0), op_next=np.full(n_ops, -1, np.int64), op_chan=P.op_target.copy(),
+        op_whead=np.full(n_ops, -1, np.int64), op_wnext=np.full(n_ops, -1, np.int64),
         a_pc=P.op_ptr[:-1].copy(), a_block=np.zeros(n_agents, np.int64), a_arg=np.zeros(n_agents, np.int64),
         a_out=np.zeros(n_agents, np.int64), a_finish=np.full(n_agents, -1.0), a_since=np.zeros(n_agents),
         a_rr=np.zeros(n_agents, np.int64),
-        dq_busy=np.full((n_agents, 2), -1, np.int64), dq_head=np.full((n_agents, 2), -1, np.int64),
-        dq_tail=np.full((n_agents, 2), -1, np.int64),
+        dq_busy=np.full((n_pe, N_RES), -1, np.int64), dq_head=np.full((n_pe, N_RES), -1, np.int64),
+        dq_tail=np.full((n_pe, N_RES), -1, np.int64),
         q_head=np.zeros(n_ch, np.int64), q_tailc=np.zeros(n_ch, np.int64), q_vis=np.zeros(n_ch, np.int64),
         q_tail=np.zeros(n_ch, np.int64), q_last_vis=np.full(n_ch, -np.inf), q_rhead=np.full(n_ch, -1, np.int64),
         q_rtail=np.full(n_ch, -1, np.int64), q_busy=np.full(n_ch, -np.inf), q_peak=np.zeros(n_ch, np.int64))
@@ -101,6 +119,65 @@ def push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
     return size + 1, seq + 1
 
 
+@njit(cache=True, inline="always")
+def resource_of(code):  # pragma: no cover - jitted
+    """The PE resource an op holds (``R_*``), or -1 (START, WAIT, COMPUTE, SEND, RECV)."""
+    if code == OP_DMA_WRITE:
+        return R_DMA_WRITE
+    if code == OP_DMA_READ:
+        return R_DMA_READ
+    if code == OP_FETCH:
+        return R_TCM_READ
+    if code == OP_STORE:
+        return R_TCM_WRITE
+    if code == OP_GEMM or code == OP_MATH:
+        return R_COMPUTE
+    return -1
+
+
+@njit(cache=True, inline="always")
+def _begin(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """Op ``o`` has its resource: a DMA goes to the evaluator (``pend``); a timed op ends ``op_arg`` ns later."""
+    S.op_begin[o] = now
+    code = P.op_code[o]
+    if code == OP_DMA_WRITE or code == OP_DMA_READ:
+        pend[n_pend] = o
+        n_pend += 1
+    else:
+        size, seq = push(heap, size, seq, now + P.op_arg[o], EV_OP_DONE, o, 0, 0)
+    return size, seq, n_pend
+
+
+@njit(cache=True, inline="always")
+def _release(pe, r, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """Resource ``r`` of PE ``pe`` is free: the next queued op (FIFO) takes it."""
+    nxt = S.dq_head[pe, r]
+    if nxt >= 0:
+        S.dq_head[pe, r] = S.op_next[nxt]
+        if S.dq_head[pe, r] < 0:
+            S.dq_tail[pe, r] = -1
+        S.dq_busy[pe, r] = nxt
+        size, seq, n_pend = _begin(nxt, now, P, S, heap, size, seq, pend, n_pend)
+    else:
+        S.dq_busy[pe, r] = -1
+    return size, seq, n_pend
+
+
+@njit(cache=True, inline="always")
+def _end(o, t, S, heap, size, seq):  # pragma: no cover - jitted
+    """Op ``o`` ends at ``t``: agents of other ops waiting on it (WAIT on another agent's op) wake then."""
+    S.op_end[o] = t
+    w = S.op_whead[o]
+    S.op_whead[o] = -1
+    while w >= 0:
+        b = S.op_agent[w]
+        if S.a_block[b] == BLK_OP and S.a_arg[b] == o:
+            S.a_block[b] = BLK_NONE
+            size, seq = push(heap, size, seq, t, EV_AGENT, b, 0, 0)
+        w = S.op_wnext[w]
+    return size, seq
+
+
 @njit(cache=True, _nrt=False)
 def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Run agent ``a`` until it blocks; ops to begin now are appended to ``pend``."""
@@ -114,26 +191,26 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
         code = P.op_code[o]
         if S.op_issue[o] < 0:
             S.op_issue[o] = now
+        r = resource_of(code)
         if code == OP_START:
             S.op_begin[o] = now
-            S.op_end[o] = now
+            size, seq = _end(o, now, S, heap, size, seq)
             S.a_pc[a] += 1
-        elif code == OP_DMA_WRITE or code == OP_DMA_READ:
+        elif r >= 0:
+            # DMA, FETCH, STORE, GEMM, MATH: take the PE's resource, or queue for it (FIFO).
             S.a_out[a] += 1
             S.a_pc[a] += 1
-            ch = 0 if code == OP_DMA_WRITE else 1
-            if P.a_host[a] or S.dq_busy[a, ch] < 0:
-                if not P.a_host[a]:
-                    S.dq_busy[a, ch] = o
-                S.op_begin[o] = now
-                pend[n_pend] = o
-                n_pend += 1
+            pe = P.a_pe[a]
+            if pe < 0 or S.dq_busy[pe, r] < 0:
+                if pe >= 0:
+                    S.dq_busy[pe, r] = o
+                size, seq, n_pend = _begin(o, now, P, S, heap, size, seq, pend, n_pend)
             else:
-                if S.dq_tail[a, ch] >= 0:
-                    S.op_next[S.dq_tail[a, ch]] = o
+                if S.dq_tail[pe, r] >= 0:
+                    S.op_next[S.dq_tail[pe, r]] = o
                 else:
-                    S.dq_head[a, ch] = o
-                S.dq_tail[a, ch] = o
+                    S.dq_head[pe, r] = o
+                S.dq_tail[pe, r] = o
             if not P.op_async[o]:
                 S.a_block[a] = BLK_OP
                 S.a_arg[a] = o
@@ -148,7 +225,7 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
                 break
             S.q_head[c] += 1
             S.op_begin[o] = now
-            S.op_end[o] = now
+            size, seq = _end(o, now, S, heap, size, seq)
             S.a_pc[a] += 1
             pend[n_pend] = o
             n_pend += 1
@@ -189,13 +266,21 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
             elif S.op_end[tgt] < 0 or S.op_end[tgt] > now:
                 S.a_block[a] = BLK_OP
                 S.a_arg[a] = tgt
+                if S.op_agent[tgt] != a:
+                    # Another agent's op: wake at its known end, or when it ends (its waiter list).
+                    if S.op_end[tgt] >= 0:
+                        S.a_block[a] = BLK_NONE
+                        size, seq = push(heap, size, seq, S.op_end[tgt], EV_AGENT, a, 0, 0)
+                    else:
+                        S.op_wnext[o] = S.op_whead[tgt]
+                        S.op_whead[tgt] = o
                 break
             S.op_begin[o] = S.op_issue[o]
-            S.op_end[o] = now
+            size, seq = _end(o, now, S, heap, size, seq)
             S.a_pc[a] += 1
-        else:  # COMPUTE and MATH take op_arg ns
+        else:  # COMPUTE: the agent itself is busy for op_arg ns
             S.op_begin[o] = now
-            S.op_end[o] = now + P.op_arg[o]
+            size, seq = _end(o, now + P.op_arg[o], S, heap, size, seq)
             S.a_pc[a] += 1
             size, seq = push(heap, size, seq, now + P.op_arg[o], EV_AGENT, a, 0, 0)
             break
@@ -204,27 +289,27 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
 
 @njit(cache=True, inline="always")
 def op_done(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
-    """A DMA or RECV op completed at ``now``: free its DMA channel, wake its agent if waiting."""
-    S.op_end[o] = now
+    """A DMA, RECV or timed op completed at ``now``: free its resource (unless it already did), wake its
+    agent if waiting, and every agent waiting on it."""
+    size, seq = _end(o, now, S, heap, size, seq)
     a = S.op_agent[o]
     S.a_out[a] -= 1
-    code = P.op_code[o]
-    if (code == OP_DMA_WRITE or code == OP_DMA_READ) and not P.a_host[a]:
-        ch = 0 if code == OP_DMA_WRITE else 1
-        nxt = S.dq_head[a, ch]
-        if nxt >= 0:
-            S.dq_head[a, ch] = S.op_next[nxt]
-            if S.dq_head[a, ch] < 0:
-                S.dq_tail[a, ch] = -1
-            S.dq_busy[a, ch] = nxt
-            S.op_begin[nxt] = now
-            pend[n_pend] = nxt
-            n_pend += 1
-        else:
-            S.dq_busy[a, ch] = -1
+    r = resource_of(P.op_code[o])
+    pe = P.a_pe[a]
+    if r >= 0 and pe >= 0 and S.dq_busy[pe, r] == o:
+        size, seq, n_pend = _release(pe, r, now, P, S, heap, size, seq, pend, n_pend)
     if (S.a_block[a] == BLK_OP and S.a_arg[a] == o) or (S.a_block[a] == BLK_ALL and S.a_out[a] == 0):
         S.a_block[a] = BLK_NONE
         size, seq = push(heap, size, seq, now, EV_AGENT, a, 0, 0)
+    return size, seq, n_pend
+
+
+@njit(cache=True, inline="always")
+def chan_free(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """DMA read ``o`` frees its channel before its response is back (``pe.dma_read_release: accepted``)."""
+    pe = P.a_pe[S.op_agent[o]]
+    if pe >= 0 and S.dq_busy[pe, R_DMA_READ] == o:
+        size, seq, n_pend = _release(pe, R_DMA_READ, now, P, S, heap, size, seq, pend, n_pend)
     return size, seq, n_pend
 
 
@@ -292,7 +377,7 @@ def credit(c, value, now, P, S, heap, size, seq):  # pragma: no cover - jitted
 
 @njit(cache=True, inline="always")
 def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
-    """Dispatch a shared event (``EV_AGENT`` .. ``EV_CREDIT``); returns (size, seq, n_pend).  Any other kind
+    """Dispatch a shared event (``EV_AGENT`` .. ``EV_CHAN_FREE``); returns (size, seq, n_pend).  Any other kind
     raises: an evaluator handles its own kinds before it calls this."""
     if kind == EV_AGENT:
         size, seq, n_pend = run_agent(x, now, P, S, heap, size, seq, pend, n_pend)
@@ -304,6 +389,8 @@ def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no 
         size, seq = recv_try(x, now, P, S, heap, size, seq)
     elif kind == EV_CREDIT:
         size, seq = credit(y, x, now, P, S, heap, size, seq)
+    elif kind == EV_CHAN_FREE:
+        size, seq, n_pend = chan_free(x, now, P, S, heap, size, seq, pend, n_pend)
     else:
         raise ValueError("kbfast.sim.agents.handle: unknown event kind (an evaluator passed an event it must "
                          "handle itself)")

@@ -45,6 +45,7 @@ Hbm = namedtuple("Hbm", [
     "commit_ns",          # one flit's commit on a PC: flit_bytes / PC bandwidth
     "burst_commit_ns",    # one burst's commit on a PC: burst_bytes / PC bandwidth
     "switch_penalty_ns",  # a PC's read <-> write turnaround
+    "read_accept",        # a PE read's response leaves once the controller took its last flit (hbm.read_response)
 ])
 
 OpRoutes = namedtuple("OpRoutes", [
@@ -126,7 +127,16 @@ def make_prog(p) -> Prog:
         op_arg=p.op_arg, ch_src=ch.src, ch_dst=ch.dst, ch_nslots=ch.n_slots, ch_setup=ch.setup_ns,
         ch_tier_bw=ch.tier_bw, ch_hop_bw=ch.hop_bw, ch_credit=ch.credit_ns, ch_in_ptr=ch.in_ptr,
         ch_in_list=ch.in_list, ch_msg_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
-        ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns))
+        ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns),
+        a_pe=agent_pes(p), read_release_early=p.tables.spec.pe.dma_read_release == "accepted")
+
+
+def agent_pes(p) -> np.ndarray:
+    """Per agent, the PE whose resources it shares (agents on one ``pe_dma`` share them), -1 for the host."""
+    pe = p.agent_kind == 0
+    out = np.full(p.n_agents, -1, np.int64)
+    out[pe] = np.unique(p.agent_node[pe], return_inverse=True)[1].ravel()
+    return out
 
 
 def ns_per_byte(bw_gbs: np.ndarray) -> np.ndarray:
@@ -139,7 +149,7 @@ def hbm_constants(spec: SystemSpec) -> Hbm:
     hbm, flit = spec.hbm, spec.fabric.flit_bytes
     return Hbm(n_pcs=hbm.pcs_per_pe, pc_shift=int(hbm.burst_bytes).bit_length() - 1, burst_bytes=hbm.burst_bytes,
                flit_bytes=flit, commit_ns=flit / spec.pc_bw_gbs, burst_commit_ns=hbm.burst_bytes / spec.pc_bw_gbs,
-               switch_penalty_ns=hbm.switch_penalty_ns)
+               switch_penalty_ns=hbm.switch_penalty_ns, read_accept=hbm.read_response == "accepted")
 
 
 @dataclass(frozen=True)
