@@ -204,3 +204,21 @@ def test_bad_size_exits_2(runner: CliRunner, command: str, size: str) -> None:
     assert err.startswith("error:")
     assert ("not understood" in err) or ("must be > 0" in err) or ("whole" in err)
     assert "Traceback" not in res.output
+
+
+def test_gemm_reference_case(runner) -> None:
+    """kbfast run gemm: the reference's 32x3072x32 load_ref case (tests/test_gemm_pipeline.py derives 971 ns)."""
+    row = run_json(runner, "gemm", "--m", "32", "--n", "32", "--k", "3Ki", "--staging", "load_ref", "--compare")
+    assert row["workload"] == "gemm" and row["n_tiles"] == 48 and row["under_tile"] is False
+    assert row["window_ns"] == 971.0 and row["latency_ns"] == 1744.0 == row["exact_latency_ns"]
+    assert row["bound_stage"] == "dma_read" and 0.0 < row["mac_util"] < 1.0
+    assert all(0.0 <= row[f"busy[{r}]"] <= 1.0 for r in ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write"))
+
+
+def test_gemm_bad_input_names_the_value(runner) -> None:
+    res = run(runner, "gemm", "--staging", "load_both")
+    assert res.exit_code == 2 and "staging 'load_both' is not one of ref_ref, load_ref, load_load" in res.output
+    res = run(runner, "gemm", "--pe", "sip0.cube0.pe99")
+    assert res.exit_code == 2 and "unknown node 'sip0.cube0.pe99.pe_dma'" in res.output
+    res = run(runner, "gemm", "--k", "3x")
+    assert res.exit_code == 2 and "--k '3x' is not a positive integer" in res.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, load, parse_size, user_errors
+from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
@@ -21,10 +23,12 @@ from kbfast.results import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
+from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_metrics
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
-run_app = typer.Typer(help="Run one workload point: an all-reduce or a PE-to-PE transfer.", no_args_is_help=True)
+run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer or a GEMM.",
+                      no_args_is_help=True)
 
 
 TopologyOpt = Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")]
@@ -123,3 +127,48 @@ def run_pe2pe(
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": parse_size(size), "raw_dma": raw_dma, "consume": not no_consume}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
+
+
+@run_app.command("gemm")
+@user_errors
+def run_gemm(
+    m: Annotated[str, typer.Option("--m", help="Rows of A and C, e.g. 32, 4Ki.")] = "32",
+    n: Annotated[str, typer.Option("--n", help="Columns of B and C.")] = "32",
+    k: Annotated[str, typer.Option("--k", help="Columns of A, rows of B.")] = "3072",
+    staging: Annotated[str, typer.Option(help=f"One of {', '.join(STAGINGS)}: ref streams an operand per "
+                                              "tile, load puts it in TCM first.")] = "load_ref",
+    pe: Annotated[str, typer.Option(help="The PE, as sipS.cubeC.peP.")] = "sip0.cube0.pe0",
+    b_from: Annotated[str | None, typer.Option(help="The PE whose HBM slice holds B (default: the PE's "
+                                                     "own).")] = None,
+    topology: TopologyOpt = None,
+    exact: ExactOpt = False,
+    compare: CompareOpt = False,
+    fmt: FmtOpt = OutputFormat.table,
+    trace: TraceOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions."""
+    t = build_tables(load(topology, list(sets or [])))
+    dims = [_dim(name, v) for name, v in (("m", m), ("n", n), ("k", k))]
+    case = gemm_case(t, Router(t), *dims, staging=staging, pe=pe, b_from=b_from)
+    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("fast",)))
+    res = run_exact(case.program) if exact else run_fast(case.program)
+    if trace is not None:
+        write_trace(res if exact else run_exact(case.program), trace)
+    rate = t.spec.pe.gemm_macs_per_ns
+    row = {"workload": "gemm", "mode": "exact" if exact else "fast",
+           **gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate)}
+    if compare and not exact:
+        ex = run_exact(case.program)
+        ex_row = gemm_metrics(case, ex.op_begin_ns, ex.op_end_ns, rate)
+        row.update(exact_latency_ns=ex_row["latency_ns"], exact_window_ns=ex_row["window_ns"],
+                   rel_error=rel_error(row["latency_ns"], ex_row["latency_ns"]))
+    _print(row, fmt)
+
+
+def _dim(name: str, text: str) -> int:
+    """A GEMM dimension: a positive integer, optionally with K / Ki (x 1024) or M / Mi (x 1024^2)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(Ki|K|Mi|M)?\s*", text)
+    if not match or int(match[1]) == 0:
+        raise KbfastError(f"--{name} {text!r} is not a positive integer; use e.g. 32, 3072 or 3Ki")
+    return int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]

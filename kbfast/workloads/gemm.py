@@ -1,0 +1,106 @@
+"""One GEMM on one PE, as the reference's GEMM harness stages it (spec_pe §5.6, §11.1).
+
+``staging`` says how the operands reach the pipeline: ``ref_ref`` streams A and B tile by tile from HBM;
+``load_ref`` loads all of A into TCM first (one blocking DMA read, ``tl.load``) and streams B (``tl.ref``);
+``load_load`` loads both first.  A and C live in the PE's own HBM slice; B in the slice of ``b_from``
+(default: the PE's own), so a remote B shows what the fabric costs the GEMM.
+
+:func:`gemm_metrics` reads a result the way the reference's figures do: the latency from the first op to
+the last write, the composite window over the tile-stage records only (the up-front loads excluded), MAC
+utilisation ``MACs / window / gemm_macs_per_ns``, each PE resource's busy fraction of the window, the
+busiest one (the bound stage) and the ideal-pipeline estimate ``(n_tiles + D - 1) * T_stage`` with
+``D = 3`` stages and ``T_stage`` the longest per-tile stage (ADR-0044 D5's model, for comparison).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kbfast.errors import KbfastError
+from kbfast.ir import Op, Program, ProgramBuilder
+from kbfast.tiling import GemmPlan, plan_gemm
+from kbfast.topology.builder import Tables
+from kbfast.topology.names import node_id
+from kbfast.topology.routing import Router
+
+STAGINGS = ("ref_ref", "load_ref", "load_load")
+A_ADDR = 0
+IDEAL_STAGES = 3
+# PE resources and the ops that hold them (spec_pe §4.2–§4.4)
+RESOURCES = {"dma_read": (Op.DMA_READ,), "tcm_read": (Op.FETCH,), "compute": (Op.GEMM, Op.MATH),
+             "tcm_write": (Op.STORE,), "dma_write": (Op.DMA_WRITE,)}
+TILE_STAGES = (Op.DMA_READ, Op.FETCH, Op.GEMM, Op.MATH, Op.STORE, Op.DMA_WRITE)
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    program: Program
+    plan: GemmPlan
+    staging: str
+    pe: str
+    b_from: str
+    loads: tuple[int, ...]     # the up-front operand loads (ops)
+    done: int                  # the op that ends with the GEMM's last write
+
+
+def _pe_node(t: Tables, pe: str, kind: str) -> int:
+    """``pe_dma`` or ``hbm_ctrl`` of PE ``sipS.cubeC.peP`` (an unknown name says which names exist)."""
+    cube, local = pe.rsplit(".", 1) if "." in pe else ("", pe)
+    return node_id(t, f"{pe}.pe_dma" if kind == "pe_dma" else f"{cube}.hbm_ctrl.{local}")
+
+
+def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = "load_ref",
+              pe: str = "sip0.cube0.pe0", b_from: str | None = None) -> GemmCase:
+    """The Program of one ``m x n x k`` GEMM on PE ``pe`` (see the module docstring)."""
+    if staging not in STAGINGS:
+        raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
+    b_from = b_from or pe
+    dma, own, src_b = _pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"), _pe_node(t, b_from, "hbm_ctrl")
+    plan = plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load")
+    a_bytes, b_bytes, c_bytes = plan.operand_bytes()
+    b_addr, c_addr = a_bytes, a_bytes + b_bytes
+    b = ProgramBuilder(t, router, name=f"gemm_{m}x{n}x{k}_{staging}")
+    agent = b.pe_agent(dma)
+    b.start(agent)
+    b.phase(agent, "operand load")
+    loads = []
+    if plan.a_pinned:
+        loads.append(b.dma(agent, own, a_bytes, A_ADDR, write=False))
+    if plan.b_pinned:
+        loads.append(b.dma(agent, src_b, b_bytes, b_addr, write=False))
+    done = b.gemm(agent, plan, (own, A_ADDR), (src_b, b_addr), (own, c_addr))
+    return GemmCase(b.build(), plan, staging, pe, b_from, tuple(loads), done)
+
+
+def gemm_metrics(case: GemmCase, begin: np.ndarray, end: np.ndarray, macs_per_ns: float) -> dict:
+    """The reference's GEMM figures from per-op begin and end times (ns); see the module docstring."""
+    p, plan = case.program, case.plan
+    stage = np.isin(p.op_code, TILE_STAGES) & (p.op_phase == p.phase_names.index("gemm"))
+    t0 = float(begin[stage].min())
+    window = float(end[stage].max()) - t0
+    busy = {name: _covered(begin[np.isin(p.op_code, codes) & stage], end[np.isin(p.op_code, codes) & stage])
+            for name, codes in RESOURCES.items()}
+    reads = np.flatnonzero((p.op_code == Op.DMA_READ) & stage)
+    per_tile = max(plan.fetch_ns, plan.comp_inner_ns,
+                   float(np.sum(end[reads] - begin[reads])) / plan.n_tile_total if len(reads) else 0.0)
+    row = {"m": plan.m, "n": plan.n, "k": plan.k, "staging": case.staging, "pe": case.pe, "b_from": case.b_from,
+           "n_tiles": plan.n_tile_total, "under_tile": plan.under_tile,
+           "latency_ns": float(end[case.done] - begin[p.ops_of(0)[0]]),
+           "window_ns": window, "mac_util": plan.macs / window / macs_per_ns if window > 0 else 0.0,
+           "bound_stage": max(busy, key=busy.get),
+           "ideal_ns": (plan.n_tile_total + IDEAL_STAGES - 1) * per_tile}
+    row.update({f"busy[{name}]": v / window if window > 0 else 0.0 for name, v in busy.items()})
+    return row
+
+
+def _covered(begin: np.ndarray, end: np.ndarray) -> float:
+    """Length of the union of the intervals [begin, end) (a read's response may overlap the next read)."""
+    order = np.argsort(begin, kind="stable")
+    total, reach = 0.0, -np.inf
+    for b, e in zip(begin[order].tolist(), end[order].tolist()):
+        if e > reach:
+            total += e - max(b, reach)
+            reach = e
+    return total
