@@ -14,6 +14,9 @@ in one mode (``fast`` path or ``exact`` replay) and what passes:
   reference ratio (1.8 and 2.0);
 * **IPCQ overhead** (spec_ccl §8.2, ADR-0023 T5): IPCQ send/recv minus one DMA write of the same size, below
   100 ns on the hops h3 and h4 for every size from 128 B to 10 KB;
+* **GEMM** (spec_pe §5.6): the 32x3072x32 load_ref composite window (992 ns) and the latency with the up-front
+  A load (1765 ns) within 3 %; the tile counts of the reference shapes; a multi-tile GEMM slower than one
+  tile, and a repeat identical;
 * **retired**: ``ipcq_vs_dma_intercube`` ("IPCQ >= raw DMA") was measured on an older model.  Today's
   semantics put IPCQ about 12 ns below raw DMA (spec README, decisions).  The row reports that gap and is
   never a failure.
@@ -51,10 +54,12 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
+from kbfast.tiling import plan_gemm
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import Collective, allreduce, hop_endpoints, pe2pe
+from kbfast.workloads.gemm import gemm_case, gemm_metrics
 from kbfast.workloads.probes import ProbeCase, build_catalogue
 
 MODES = ("fast", "exact")
@@ -105,6 +110,7 @@ class Bench:
         self._systems: dict[tuple, tuple[Tables, Router]] = {}
         self._catalogue: dict[str, ProbeCase] | None = None
         self._memo: dict[tuple, float] = {}
+        self._gemm: dict[tuple, dict] = {}
 
     def system(self, sips: str | None = None, buffer_kind: str | None = None) -> tuple[Tables, Router]:
         key = (sips, buffer_kind)
@@ -117,6 +123,16 @@ class Bench:
             t = build_tables(derive(self.spec, over, f"{self.spec.name} with {over}") if over else self.spec)
             self._systems[key] = (t, Router(t))
         return self._systems[key]
+
+    def gemm(self, m: int, n: int, k: int, staging: str, mode: str, fresh: bool = False) -> dict:
+        """The GEMM figures (kbfast.workloads.gemm) of one GEMM on pe0 of cube 0; ``fresh`` runs it again."""
+        key = ("gemm", m, n, k, staging, mode)
+        if fresh or key not in self._gemm:
+            t, r = self.system()
+            case = gemm_case(t, r, m, n, k, staging)
+            res = _run(case.program, mode)
+            self._gemm[key] = gemm_metrics(case, res.op_begin_ns, res.op_end_ns, self.spec.pe.gemm_macs_per_ns)
+        return self._gemm[key]
 
     def catalogue(self) -> dict[str, ProbeCase]:
         if self._catalogue is None:
@@ -351,6 +367,51 @@ class RetiredIpcqRow(Row):
         return Outcome(max(gaps), None, None)
 
 
+@dataclass(frozen=True)
+class GemmRow(Row):
+    """The reference's 32x3072x32 load_ref GEMM on pe0 of cube 0 (spec_pe §5.6): the composite window
+    (tile-stage records only), or the latency that also counts the up-front load of A; within +-3 %."""
+
+    with_load: bool = False
+    unit: str = "ns"
+    criterion: str = "within +-3 %"
+
+    def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
+        got = bench.gemm(32, 32, 3072, "load_ref", mode)["latency_ns" if self.with_load else "window_ns"]
+        err = got / float(ref.loc[self.case, "value"]) - 1.0
+        return Outcome(got, err, abs(err) <= TOL)
+
+
+GEMM_TILE_COUNTS = {(512, 512, 512): 2048, (128, 128, 256): 64, (32, 32, 64): 1, (32, 32, 3072): 48}
+
+
+@dataclass(frozen=True)
+class GemmTileCountRow(Row):
+    """Tiles of the reference shapes at the configured tile (M x N x K: count)."""
+
+    criterion: str = "512^3 -> 2048; 128x128x256 -> 64; 32x32x64 -> 1; 32x32x3072 -> 48"
+
+    def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
+        got = {s: plan_gemm(bench.spec.pe, *s).n_tile_total for s in GEMM_TILE_COUNTS}
+        holds = got == GEMM_TILE_COUNTS
+        return Outcome(", ".join(str(v) for v in got.values()), holds, holds)
+
+
+@dataclass(frozen=True)
+class GemmOrderingRow(Row):
+    """A multi-tile GEMM (128x128x256, load_ref) takes longer than a single tile (32x32x64), and a repeat gives
+    the identical latency."""
+
+    criterion: str = "multi-tile > single tile; repeat identical"
+
+    def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
+        one = bench.gemm(32, 32, 64, "load_ref", mode)["latency_ns"]
+        many = bench.gemm(128, 128, 256, "load_ref", mode)["latency_ns"]
+        again = bench.gemm(128, 128, 256, "load_ref", mode, fresh=True)["latency_ns"]
+        holds = many > one and again == many
+        return Outcome(chain_text([one, many]), holds, holds)
+
+
 ROWS: dict[str, Row] = {r.case: r for r in (
     LatencyRow("pe_dma_local_16k", probe="SAME_CUBE_PE_LOCAL"),
     LatencyRow("pe_dma_remote_cube_worst_16k", probe="REMOTE_CUBE_PE_REMOTE_WORST"),
@@ -365,6 +426,10 @@ ROWS: dict[str, Row] = {r.case: r for r in (
     BufferKindRow("allreduce_buffer_kind_64k"),
     RetiredIpcqRow("ipcq_vs_dma_intercube", claim="IPCQ >= raw DMA"),
     IpcqOverheadRow("ipcq_overhead_target"),
+    GemmRow("gemm_load_ref_32x3072x32_window"),
+    GemmRow("gemm_load_ref_32x3072x32_with_a_load", with_load=True),
+    GemmTileCountRow("gemm_tile_counts"),
+    GemmOrderingRow("gemm_multi_vs_single_tile"),
 )}
 LATENCY_ROWS = tuple(c for c, r in ROWS.items() if isinstance(r, LatencyRow))
 
