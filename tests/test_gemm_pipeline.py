@@ -168,3 +168,24 @@ def test_bad_gemm_input_is_refused(tr) -> None:
     pe = node_id(t, "sip0.cube0.pe1.pe_dma")
     with pytest.raises(KbfastError, match="is not an HBM controller"):
         b.gemm(a, plan_gemm(t.spec.pe, 32, 32, 64), (pe, 0), (pe, 0), (pe, 0))
+
+
+ONE_SIP_2X2 = {"sips.count": 1, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 2}
+
+
+@pytest.mark.parametrize("shape", [(32, 32, 640), (128, 128, 256), (64, 64, 1024)])
+@pytest.mark.parametrize("nbytes", [4096, 65536])
+def test_p2_gemm_beside_an_allreduce(shape, nbytes) -> None:
+    """P2: every rank's PE runs a load_ref GEMM on an agent of its own while the lrab all-reduce runs (1 SIP,
+    2 x 2 cubes): they share the PE's DMA channels, TCM and compute slot (the reduce's MATH) and its link.
+    The fast estimate stays within 5 % of exact, and exact lies inside the fast bounds, op by op."""
+    from kbfast.workloads.collectives import allreduce
+    from kbfast.workloads.gemm import gemm_beside
+    t = build_tables(load_system(overrides=ONE_SIP_2X2))
+    c = allreduce(t, Router(t), nbytes, "lrab", beside=gemm_beside(*shape, "load_ref"))
+    ex, fa = run_exact(c.program), run_fast(c.program)
+    lat_ex, lat_fa = ex.agent_finish_ns.max(), fa.agent_finish_ns.max()
+    assert abs(lat_fa / lat_ex - 1) <= 0.05
+    assert (fa.op_end_lo_ns <= ex.op_end_ns + 1e-9).all() and (ex.op_end_ns <= fa.op_end_hi_ns + 1e-9).all()
+    # the GEMMs really ran beside it: 4 ranks, each with its GEMM's helper agents
+    assert c.program.n_agents == 4 * (1 + 1 + 5)

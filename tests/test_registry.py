@@ -17,10 +17,13 @@ from kbfast.workloads.registry import WORKLOADS, build
 @pytest.mark.parametrize("kind", list(WORKLOADS))
 def test_every_kind_builds_a_program_from_its_defaults(kind: str) -> None:
     t = build_tables(load_system("ring6") if kind == "allreduce" else load_system())
-    fields = {**WORKLOADS[kind].fields, "kind": kind, "size": parse_size(WORKLOADS[kind].fields["size"])}
+    fields = {**WORKLOADS[kind].fields, "kind": kind}
+    if "size" in fields:
+        fields["size"] = parse_size(fields["size"])
     built = build(t, Router(t), fields)
     assert built.program.n_ops > 0
-    assert (built.collective is None) != (built.case is None)    # measured from a launch, or as a probe case
+    # measured from a launch, as a probe case, or as a GEMM: exactly one
+    assert [built.collective, built.case, built.gemm].count(None) == 2
     assert WORKLOADS[kind].batched <= (built.collective is not None)
 
 

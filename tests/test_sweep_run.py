@@ -12,6 +12,7 @@ import pytest
 from kbfast import __version__
 from kbfast.config import load_system
 from kbfast.errors import KbfastError
+from kbfast.report.sweep import default_plots, summary_table
 from kbfast.sweep.runner import PROVENANCE, SweepInterrupted, SweepOutcome, run_sweep
 from kbfast.sweep.spec import SweepSpec, parse_spec
 
@@ -289,3 +290,24 @@ def test_resume_after_kill(tmp_path: Path) -> None:
         assert 0 < len(saved) < 12
     fresh = run_sweep(parse_spec(data, str(path)), tmp_path / "fresh")
     pd.testing.assert_frame_equal(res.results, fresh.results)
+
+
+def test_gemm_sweep_checks_and_plots(tmp_path: Path) -> None:
+    """A GEMM sweep: the GEMM columns, a cross-check against exact (single output tiles: fast == exact), an
+    under-tile shape flagged, a bad staging recorded as the point's error, the roofline and stage plots."""
+    s = spec({"name": "g", "topology": "ahbm_2sip", "workload": {"kind": "gemm", "m": 32, "n": 32},
+              "axes": [{"grid": {"workload.k": [16, "3Ki"], "workload.staging": ["load_ref", "ref_ref", "bad"]}}]},
+             "g.yaml")
+    out = run_sweep(s, tmp_path / "g", check=6)
+    df = out.results
+    assert len(df) == 6 and df["error"].notna().sum() == 2
+    assert all(df.loc[df["workload.staging"] == "bad", "error"].str.contains("staging 'bad' is not one of"))
+    ok = df[df["error"].isna()].set_index(["workload.k", "workload.staging"])
+    assert {"window_ns", "macs_per_ns", "mac_util", "bound_stage", "intensity_macs_per_byte", "busy[dma_read]"} \
+        <= set(ok.columns)
+    assert ok.loc[(3072, "load_ref"), "window_ns"] == 971.0          # tests/test_gemm_pipeline.py derives it
+    assert bool(ok.loc[(16, "load_ref"), "under_tile"]) and not bool(ok.loc[(3072, "load_ref"), "under_tile"])
+    np.testing.assert_allclose(ok["rel_error"], 0.0, atol=1e-12)
+    pngs = default_plots(df, tmp_path / "plots")
+    assert {p.name for p in pngs} == {"roofline.png", "stages.png", "parity.png"}
+    assert "under-tile" in summary_table(df).columns

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, load, parse_size, user_errors
-from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
@@ -23,7 +21,7 @@ from kbfast.results import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
-from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_metrics
+from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_metrics, parse_dim
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
@@ -149,7 +147,7 @@ def run_gemm(
 ) -> None:
     """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions."""
     t = build_tables(load(topology, list(sets or [])))
-    dims = [_dim(name, v) for name, v in (("m", m), ("n", n), ("k", k))]
+    dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
     case = gemm_case(t, Router(t), *dims, staging=staging, pe=pe, b_from=b_from)
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("fast",)))
     res = run_exact(case.program) if exact else run_fast(case.program)
@@ -164,11 +162,3 @@ def run_gemm(
         row.update(exact_latency_ns=ex_row["latency_ns"], exact_window_ns=ex_row["window_ns"],
                    rel_error=rel_error(row["latency_ns"], ex_row["latency_ns"]))
     _print(row, fmt)
-
-
-def _dim(name: str, text: str) -> int:
-    """A GEMM dimension: a positive integer, optionally with K / Ki (x 1024) or M / Mi (x 1024^2)."""
-    match = re.fullmatch(r"\s*(\d+)\s*(Ki|K|Mi|M)?\s*", text)
-    if not match or int(match[1]) == 0:
-        raise KbfastError(f"--{name} {text!r} is not a positive integer; use e.g. 32, 3072 or 3Ki")
-    return int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]

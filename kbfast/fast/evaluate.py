@@ -400,7 +400,7 @@ def run_fast(p: Program) -> FastResult:
     head = plan.head_offsets(p.op_nbytes)
     zero = np.zeros(p.n_ops)
     iso = np.full(p.n_ops, np.nan)
-    lo = _checked(p, schedule(LOWER, zero, share, head, iso, *args))
+    lo = _checked(p, schedule(LOWER, zero, share, head, iso, *_own_resources(args)))
     point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
     own = _own_penalty(p, plan)
     begin_lo = lo[0].op_begin
@@ -425,6 +425,18 @@ def run_fast(p: Program) -> FastResult:
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
                       compact=plan.compact, edge_contended=_per_edge(plan.edge_group, point[2]),
                       data_route=data_route)
+
+
+def _own_resources(args: tuple) -> tuple:
+    """The kernel inputs with a PE's resources private to each of its agents, for the lower bound: agents
+    sharing a FIFO resource race for it (which one goes first depends on the times), so a lower bound that
+    keeps the sharing is no bound (a faster op of one agent may take the compute slot just before another's);
+    without the sharing every op starts no later than in exact mode."""
+    fabric, hbm, P, routes, sharing = args
+    if len(P.a_pe) == len(np.unique(P.a_pe[P.a_pe >= 0])) + int(np.sum(P.a_pe < 0)):
+        return args                    # one agent per PE: nothing is shared
+    own = np.where(P.a_pe >= 0, np.arange(len(P.a_pe)), -1)
+    return fabric, hbm, P._replace(a_pe=own), routes, sharing
 
 
 def _bound_gain(before: np.ndarray, after: np.ndarray, start: np.ndarray) -> float:

@@ -6,7 +6,8 @@ exact-mode rules for channels (capacity 1 per direction, held through the round
 trip, FIFO), blocking/asynchronous ops, WAIT and COMPUTE.  Three modes:
 
 * ``LOWER``: every flow takes its isolated latency (contention ignored, no
-  read/write switch history): a lower bound of exact mode.
+  read/write switch history): a lower bound of exact mode when each agent has
+  its PE's resources to itself (``kbfast.fast.evaluate`` makes them private).
 * ``POINT``: flows that share an edge with another flow of the Program drain
   their bytes as a fluid under max-min fair sharing of the shared edges (each
   flow also capped by its own bottleneck), from the moment their head reaches

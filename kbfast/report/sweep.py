@@ -18,6 +18,7 @@ import pandas as pd  # noqa: E402
 
 from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
+from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
 
 INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "buffer_kind",
           "n_slots")
@@ -71,8 +72,11 @@ def check_text(chk: dict[str, float]) -> dict[str, str]:
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Latency in µs by size (rows) and series (columns) when both are few; otherwise per-series statistics."""
+    """Latency in µs by size (rows) and series (columns) when both are few; otherwise per-series statistics
+    (a GEMM sweep: kbfast.report.gemm.gemm_summary)."""
     ok = df[df["error"].isna()] if "error" in df else df
+    if is_gemm(ok):
+        return gemm_summary(ok)
     if ok.empty:
         return pd.DataFrame()
     cols = series_columns(ok)
@@ -184,6 +188,11 @@ def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     if ok.empty:
         return []
     out = []
+    if is_gemm(ok):
+        out += gemm_plots(ok, folder)
+        if check_summary(df):
+            out.append(plot_parity(df, folder / "parity.png"))
+        return out
     hue = series_columns(ok)
     if len(series_labels(ok, hue).unique()) > MAX_SERIES:
         hue = hue[:1] if ok[hue[0]].nunique() <= MAX_SERIES else []

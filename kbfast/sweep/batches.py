@@ -33,6 +33,7 @@ from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import busbw_gbps
+from kbfast.workloads.gemm import GemmCase, gemm_metrics
 from kbfast.workloads.registry import WORKLOADS, build
 
 BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
@@ -129,6 +130,8 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     t, router = tables_of(p)
     built = build(t, router, p.workload)
     prog, coll, case = built.program, built.collective, built.case
+    if built.gemm is not None:
+        return _gemm_point(built.gemm, tables_of(p)[0], exact)
     size = int(p.workload["size"])
     if case is not None:
         row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator, prog)
@@ -144,6 +147,23 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
            "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if WORKLOADS[p.workload["kind"]].bus_bandwidth else np.nan,
            "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
     if not exact:
+        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
+    return out
+
+
+def _gemm_point(case: GemmCase, t: Tables, exact: bool) -> dict[str, Any]:
+    """A GEMM point: latency (with any up-front loads) and bounds, plus the GEMM figures (window, MAC/ns,
+    intensity, utilisation, bound stage, busy fractions)."""
+    res = run_exact(case.program) if exact else run_fast(case.program)
+    g = gemm_metrics(case, res.op_begin_ns, res.op_end_ns, t.spec.pe.gemm_macs_per_ns)
+    out = {k: v for k, v in g.items() if k not in ("m", "n", "k", "staging", "pe", "b_from")}
+    lat, lo, hi = res.latency_ns(0.0)
+    pe, link = t.spec.pe, t.spec.link
+    out.update(latency_ns=g["latency_ns"], latency_lo_ns=np.nan, latency_hi_ns=np.nan, busbw_gbps=np.nan,
+               effective_bw_gbps=np.nan, contention=np.nan, n_ranks=1, peak_macs_per_ns=pe.gemm_macs_per_ns,
+               hbm_gbps=min(link.pe_to_router.bw_gbs, link.router_hbm.bw_gbs))
+    if not exact:
+        # the latency counts from the PE's first op, which starts at 0: the agents' bounds apply as they are
         out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
     return out
 
@@ -166,7 +186,9 @@ def _batched_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
 def _describe(p: Point) -> dict[str, Any]:
     """The resolved, standard input columns of a point (whatever its axes were)."""
     w = p.workload
-    out: dict[str, Any] = {"topology": p.topology, "workload": w["kind"], "size": int(w["size"])}
+    out: dict[str, Any] = {"topology": p.topology, "workload": w["kind"]}
+    if w.get("size") is not None:
+        out["size"] = int(w["size"])
     out.update({k: w[k] for k in WORKLOADS[w["kind"]].columns})
     try:
         s = system_of(p)

@@ -39,6 +39,7 @@ from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path,
                                   read_param_set)
 from kbfast.config.units import is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
+from kbfast.workloads.gemm import parse_dim
 from kbfast.workloads.registry import WORKLOADS
 
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
@@ -100,8 +101,13 @@ class SweepSpec:
             workload["size"] = _size(self.label, "workload.size", workload["size"])
             if "workload.size" in params:
                 params = {**params, "workload.size": workload["size"]}
-        for name in WORKLOADS[workload["kind"]].bool_fields:
+        kind = WORKLOADS[workload["kind"]]
+        for name in kind.bool_fields:
             _bool(self.label, f"workload.{name}", workload[name])
+        for name in kind.dim_fields:
+            workload[name] = _dim(self.label, f"workload.{name}", workload[name])
+            if f"workload.{name}" in params:
+                params = {**params, f"workload.{name}": workload[name]}
         key = overrides_key(overrides)
         return Point(index, params, topology, overrides, workload,
                      config_hash(topology, overrides, workload, self.mode, key), key)
@@ -112,6 +118,13 @@ def _size(label: str, key: str, value: Any) -> Any:
         return value
     try:
         return parse_size(value)
+    except KbfastError as err:
+        raise ConfigError(label, key, value, str(err)) from None
+
+
+def _dim(label: str, key: str, value: Any) -> int:
+    try:
+        return parse_dim(key, value)
     except KbfastError as err:
         raise ConfigError(label, key, value, str(err)) from None
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Callable
+
 import numpy as np
 
 from kbfast.errors import KbfastError, did_you_mean
@@ -333,8 +335,13 @@ KERNELS = {"lrab": lrab_kernel, "lrab_corner": lrab_kernel, "ring": ring_kernel,
 
 
 def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", ranks: str | None = None,
-              launch: bool = True, tile_io: bool = True) -> Collective:
+              launch: bool = True, tile_io: bool = True,
+              beside: Callable[[ProgramBuilder, np.ndarray], None] | None = None) -> Collective:
     """Build the Program of one all-reduce of ``nbytes`` per rank; runs the symbolic check.
+
+    ``beside(builder, rank_nodes)`` adds other work to the same Program before it is built, on agents of its
+    own (for example a GEMM on every rank's PE: ``kbfast.workloads.gemm.gemm_beside``); it starts at the
+    launch barrier with the collective and shares the PEs' resources with it.
 
     ``tile_io`` (default): every rank loads its tile from its own HBM slice before the kernel (a blocking
     DMA_READ of ``nbytes`` from ``hbm_ctrl.pe{X}``, address 0, phase ``tile load``) and stores the result
@@ -388,6 +395,8 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
         else:
             wiring = wire(*ring_peers(n))
         run_traced(b, b.pe_agents(nodes), wiring, kernel, nbytes, _roles(algorithm, n, info), info)
+    if beside is not None:
+        beside(b, np.asarray(nodes))
     target = launch_timing(t, router, np.array(nodes)).target_start_ns if launch else 0.0
     return Collective(program=b.build(launch_ns=target), algorithm=algorithm, n_ranks=n, nbytes=nbytes,
                       launch_ns=target, tile_io=bool(tile_io))

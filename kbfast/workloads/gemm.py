@@ -6,14 +6,16 @@
 (default: the PE's own), so a remote B shows what the fabric costs the GEMM.
 
 :func:`gemm_metrics` reads a result the way the reference's figures do: the latency from the first op to
-the last write, the composite window over the tile-stage records only (the up-front loads excluded), MAC
-utilisation ``MACs / window / gemm_macs_per_ns``, each PE resource's busy fraction of the window, the
+the last write, the composite window over the tile-stage records only (the up-front loads excluded), MAC/ns
+over the window and over the whole latency, MAC utilisation ``MACs / window / gemm_macs_per_ns``, the
+arithmetic intensity (MACs per HBM byte moved, up-front loads included), each PE resource's busy fraction of the window, the
 busiest one (the bound stage) and the ideal-pipeline estimate ``(n_tiles + D - 1) * T_stage`` with
 ``D = 3`` stages and ``T_stage`` the longest per-tile stage (ADR-0044 D5's model, for comparison).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +24,7 @@ from kbfast.errors import KbfastError
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.tiling import GemmPlan, plan_gemm
 from kbfast.topology.builder import Tables
-from kbfast.topology.names import node_id
+from kbfast.topology.names import node_id, node_name
 from kbfast.topology.routing import Router
 
 STAGINGS = ("ref_ref", "load_ref", "load_load")
@@ -51,27 +53,65 @@ def _pe_node(t: Tables, pe: str, kind: str) -> int:
     return node_id(t, f"{pe}.pe_dma" if kind == "pe_dma" else f"{cube}.hbm_ctrl.{local}")
 
 
+def parse_dim(name: str, value: int | str) -> int:
+    """A GEMM dimension: a positive integer, or text with K / Ki (x 1024) or M / Mi (x 1024^2)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = re.fullmatch(r"\s*(\d+)\s*(Ki|K|Mi|M)?\s*", str(value))
+    if not match or int(match[1]) == 0:
+        raise KbfastError(f"{name} {value!r} is not a positive integer; use e.g. 32, 3072 or 3Ki")
+    return int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]
+
+
 def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = "load_ref",
               pe: str = "sip0.cube0.pe0", b_from: str | None = None) -> GemmCase:
     """The Program of one ``m x n x k`` GEMM on PE ``pe`` (see the module docstring)."""
-    if staging not in STAGINGS:
-        raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
     b_from = b_from or pe
     dma, own, src_b = _pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"), _pe_node(t, b_from, "hbm_ctrl")
-    plan = plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load")
-    a_bytes, b_bytes, c_bytes = plan.operand_bytes()
-    b_addr, c_addr = a_bytes, a_bytes + b_bytes
+    plan = staged_plan(t, m, n, k, staging)
     b = ProgramBuilder(t, router, name=f"gemm_{m}x{n}x{k}_{staging}")
     agent = b.pe_agent(dma)
     b.start(agent)
+    loads, done = add_gemm(b, agent, plan, own, src_b)
+    return GemmCase(b.build(), plan, staging, pe, b_from, loads, done)
+
+
+def staged_plan(t: Tables, m: int, n: int, k: int, staging: str) -> GemmPlan:
+    """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
+    if staging not in STAGINGS:
+        raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
+    return plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load")
+
+
+def add_gemm(b: ProgramBuilder, agent: int, plan: GemmPlan, own: int, src_b: int) -> tuple[tuple[int, ...], int]:
+    """Agent ``agent`` loads the pinned operands (phase ``operand load``), then runs the GEMM: A and C in
+    controller ``own``'s slice, B in ``src_b``'s, tile-major from address 0 (A, then B, then C).  Returns the
+    load ops and the op that ends with the last write."""
+    a_bytes, b_bytes, _ = plan.operand_bytes()
+    b_addr, c_addr = a_bytes, a_bytes + b_bytes
     b.phase(agent, "operand load")
     loads = []
     if plan.a_pinned:
         loads.append(b.dma(agent, own, a_bytes, A_ADDR, write=False))
     if plan.b_pinned:
         loads.append(b.dma(agent, src_b, b_bytes, b_addr, write=False))
-    done = b.gemm(agent, plan, (own, A_ADDR), (src_b, b_addr), (own, c_addr))
-    return GemmCase(b.build(), plan, staging, pe, b_from, tuple(loads), done)
+    return tuple(loads), b.gemm(agent, plan, (own, A_ADDR), (src_b, b_addr), (own, c_addr))
+
+
+def gemm_beside(m: int, n: int, k: int, staging: str = "load_ref"):
+    """A ``beside`` hook for :func:`kbfast.workloads.collectives.allreduce`: every rank's PE also runs an
+    ``m x n x k`` GEMM on an agent of its own (its own slice), sharing the PE's channels, TCM and compute
+    slot with the collective."""
+    def add(b: ProgramBuilder, nodes: np.ndarray) -> None:
+        t = b.t
+        plan = staged_plan(t, m, n, k, staging)
+        for node in np.asarray(nodes).tolist():
+            pe = node_name(t, node).rsplit(".", 1)[0]
+            agent = b.pe_agent(node)
+            b.start(agent)
+            own = _pe_node(t, pe, "hbm_ctrl")
+            add_gemm(b, agent, plan, own, own)
+    return add
 
 
 def gemm_metrics(case: GemmCase, begin: np.ndarray, end: np.ndarray, macs_per_ns: float) -> dict:
@@ -88,11 +128,21 @@ def gemm_metrics(case: GemmCase, begin: np.ndarray, end: np.ndarray, macs_per_ns
     row = {"m": plan.m, "n": plan.n, "k": plan.k, "staging": case.staging, "pe": case.pe, "b_from": case.b_from,
            "n_tiles": plan.n_tile_total, "under_tile": plan.under_tile,
            "latency_ns": float(end[case.done] - begin[p.ops_of(0)[0]]),
-           "window_ns": window, "mac_util": plan.macs / window / macs_per_ns if window > 0 else 0.0,
+           "window_ns": window, "macs_per_ns": plan.macs / window if window > 0 else 0.0,
+           "macs_per_ns_overall": plan.macs / float(end[case.done] - begin[p.ops_of(0)[0]]),
+           "intensity_macs_per_byte": plan.macs / hbm_bytes(plan),
+           "mac_util": plan.macs / window / macs_per_ns if window > 0 else 0.0,
            "bound_stage": max(busy, key=busy.get),
            "ideal_ns": (plan.n_tile_total + IDEAL_STAGES - 1) * per_tile}
     row.update({f"busy[{name}]": v / window if window > 0 else 0.0 for name, v in busy.items()})
     return row
+
+
+def hbm_bytes(plan: GemmPlan) -> int:
+    """Bytes the GEMM moves between HBM and the PE: every streamed tile read, the pinned operands once, C once."""
+    a, b, c = plan.operand_bytes()
+    per_tile = (0 if plan.a_pinned else plan.a_tile_bytes) + (0 if plan.b_pinned else plan.b_tile_bytes)
+    return plan.n_tile_total * per_tile + (a if plan.a_pinned else 0) + (b if plan.b_pinned else 0) + c
 
 
 def _covered(begin: np.ndarray, end: np.ndarray) -> float:

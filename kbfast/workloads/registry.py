@@ -16,17 +16,20 @@ from kbfast.ir import Program
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import Collective, allreduce, pe2pe
+from kbfast.workloads.gemm import GemmCase, gemm_case
 from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
 
 
 @dataclass(frozen=True)
 class Built:
     """A workload's Program, and what measures it: a collective counts latency from its launch (spec_pe
-    §3.6); a probe case or traffic pattern is measured by ``kbfast.probe.evaluate_case``."""
+    §3.6); a probe case or traffic pattern is measured by ``kbfast.probe.evaluate_case``; a GEMM by
+    ``kbfast.workloads.gemm.gemm_metrics``."""
 
     program: Program
     collective: Collective | None = None
     case: ProbeCase | None = None
+    gemm: GemmCase | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class WorkloadKind:
     fields: dict[str, Any]                 # field -> default (``size`` may carry a unit suffix)
     build: Callable[[Tables, Router, dict[str, Any]], Built]
     bool_fields: tuple[str, ...] = ()      # fields that take true or false only
+    dim_fields: tuple[str, ...] = ()       # positive integers, K / M suffixes allowed (kbfast.workloads.gemm.parse_dim)
     columns: tuple[str, ...] = ()          # fields copied into the result table
     batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
@@ -66,6 +70,12 @@ def _traffic(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     return Built(case.program(t, router, int(w["size"])), case=case)
 
 
+def _gemm(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    case = gemm_case(t, router, int(w["m"]), int(w["n"]), int(w["k"]), staging=str(w["staging"]), pe=str(w["pe"]),
+                     b_from=w["b_from"])
+    return Built(case.program, gemm=case)
+
+
 WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
                  {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
@@ -78,6 +88,9 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"}, _probe, columns=("case",)),
     WorkloadKind("traffic", "random PE-to-HBM flows",
                  {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _traffic),
+    WorkloadKind("gemm", "one GEMM through a PE's tile pipeline (kbfast run gemm)",
+                 {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None},
+                 _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging")),
 )}
 
 
