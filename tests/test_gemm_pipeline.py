@@ -189,3 +189,63 @@ def test_p2_gemm_beside_an_allreduce(shape, nbytes) -> None:
     assert (fa.op_end_lo_ns <= ex.op_end_ns + 1e-9).all() and (ex.op_end_ns <= fa.op_end_hi_ns + 1e-9).all()
     # the GEMMs really ran beside it: 4 ranks, each with its GEMM's helper agents
     assert c.program.n_agents == 4 * (1 + 1 + 5)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Properties (exact mode, small shapes): more MAC/ns is never slower, a larger K is never faster, pinning an
+# operand is never slower (the GEMM command alone: up-front loads are not part of it).
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+DIMS = st.sampled_from([16, 32, 48, 64, 96, 128, 200])
+
+
+@pytest.fixture(scope="module")
+def systems():
+    """Tables and router per (GEMM rate, depth), built once."""
+    cache = {}
+
+    def get(rate: float, depth: int):
+        if (rate, depth) not in cache:
+            t = build_tables(load_system(overrides={"pe.gemm_macs_per_ns": rate, "pe.tile_buffers": depth}))
+            cache[rate, depth] = (t, Router(t))
+        return cache[rate, depth]
+    return get
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=DIMS, n=DIMS, k=DIMS, a=st.booleans(), b=st.booleans(), depth=st.integers(1, 3))
+def test_more_macs_per_ns_is_never_slower(systems, m, n, k, a, b, depth) -> None:
+    """Where no C write meets the reads: one output tile, or both operands pinned (see the next test)."""
+    if not (m <= 32 and n <= 32 or a and b):
+        m, n = min(m, 32), min(n, 32)
+    ends = [exact_end(*systems(rate, depth), m, n, k, a_pinned=a, b_pinned=b) for rate in (1024.0, 4096.0, 16384.0)]
+    assert ends[0] >= ends[1] >= ends[2]
+
+
+def test_more_macs_per_ns_can_be_slower_when_writes_meet_reads(systems) -> None:
+    """A timing anomaly of FIFO resources, not a bug: 200 x 200 x 16 streams A and B (49 output tiles, one k
+    tile each) at depth 1.  A faster GEMM issues each C write sooner, into the PE link and PCs that the next
+    tiles' reads use (a PE read carries its bytes forward, spec_memory §4.1), and the reads queue behind it:
+    2785 ns at 4096 MAC/ns, 3013 ns (+8.2 %) at 16384.  kbfast reproduces the FIFO semantics, so the property
+    "more MAC/ns is never slower" holds only where no write meets the reads (docs/gemm.md)."""
+    ends = [exact_end(*systems(rate, 1), 200, 200, 16) for rate in (4096.0, 16384.0)]
+    assert ends == [2785.0, 3013.0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=DIMS, n=DIMS, k=DIMS, extra=st.integers(1, 3), a=st.booleans(), b=st.booleans())
+def test_a_larger_k_is_never_faster(systems, m, n, k, extra, a, b) -> None:
+    t, r = systems(4096.0, 2)
+    assert exact_end(t, r, m, n, k + 64 * extra, a_pinned=a, b_pinned=b) >= exact_end(t, r, m, n, k, a_pinned=a,
+                                                                                      b_pinned=b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=DIMS, n=DIMS, k=DIMS, depth=st.integers(1, 3))
+def test_pinning_an_operand_is_never_slower(systems, m, n, k, depth) -> None:
+    t, r = systems(4096.0, depth)
+    streamed = exact_end(t, r, m, n, k)
+    assert exact_end(t, r, m, n, k, a_pinned=True) <= streamed
+    assert exact_end(t, r, m, n, k, b_pinned=True) <= streamed
+    assert exact_end(t, r, m, n, k, a_pinned=True, b_pinned=True) <= min(
+        exact_end(t, r, m, n, k, a_pinned=True), exact_end(t, r, m, n, k, b_pinned=True))
