@@ -92,6 +92,25 @@ def bench_exact_rate() -> list[BenchRow]:
     return rows
 
 
+def bench_gemm() -> list[BenchRow]:
+    """The GEMM tile pipeline: exact-mode event rate on a 1024^3 GEMM (16,384 tiles, both operands streamed),
+    and the fast schedule on the same Program (kbfast.workloads.gemm)."""
+    from kbfast.fast.evaluate import run_fast
+    from kbfast.workloads.gemm import gemm_case
+    t = build_tables(load_system())
+    router = Router(t)
+    run_exact(gemm_case(t, router, 32, 32, 128, "ref_ref").program)            # JIT warm-up
+    case = gemm_case(t, router, 1024, 1024, 1024, "ref_ref")
+    res = min((run_exact(case.program) for _ in range(3)), key=lambda r: r.wall_s)
+    rate = res.n_events / res.wall_s
+    run_fast(gemm_case(t, router, 32, 32, 128, "ref_ref").program)
+    fast = _best_of(lambda: run_fast(case.program), 2)
+    return [BenchRow("exact event rate, GEMM 1024^3 ref_ref", rate / 1e6, "M events/s", ">= 10", rate >= 1e7,
+                     f"{res.n_events:,} events in {res.wall_s * 1e3:.1f} ms, {case.plan.n_tile_total:,} tiles"),
+            BenchRow("fast schedule, GEMM 1024^3 ref_ref (bounds included)", fast, "s", "", None,
+                     f"{case.program.n_ops:,} ops")]
+
+
 def bench_simpy_ratio() -> list[BenchRow]:
     """Exact mode vs the SimPy reference on the same scenario (DMA probes, and one IPCQ all-reduce)."""
     try:
@@ -257,6 +276,7 @@ BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "topology": bench_topology_1024,
     "routes": bench_routes_1024,
     "exact": bench_exact_rate,
+    "gemm": bench_gemm,
     "simpy": bench_simpy_ratio,
     "flows": bench_fast_flows,
     "allreduce": bench_allreduce,
