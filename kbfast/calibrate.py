@@ -50,6 +50,7 @@ from kbfast.config.loader import (PARAM_SET_DIR_ENV, apply_overrides, check_key_
                                   load_raw, lookup, param_set_dirs, validate)
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import ConfigError, KbfastError
+from kbfast.evaluate_gemm import evaluate_gemm
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
@@ -59,7 +60,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import Collective, allreduce, hop_endpoints, pe2pe
-from kbfast.workloads.gemm import gemm_case, gemm_metrics
+from kbfast.workloads.gemm import gemm_case
 from kbfast.workloads.probes import ProbeCase, build_catalogue
 
 MODES = ("fast", "exact")
@@ -129,9 +130,7 @@ class Bench:
         key = ("gemm", m, n, k, staging, mode)
         if fresh or key not in self._gemm:
             t, r = self.system()
-            case = gemm_case(t, r, m, n, k, staging)
-            res = _run(case.program, mode)
-            self._gemm[key] = gemm_metrics(case, res.op_begin_ns, res.op_end_ns, self.spec.pe.gemm_macs_per_ns)
+            self._gemm[key] = evaluate_gemm(t, r, gemm_case(t, r, m, n, k, staging), exact=mode == "exact")
         return self._gemm[key]
 
     def catalogue(self) -> dict[str, ProbeCase]:

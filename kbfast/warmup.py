@@ -20,6 +20,7 @@ KERNELS = {
     "points": ("kbfast.fast.points", "points_kernel", 25),
     "exact": ("kbfast.exact.engine", "replay", 25),
     "collectives": ("kbfast.workloads.symbolic", "replay", 20),
+    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 16),
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
 
@@ -53,12 +54,19 @@ def split(kernels: list[str]) -> tuple[list[str], list[str]]:
 
 def warm(kernel: str) -> None:
     """Compile ``kernel`` by evaluating a 64-byte PE-to-PE transfer on the default system (``collectives``:
-    by building a 4 KiB all-reduce on ring6, which runs the symbolic check and the route composition)."""
+    by building a 4 KiB all-reduce on ring6, which runs the symbolic check and the route composition;
+    ``pipeline``: one one-tile GEMM recurrence)."""
     from kbfast import Router, allreduce, build_tables, load_system, pe2pe
 
     if kernel == "collectives":
         t6 = build_tables(load_system("ring6"))
         allreduce(t6, Router(t6), 4096)
+        return
+    if kernel == "pipeline":
+        import numpy as np
+        from kbfast.fast.pipeline import pipeline_batch
+        one, ns = np.ones(1, np.int64), np.ones(1)
+        pipeline_batch(one, one, one, ns, ns, ns, ns, ns, ns, ns, ns, ns, ns, ns)
         return
     t = build_tables(load_system())
     router = Router(t)

@@ -7,7 +7,9 @@
 * :func:`max_min_fair`: textbook progressive filling (every flow an equal share, no weights, optional
   demands);
 * :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
-  pair of flows.
+  pair of flows;
+* :func:`naive_pipeline`: the GEMM tile pipeline's recurrence (``kbfast.fast.pipeline``), tile by tile with
+  whole lists of stage times.
 """
 
 from __future__ import annotations
@@ -142,3 +144,29 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                     continue
                 extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
     return extra
+
+
+def naive_pipeline(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner, comp_last, store, w_hold,
+                   w_done):
+    """(end, first output tile done) of the tile pipeline: every stage's start and end kept per tile."""
+    T = n_mn * n_k
+    fetch_end, comp_end, done = [], [], []
+    read_free = store_end = write_free = -math.inf
+    for t in range(T):
+        last = t % n_k == n_k - 1
+        r = max(t0, read_free, fetch_end[t - D] if t >= D else -math.inf)
+        ready = r
+        if a_hold or a_done:
+            read_free, ready, r = r + a_hold, r + a_done, r + a_hold
+        if b_hold or b_done:
+            b0 = max(r, read_free)
+            read_free, ready = b0 + b_hold, max(ready, b0 + b_done)
+        fetch_end.append(max(ready, fetch_end[-1] if fetch_end else -math.inf) + fetch)
+        comp_end.append(max(fetch_end[-1], comp_end[-1] if comp_end else -math.inf)
+                        + (comp_last if last else comp_inner))
+        if last:
+            store_end = max(comp_end[-1], store_end) + store
+            w = max(store_end, write_free)
+            write_free = w + w_hold
+            done.append(w + w_done)
+    return done[-1], done[0]

@@ -21,7 +21,8 @@ from kbfast.results import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
-from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_metrics, parse_dim
+from kbfast.evaluate_gemm import evaluate_gemm, fast_method
+from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
@@ -145,20 +146,25 @@ def run_gemm(
     trace: TraceOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions."""
+    """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions; the fast
+    method (docs/gemm.md) says how it was timed."""
     t = build_tables(load(topology, list(sets or [])))
+    router = Router(t)
     dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
-    case = gemm_case(t, Router(t), *dims, staging=staging, pe=pe, b_from=b_from)
-    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("fast",)))
-    res = run_exact(case.program) if exact else run_fast(case.program)
-    if trace is not None:
-        write_trace(res if exact else run_exact(case.program), trace)
-    rate = t.spec.pe.gemm_macs_per_ns
-    row = {"workload": "gemm", "mode": "exact" if exact else "fast",
-           **gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate)}
+    trace_it = trace is not None
+    case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from,
+                     program=exact or compare or trace_it or fast_method_needs_program(t, router, dims, staging))
+    first_run(*(("exact",) if exact or compare or trace_it else ()), *(() if exact else ("fast", "pipeline")))
+    row = {"workload": "gemm", "mode": "exact" if exact else "fast", **evaluate_gemm(t, router, case, exact)}
+    if trace_it:
+        write_trace(run_exact(case.program), trace)
     if compare and not exact:
-        ex = run_exact(case.program)
-        ex_row = gemm_metrics(case, ex.op_begin_ns, ex.op_end_ns, rate)
-        row.update(exact_latency_ns=ex_row["latency_ns"], exact_window_ns=ex_row["window_ns"],
-                   rel_error=rel_error(row["latency_ns"], ex_row["latency_ns"]))
+        ex = evaluate_gemm(t, router, case, exact=True)
+        row.update(exact_latency_ns=ex["latency_ns"], exact_window_ns=ex["window_ns"],
+                   rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
     _print(row, fmt)
+
+
+def fast_method_needs_program(t, router, dims: list[int], staging: str) -> bool:
+    """Whether the fast path of this GEMM replays its Program (the fluid schedule) rather than the recurrence."""
+    return fast_method(gemm_case(t, router, *dims, staging=staging, program=False)) == "fluid"

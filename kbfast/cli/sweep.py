@@ -56,7 +56,7 @@ def _kernels(s, exact: bool, check: bool) -> list[str]:
     """The Numba kernels a sweep of ``s`` uses (kbfast.warmup): the fast path (batched or not) unless
     ``exact``, the workload generator's own, the exact replay for --exact or --check."""
     kind = WORKLOADS[s.workload["kind"]]
-    fast = [] if exact else (["fast", "points"] if kind.batched else ["fast"])
+    fast = [] if exact else list(kind.fast_kernels)
     return fast + list(kind.kernels) + (["exact"] if exact or check else [])
 
 

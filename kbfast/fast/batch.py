@@ -16,11 +16,11 @@ from numba import njit
 
 from kbfast.config.schema import SystemSpec
 from kbfast.sim.lowering import hbm_constants, ns_per_byte, renumber
-from kbfast.fast.closed_form import D2H, H2D, PE_REQ, new_buf, new_pcs, transfer_end
+from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, transfer_end
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
 
-KINDS = {"pe_dma": PE_REQ, "h2d": H2D, "d2h": D2H}
+KINDS = {"pe_dma": PE_REQ, "pe_read": PE_READ, "h2d": H2D, "d2h": D2H}
 
 
 @njit(cache=True)
@@ -100,7 +100,9 @@ def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarr
                        variants: list[Tables] | None = None, pset: np.ndarray | None = None) -> np.ndarray:
     """Isolated latency of each (src, dst, nbytes) point; ``variants`` are same-shape parameter sets.
 
-    ``kind``: ``pe_dma`` (src = a pe_dma node), ``h2d`` or ``d2h`` (src = a pcie_ep node).
+    ``kind``: ``pe_dma`` (src = a pe_dma node; a write, or a read that waits for its last commit), ``pe_read``
+    (a PE read whose response leaves when the controller took its last flit), ``h2d`` or ``d2h`` (src = a
+    pcie_ep node).
     """
     src = np.asarray(src, np.int64)
     dst = np.asarray(dst, np.int64)

@@ -33,7 +33,8 @@ from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import busbw_gbps
-from kbfast.workloads.gemm import GemmCase, gemm_metrics
+from kbfast.evaluate_gemm import evaluate_gemm, fast_method, maxplus_rows
+from kbfast.workloads.gemm import GemmCase, gemm_case
 from kbfast.workloads.registry import WORKLOADS, build
 
 BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
@@ -65,9 +66,10 @@ class BatchResult:
 
 def _shared_key(p: Point, mode: str) -> str:
     """Points with the same key share a batch: same base, same overrides and workload up to the batched keys."""
-    batched = WORKLOADS[p.workload["kind"]].batched and mode == "fast"
+    kind = WORKLOADS[p.workload["kind"]]
+    batched = kind.batched and mode == "fast"
     over = {k: v for k, v in p.overrides.items() if not (batched and k in BATCHED_KEYS)}
-    work = {k: v for k, v in p.workload.items() if k != "size"}
+    work = {k: v for k, v in p.workload.items() if k != "size" and not (batched and k in kind.batch_fields)}
     return repr([p.topology, sorted(over.items()), sorted(work.items())])
 
 
@@ -131,7 +133,7 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     built = build(t, router, p.workload)
     prog, coll, case = built.program, built.collective, built.case
     if built.gemm is not None:
-        return _gemm_point(built.gemm, tables_of(p)[0], exact)
+        return _gemm_point(built.gemm, t, router, exact)
     size = int(p.workload["size"])
     if case is not None:
         row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator, prog)
@@ -151,20 +153,34 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     return out
 
 
-def _gemm_point(case: GemmCase, t: Tables, exact: bool) -> dict[str, Any]:
-    """A GEMM point: latency (with any up-front loads) and bounds, plus the GEMM figures (window, MAC/ns,
-    intensity, utilisation, bound stage, busy fractions)."""
-    res = run_exact(case.program) if exact else run_fast(case.program)
-    g = gemm_metrics(case, res.op_begin_ns, res.op_end_ns, t.spec.pe.gemm_macs_per_ns)
+def _gemm_point(case: GemmCase, t: Tables, router: Router, exact: bool) -> dict[str, Any]:
+    """A GEMM point (kbfast.evaluate_gemm): latency (with any up-front loads), bounds where the method has
+    them, the GEMM figures and the method."""
+    return _gemm_row(evaluate_gemm(t, router, case, exact), t)
+
+
+def _gemm_row(g: dict[str, Any], t: Tables) -> dict[str, Any]:
     out = {k: v for k, v in g.items() if k not in ("m", "n", "k", "staging", "pe", "b_from")}
-    lat, lo, hi = res.latency_ns(0.0)
     pe, link = t.spec.pe, t.spec.link
-    out.update(latency_ns=g["latency_ns"], latency_lo_ns=np.nan, latency_hi_ns=np.nan, busbw_gbps=np.nan,
-               effective_bw_gbps=np.nan, contention=np.nan, n_ranks=1, peak_macs_per_ns=pe.gemm_macs_per_ns,
-               hbm_gbps=min(link.pe_to_router.bw_gbs, link.router_hbm.bw_gbs))
-    if not exact:
-        # the latency counts from the PE's first op, which starts at 0: the agents' bounds apply as they are
-        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
+    out.update(busbw_gbps=np.nan, effective_bw_gbps=np.nan, contention=np.nan, n_ranks=1,
+               peak_macs_per_ns=pe.gemm_macs_per_ns, hbm_gbps=min(link.pe_to_router.bw_gbs, link.router_hbm.bw_gbs))
+    return out
+
+
+def _gemm_batch(points: tuple[Point, ...]) -> list[dict[str, Any]]:
+    """GEMM points of one system on the fast path: the max-plus ones in one batched call, the others (the
+    fluid schedule) one by one."""
+    t, router = tables_of(points[0])
+    cases = [gemm_case(t, router, int(p.workload["m"]), int(p.workload["n"]), int(p.workload["k"]),
+                       str(p.workload["staging"]), str(p.workload["pe"]), p.workload["b_from"], program=False)
+             for p in points]
+    batch = [i for i, c in enumerate(cases) if fast_method(c) != "fluid"]
+    out: list[dict[str, Any] | None] = [None] * len(points)
+    for i, row in zip(batch, maxplus_rows(t, router, [cases[i] for i in batch])):
+        out[i] = _gemm_row(row, t)
+    for i, c in enumerate(cases):
+        if out[i] is None:
+            out[i] = _gemm_point(c, t, router, False)
     return out
 
 
@@ -214,10 +230,11 @@ def evaluate_batch(batch: Batch) -> BatchResult:
     kernel_s = 0.0
     pts = batch.points
     batched = batch.mode == "fast" and WORKLOADS[pts[0].workload["kind"]].batched
+    fast_batch = _gemm_batch if pts[0].workload["kind"] == "gemm" else _batched_fast
     if batched and len(pts) > 1:
         k0 = time.perf_counter()
         try:
-            metrics.update(zip((p.index for p in pts), _batched_fast(pts)))
+            metrics.update(zip((p.index for p in pts), fast_batch(pts)))
         except Exception:   # noqa: BLE001 - retried point by point below, which records each point's own error
             pass
         kernel_s += time.perf_counter() - k0
@@ -227,7 +244,7 @@ def evaluate_batch(batch: Batch) -> BatchResult:
         k0 = time.perf_counter()
         try:
             if batched:
-                metrics[p.index] = _batched_fast((p,))[0]
+                metrics[p.index] = fast_batch((p,))[0]
             else:
                 metrics[p.index] = evaluate_point(p, batch.mode == "exact")
         except Exception as err:   # noqa: BLE001 - a failing point is recorded, the sweep goes on (design §10)

@@ -38,7 +38,7 @@ TILE_STAGES = (Op.DMA_READ, Op.FETCH, Op.GEMM, Op.MATH, Op.STORE, Op.DMA_WRITE)
 
 @dataclass(frozen=True)
 class GemmCase:
-    program: Program
+    program: Program | None
     plan: GemmPlan
     staging: str
     pe: str
@@ -63,12 +63,20 @@ def parse_dim(name: str, value: int | str) -> int:
     return int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]
 
 
+def gemm_nodes(t: Tables, pe: str, b_from: str | None = None) -> tuple[int, int, int]:
+    """(the PE's pe_dma, its HBM controller, the controller holding B) of PE ``pe``."""
+    return _pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"), _pe_node(t, b_from or pe, "hbm_ctrl")
+
+
 def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = "load_ref",
-              pe: str = "sip0.cube0.pe0", b_from: str | None = None) -> GemmCase:
-    """The Program of one ``m x n x k`` GEMM on PE ``pe`` (see the module docstring)."""
+              pe: str = "sip0.cube0.pe0", b_from: str | None = None, program: bool = True) -> GemmCase:
+    """One ``m x n x k`` GEMM on PE ``pe`` (see the module docstring); ``program=False`` leaves out the
+    Program (``program`` None, ``loads`` empty, ``done`` -1): the max-plus path needs the plan only."""
     b_from = b_from or pe
-    dma, own, src_b = _pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"), _pe_node(t, b_from, "hbm_ctrl")
+    dma, own, src_b = gemm_nodes(t, pe, b_from)
     plan = staged_plan(t, m, n, k, staging)
+    if not program:
+        return GemmCase(None, plan, staging, pe, b_from, (), -1)
     b = ProgramBuilder(t, router, name=f"gemm_{m}x{n}x{k}_{staging}")
     agent = b.pe_agent(dma)
     b.start(agent)
@@ -115,21 +123,32 @@ def gemm_beside(m: int, n: int, k: int, staging: str = "load_ref"):
 
 
 def gemm_metrics(case: GemmCase, begin: np.ndarray, end: np.ndarray, macs_per_ns: float) -> dict:
-    """The reference's GEMM figures from per-op begin and end times (ns); see the module docstring."""
-    p, plan = case.program, case.plan
+    """The reference's GEMM figures from per-op begin and end times (ns); see the module docstring.  A
+    resource's busy time is the union of its ops' intervals; the read channel's, its holds: a read that the
+    next one queued behind held the channel until that one began."""
+    p = case.program
     stage = np.isin(p.op_code, TILE_STAGES) & (p.op_phase == p.phase_names.index("gemm"))
     t0 = float(begin[stage].min())
-    window = float(end[stage].max()) - t0
     busy = {name: _covered(begin[np.isin(p.op_code, codes) & stage], end[np.isin(p.op_code, codes) & stage])
             for name, codes in RESOURCES.items()}
     reads = np.flatnonzero((p.op_code == Op.DMA_READ) & stage)
-    per_tile = max(plan.fetch_ns, plan.comp_inner_ns,
-                   float(np.sum(end[reads] - begin[reads])) / plan.n_tile_total if len(reads) else 0.0)
+    if len(reads):
+        b, e = begin[reads], end[reads]
+        order = np.argsort(b, kind="stable")
+        b, e = b[order], e[order]
+        busy["dma_read"] = float(np.sum(np.minimum(e, np.append(b[1:], np.inf)) - b))
+    latency = float(end[case.done] - begin[p.ops_of(0)[0]])
+    return gemm_figures(case, latency, float(end[stage].max()) - t0, busy, macs_per_ns)
+
+
+def gemm_figures(case: GemmCase, latency: float, window: float, busy: dict[str, float], macs_per_ns: float) -> dict:
+    """The row of figures of one GEMM from its latency, composite window and per-resource busy ns."""
+    plan = case.plan
+    per_tile = max(plan.fetch_ns, plan.comp_inner_ns, busy["dma_read"] / plan.n_tile_total)
     row = {"m": plan.m, "n": plan.n, "k": plan.k, "staging": case.staging, "pe": case.pe, "b_from": case.b_from,
-           "n_tiles": plan.n_tile_total, "under_tile": plan.under_tile,
-           "latency_ns": float(end[case.done] - begin[p.ops_of(0)[0]]),
-           "window_ns": window, "macs_per_ns": plan.macs / window if window > 0 else 0.0,
-           "macs_per_ns_overall": plan.macs / float(end[case.done] - begin[p.ops_of(0)[0]]),
+           "n_tiles": plan.n_tile_total, "under_tile": plan.under_tile, "latency_ns": latency, "window_ns": window,
+           "macs_per_ns": plan.macs / window if window > 0 else 0.0,
+           "macs_per_ns_overall": plan.macs / latency if latency > 0 else 0.0,
            "intensity_macs_per_byte": plan.macs / hbm_bytes(plan),
            "mac_util": plan.macs / window / macs_per_ns if window > 0 else 0.0,
            "bound_stage": max(busy, key=busy.get),

@@ -44,8 +44,10 @@ class WorkloadKind:
     dim_fields: tuple[str, ...] = ()       # positive integers, K / M suffixes allowed (kbfast.workloads.gemm.parse_dim)
     columns: tuple[str, ...] = ()          # fields copied into the result table
     batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
+    batch_fields: tuple[str, ...] = ()     # fields a batch's points may differ in (besides size)
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.warmup)
+    fast_kernels: tuple[str, ...] = ("fast",)   # Numba kernels its fast path compiles on a first run
 
 
 def _allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
@@ -80,7 +82,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
                  {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
                  bool_fields=("tile_io",), columns=("algorithm", "tile_io"), batched=True, bus_bandwidth=True,
-                 kernels=("collectives",)),
+                 kernels=("collectives",), fast_kernels=("fast", "points")),
     WorkloadKind("pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
                  {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _pe2pe,
                  bool_fields=("raw_dma", "consume"), columns=("hop",)),
@@ -90,7 +92,8 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _traffic),
     WorkloadKind("gemm", "one GEMM through a PE's tile pipeline (kbfast run gemm)",
                  {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None},
-                 _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging")),
+                 _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"), batched=True,
+                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("fast", "pipeline")),
 )}
 
 

@@ -1,0 +1,86 @@
+"""One GEMM on one PE, evaluated: which fast method, and the figures (kbfast run gemm, GEMM sweeps, calibrate).
+
+Fast methods (docs/gemm.md "Fast path"):
+
+* ``maxplus``: the tile pipeline's max-plus recurrence with closed-form stage times (kbfast.fast.gemm).  It
+  equals exact mode wherever the GEMM's transfers never overlap: one output tile, or both operands pinned;
+* ``fluid``: the fast schedule over the GEMM's Program (kbfast.fast.evaluate), with lower and upper bounds,
+  when the C writes share the PE link and PCs with the next tiles' reads;
+* ``maxplus_estimate``: the recurrence for such a GEMM above ``FLUID_MAX_TILES`` tiles, where the schedule
+  would take seconds: it leaves the writes' interference out, so it is optimistic (an estimate, no bounds).
+
+Exact mode replays the Program (kbfast.exact).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.fast.gemm import gemm_fast, load_ns, tile_times
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.gemm import RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes
+
+FLUID_MAX_TILES = 1 << 16
+METHODS = ("maxplus", "fluid", "maxplus_estimate")
+
+
+def fast_method(case: GemmCase) -> str:
+    """The fast method of ``case`` (see the module docstring)."""
+    plan = case.plan
+    if plan.n_out == 1 or (plan.a_pinned and plan.b_pinned):
+        return "maxplus"
+    return "fluid" if plan.n_tile_total <= FLUID_MAX_TILES else "maxplus_estimate"
+
+
+def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False) -> dict:
+    """The figures of ``case`` (kbfast.workloads.gemm.gemm_figures), plus ``method`` and, where the method has
+    them, ``latency_lo_ns`` and ``latency_hi_ns`` (NaN otherwise).  Builds the Program if the case has none
+    and the method needs it."""
+    rate = t.spec.pe.gemm_macs_per_ns
+    if case.program is None and (exact or fast_method(case) == "fluid"):
+        case = gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from)
+    if exact:
+        res = run_exact(case.program)
+        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": "exact",
+                "latency_lo_ns": np.nan, "latency_hi_ns": np.nan}
+    method = fast_method(case)
+    if method == "fluid":
+        res = run_fast(case.program)
+        _, lo, hi = res.latency_ns(0.0)
+        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
+                "latency_lo_ns": lo, "latency_hi_ns": hi}
+    return maxplus_rows(t, router, [case])[0]
+
+
+def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:
+    """The figures of every case by the max-plus recurrence, in one batched call, with ``method`` (maxplus
+    where that equals exact mode, else maxplus_estimate) and the bounds where it is exact.  Tile times are computed
+    once per distinct (tile, pinning, PE, B's slice): they do not depend on the shape; the up-front loads
+    in one batch of isolated latencies."""
+    tiles, memo = [], {}
+    pe, own, src_b, a_load, b_load = (np.empty(len(cases), np.int64) for _ in range(5))
+    for i, c in enumerate(cases):
+        nodes = gemm_nodes(t, c.pe, c.b_from)
+        pe[i], own[i], src_b[i] = nodes
+        a_bytes, b_bytes, _ = c.plan.operand_bytes()
+        a_load[i], b_load[i] = (a_bytes if c.plan.a_pinned else 0), (b_bytes if c.plan.b_pinned else 0)
+        key = (c.plan.a_pinned, c.plan.b_pinned, c.plan.a_tile_bytes, c.plan.b_tile_bytes, c.plan.c_tile_bytes,
+               nodes)
+        if key not in memo:
+            memo[key] = tile_times(t, router, c.plan, *nodes)
+        tiles.append(memo[key])
+    t0 = load_ns(t, router, pe, own, a_load) + load_ns(t, router, pe, src_b, b_load)
+    out = gemm_fast([c.plan for c in cases], tiles, t0)
+    rate = t.spec.pe.gemm_macs_per_ns
+    rows = []
+    for c, o in zip(cases, out):
+        row = gemm_figures(c, float(o[0]), float(o[1]), dict(zip(RESOURCES, o[2:].tolist())), rate)
+        method = fast_method(c)
+        exact_here = method == "maxplus"          # equal to exact mode: its own bounds
+        rows.append({**row, "method": method if method != "fluid" else "maxplus_estimate",
+                     "latency_lo_ns": row["latency_ns"] if exact_here else np.nan,
+                     "latency_hi_ns": row["latency_ns"] if exact_here else np.nan})
+    return rows
