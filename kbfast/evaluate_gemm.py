@@ -18,7 +18,7 @@ import numpy as np
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.fast.gemm import gemm_fast, load_ns, tile_times
+from kbfast.fast.gemm import dma_times, gemm_fast
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.gemm import RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes
@@ -57,30 +57,24 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
 
 def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:
     """The figures of every case by the max-plus recurrence, in one batched call, with ``method`` (maxplus
-    where that equals exact mode, else maxplus_estimate) and the bounds where it is exact.  Tile times are computed
-    once per distinct (tile, pinning, PE, B's slice): they do not depend on the shape; the up-front loads
-    in one batch of isolated latencies."""
-    tiles, memo = [], {}
-    pe, own, src_b, a_load, b_load = (np.empty(len(cases), np.int64) for _ in range(5))
-    for i, c in enumerate(cases):
-        nodes = gemm_nodes(t, c.pe, c.b_from)
-        pe[i], own[i], src_b[i] = nodes
-        a_bytes, b_bytes, _ = c.plan.operand_bytes()
-        a_load[i], b_load[i] = (a_bytes if c.plan.a_pinned else 0), (b_bytes if c.plan.b_pinned else 0)
-        key = (c.plan.a_pinned, c.plan.b_pinned, c.plan.a_tile_bytes, c.plan.b_tile_bytes, c.plan.c_tile_bytes,
-               nodes)
-        if key not in memo:
-            memo[key] = tile_times(t, router, c.plan, *nodes)
-        tiles.append(memo[key])
-    t0 = load_ns(t, router, pe, own, a_load) + load_ns(t, router, pe, src_b, b_load)
-    out = gemm_fast([c.plan for c in cases], tiles, t0)
+    where that equals exact mode, else maxplus_estimate) and the bounds where it is exact.  One batch of
+    isolated latencies serves every tile transfer and up-front load (kbfast.fast.gemm.dma_times)."""
+    memo: dict[tuple[str, str], tuple[int, int, int]] = {}
+    nodes = []
+    for c in cases:
+        if (c.pe, c.b_from) not in memo:
+            memo[c.pe, c.b_from] = gemm_nodes(t, c.pe, c.b_from)
+        nodes.append(memo[c.pe, c.b_from])
+    plans = [c.plan for c in cases]
+    out = gemm_fast(plans, dma_times(t, router, plans, nodes))
     rate = t.spec.pe.gemm_macs_per_ns
     rows = []
     for c, o in zip(cases, out):
         row = gemm_figures(c, float(o[0]), float(o[1]), dict(zip(RESOURCES, o[2:].tolist())), rate)
         method = fast_method(c)
         exact_here = method == "maxplus"          # equal to exact mode: its own bounds
-        rows.append({**row, "method": method if method != "fluid" else "maxplus_estimate",
-                     "latency_lo_ns": row["latency_ns"] if exact_here else np.nan,
-                     "latency_hi_ns": row["latency_ns"] if exact_here else np.nan})
+        row.update(method=method if method != "fluid" else "maxplus_estimate",
+                   latency_lo_ns=row["latency_ns"] if exact_here else np.nan,
+                   latency_hi_ns=row["latency_ns"] if exact_here else np.nan)
+        rows.append(row)
     return rows

@@ -96,13 +96,14 @@ def _by_set_and_route(pset: np.ndarray, route: np.ndarray, n_routes: int) -> np.
 
 
 def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
-                       addr: np.ndarray | None = None, kind: str = "pe_dma",
+                       addr: np.ndarray | None = None, kind: str | list[str] = "pe_dma",
                        variants: list[Tables] | None = None, pset: np.ndarray | None = None) -> np.ndarray:
     """Isolated latency of each (src, dst, nbytes) point; ``variants`` are same-shape parameter sets.
 
     ``kind``: ``pe_dma`` (src = a pe_dma node; a write, or a read that waits for its last commit), ``pe_read``
     (a PE read whose response leaves when the controller took its last flit), ``h2d`` or ``d2h`` (src = a
-    pcie_ep node).
+    pcie_ep node); one for every point, or one per point (PE kinds only, then: the route kind is
+    ``pe_dma``).
     """
     src = np.asarray(src, np.int64)
     dst = np.asarray(dst, np.int64)
@@ -110,7 +111,8 @@ def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarr
     addr = np.zeros_like(nbytes) if addr is None else np.broadcast_to(np.asarray(addr, np.int64), src.shape).copy()
     keys, inverse = np.unique(src * t.n_nodes + dst, return_inverse=True)
     pairs = np.divmod(keys, t.n_nodes)
-    rs = router.routes(pairs[0], pairs[1], "memory" if kind in ("h2d", "d2h") else "pe_dma")
+    host = isinstance(kind, str) and kind in ("h2d", "d2h")
+    rs = router.routes(pairs[0], pairs[1], "memory" if host else "pe_dma")
     route_edges = np.concatenate([rs.edges, reverse_route_edges(t, rs.ptr, rs.edges)])
     edges, edge_local = renumber(route_edges, t.n_edges)
     nodes, node_local = renumber(np.concatenate([t.edge_src[edges], t.edge_dst[edges]]), t.n_nodes)
@@ -121,7 +123,8 @@ def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarr
     pset = np.zeros(len(src), np.int64) if pset is None else np.broadcast_to(np.asarray(pset, np.int64),
                                                                               src.shape).copy()
     return isolated_batch(
-        np.full(len(src), KINDS[kind], np.int64), nbytes, addr, inv, k + inv, pset, _by_set_and_route(pset, inv, k),
+        (np.full(len(src), KINDS[kind], np.int64) if isinstance(kind, str) else
+         np.array([KINDS[k] for k in kind], np.int64)), nbytes, addr, inv, k + inv, pset, _by_set_and_route(pset, inv, k),
         r_ptr, edge_local[route_edges], node_local[t.edge_src[edges]], node_local[t.edge_dst[edges]],
         t.node_flit_aware[nodes], rows.e_c, rows.e_bw, rows.e_prop, rows.n_ovh, rows.F, rows.burst, rows.pc_shift,
         rows.n_pcs, rows.commit, rows.burst_commit, int(np.diff(r_ptr).max()))

@@ -18,8 +18,6 @@ closed forms and one :func:`~kbfast.fast.pipeline.pipeline_batch` call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from kbfast.fast.batch import isolated_latencies
@@ -27,18 +25,6 @@ from kbfast.fast.pipeline import pipeline_batch
 from kbfast.tiling import GemmPlan
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
-
-
-@dataclass(frozen=True)
-class TileTimes:
-    """Service times of a GEMM's tile DMAs on one system, ns (see the module docstring); 0 for a pinned
-    operand.  They depend on the tile and the endpoints, not on the GEMM's shape."""
-
-    a_hold: float
-    a_done: float
-    b_hold: float
-    b_done: float
-    w_done: float
 
 
 def response_ns(t: Tables, router: Router, pe_dma: int, ctrl: int) -> float:
@@ -55,52 +41,71 @@ def read_kind(t: Tables) -> str:
     return "pe_read" if t.spec.hbm.read_response == "accepted" else "pe_dma"
 
 
-def tile_times(t: Tables, router: Router, plan: GemmPlan, pe_dma: int, own: int, src_b: int) -> TileTimes:
-    """The tile DMAs' service times of ``plan`` on PE ``pe_dma`` (A and C in ``own``'s slice, B in
-    ``src_b``'s)."""
+def dma_times(t: Tables, router: Router, plans: list[GemmPlan], nodes: list[tuple[int, int, int]]) -> np.ndarray:
+    """Per GEMM (its plan, and its (pe_dma, own controller, B's controller)): a_hold, a_done, b_hold, b_done,
+    w_done and the up-front loads' total (t0), as float64 [n, 6]; one batch of isolated latencies for all.
+
+    Tile transfers are computed once per distinct (tile bytes, endpoints): they do not depend on the shape.
+    A read's hold is its posted latency less its response under ``pe.dma_read_release: accepted``, else its
+    ``done``."""
+    read = read_kind(t)
     early = t.spec.pe.dma_read_release == "accepted"
-    done = isolated_latencies(t, router, np.full(2, pe_dma), np.array([own, src_b]),
-                              np.array([plan.a_tile_bytes, plan.b_tile_bytes]), kind=read_kind(t))
-    w = isolated_latencies(t, router, np.array([pe_dma]), np.array([own]), np.array([plan.c_tile_bytes]))[0]
+    src, dst, nb, kinds = [], [], [], []
 
-    def hold(ctrl: int, nbytes: int, d: float) -> float:
-        """Until the controller took the last flit (the posted read's latency less its response), or ``d``."""
-        if not early:
-            return d
-        posted = isolated_latencies(t, router, np.array([pe_dma]), np.array([ctrl]), np.array([nbytes]),
-                                    kind="pe_read")[0]
-        return float(posted) - response_ns(t, router, pe_dma, ctrl)
+    def add(s: int, d: int, n: int, k: str) -> int:
+        src.append(s)
+        dst.append(d)
+        nb.append(n)
+        kinds.append(k)
+        return len(src) - 1
 
-    a_done = 0.0 if plan.a_pinned else float(done[0])
-    b_done = 0.0 if plan.b_pinned else float(done[1])
-    return TileTimes(a_hold=0.0 if plan.a_pinned else hold(own, plan.a_tile_bytes, a_done), a_done=a_done,
-                     b_hold=0.0 if plan.b_pinned else hold(src_b, plan.b_tile_bytes, b_done), b_done=b_done,
-                     w_done=float(w))
+    memo: dict[tuple, tuple[int, ...]] = {}
+    slots = []
+    for p, (pe, own, src_b) in zip(plans, nodes):
+        key = (p.a_tile_bytes, p.b_tile_bytes, p.c_tile_bytes, pe, own, src_b)
+        if key not in memo:
+            memo[key] = (add(pe, own, p.a_tile_bytes, read), add(pe, src_b, p.b_tile_bytes, read),
+                         add(pe, own, p.a_tile_bytes, "pe_read"), add(pe, src_b, p.b_tile_bytes, "pe_read"),
+                         add(pe, own, p.c_tile_bytes, "pe_dma"))
+        a_bytes, b_bytes, _ = p.operand_bytes()
+        loads = (add(pe, own, a_bytes, read) if p.a_pinned else -1, add(pe, src_b, b_bytes, read) if p.b_pinned else -1)
+        slots.append(memo[key] + loads)
+    lat = isolated_latencies(t, router, np.array(src, np.int64), np.array(dst, np.int64), np.array(nb, np.int64),
+                             kind=kinds)
+    resp: dict[tuple[int, int], float] = {}
 
+    def response(pe: int, ctrl: int) -> float:
+        if (pe, ctrl) not in resp:
+            resp[pe, ctrl] = response_ns(t, router, pe, ctrl)
+        return resp[pe, ctrl]
 
-def load_ns(t: Tables, router: Router, pe_dma: np.ndarray, ctrl: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    """Up-front operand loads (one blocking read each), isolated: 0 where ``nbytes`` is 0."""
-    out = np.zeros(len(nbytes))
-    some = np.flatnonzero(nbytes > 0)
-    if len(some):
-        out[some] = isolated_latencies(t, router, pe_dma[some], ctrl[some], nbytes[some], kind=read_kind(t))
+    out = np.zeros((len(plans), 6))
+    for i, (p, (pe, own, src_b), sl) in enumerate(zip(plans, nodes, slots)):
+        if not p.a_pinned:
+            out[i, 1] = lat[sl[0]]
+            out[i, 0] = lat[sl[2]] - response(pe, own) if early else out[i, 1]
+        if not p.b_pinned:
+            out[i, 3] = lat[sl[1]]
+            out[i, 2] = lat[sl[3]] - response(pe, src_b) if early else out[i, 3]
+        out[i, 4] = lat[sl[4]]
+        out[i, 5] = (lat[sl[5]] if sl[5] >= 0 else 0.0) + (lat[sl[6]] if sl[6] >= 0 else 0.0)
     return out
 
 
-def gemm_fast(plans: list[GemmPlan], tiles: list[TileTimes], t0: np.ndarray) -> np.ndarray:
-    """Every GEMM's (latency, window, read, TCM read, compute, TCM write, write busy ns), one row each: the
-    pipeline starts at ``t0`` (when its up-front loads are done); ``latency`` counts from 0, the window from
-    ``t0``."""
+def gemm_fast(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
+    """Every GEMM's (latency, window, read, TCM read, compute, TCM write, write busy ns), one row each, from its
+    :func:`dma_times` row: the pipeline starts when the up-front loads are done; ``latency`` counts from 0,
+    the window from then."""
     def col(get) -> np.ndarray:
-        return np.array([get(p, s) for p, s in zip(plans, tiles)], np.float64)
+        return np.array([get(p) for p in plans], np.float64)
 
-    t0 = np.asarray(t0, np.float64)
-    w = col(lambda p, s: s.w_done)
+    t0 = times[:, 5].copy()
+    w = times[:, 4].copy()
     out = pipeline_batch(
         np.array([p.n_out for p in plans], np.int64), np.array([p.k_tiles for p in plans], np.int64),
-        np.array([p.depth for p in plans], np.int64), t0, col(lambda p, s: s.a_hold), col(lambda p, s: s.a_done),
-        col(lambda p, s: s.b_hold), col(lambda p, s: s.b_done), col(lambda p, s: p.fetch_ns),
-        col(lambda p, s: p.comp_inner_ns), col(lambda p, s: p.comp_last_ns), col(lambda p, s: p.store_ns), w, w)
+        np.array([p.depth for p in plans], np.int64), t0, times[:, 0].copy(), times[:, 1].copy(),
+        times[:, 2].copy(), times[:, 3].copy(), col(lambda p: p.fetch_ns), col(lambda p: p.comp_inner_ns),
+        col(lambda p: p.comp_last_ns), col(lambda p: p.store_ns), w, w)
     res = np.empty((len(plans), 7))
     res[:, 0] = out[:, 0]
     res[:, 1] = out[:, 0] - t0

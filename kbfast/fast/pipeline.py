@@ -27,8 +27,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-MAX_PERIOD = 8          # the longest cycle (in steps) the steady-state detector looks for
+MAX_PERIOD = 8          # the longest cycle (in tiles) of the reads and FETCH the detector looks for
 ROWS = MAX_PERIOD + 1   # snapshots kept: enough to compare the newest with the one MAX_PERIOD steps back
+BUFFER = 1 << 14        # elements stored per stage before it must be periodic (else: tile by tile)
 N_OUT = 8               # pipeline() returns: end, first_done, start, busy read, fetch, compute, store, write
 # bound stage codes (:func:`bound_stage`)
 STAGES = ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write", "depth")
@@ -87,123 +88,116 @@ def pipeline_full(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_
 
 
 @njit(cache=True, inline="always")
-def _snapshot(hist, h, st, fe, t, D, with_out):  # pragma: no cover - jitted
-    """Row h of ``hist``: the state the next step reads (read_free, comp_end, the D fetch ends oldest first;
-    with ``with_out`` also store_end, write_free, last done)."""
-    hist[h, 0] = st[0]
-    hist[h, 1] = st[1]
-    for i in range(D):
-        hist[h, 2 + i] = fe[(t + i) % D]
-    n = 2 + D
-    if with_out:
-        hist[h, n] = st[2]
-        hist[h, n + 1] = st[3]
-        hist[h, n + 2] = st[4]
-        n += 3
-    return n
+def _at(vals, L0, P, inc, i):  # pragma: no cover - jitted
+    """Element i of a sequence stored as ``vals[:L0]`` and periodic after: ``x[i] = x[i - P] + inc`` for
+    ``i >= L0`` (P = 0: nothing beyond L0 is known)."""
+    if i < L0:
+        return vals[i]
+    back = L0 - P + (i - L0) % P
+    return vals[back] + ((i - L0) // P + 1) * inc
 
 
-@njit(cache=True, inline="always")
-def _shift(hist, h, p, n):  # pragma: no cover - jitted
-    """The common move of every component from row h - p to row h, or NaN when they differ."""
-    d = hist[h, 0] - hist[h - p, 0]
-    if not np.isfinite(d):
-        return np.nan
-    tol = 1e-12 * max(abs(hist[h, 0]), 1.0)
-    for i in range(1, n):
-        e = hist[h, i] - hist[h - p, i]
-        if not (abs(e - d) <= tol):
-            return np.nan
-    return d
+@njit(cache=True)
+def _fetch_ends(T, D, t0, a_hold, a_done, b_hold, b_done, fetch, out):  # pragma: no cover - jitted
+    """FETCH ends of tiles 0..T-1 (reads and FETCH are one group: the depth gate couples them), until their
+    state shifts uniformly, p <= MAX_PERIOD steps apart: then ``x[t + p] = x[t] + inc`` for good (the map
+    is the same every tile).  Returns (L0, P, inc) of the stored sequence ``out`` (P = 0: no period)."""
+    st = np.array([-np.inf, -np.inf, -np.inf, -np.inf, -np.inf])
+    fe = np.full(D, -np.inf)
+    hist = np.empty((ROWS, 1 + D))
+    cap = len(out)
+    for t in range(min(T, cap)):
+        _tile(D, t, t0, st, fe, a_hold, a_done, b_hold, b_done, fetch, 0.0)
+        out[t] = fe[t % D]
+        h = min(t, ROWS - 1)
+        if t >= ROWS:
+            hist[:-1] = hist[1:]
+        hist[h, 0] = st[0]
+        for i in range(D):
+            hist[h, 1 + i] = fe[(t + 1 + i) % D]
+        if t < D + 1:
+            continue
+        for p in range(1, min(h, MAX_PERIOD) + 1):
+            d = hist[h, 0] - hist[h - p, 0]
+            ok = np.isfinite(d)
+            for i in range(1, 1 + D):
+                if not ok:
+                    break
+                ok = abs(hist[h, i] - hist[h - p, i] - d) <= 1e-12 * max(abs(hist[h, i]), 1.0)
+            if ok:
+                return t + 1, p, d
+    return min(T, cap), 0, 0.0
 
 
-@njit(cache=True, inline="always")
-def _jump(st, fe, D, t, delta):  # pragma: no cover - jitted
-    for i in range(5):
-        st[i] += delta
-    for i in range(D):
-        fe[i] += delta
+@njit(cache=True)
+def _server(in_vals, in_L0, in_P, in_inc, stride, offset, N, serv, start, out):  # pragma: no cover - jitted
+    """A FIFO server fed by a periodic sequence: ``y[i] = max(x[offset + i * stride], y[i - 1]) + serv[i mod
+    len(serv)]`` (``y[-1] = start``), for i < N, stored in ``out`` until it is periodic for good.
+
+    Its state is ``g[i] = y[i] - x(i)`` alone.  Once the input is periodic (period P steps of i, with the
+    service pattern), ``g[i] = g[i - P]`` makes y periodic for good (the queue is stable); so does a
+    queue that never emptied over the last period and grew over it (the server is the bottleneck: y
+    advances by its own service time).  Returns (L0, P, inc), as :func:`_fetch_ends`."""
+    ns = len(serv)
+    if in_P > 0:
+        q = in_P // np.gcd(in_P, stride)            # steps of i after which the input index moves by k * in_P
+        P = q * ns // np.gcd(q, ns)
+        i_start = max(0, (in_L0 - in_P - offset + stride - 1) // stride)   # input periodic from there
+    else:
+        P = 0
+        i_start = N
+    cap = len(out)
+    prev = start
+    last_idle = -1                                   # the last i whose input arrived after y[i - 1]
+    for i in range(min(N, cap)):
+        x = _at(in_vals, in_L0, in_P, in_inc, offset + i * stride)
+        if x >= prev:
+            last_idle = i
+        prev = max(x, prev) + serv[i % ns]
+        out[i] = prev
+        j = i - P
+        if P > 0 and j >= i_start + P:
+            g_now = prev - x
+            g_then = out[j] - _at(in_vals, in_L0, in_P, in_inc, offset + j * stride)
+            if abs(g_now - g_then) <= 1e-12 * max(abs(prev), 1.0) or (g_now > g_then and last_idle <= j):
+                return i + 1, P, prev - out[j]
+    return min(N, cap), 0, 0.0
 
 
 @njit(cache=True)
 def pipeline(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner, comp_last, store, w_hold,
              w_done):  # pragma: no cover - jitted
-    """The recurrence with the steady state jumped over: equal to :func:`pipeline_full` (to rounding), in
-    O(transient + period) steps per level.  Returns float64 [N_OUT]: end, first output tile done, start (t0),
-    and the busy ns of the read channel, TCM read, compute slot, TCM write and write channel."""
-    st = np.array([-np.inf, -np.inf, -np.inf, -np.inf, -np.inf])
-    fe = np.full(D, -np.inf)
-    width = 2 + D + 3
-    inner = np.empty((ROWS, width))
-    outer = np.empty((ROWS, width))
-    first = -np.inf
-    t = 0
-    j = 0
-    n_o = 0                                  # output-tile snapshots taken since the last jump
-    while j < n_mn:
-        # the inner k tiles of output tile j (all alike): detect their period, jump
-        k = 0
-        n_i = 0
-        while k < n_k - 1:
-            _tile(D, t, t0, st, fe, a_hold, a_done, b_hold, b_done, fetch, comp_inner)
-            t += 1
-            k += 1
-            h = min(n_i, ROWS - 1)
-            if n_i >= ROWS:                      # full: keep the last ROWS snapshots
-                inner[:-1] = inner[1:]
-            w = _snapshot(inner, h, st, fe, t, D, False)
-            n_i += 1
-            for p in range(1, min(h, MAX_PERIOD) + 1):
-                d = _shift(inner, h, p, w)
-                if np.isfinite(d):
-                    q = (n_k - 1 - k) // p           # whole periods left among the inner tiles
-                    if q > 0:
-                        _jump(st, fe, D, t, q * d)
-                        # the ring's slots follow t: advance t by whole periods (a multiple of p, not of D), so
-                        # re-seat the window to its new phase
-                        old = fe.copy()
-                        for i in range(D):
-                            fe[(t + q * p + i) % D] = old[(t + i) % D]
-                        t += q * p
-                        k += q * p
-                        n_i = 0
-                    break
-        _tile(D, t, t0, st, fe, a_hold, a_done, b_hold, b_done, fetch, comp_last)
-        t += 1
-        _output(st, store, w_hold, w_done)
-        if j == 0:
-            first = st[4]
-        j += 1
-        # whole output tiles: detect their period, jump
-        h = min(n_o, ROWS - 1)
-        if n_o >= ROWS:
-            outer[:-1] = outer[1:]
-        w = _snapshot(outer, h, st, fe, t, D, True)
-        n_o += 1
-        for p in range(1, min(h, MAX_PERIOD) + 1):
-            d = _shift(outer, h, p, w)
-            if np.isfinite(d):
-                q = (n_mn - j) // p
-                if q > 0:
-                    _jump(st, fe, D, t, q * d)
-                    old = fe.copy()
-                    steps = q * p * n_k
-                    for i in range(D):
-                        fe[(t + steps + i) % D] = old[(t + i) % D]
-                    t += steps
-                    j += q * p
-                    n_o = 0
-                break
-    out = np.empty(N_OUT)
+    """The recurrence stage by stage, each stage's sequence stored until it is periodic for good: reads and
+    FETCH (one group), the compute slot, STORE, the write channel.  Equal to :func:`pipeline_full` (to
+    rounding); O(transient + period) per stage.  Returns float64 [N_OUT]: end, first output tile done, start
+    (t0), and the busy ns of the read channel, TCM read, compute slot, TCM write and write channel."""
     T = n_mn * n_k
-    out[0] = st[4]
-    out[1] = first
+    out = np.empty(N_OUT)
     out[2] = t0
     out[3] = T * (a_hold + b_hold)
     out[4] = T * fetch
     out[5] = n_mn * ((n_k - 1) * comp_inner + comp_last)
     out[6] = n_mn * store
     out[7] = n_mn * w_hold
+    cap = min(T, BUFFER)
+    f = np.empty(cap)
+    fL, fP, finc = _fetch_ends(T, D, t0, a_hold, a_done, b_hold, b_done, fetch, f)
+    serv = np.full(n_k, comp_inner)
+    serv[n_k - 1] = comp_last
+    c = np.empty(cap)
+    cL, cP, cinc = _server(f, fL, fP, finc, 1, 0, T, serv, -np.inf, c)
+    so = np.empty(min(n_mn, BUFFER))
+    sL, sP, sinc = _server(c, cL, cP, cinc, n_k, n_k - 1, n_mn, np.array([store]), -np.inf, so)
+    wo = np.empty(min(n_mn, BUFFER))
+    wL, wP, winc = _server(so, sL, sP, sinc, 1, 0, n_mn, np.array([w_hold]), -np.inf, wo)
+    if (fL < T and fP == 0) or (cL < T and cP == 0) or (sL < n_mn and sP == 0) or (wL < n_mn and wP == 0):
+        end, first = pipeline_full(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner, comp_last,
+                                   store, w_hold, w_done)   # a transient longer than the buffers: tile by tile
+        out[0] = end
+        out[1] = first
+        return out
+    out[0] = _at(wo, wL, wP, winc, n_mn - 1) - w_hold + w_done
+    out[1] = wo[0] - w_hold + w_done
     return out
 
 

@@ -73,10 +73,10 @@ def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = 
     """One ``m x n x k`` GEMM on PE ``pe`` (see the module docstring); ``program=False`` leaves out the
     Program (``program`` None, ``loads`` empty, ``done`` -1): the max-plus path needs the plan only."""
     b_from = b_from or pe
-    dma, own, src_b = gemm_nodes(t, pe, b_from)
     plan = staged_plan(t, m, n, k, staging)
-    if not program:
+    if not program:                # the PE names are checked where they are looked up
         return GemmCase(None, plan, staging, pe, b_from, (), -1)
+    dma, own, src_b = gemm_nodes(t, pe, b_from)
     b = ProgramBuilder(t, router, name=f"gemm_{m}x{n}x{k}_{staging}")
     agent = b.pe_agent(dma)
     b.start(agent)
