@@ -314,7 +314,7 @@ Scratch = namedtuple("Scratch", [
     "pc_dir", "pc_avail", "pcs", "buf", "lat", "start", "rem", "rate", "bn", "fixed", "join_t", "ver", "solo", "in_fluid",
     "active", "users", "holder", "cap_rem", "weight", "r_contended", "o_contended", "eg_last",
     "eg_waiter", "drained", "heap", "pend", "mr", "mw", "m_ptr", "k_bn", "k_rate", "k_frozen", "route_nbytes",
-    "route_iso", "route_bn", "uf", "res_first", "order", "c_ptr", "rel"])
+    "route_iso", "route_bn", "uf", "res_first", "order", "c_ptr", "rel", "lat_free"])
 
 
 @njit(cache=True)
@@ -339,7 +339,8 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
         route_bn=np.full(n_routes, np.nan),                                           # and its bottleneck
         uf=np.empty(n_ops, np.int64), res_first=np.full(n_res, -1, np.int64),      # rate components
         order=np.empty(n_ops, np.int64), c_ptr=np.empty(n_ops + 1, np.int64),
-        rel=np.full(n_ops, -1.0))           # per read freeing its channel early: end - release, ns
+        rel=np.full(n_ops, -1.0),           # per read freeing its channel early: end - release, ns
+        lat_free=np.zeros(n_ops))           # per DMA: its latency without waiting for busy PCs
 
 
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
@@ -355,7 +356,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
     sh_span, sh_res, _, res_cap, res_ovh, ch_iso_route = sharing
     (pc_dir, pc_avail, pcs, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
      cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
-     k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr, rel) = W
+     k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr, rel, lat_free) = W
     n_active = np.int64(0)
     size = np.int64(0)
     seq = np.int64(0)
@@ -495,6 +496,20 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                     for q in range(n_pcs):
                         if pcs[2, q] > -np.inf:
                             pc_avail[hbm * n_pcs + q] = now + pcs[2, q]
+                # The part after the drain (the fluid's ``fixed``) excludes waiting for busy PCs: that wait
+                # overlaps the drain; ``lat`` keeps it as the flow's earliest end.
+                lat_free[o] = lat[o]
+                if history and share[o]:
+                    waited = False
+                    for q in range(n_pcs):
+                        if pcs[1, q] > -np.inf:
+                            waited = True
+                            pcs[1, q] = -np.inf
+                    if waited:
+                        lat_free[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
+                                                   r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst,
+                                                   e_c, e_bw, e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs,
+                                                   commit, burst_commit, pcs, buf, 0)
                 if mode == POINT:
                     unit = burst if kind_t == D2H else F
                     nunits = (P.op_nbytes[o] + unit - 1) // unit
@@ -512,7 +527,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                 if np.isnan(route_bn[route]):
                     route_bn[route] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
                 bn[o] = route_bn[route]
-                fixed[o] = lat[o] - head[o] - P.op_nbytes[o] / bn[o]
+                fixed[o] = (lat_free[o] if P.op_code[o] != OP_SEND else lat[o]) - head[o] - P.op_nbytes[o] / bn[o]
                 rem[o] = P.op_nbytes[o]
                 # A source's trains leave in FIFO order per virtual channel; a PE's DMA (vc_compute)
                 # and IPCQ (vc_comm) trains share its egress link (spec_ccl §2.8).
