@@ -41,7 +41,8 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
     and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
     if case.program is None and (exact or fast_method(case) == "fluid"):
-        case = gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from)
+        case = gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from,
+                         epilogues=case.plan.epilogues)
     if exact:
         res = run_exact(case.program)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": "exact",

@@ -34,7 +34,7 @@ from enum import IntEnum
 import numpy as np
 
 from kbfast.errors import KbfastError
-from kbfast.tiling import GemmPlan
+from kbfast.tiling import GemmPlan, math_ns
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import cube_locals, node_name
@@ -341,13 +341,12 @@ class ProgramBuilder:
         last_write = self._n_ops - 1
         return self.wait(agent, last_write)
 
-    def math(self, agent: int, n_elem: int) -> int:
-        """PE_MATH over ``n_elem`` elements: ``max(math_overhead_ns, n_elem * math_ns_per_elem)``."""
-        return self._add(agent, Op.MATH, nbytes=n_elem, arg=self.math_ns(n_elem))
+    def math(self, agent: int, n_elem: int, op: str = "add") -> int:
+        """PE_MATH ``op`` over ``n_elem`` elements on the PE's compute slot (kbfast.tiling.math_ns)."""
+        return self._add(agent, Op.MATH, nbytes=n_elem, arg=self.math_ns(n_elem, op))
 
-    def math_ns(self, n_elem: int) -> float:
-        pe = self.t.spec.pe
-        return max(pe.math_overhead_ns, n_elem * pe.math_ns_per_elem)
+    def math_ns(self, n_elem: int, op: str = "add") -> float:
+        return math_ns(self.t.spec.pe, n_elem, op)
 
     def _check_channel(self, agent: int, channel: int, side: list[int]) -> None:
         if not 0 <= channel < len(self._ch_src):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, did_you_mean
 
 SCOPES = ("k_tile", "output_tile")
 
@@ -103,6 +103,25 @@ class GemmPlan:
         """HBM footprint of A, B, C in whole tiles."""
         return (self.m_tiles * self.k_tiles * self.a_tile_bytes, self.k_tiles * self.n_tiles * self.b_tile_bytes,
                 self.m_tiles * self.n_tiles * self.c_tile_bytes)
+
+
+def math_ns(pe, n_elem: int, op: str = "add") -> float:
+    """PE_MATH over ``n_elem`` elements: ``max(math_overhead_ns, n_elem * ns_per_elem(op))`` (decisions table,
+    "MATH cost"); ``add`` costs ``math_ns_per_elem``, every other op its ``math_ops`` entry."""
+    if op == "add":
+        per = pe.math_ns_per_elem
+    elif op in pe.math_ops:
+        per = pe.math_ops[op]
+    else:
+        raise KbfastError(f"unknown PE_MATH op {op!r}: {did_you_mean(op, ['add', *pe.math_ops])} "
+                          f"(pe.math_ops names the others)")
+    return max(pe.math_overhead_ns, n_elem * per)
+
+
+def epilogue(pe, op: str, scope: str = "output_tile") -> Epilogue:
+    """An epilogue ``op`` over one output tile of the hardware tile (``tile.m * tile.n`` elements), priced by
+    :func:`math_ns`; ``scope`` defaults to ``output_tile`` (spec_pe §5.4)."""
+    return Epilogue(op, scope, math_ns(pe, pe.tile.m * pe.tile.n, op))
 
 
 def plan_gemm(pe, m: int, n: int, k: int, *, a_pinned: bool = False, b_pinned: bool = False,

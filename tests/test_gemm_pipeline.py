@@ -249,3 +249,27 @@ def test_pinning_an_operand_is_never_slower(systems, m, n, k, depth) -> None:
     assert exact_end(t, r, m, n, k, b_pinned=True) <= streamed
     assert exact_end(t, r, m, n, k, a_pinned=True, b_pinned=True) <= min(
         exact_end(t, r, m, n, k, a_pinned=True), exact_end(t, r, m, n, k, b_pinned=True))
+
+
+def test_math_ops_are_priced_per_op() -> None:
+    """MATH = max(overhead, n_elem x ns_per_elem(op)) (decisions table): a 32 x 32 output tile (1024 elements)."""
+    from kbfast.tiling import epilogue, math_ns
+    pe = load_system().pe
+    assert math_ns(pe, 1024) == 8.0                          # add: 1024 / 128
+    assert [epilogue(pe, op).ns for op in ("relu", "bias", "exp", "softmax")] == [4.0, 8.0, 16.0, 32.0]
+    assert math_ns(pe, 16, "relu") == pe.math_overhead_ns == 2.0   # the overhead floor
+    assert epilogue(pe, "dequant", "k_tile").scope == "k_tile"
+    with pytest.raises(KbfastError, match="unknown PE_MATH op 'sofmax': did you mean 'softmax'"):
+        math_ns(pe, 1024, "sofmax")
+
+
+def test_cli_epilogues_add_their_cost(tr) -> None:
+    """--epilogue: both pinned, 2 k tiles, dequant (4 ns) every k, relu (4 ns) on the last: 73 + 2 x 4 + 4."""
+    from kbfast.workloads.gemm import gemm_case, parse_epilogues
+    t, r = tr
+    eps = parse_epilogues(t, "dequant:k_tile, relu")
+    assert [(e.op, e.scope, e.ns) for e in eps] == [("dequant", "k_tile", 4.0), ("relu", "output_tile", 4.0)]
+    plain = gemm_case(t, r, 32, 32, 128, "load_load")
+    fused = gemm_case(t, r, 32, 32, 128, "load_load", epilogues=eps)
+    ends = [run_exact(c.program).op_end_ns[c.done] - run_exact(c.program).op_end_ns[c.loads[-1]] for c in (plain, fused)]
+    assert ends[1] - ends[0] == 2 * 4.0 + 4.0

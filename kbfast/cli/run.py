@@ -22,7 +22,7 @@ from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
 from kbfast.evaluate_gemm import evaluate_gemm, fast_method
-from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim
+from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim, parse_epilogues
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
@@ -139,6 +139,8 @@ def run_gemm(
     pe: Annotated[str, typer.Option(help="The PE, as sipS.cubeC.peP.")] = "sip0.cube0.pe0",
     b_from: Annotated[str | None, typer.Option(help="The PE whose HBM slice holds B (default: the PE's "
                                                      "own).")] = None,
+    epilogue: Annotated[list[str] | None, typer.Option(help="A fused epilogue OP[:SCOPE] (repeat; in order): "
+                                                            "relu, bias, dequant:k_tile, ... (pe.math_ops)")] = None,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -152,7 +154,8 @@ def run_gemm(
     router = Router(t)
     dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
     trace_it = trace is not None
-    case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from,
+    eps = parse_epilogues(t, epilogue)
+    case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps,
                      program=exact or compare or trace_it or fast_method_needs_program(t, router, dims, staging))
     first_run(*(("exact",) if exact or compare or trace_it else ()), *(() if exact else ("fast", "pipeline")))
     row = {"workload": "gemm", "mode": "exact" if exact else "fast", **evaluate_gemm(t, router, case, exact)}

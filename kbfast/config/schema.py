@@ -200,8 +200,11 @@ class Pe(Strict):
     the PE_DMA virtual-channel arbitration and read channel; the GEMM tile pipeline (spec_pe §4–§5)."""
 
     elem_bytes: PositiveInt
-    math_ns_per_elem: NonNegativeFloat
+    math_ns_per_elem: NonNegativeFloat   # the add (the collectives' reduce), ns per element
     math_overhead_ns: NonNegativeFloat
+    # ns per element of every other PE_MATH op (kbfast.tiling.math_ns): mul, exp, softmax, reductions, the
+    # epilogues (relu, bias, scale, dequant, ...)
+    math_ops: dict[str, NonNegativeFloat]
     vc_weights: VcWeights
     # When a DMA read frees the PE's read channel (docs/gemm.md "Pipeline DMA"): ``accepted``, once the
     # controller has taken its last flit (the response returns while the next read streams); ``response``,

@@ -34,7 +34,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import busbw_gbps
 from kbfast.evaluate_gemm import evaluate_gemm, fast_method, maxplus_rows
-from kbfast.workloads.gemm import GemmCase, gemm_case
+from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
 from kbfast.workloads.registry import WORKLOADS, build
 
 BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
@@ -172,7 +172,8 @@ def _gemm_batch(points: tuple[Point, ...]) -> list[dict[str, Any]]:
     fluid schedule) one by one."""
     t, router = tables_of(points[0])
     cases = [gemm_case(t, router, int(p.workload["m"]), int(p.workload["n"]), int(p.workload["k"]),
-                       str(p.workload["staging"]), str(p.workload["pe"]), p.workload["b_from"], program=False)
+                       str(p.workload["staging"]), str(p.workload["pe"]), p.workload["b_from"], program=False,
+                       epilogues=parse_epilogues(t, p.workload["epilogues"]))
              for p in points]
     batch = [i for i, c in enumerate(cases) if fast_method(c) != "fluid"]
     out: list[dict[str, Any] | None] = [None] * len(points)

@@ -22,7 +22,7 @@ import numpy as np
 
 from kbfast.errors import KbfastError
 from kbfast.ir import Op, Program, ProgramBuilder
-from kbfast.tiling import GemmPlan, plan_gemm
+from kbfast.tiling import Epilogue, GemmPlan, epilogue, plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import node_id, node_name
 from kbfast.topology.routing import Router
@@ -68,12 +68,26 @@ def gemm_nodes(t: Tables, pe: str, b_from: str | None = None) -> tuple[int, int,
     return _pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"), _pe_node(t, b_from or pe, "hbm_ctrl")
 
 
+def parse_epilogues(t: Tables, text: str | list[str] | tuple[str, ...] | None) -> tuple[Epilogue, ...]:
+    """Fused epilogues from ``op[:scope]`` items (a list, or one comma-separated string), in order, each
+    priced by kbfast.tiling.epilogue: ``bias,relu`` or ``dequant:k_tile,relu``."""
+    items = text.split(",") if isinstance(text, str) else list(text or ())
+    out = []
+    for item in (i.strip() for i in items):
+        if item:
+            op, _, scope = item.partition(":")
+            out.append(epilogue(t.spec.pe, op.strip(), scope.strip() or "output_tile"))
+    return tuple(out)
+
+
 def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = "load_ref",
-              pe: str = "sip0.cube0.pe0", b_from: str | None = None, program: bool = True) -> GemmCase:
-    """One ``m x n x k`` GEMM on PE ``pe`` (see the module docstring); ``program=False`` leaves out the
-    Program (``program`` None, ``loads`` empty, ``done`` -1): the max-plus path needs the plan only."""
+              pe: str = "sip0.cube0.pe0", b_from: str | None = None, program: bool = True,
+              epilogues: tuple[Epilogue, ...] = ()) -> GemmCase:
+    """One ``m x n x k`` GEMM on PE ``pe`` (see the module docstring), with fused ``epilogues``;
+    ``program=False`` leaves out the Program (``program`` None, ``loads`` empty, ``done`` -1): the max-plus
+    path needs the plan only."""
     b_from = b_from or pe
-    plan = staged_plan(t, m, n, k, staging)
+    plan = staged_plan(t, m, n, k, staging, epilogues)
     if not program:                # the PE names are checked where they are looked up
         return GemmCase(None, plan, staging, pe, b_from, (), -1)
     dma, own, src_b = gemm_nodes(t, pe, b_from)
@@ -84,11 +98,12 @@ def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = 
     return GemmCase(b.build(), plan, staging, pe, b_from, loads, done)
 
 
-def staged_plan(t: Tables, m: int, n: int, k: int, staging: str) -> GemmPlan:
+def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tuple[Epilogue, ...] = ()) -> GemmPlan:
     """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
     if staging not in STAGINGS:
         raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
-    return plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load")
+    return plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
+                     epilogues=epilogues)
 
 
 def add_gemm(b: ProgramBuilder, agent: int, plan: GemmPlan, own: int, src_b: int) -> tuple[tuple[int, ...], int]:

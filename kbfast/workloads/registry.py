@@ -16,7 +16,7 @@ from kbfast.ir import Program
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import Collective, allreduce, pe2pe
-from kbfast.workloads.gemm import GemmCase, gemm_case
+from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
 from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
 
 
@@ -74,7 +74,7 @@ def _traffic(t: Tables, router: Router, w: dict[str, Any]) -> Built:
 
 def _gemm(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     case = gemm_case(t, router, int(w["m"]), int(w["n"]), int(w["k"]), staging=str(w["staging"]), pe=str(w["pe"]),
-                     b_from=w["b_from"])
+                     b_from=w["b_from"], epilogues=parse_epilogues(t, w["epilogues"]))
     return Built(case.program, gemm=case)
 
 
@@ -91,7 +91,8 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("traffic", "random PE-to-HBM flows",
                  {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _traffic),
     WorkloadKind("gemm", "one GEMM through a PE's tile pipeline (kbfast run gemm)",
-                 {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None},
+                 {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None,
+                  "epilogues": ""},
                  _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"), batched=True,
                  batch_fields=("m", "n", "k", "staging"), fast_kernels=("fast", "pipeline")),
 )}
