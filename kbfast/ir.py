@@ -526,9 +526,8 @@ def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int]
     S0 = C0 + T * ci + n_out * n_o
     W0 = S0 + 2 * n_out
 
-    def cols(code, target, nbytes=0, arg=0.0, addr=0, is_async=False, size=None):
-        size = len(code) if size is None else size
-        return [np.broadcast_to(np.asarray(x), size).copy() for x in (code, target, nbytes, arg, addr, is_async)]
+    def cols(code, target, nbytes=0, arg=0.0, addr=0, is_async=False):
+        return [np.broadcast_to(np.asarray(x), len(code)).copy() for x in (code, target, nbytes, arg, addr, is_async)]
 
     out = []
     # reader

@@ -17,6 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from kbfast.report.figures import save_figure  # noqa: E402
+
 RESOURCES = ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write")
 RATE = "pe.gemm_macs_per_ns"
 
@@ -71,7 +73,7 @@ def plot_roofline(df: pd.DataFrame, out: Path) -> Path:
     ax.set_title(f"GEMM roofline, {len(ok)} points")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_stages(df: pd.DataFrame, out: Path) -> Path:
@@ -99,16 +101,8 @@ def plot_stages(df: pd.DataFrame, out: Path) -> Path:
     axes[0][0].set_ylabel("busy fraction of the composite window")
     axes[0][-1].legend(fontsize=7)
     fig.suptitle("where the GEMM's time goes (per PE resource)")
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def gemm_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     return [plot_roofline(df, folder / "roofline.png"), plot_stages(df, folder / "stages.png")]
-
-
-def _save(fig, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out

@@ -18,6 +18,7 @@ import pandas as pd  # noqa: E402
 
 from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
+from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
 
 INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "buffer_kind",
@@ -148,7 +149,7 @@ def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: 
     ax.grid(True, which="both", alpha=0.3)
     if hue_cols:
         ax.legend(fontsize=7, title=", ".join(hue_cols), title_fontsize=7)
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_parity(df: pd.DataFrame, out: Path) -> Path:
@@ -171,15 +172,7 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
     ax.set_ylabel("fast latency (ns)")
     ax.set_title(f"fast vs exact, {len(c)} points")
     ax.legend(fontsize=7)
-    return _save(fig, out)
-
-
-def _save(fig, out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)
 
 
 def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
