@@ -124,8 +124,10 @@ def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[flo
     return rate
 
 
-def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit):
-    """extra[o] = own + the work of every other op on o's resources whose window overlaps o's."""
+def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None):
+    """extra[o] = own + the work of every other op on o's resources whose window overlaps o's; on wires and
+    node workers (kinds 0 and 1) not that of an op of o's own serial class (one PE DMA channel); on a
+    controller (kind 2) nothing for a ``posted`` op."""
     cls = np.full(len(nbytes), -1)
     for c in range(len(B.cls_ptr) - 1):
         cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
@@ -141,6 +143,10 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
         for k in entries(o):
             for g in range(len(nbytes)):
                 if g == o or (use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g])):
+                    continue
+                if B.serial[cls[o]] and cls[g] == cls[o] and B.kind[k] <= 1:
+                    continue
+                if posted is not None and posted[o] and B.kind[k] == 2:
                     continue
                 extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
     return extra

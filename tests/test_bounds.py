@@ -25,7 +25,8 @@ def random_tables(rng: np.random.Generator, n_ops: int, n_cls: int, n_res: int) 
     users_ptr = np.concatenate([[0], np.cumsum(np.bincount(res, minlength=n_res))]).astype(np.int64)
     users = np.stack([owner[order], order]).T.astype(np.int64).reshape(-1, 2)
     return BoundTables(cls_ptr=cls_ptr, res=res, kind=rng.integers(0, 3, len(res)).astype(np.int8),
-                       base=rng.random(len(res)) * 10, ops_ptr=ops_ptr, ops=ops, users_ptr=users_ptr, users=users)
+                       base=rng.random(len(res)) * 10, ops_ptr=ops_ptr, ops=ops, users_ptr=users_ptr, users=users,
+                       serial=rng.random(n_cls) < 0.5)
 
 
 @settings(max_examples=60, deadline=None)
@@ -38,6 +39,7 @@ def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, 
     begin = rng.integers(0, 20, n_ops).astype(float) if ties else rng.random(n_ops) * 1000
     end = begin + (rng.integers(0, 10, n_ops).astype(float) if ties else rng.random(n_ops) * 300)
     own = rng.random(n_ops)
-    got = interference(B, nbytes, FLIT, begin, end, windows, own)
-    want = pairwise_interference(B, nbytes, begin, end, windows, own, FLIT)
+    posted = rng.random(n_ops) < 0.3
+    got = interference(B, nbytes, FLIT, begin, end, windows, own, posted)
+    want = pairwise_interference(B, nbytes, begin, end, windows, own, FLIT, posted)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

@@ -17,6 +17,13 @@ valid bound contain the true in-flight intervals, so each pass stays valid.
 Flows come in *classes*: ops with the same payload route and HBM controller use
 the same resources, so the tables hold each class's resource entries once (at
 1024 SIPs: 2.6 M entries for 33 k classes instead of 7.5 M for 94 k flows).
+
+A *serial* class holds DMAs of one PE channel (one direction of one PE's DMA
+engine, shared by its agents).  The channel takes its next DMA only once the
+previous one's last flit has reached the controller (a read, ``accepted``) or
+the whole round trip is over, so two of them are never on a wire or a node
+worker at the same time: on those entries a serial class's own co-users bring
+no work.  On the controller they still may (a posted read's commits outlive it).
 """
 
 from __future__ import annotations
@@ -31,7 +38,8 @@ from numba import njit
 BoundTables = namedtuple("BoundTables", [
     "cls_ptr", "res", "kind", "base",    # per class, CSR: its entries (resource id, work kind, work base)
     "ops_ptr", "ops",                    # per class, CSR: its ops, ascending
-    "users_ptr", "users"])               # per resource, CSR: its (class, entry) pairs, in class order
+    "users_ptr", "users",                # per resource, CSR: its (class, entry) pairs, in class order
+    "serial"])                           # per class: its ops are serialized by one PE DMA channel
 
 
 @njit(cache=True, inline="always")
@@ -44,8 +52,11 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra):  # pragma: no cover - jitted
+def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted):  # pragma: no cover - jitted
     """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
+
+    A ``posted`` op (a PE read whose response leaves when its last flit is taken) waits for no PC commit:
+    the controller entries (kind 2) add nothing to it.
 
     Co-user ``g`` overlaps ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]``.  A
     resource whose windows all contain one instant (latest begin <= earliest end) overlaps entirely:
@@ -125,7 +136,7 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra):  # 
     win_k = np.empty(max_len, np.int64)
     for c in range(n_cls):
         # the class's entries on resources of 2+ flows: totals and bases of the window-free ones
-        a = b_bytes = b_one = b_flits = 0.0
+        a = a_commit = b_bytes = b_one = b_flits = 0.0
         n_w = 0
         for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
             r = B.res[k]
@@ -142,16 +153,55 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra):  # 
                     b_one += B.base[k]
                 else:
                     b_flits += B.base[k]
+                    a_commit += total[r]
+        if B.serial[c]:
+            # its own co-users overlapping each op, by window: bytes and counts sorted by begin and by end
+            n_c = B.ops_ptr[c + 1] - B.ops_ptr[c]
+            cb = np.empty(n_c)
+            ce = np.empty(n_c)
+            for i in range(n_c):
+                cb[i] = begin_lo[B.ops[B.ops_ptr[c] + i]]
+                ce[i] = end_hi[B.ops[B.ops_ptr[c] + i]]
+            ob = np.argsort(cb, kind="mergesort")
+            oe = np.argsort(ce, kind="mergesort")
+            sb, se = cb[ob], ce[oe]
+            pb = np.zeros((n_c + 1, 2))           # prefix of (bytes, count) in begin order
+            pe = np.zeros((n_c + 1, 2))           # ... in end order
+            for i in range(n_c):
+                pb[i + 1, 0] = pb[i, 0] + nbytes[B.ops[B.ops_ptr[c] + ob[i]]]
+                pb[i + 1, 1] = pb[i, 1] + 1.0
+                pe[i + 1, 0] = pe[i, 0] + nbytes[B.ops[B.ops_ptr[c] + oe[i]]]
+                pe[i + 1, 1] = pe[i, 1] + 1.0
+            # the class's wire (0) and node (1) entries on resources of 2+ flows: bases, without / with windows
+            base = np.zeros((2, 2))
+            for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
+                if n_on[B.res[k]] >= 2 and B.kind[k] <= 1:
+                    base[int(windowed[B.res[k]]), B.kind[k]] += B.base[k]
         for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
             o = B.ops[i]
-            x = max(a - (b_bytes * nbytes[o] + b_one + b_flits * ((nbytes[o] + flit - 1) // flit)), 0.0)
+            if posted[o]:
+                x = max(a - a_commit - (b_bytes * nbytes[o] + b_one), 0.0)
+            else:
+                x = max(a - (b_bytes * nbytes[o] + b_one + b_flits * ((nbytes[o] + flit - 1) // flit)), 0.0)
             for q in range(n_w):
                 k = win_k[q]
                 r = B.res[k]
+                if posted[o] and B.kind[k] == 2:
+                    continue
                 lo, hi = w_ptr[r], w_ptr[r + 1]
                 started = np.searchsorted(by_b[lo:hi], end_hi[o], side="right")     # begin_lo[g] <= end_hi[o]
                 ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")      # end_hi[g] < begin_lo[o]
                 own = B.base[k] * _unit(B.kind[k], nbytes[o], flit)
                 x += max(cum_b[lo + r + started] - cum_e[lo + r + ended] - own, 0.0)
+            if B.serial[c]:
+                # take back the wire and node work the class's own co-users were charged above: all of them
+                # on entries without windows, the overlapping ones (the same test) on windowed entries
+                s_ = np.searchsorted(sb, end_hi[o], side="right")
+                e_ = np.searchsorted(se, begin_lo[o], side="left")
+                co_bytes = max(pb[s_, 0] - pe[e_, 0] - nbytes[o], 0.0)
+                co_count = max(pb[s_, 1] - pe[e_, 1] - 1.0, 0.0)
+                back = base[0, 0] * (pb[n_c, 0] - nbytes[o]) + base[0, 1] * (n_c - 1) + \
+                    base[1, 0] * co_bytes + base[1, 1] * co_count
+                x = max(x - back, 0.0)
             extra[o] += x
     return extra

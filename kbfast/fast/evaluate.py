@@ -15,7 +15,7 @@ from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, sch
 from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
 from kbfast.sim.fabric import pc_of
-from kbfast.sim.lowering import Compact, Lowered, hbm_constants, lower
+from kbfast.sim.lowering import Compact, Lowered, agent_pes, hbm_constants, lower
 from kbfast.sim.result import Result
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
@@ -109,8 +109,9 @@ def _same_shape_routes(routes, r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh,
 
 def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                   n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float) -> BoundTables:
-    """The flow classes of the interference bound (``kbfast.fast.bounds``): ops with the same payload route
-    and HBM controller (a DMA's: the end of its request route), classes ordered by (route, controller).
+    """The flow classes of the interference bound (``kbfast.fast.bounds``): ops with the same payload route,
+    HBM controller (a DMA's: the end of its request route) and PE DMA channel (serial classes), ordered by
+    (route, controller, channel).
     A class's entries: the route's finite wires (bytes / bw), then its flit-aware node workers (their
     overhead), both in route order, then the HBM controller (commit + switch penalty per flit)."""
     hbm = np.full(p.n_ops, -1, np.int64)
@@ -118,15 +119,21 @@ def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarr
     hbm[dma] = _dma_controller(p, c, np.flatnonzero(dma))
     flows = np.flatnonzero(data_route >= 0)
     n_keys = len(c.hbm_ctrls) + 1
-    keys, op_cls = np.unique(data_route[flows] * n_keys + hbm[flows] + 1, return_inverse=True)
-    cls_ptr, res, kind, base = _resource_entries(keys // n_keys, keys % n_keys - 1, p.route_ptr, c.route_edges, e_bw,
-                                                 e_dst, n_flit, n_ovh.astype(np.float64), len(c.edges),
-                                                 len(c.nodes), commit + sw)
+    # a PE DMA's channel (PE, direction), which serializes its class; -1 for the host's DMAs and IPCQ data
+    pe = agent_pes(p)[p.op_agent]
+    chan = np.where(dma & (pe >= 0), 2 * pe + (p.op_code == Op.DMA_READ), -1)
+    n_chan = 2 * (int(pe.max(initial=-1)) + 1) + 1
+    route_key = data_route[flows] * n_keys + hbm[flows] + 1
+    keys, op_cls = np.unique(route_key * n_chan + chan[flows] + 1, return_inverse=True)
+    route_key = keys // n_chan
+    cls_ptr, res, kind, base = _resource_entries(route_key // n_keys, route_key % n_keys - 1, p.route_ptr,
+                                                 c.route_edges, e_bw, e_dst, n_flit, n_ovh.astype(np.float64),
+                                                 len(c.edges), len(c.nodes), commit + sw)
     users_ptr, users = _users(cls_ptr, res, len(c.edges) + len(c.nodes) + len(c.hbm_ctrls))
     order = np.argsort(op_cls, kind="stable")
     ops_ptr = np.concatenate([[0], np.cumsum(np.bincount(op_cls, minlength=len(keys)))])
     return BoundTables(cls_ptr=cls_ptr, res=res, kind=kind, base=base, ops_ptr=ops_ptr, ops=flows[order],
-                       users_ptr=users_ptr, users=users)
+                       users_ptr=users_ptr, users=users, serial=keys % n_chan > 0)
 
 
 def _dma_controller(p: Program, c: Compact, ops: np.ndarray) -> np.ndarray:
@@ -404,10 +411,11 @@ def run_fast(p: Program) -> FastResult:
     point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
     own = _own_penalty(p, plan)
     begin_lo = lo[0].op_begin
-    extra = interference(plan.bounds, p.op_nbytes, flit, begin_lo, begin_lo, False, own)
+    posted = _posted(p)
+    extra = interference(plan.bounds, p.op_nbytes, flit, begin_lo, begin_lo, False, own, posted)
     hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
     for _ in range(BOUND_PASSES):
-        tighter = interference(plan.bounds, p.op_nbytes, flit, begin_lo, _flow_end(p, hi[0]), True, own)
+        tighter = interference(plan.bounds, p.op_nbytes, flit, begin_lo, _flow_end(p, hi[0]), True, own, posted)
         if np.array_equal(tighter, extra):
             break
         extra = tighter
@@ -425,6 +433,13 @@ def run_fast(p: Program) -> FastResult:
                       agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
                       compact=plan.compact, edge_contended=_per_edge(plan.edge_group, point[2]),
                       data_route=data_route)
+
+
+def _posted(p: Program) -> np.ndarray:
+    """Per op: a PE read that waits for no PC commit (``hbm.read_response: accepted``)."""
+    if p.tables.spec.hbm.read_response != "accepted":
+        return np.zeros(p.n_ops, np.bool_)
+    return (p.op_code == Op.DMA_READ) & (p.agent_kind[p.op_agent] == 0)
 
 
 def _own_resources(args: tuple) -> tuple:

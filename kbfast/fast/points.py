@@ -75,6 +75,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
     n_ops = len(P.op_code)
     n_ch = len(P.ch_src)
     zero = np.zeros(n_ops)
+    no_posted = np.zeros(n_ops, np.bool_)   # reads charged for commits too: valid, looser
     iso = np.full(n_ops, np.nan)
     ch_nslots = np.empty(n_ch, np.int64)
     ch_setup = np.empty(n_ch)
@@ -88,7 +89,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, fabric, shared_edge, shared_node, hbm.flit_bytes)
-            extra = interference(bounds, nbytes, hbm.flit_bytes, zero, zero, False, zero)    # window-free
+            extra = interference(bounds, nbytes, hbm.flit_bytes, zero, zero, False, zero, no_posted)   # window-free
         k = kinds[i]
         if new_size or k != kinds[i - 1]:
             free = -1
