@@ -70,8 +70,9 @@ def _unmerged_point(p, reverse: bool):
                                     res_ovh=np.concatenate([np.zeros(len(c.edges)), n_ovh]))
     head = plan.head_offsets(p.op_nbytes)
     zero = np.zeros(p.n_ops)
-    merged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *plan.kernel_inputs)
-    unmerged = schedule(POINT, zero, plan.share, head, np.full(p.n_ops, np.nan), *plan.kernel_inputs[:-1], sharing)
+    iso = lambda: np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)   # noqa: E731 - fresh memo per run
+    merged = schedule(POINT, zero, plan.share, head, iso(), *plan.kernel_inputs)
+    unmerged = schedule(POINT, zero, plan.share, head, iso(), *plan.kernel_inputs[:-1], sharing)
     return merged, unmerged, plan
 
 

@@ -406,7 +406,7 @@ def run_fast(p: Program) -> FastResult:
     data_route, args, share, flit = plan.data_route, plan.kernel_inputs, plan.share, plan.lowered.hbm.flit_bytes
     head = plan.head_offsets(p.op_nbytes)
     zero = np.zeros(p.n_ops)
-    iso = np.full(p.n_ops, np.nan)
+    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
     lo = _checked(p, schedule(LOWER, zero, share, head, iso, *_own_resources(args)))
     point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
     own = _own_penalty(p, plan)
@@ -451,7 +451,7 @@ def _own_resources(args: tuple) -> tuple:
     if len(P.a_pe) == len(np.unique(P.a_pe[P.a_pe >= 0])) + int(np.sum(P.a_pe < 0)):
         return args                    # one agent per PE: nothing is shared
     own = np.where(P.a_pe >= 0, np.arange(len(P.a_pe)), -1)
-    return fabric, hbm, P._replace(a_pe=own), routes, sharing
+    return fabric, hbm, P._replace(a_pe=own, a_alone=own >= 0), routes, sharing
 
 
 def _bound_gain(before: np.ndarray, after: np.ndarray, start: np.ndarray) -> float:

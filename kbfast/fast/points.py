@@ -76,7 +76,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
     n_ch = len(P.ch_src)
     zero = np.zeros(n_ops)
     no_posted = np.zeros(n_ops, np.bool_)   # reads charged for commits too: valid, looser
-    iso = np.full(n_ops, np.nan)
+    iso = np.full((n_ops, 1 + hbm.n_pcs), np.nan)
     ch_nslots = np.empty(n_ch, np.int64)
     ch_setup = np.empty(n_ch)
     ch_tier_bw = np.empty(n_ch)
@@ -102,7 +102,8 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
         ch_hop_bw[:] = hop_bw[:, k]
         Pi = Prog(P.a_start, P.a_host, P.op_ptr, P.agent_ops, P.op_code, P.op_target, nbytes, P.op_async, arg,
                   P.ch_src, P.ch_dst, ch_nslots, ch_setup, ch_tier_bw, ch_hop_bw, P.ch_credit, P.ch_in_ptr,
-                  P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns, P.a_pe, P.read_release_early)
+                  P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns, P.a_pe, P.a_alone,
+                  P.read_release_early)
         peak = 0
         for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is linked into this kernel once
             S, o_contended, _ = schedule(mode, extra if mode == UPPER else zero, share, head, iso, fabric, hbm, Pi,

@@ -271,8 +271,9 @@ def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  #
         per op: its payload route has a shared resource.
     head : float64 [O]
         per op: zero-load time until its head reaches its first shared resource (:func:`head_offsets`).
-    iso : float64 [O]
-        per op: memoised isolated latency (NaN = not computed yet); updated in place.
+    iso : float64 [O, 1 + n_pcs]
+        per op: memoised isolated latency (column 0, NaN = not computed yet) and, for a DMA, its last commit
+        on each PC relative to its start (a posted read's bursts occupy the PCs after it); updated in place.
     fabric, hbm, P, routes : Fabric, Hbm, Prog, OpRoutes
         the Program's compact fabric, HBM constants, agents and ops, and routes.
     sharing : Sharing
@@ -453,7 +454,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
             if P.op_code[o] == OP_SEND:
                 # Data to the receiver's pe_dma: source overhead, train, reassembly + its overhead.
                 r = ch_route[P.op_target[o]]
-                if np.isnan(iso[o]):
+                if np.isnan(iso[o, 0]):
                     q = ch_iso_route[P.op_target[o]]             # the first route of r's shape
                     if route_nbytes[q] != P.op_nbytes[o]:      # else: a SEND of this size on that shape
                         t_src = n_ovh[e_src[r_edges[r_ptr[q]]]]
@@ -461,8 +462,8 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                                                      n_flit, t_src, P.op_nbytes[o], F, buf, 0)
                         route_nbytes[q] = P.op_nbytes[o]
                         route_iso[q] = last + n_ovh[e_dst[r_edges[r_ptr[q + 1] - 1]]]
-                    iso[o] = route_iso[q]
-                lat[o] = iso[o]
+                    iso[o, 0] = route_iso[q]
+                lat[o] = iso[o, 0]
                 route = r
             else:
                 a = S.op_agent[o]
@@ -477,39 +478,46 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                 d = 0 if write else 1
                 # POINT follows each controller's history: PC read/write direction (switch penalty) and
                 # when each PC is free after a read whose bursts outlive it (PE_READ; concurrent flows'
-                # commits are the fluid's business); LOWER and UPPER take none.
+                # commits are the fluid's business); LOWER and UPPER take none.  Without any of it the
+                # isolated latency (and a read's per-PC finishes) are computed once per op.
                 history = mode == POINT and hbm >= 0
+                busy = False
+                waits = False
                 for q in range(n_pcs):
                     g = hbm * n_pcs + q
                     pcs[0, q] = switch_penalty if (history and pc_dir[g] >= 0 and pc_dir[g] != d) else 0.0
-                    pcs[1, q] = pc_avail[g] - now if history else -np.inf
-                if history or np.isnan(iso[o]):
+                    pcs[1, q] = pc_avail[g] - now if (history and pc_avail[g] > now) else -np.inf
+                    waits = waits or pcs[1, q] > -np.inf
+                    busy = busy or waits or pcs[0, q] > 0.0
+                record = history and kind_t == PE_READ and P.op_nbytes[o] > 0
+                if busy or np.isnan(iso[o, 0]):
                     lat[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
                                           r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw,
                                           e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit,
                                           pcs, buf, 0)      # memo 0: one set of tables per run
-                    if not history:
-                        iso[o] = lat[o]
+                    if not busy:
+                        iso[o, 0] = lat[o]
+                        for q in range(n_pcs):
+                            iso[o, 1 + q] = pcs[2, q]
                 else:
-                    lat[o] = iso[o]
-                if history and kind_t == PE_READ and P.op_nbytes[o] > 0:
+                    lat[o] = iso[o, 0]
+                    if record:
+                        for q in range(n_pcs):
+                            pcs[2, q] = iso[o, 1 + q]
+                if record:
                     for q in range(n_pcs):
                         if pcs[2, q] > -np.inf:
                             pc_avail[hbm * n_pcs + q] = now + pcs[2, q]
                 # The part after the drain (the fluid's ``fixed``) excludes waiting for busy PCs: that wait
                 # overlaps the drain; ``lat`` keeps it as the flow's earliest end.
                 lat_free[o] = lat[o]
-                if history and share[o]:
-                    waited = False
+                if waits and share[o]:
                     for q in range(n_pcs):
-                        if pcs[1, q] > -np.inf:
-                            waited = True
-                            pcs[1, q] = -np.inf
-                    if waited:
-                        lat_free[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
-                                                   r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst,
-                                                   e_c, e_bw, e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs,
-                                                   commit, burst_commit, pcs, buf, 0)
+                        pcs[1, q] = -np.inf
+                    lat_free[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
+                                               r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst,
+                                               e_c, e_bw, e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs,
+                                               commit, burst_commit, pcs, buf, 0)
                 if mode == POINT:
                     unit = burst if kind_t == D2H else F
                     nunits = (P.op_nbytes[o] + unit - 1) // unit

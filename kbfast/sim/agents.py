@@ -63,6 +63,7 @@ Prog = namedtuple("Prog", [
     "ch_src", "ch_dst", "ch_nslots", "ch_setup", "ch_tier_bw", "ch_hop_bw", "ch_credit", "ch_in_ptr",
     "ch_in_list", "ch_msg_ptr", "ch_msg_op", "credit_blocking", "poll_ns",
     "a_pe",                  # int64 [A]: the PE whose resources agent a uses (-1: the host, which has none)
+    "a_alone",               # bool [A]: the only agent on its PE (its timed ops need no queue)
     "read_release_early",    # bool: a DMA read frees its channel when the controller took its last flit
 ])
 
@@ -196,6 +197,14 @@ def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
             S.op_begin[o] = now
             size, seq = _end(o, now, S, heap, size, seq)
             S.a_pc[a] += 1
+        elif r >= R_TCM_READ and P.a_alone[a] and not P.op_async[o]:
+            # FETCH, STORE, GEMM, MATH of the PE's only agent: nobody else can hold the resource, so the
+            # agent itself is busy for op_arg ns (no queue, no completion event)
+            S.op_begin[o] = now
+            size, seq = _end(o, now + P.op_arg[o], S, heap, size, seq)
+            S.a_pc[a] += 1
+            size, seq = push(heap, size, seq, now + P.op_arg[o], EV_AGENT, a, 0, 0)
+            break
         elif r >= 0:
             # DMA, FETCH, STORE, GEMM, MATH: take the PE's resource, or queue for it (FIFO).
             S.a_out[a] += 1

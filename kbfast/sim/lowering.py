@@ -128,7 +128,14 @@ def make_prog(p) -> Prog:
         ch_tier_bw=ch.tier_bw, ch_hop_bw=ch.hop_bw, ch_credit=ch.credit_ns, ch_in_ptr=ch.in_ptr,
         ch_in_list=ch.in_list, ch_msg_ptr=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
         ch_msg_op=sends.astype(np.int64), credit_blocking=bool(ch.credit_blocking), poll_ns=float(ch.poll_ns),
-        a_pe=agent_pes(p), read_release_early=p.tables.spec.pe.dma_read_release == "accepted")
+        a_pe=(pes := agent_pes(p)), a_alone=alone(pes),
+        read_release_early=p.tables.spec.pe.dma_read_release == "accepted")
+
+
+def alone(pes: np.ndarray) -> np.ndarray:
+    """Per agent: the only agent on its PE (``pes`` from :func:`agent_pes`; the host is never alone)."""
+    counts = np.bincount(pes[pes >= 0], minlength=1)
+    return (pes >= 0) & (counts[np.maximum(pes, 0)] == 1)
 
 
 def agent_pes(p) -> np.ndarray:
