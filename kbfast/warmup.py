@@ -16,9 +16,9 @@ import sys
 # kernel -> (module, jitted function, about how many seconds its compile adds to a first run on the
 # 2-core reference machine; "points" calls "fast" and adds its own share only)
 KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 45),
+    "fast": ("kbfast.fast.schedule", "schedule", 60),
     "points": ("kbfast.fast.points", "points_kernel", 25),
-    "exact": ("kbfast.exact.engine", "replay", 25),
+    "exact": ("kbfast.exact.engine", "replay", 35),
     "collectives": ("kbfast.workloads.symbolic", "replay", 20),
     "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 16),
 }
