@@ -24,7 +24,6 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.gemm import RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes
 
 FLUID_MAX_TILES = 1 << 16
-METHODS = ("maxplus", "fluid", "maxplus_estimate")
 
 
 def fast_method(case: GemmCase) -> str:

@@ -77,10 +77,6 @@ class GemmPlan:
         return self.m_tiles * self.n_tiles
 
     @property
-    def reads_per_tile(self) -> int:
-        return int(not self.a_pinned) + int(not self.b_pinned)
-
-    @property
     def comp_inner_ns(self) -> float:
         """Compute slot per tile with k < k_tiles - 1: GEMM and the k_tile epilogues."""
         return self.gemm_ns + self.k_epilogue_ns

@@ -21,7 +21,7 @@ from kbfast.results import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
-from kbfast.evaluate_gemm import evaluate_gemm, fast_method
+from kbfast.evaluate_gemm import evaluate_gemm
 from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim, parse_epilogues
 from kbfast.workloads.registry import WORKLOADS, build
 
@@ -156,7 +156,7 @@ def run_gemm(
     trace_it = trace is not None
     eps = parse_epilogues(t, epilogue)
     case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps,
-                     program=exact or compare or trace_it or fast_method_needs_program(t, router, dims, staging))
+                     program=exact or compare or trace_it)   # else evaluate_gemm builds it if its method needs it
     first_run(*(("exact",) if exact or compare or trace_it else ()), *(() if exact else ("fast", "pipeline")))
     row = {"workload": "gemm", "mode": "exact" if exact else "fast", **evaluate_gemm(t, router, case, exact)}
     if trace_it:
@@ -167,7 +167,3 @@ def run_gemm(
                    rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
     _print(row, fmt)
 
-
-def fast_method_needs_program(t, router, dims: list[int], staging: str) -> bool:
-    """Whether the fast path of this GEMM replays its Program (the fluid schedule) rather than the recurrence."""
-    return fast_method(gemm_case(t, router, *dims, staging=staging, program=False)) == "fluid"

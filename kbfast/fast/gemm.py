@@ -22,6 +22,7 @@ import numpy as np
 
 from kbfast.fast.batch import isolated_latencies
 from kbfast.fast.pipeline import pipeline_batch
+from kbfast.sim.fabric import ctrl_latency
 from kbfast.tiling import GemmPlan
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
@@ -32,8 +33,8 @@ def response_ns(t: Tables, router: Router, pe_dma: int, ctrl: int) -> float:
     intermediate overheads, plus the PE's own overhead (kbfast.sim.fabric.ctrl_latency)."""
     rs = router.routes(np.array([pe_dma]), np.array([ctrl]), "pe_dma")
     rev = reverse_route_edges(t, rs.ptr, rs.edges)
-    inner = t.edge_dst[rev][:-1]
-    return float(t.edge_prop_ns[rev].sum() + t.node_overhead_ns[inner].sum() + t.node_overhead_ns[pe_dma])
+    return float(ctrl_latency(rev, 0, len(rev), t.edge_dst, t.edge_prop_ns, t.node_overhead_ns)
+                 + t.node_overhead_ns[pe_dma])
 
 
 def read_kind(t: Tables) -> str:
@@ -64,9 +65,10 @@ def dma_times(t: Tables, router: Router, plans: list[GemmPlan], nodes: list[tupl
     for p, (pe, own, src_b) in zip(plans, nodes):
         key = (p.a_tile_bytes, p.b_tile_bytes, p.c_tile_bytes, pe, own, src_b)
         if key not in memo:
-            memo[key] = (add(pe, own, p.a_tile_bytes, read), add(pe, src_b, p.b_tile_bytes, read),
-                         add(pe, own, p.a_tile_bytes, "pe_read"), add(pe, src_b, p.b_tile_bytes, "pe_read"),
-                         add(pe, own, p.c_tile_bytes, "pe_dma"))
+            a, b = add(pe, own, p.a_tile_bytes, read), add(pe, src_b, p.b_tile_bytes, read)
+            posted = (a, b) if read == "pe_read" else (add(pe, own, p.a_tile_bytes, "pe_read"),
+                                                       add(pe, src_b, p.b_tile_bytes, "pe_read"))
+            memo[key] = (a, b, *posted, add(pe, own, p.c_tile_bytes, "pe_dma"))
         a_bytes, b_bytes, _ = p.operand_bytes()
         loads = (add(pe, own, a_bytes, read) if p.a_pinned else -1, add(pe, src_b, b_bytes, read) if p.b_pinned else -1)
         slots.append(memo[key] + loads)

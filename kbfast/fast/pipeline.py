@@ -31,8 +31,6 @@ MAX_PERIOD = 8          # the longest cycle (in tiles) of the reads and FETCH th
 ROWS = MAX_PERIOD + 1   # snapshots kept: enough to compare the newest with the one MAX_PERIOD steps back
 BUFFER = 1 << 14        # elements stored per stage before it must be periodic (else: tile by tile)
 N_OUT = 8               # pipeline() returns: end, first_done, start, busy read, fetch, compute, store, write
-# bound stage codes (:func:`bound_stage`)
-STAGES = ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write", "depth")
 
 
 @njit(cache=True, inline="always")
