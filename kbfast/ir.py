@@ -329,10 +329,7 @@ class ProgramBuilder:
                 raise KbfastError(f"GEMM operand {name}: {node_name(self.t, node)} is not an HBM controller")
             if addr < 0:
                 raise KbfastError(f"GEMM operand {name}: address must be >= 0 (got {addr})")
-        node = self._agent_node[agent]
-        if node not in self._gemm_agents:
-            self._gemm_agents[node] = tuple(self.pe_agent(node, self._agent_start[agent]) for _ in range(5))
-        reader, fetcher, comp, storer, writer = self._gemm_agents[node]
+        reader, fetcher, comp, storer, writer = self.gemm_helpers(agent)
         phase = self.phase_index("gemm")
         marker = self.compute(agent, 0.0)
         for op_agent, cols in zip((reader, fetcher, comp, storer, writer), gemm_ops(plan, marker, a, b, c)):
@@ -340,6 +337,13 @@ class ProgramBuilder:
                 self.add_ops(op_agent, *cols[:4], phase, addr=cols[4], is_async=cols[5])
         last_write = self._n_ops - 1
         return self.wait(agent, last_write)
+
+    def gemm_helpers(self, agent: int) -> tuple[int, ...]:
+        """The five helper agents of PE agent ``agent``'s GEMM pipeline (see :meth:`gemm`), created on first use."""
+        node = self._agent_node[agent]
+        if node not in self._gemm_agents:
+            self._gemm_agents[node] = tuple(self.pe_agent(node, self._agent_start[agent]) for _ in range(5))
+        return self._gemm_agents[node]
 
     def math(self, agent: int, n_elem: int, op: str = "add") -> int:
         """PE_MATH ``op`` over ``n_elem`` elements on the PE's compute slot (kbfast.tiling.math_ns)."""
@@ -491,9 +495,20 @@ class ProgramBuilder:
         return vals[inverse.ravel()]
 
 
-def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int]) -> list:
+def gemm_ops_count(plan: GemmPlan) -> int:
+    """How many ops :func:`gemm_ops` returns for ``plan`` (its five helper agents' together)."""
+    T, D, r = plan.n_tile_total, plan.depth, (not plan.a_pinned) + (not plan.b_pinned)
+    n_o = sum(e.scope == "output_tile" for e in plan.epilogues)
+    ci = 2 + sum(e.scope == "k_tile" for e in plan.epilogues)
+    reader = (1 + T * r + max(T - D, 0)) if r else 0
+    return reader + 1 + T * (2 if r else 1) + T * ci + plan.n_out * (n_o + 4)
+
+
+def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int],
+             first: int | None = None) -> list:
     """The ops of the five helper agents of a GEMM (reader, fetcher, compute, storer, writer), to be appended
-    in that order right after ``marker``: per agent the columns (code, target, nbytes, arg, addr, async).
+    in that order from op id ``first`` (default: right after ``marker``): per agent the columns (code,
+    target, nbytes, arg, addr, async); :func:`gemm_ops_count` says how many.
 
     Op ids are known in advance, so every WAIT names its op.  Reader: WAIT marker, then per tile t
     (WAIT FETCH(t - D) from t = D) and its asynchronous reads (A, B, unless pinned).  Fetcher: WAIT marker,
@@ -513,7 +528,7 @@ def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int]
     n_out = plan.n_out
     last = np.flatnonzero(k == nk - 1)
     # op id layout (see the docstring), from the reader's first op
-    R0 = marker + 1
+    R0 = marker + 1 if first is None else first
     gated = t >= D                                    # tiles whose reads wait for FETCH(t - D)
     r_pos = 1 + t * r + np.maximum(t - D, 0)           # per tile: its first reader op after the marker's WAIT
     size_r = (1 + T * r + max(T - D, 0)) if r else 0
@@ -591,7 +606,7 @@ def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int]
                     np.stack([store_id, np.full(n_out, c[0])], 1).ravel(),
                     np.tile([0, plan.c_tile_bytes], n_out), 0.0,
                     np.stack([np.zeros(n_out, np.int64), plan.c_addr(c[1], mo, no)], 1).ravel()))
-    assert W0 + 2 * n_out == marker + 1 + sum(len(x[0]) for x in out)
+    assert W0 + 2 * n_out == R0 + sum(len(x[0]) for x in out) == R0 + gemm_ops_count(plan)
     return out
 
 

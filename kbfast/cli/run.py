@@ -1,4 +1,5 @@
-"""``kbfast run``: one collective or PE-to-PE point, on the fast path, exactly, or both (design §9)."""
+"""``kbfast run``: one collective, PE-to-PE point, GEMM or model step, on the fast path, exactly, or both
+(design §9)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,17 @@ from kbfast.results import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
+from kbfast.config.models import Transformer, load_model
+from kbfast.errors import KbfastError
 from kbfast.evaluate_gemm import evaluate_gemm
+from kbfast.evaluate_model import evaluate_step
+from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim, parse_epilogues
+from kbfast.workloads.model import LAYOUTS, shape_for
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
-run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer or a GEMM.",
+run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer, a GEMM or a model step.",
                       no_args_is_help=True)
 
 
@@ -167,3 +173,40 @@ def run_gemm(
                    rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
     _print(row, fmt)
 
+
+
+@run_app.command("model")
+@user_errors
+def run_model(
+    model: Annotated[str, typer.Argument(help="A bundled model (llama3_70b, gpt3_175b, llama32_1b, tp_mlp, "
+                                              "gqa_llama70b_validation) or a model YAML.")],
+    phase: Annotated[str, typer.Option(help="decode (one token per user) or prefill.")] = "decode",
+    batch: Annotated[int, typer.Option(help="Users (sequences) in the step.")] = 1,
+    seq: Annotated[int | None, typer.Option(help="Prefill: tokens per user (default 2048); decode: 1.")] = None,
+    kv_len: Annotated[int | None, typer.Option(help="Decode: the context each user attends to (default 4096).")] = None,
+    layers: Annotated[int | None, typer.Option(help="Layers in the step (default: all; identical layers are "
+                                                    "evaluated once).")] = None,
+    layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
+    topology: TopologyOpt = None,
+    exact: ExactOpt = False,
+    compare: CompareOpt = False,
+    fmt: FmtOpt = OutputFormat.table,
+    sets: SetOpt = None,
+) -> None:
+    """One step of a model (docs/models.md): per-piece and step latency, tokens/s or time to first token, MAC
+    utilisation, the critical path by category and the op counts per kind."""
+    if exact and compare:
+        raise KbfastError("--exact and --compare exclude each other: --compare runs both modes")
+    t = build_tables(load(topology, list(sets or [])))
+    m = load_model(model)
+    shape = shape_for(m, phase, batch, seq, kv_len) if isinstance(m, Transformer) else None
+    modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
+    first_run(*(("exact",) if exact or compare else ()), *(() if exact else ("fast", "pipeline")))
+    step = evaluate_step(t, Router(t), m, shape, layout, layers, modes)
+    report = model_report(step, t)
+    if fmt is OutputFormat.json:
+        print(json.dumps(report, indent=2, default=float))
+    elif fmt is OutputFormat.csv:
+        sys.stdout.write(pd.DataFrame(report["pieces"]).to_csv(index=False))
+    else:
+        print_model_report(report, console)

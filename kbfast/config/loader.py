@@ -96,9 +96,9 @@ def load_raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[str
     return label, deep_merge(base_data, data)
 
 
-def _model_at(path: list[str]) -> type[BaseModel] | None:
-    """The pydantic model class found by walking ``path`` from SystemSpec."""
-    model: Any = SystemSpec
+def _model_at(path: list[str], root: type[BaseModel] = SystemSpec) -> type[BaseModel] | None:
+    """The pydantic model class found by walking ``path`` from ``root`` (default SystemSpec)."""
+    model: Any = root
     for key in path:
         if key.isdigit():
             continue  # an item of a list of models
@@ -180,14 +180,15 @@ _TYPE_HINTS = {"int": "write a whole number, e.g. 4", "float": "write a number, 
                "dict": "write a mapping, e.g. {w: 4, h: 4}", "model": "write a mapping, e.g. {w: 4, h: 4}"}
 
 
-def _format_validation(label: str, err: ValidationError) -> ConfigError:
+def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec) -> ConfigError:
+    """The first problem of ``err`` as a ConfigError naming file, key and value, with a hint."""
     first = err.errors()[0]
     loc = [str(p) for p in first["loc"]]
     key = ".".join(loc)
     value = first.get("input")
     kind = first["type"]
     if kind == "extra_forbidden":
-        parent = _model_at(loc[:-1])
+        parent = _model_at(loc[:-1], root)
         known = list(parent.model_fields) if parent is not None else []
         return ConfigError(label, key, value, f"unknown key {loc[-1]!r}", did_you_mean(loc[-1], known))
     if kind == "missing":
@@ -306,7 +307,7 @@ def validate(label: str, data: dict[str, Any]) -> SystemSpec:
     try:
         spec = SystemSpec.model_validate(data)
     except ValidationError as err:
-        raise _format_validation(label, err) from None
+        raise format_validation(label, err) from None
     check_cross_fields(label, spec)
     return spec
 

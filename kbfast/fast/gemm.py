@@ -113,3 +113,19 @@ def gemm_fast(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
     res[:, 1] = out[:, 0] - t0
     res[:, 2:] = out[:, 3:8]
     return res
+
+
+def gemm_upper(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
+    """An upper bound on each GEMM's :func:`gemm_fast` row where C writes overlap the next tiles' reads.
+
+    The writer has one write in flight and the read channel one read, so a read can lose at most one whole
+    write's time to C traffic and a write at most one whole read's: every read's hold and done grow by the
+    write's ``w_done``, every write by the longer read's ``done``.  The recurrence is monotone in its service
+    times, so the result bounds the overlapped pipeline from above (it equals the exact one without overlap)."""
+    up = times.copy()
+    w, r = times[:, 4].copy(), np.maximum(times[:, 1], times[:, 3])
+    for col, streamed in ((0, [not p.a_pinned for p in plans]), (1, [not p.a_pinned for p in plans]),
+                          (2, [not p.b_pinned for p in plans]), (3, [not p.b_pinned for p in plans])):
+        up[:, col] += np.where(streamed, w, 0.0)
+    up[:, 4] += r
+    return gemm_fast(plans, up)

@@ -106,8 +106,11 @@ def heap_capacity(p: Program) -> int:
 
 
 def estimate_memory_bytes(p: Program) -> int:
-    """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight."""
-    flits = int(np.sum((p.op_nbytes + p.tables.spec.fabric.flit_bytes - 1) // p.tables.spec.fabric.flit_bytes))
+    """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight (only
+    fabric transfers have flits: a GEMM's ``nbytes`` counts MACs, a FETCH's or STORE's TCM bytes)."""
+    moves = np.isin(p.op_code, (Op.DMA_READ, Op.DMA_WRITE, Op.SEND))
+    flit = p.tables.spec.fabric.flit_bytes
+    flits = int(np.sum((p.op_nbytes[moves] + flit - 1) // flit))
     # 80 B per queue slot (kbfast.sim.heap: 8 arrays of 8 B, two free lists)
     return 200 * p.n_ops + 64 * len(p.route_edges) + 80 * (flits + p.n_ops + p.n_agents)
 

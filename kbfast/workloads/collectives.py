@@ -85,6 +85,11 @@ def _all_pe_ranks(t: Tables) -> np.ndarray:
 def intercube_wiring(t: Tables) -> Wiring:
     """pe0 of every cube: N/S/E/W on the cube mesh (no wrap) and ``global_*`` to the same cube of the
     neighbouring SIPs per ``sips.topology`` (spec_ccl §5.10), as arrays."""
+    return wire(*intercube_peers(t))
+
+
+def intercube_peers(t: Tables) -> tuple[list[str], np.ndarray]:
+    """:func:`intercube_wiring`'s labels and neighbour table (rank = SIP * cubes + cube), before the install."""
     lay = t.layout
     nc = lay.n_cubes_per_sip
     neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)     # the same checks as the install
@@ -99,7 +104,7 @@ def intercube_wiring(t: Tables) -> Wiring:
     sip, cube = np.divmod(np.arange(lay.n_sips * nc), nc)
     a = np.where(intra[cube] >= 0, sip[:, None] * nc + intra[cube], -1)
     b = np.where(inter[sip] >= 0, inter[sip] * nc + cube[:, None], -1)
-    return wire(intra_l + inter_l, np.concatenate([a, b], axis=1))
+    return intra_l + inter_l, np.concatenate([a, b], axis=1)
 
 
 def _hier3_wiring(n_pe: int, n_cubes: int, n_sips: int) -> Wiring:
@@ -225,28 +230,38 @@ def _spread(tl: Tl, acc: int, pos: int, root: int, n: int, lo_dir: str, hi_dir: 
     return acc
 
 
+def _tag(tl: Tl, tag: bool, name: str):
+    if tag:
+        yield tl.phase(name)
+
+
 def lrab_kernel(tl: Tl):
     """``lrab_hierarchical_allreduce`` on pe0 of every cube (spec_ccl §5.7)."""
+    return (yield from lrab_body(tl, tl.contribution(), tl.rank))
+
+
+def lrab_body(tl: Tl, acc: int, rank: int, tag: bool = True):
+    """lrab's phases P1-P5 for value ``acc`` on cube rank ``rank`` (SIP * cubes + cube); returns the result.
+    ``tag=False`` leaves the caller's phase in place (no P1-P5 phase tags)."""
     cw, ch, rc, rr = tl.info["cube_w"], tl.info["cube_h"], tl.info["root_col"], tl.info["root_row"]
     nc = cw * ch
-    sip, cube = divmod(tl.rank, nc)
+    sip, cube = divmod(rank, nc)
     row, col = divmod(cube, cw)
     kind, n_sips, w, h = tl.info["sip_kind"], tl.info["n_sips"], tl.info["sip_w"], tl.info["sip_h"]
-    acc = tl.contribution()
     if nc > 1:
-        yield tl.phase("P1 row reduce")
+        yield from _tag(tl, tag, "P1 row reduce")
         acc = yield from _converge(tl, acc, col, rc, cw, "W", "E")
         if col == rc:
-            yield tl.phase("P2 column reduce")
+            yield from _tag(tl, tag, "P2 column reduce")
             acc = yield from _converge(tl, acc, row, rr, ch, "N", "S")
     if cube == rr * cw + rc:
-        yield tl.phase("P3 inter-SIP")
+        yield from _tag(tl, tag, "P3 inter-SIP")
         acc = yield from _inter_sip(tl, acc, kind, sip, n_sips, w, h)
     if nc > 1:
         if col == rc:
-            yield tl.phase("P4 column broadcast")
+            yield from _tag(tl, tag, "P4 column broadcast")
             acc = yield from _spread(tl, acc, row, rr, ch, "N", "S")
-        yield tl.phase("P5 row broadcast")
+        yield from _tag(tl, tag, "P5 row broadcast")
         acc = yield from _spread(tl, acc, col, rc, cw, "W", "E")
     return acc
 

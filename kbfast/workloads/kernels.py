@@ -45,7 +45,7 @@ class ScheduleError(KbfastError):
 
 @dataclass(frozen=True)
 class Request:
-    kind: str                 # "send", "recv", "math", "compute", "phase", "load", "store"
+    kind: str                 # "send", "recv", "math", "compute", "phase", "load", "store", "gemm"
     direction: str = ""
     payload: int = 0
     nbytes: int = 0
@@ -78,8 +78,14 @@ class Tl:
     def recv(self, direction: str, nbytes: int | None = None) -> Request:
         return Request("recv", direction, nbytes=self.nbytes if nbytes is None else nbytes)
 
-    def math(self, n_elem: int | None = None) -> Request:
-        return Request("math", nbytes=self.n_elem if n_elem is None else n_elem)
+    def math(self, n_elem: int | None = None, op: str = "add") -> Request:
+        """PE_MATH ``op`` over ``n_elem`` elements (default: the tile's), priced by kbfast.tiling.math_ns."""
+        return Request("math", direction=op, nbytes=self.n_elem if n_elem is None else n_elem)
+
+    def gemm(self, command: int) -> Request:
+        """GEMM command number ``command`` of the workload's command table (the lowering's; see
+        kbfast.workloads.symbolic.run_traced)."""
+        return Request("gemm", payload=command)
 
     def compute(self, ns: float) -> Request:
         return Request("compute", value=ns)
@@ -174,7 +180,7 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
                 b.send(agents[r], channel(r, req.direction), req.nbytes)
                 value[r] = 0
             elif req.kind == "math":
-                b.math(agents[r], req.nbytes)
+                b.math(agents[r], req.nbytes, req.direction or "add")
                 value[r] = 0
             elif req.kind == "compute":
                 b.compute(agents[r], req.value)
@@ -182,9 +188,11 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
             elif req.kind in ("load", "store"):
                 b.dma(agents[r], own_slice(r), req.nbytes, write=req.kind == "store")
                 value[r] = 0
-            else:
+            elif req.kind == "phase":
                 b.phase(agents[r], req.direction)
                 value[r] = 0
+            else:       # a GEMM command needs the traced path's lowering (kbfast.workloads.symbolic.run_traced)
+                raise ScheduleError(f"run_kernels cannot emit a {req.kind!r} request; use run_traced")
             req = None
             blocked_since = 0
         pending[r] = req

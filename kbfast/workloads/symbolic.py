@@ -22,7 +22,7 @@ from kbfast.workloads.trace import templates_to_arrays, trace
 
 OK, E_TWICE, E_DEADLOCK, E_MISSING = 0, 1, 2, 3
 _SEND, _RECV, _ADD, _PHASE = int(Op.SEND), int(Op.RECV), 8, 9
-_READ, _WRITE = int(Op.DMA_READ), int(Op.DMA_WRITE)
+_READ, _WRITE, _GEMM = int(Op.DMA_READ), int(Op.DMA_WRITE), int(Op.GEMM)
 
 
 @njit(cache=True)
@@ -222,9 +222,13 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
 
 
 def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Kernel, nbytes: int,
-               roles: np.ndarray, info: dict | None = None) -> None:
+               roles: np.ndarray, info: dict | None = None, lower=None) -> None:
     """:func:`~kbfast.workloads.kernels.run_kernels` for a kernel whose control flow depends only on the
-    rank's role (``roles[rank]``, one row of features per rank): the same ops, channels, phases and checks."""
+    rank's role (``roles[rank]``, one row of features per rank): the same ops, channels, phases and checks.
+
+    A kernel's GEMM commands (``tl.gemm(i)``) need ``lower``, a :class:`kbfast.workloads.commands.Lowering`:
+    it turns the emitted command rows into ops (the tile pipeline, or a timed stand-in) and appends what
+    follows the bulk (the pipelines' helper agents)."""
     n = len(agents)
     agents = np.asarray(agents, np.int64)
     elem = b.t.spec.pe.elem_bytes
@@ -257,16 +261,24 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
     zeros = np.zeros(n, np.int64)
     b.add_ops(agents, np.full(n, int(Op.START), np.int8), np.full(n, -1), zeros, zeros.astype(np.float64),
               np.full(n, -1))
-    b.channels(agents[ch_src], agents[ch_dst])
+    ids = b.channels(agents[ch_src], agents[ch_dst])
     phase_names = list(phases)
     to_builder = np.full(len(phases) + 1, -1, np.int64)       # trace phase id -> builder phase index (-1 stays)
     for p in phase_order:
         to_builder[p] = b.phase_index(phase_names[p])
     code = ar["op"][out_ins]
+    ipcq = (code == _SEND) | (code == _RECV)
+    out_chan[ipcq] = ids[out_chan[ipcq]]                       # the builder may hold channels already
     if np.any((ar["op"] == _READ) | (ar["op"] == _WRITE)):     # tile DMAs target the rank's own HBM slice
         dma = (code == _READ) | (code == _WRITE)
         out_chan[dma] = own_hbm_ctrls(b.t, b.agent_nodes(agents))[out_rank[dma]]
-    b.add_ops(agents[out_rank], code, out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins], to_builder[out_phase])
+    cols = (agents[out_rank], code, out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins], to_builder[out_phase])
+    if lower is not None:
+        lower.emit(b, *cols)
+    elif np.any(code == _GEMM):
+        raise ScheduleError("the kernel issues GEMM commands but run_traced got no lowering for them")
+    else:
+        b.add_ops(*cols)
     b.set_phases(agents[last >= 0], to_builder[last[last >= 0]])
 
 

@@ -82,7 +82,9 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
             reply = new_value()
             emit(Op.RECV, labels.setdefault(req.direction, len(labels)), val=reply, nbytes=req.nbytes, arg=1.0)
         elif req.kind == "math":
-            emit(Op.MATH, nbytes=req.nbytes, arg=math_ns(req.nbytes))
+            emit(Op.MATH, nbytes=req.nbytes, arg=math_ns(req.nbytes, req.direction or "add"))
+        elif req.kind == "gemm":                # a command: nbytes names it, the lowering expands it
+            emit(Op.GEMM, nbytes=int(req.payload))
         elif req.kind == "compute":
             if req.value < 0:
                 raise KbfastError(f"COMPUTE needs ns >= 0 (got {req.value})")
@@ -91,8 +93,10 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
             if req.nbytes < 0:
                 raise KbfastError(f"DMA needs nbytes >= 0 and addr >= 0 (got {req.nbytes}, 0)")
             emit(Op.DMA_WRITE if req.kind == "store" else Op.DMA_READ, nbytes=req.nbytes)
-        else:
+        elif req.kind == "phase":
             emit(PHASE, phase=phases.setdefault(req.direction, len(phases)))
+        else:
+            raise KbfastError(f"a kernel yielded an unknown request kind {req.kind!r}")
     t.kills = [[] for _ in t.op]
     for v, last in uses.items():
         if v != t.ret:

@@ -1,0 +1,153 @@
+"""Model descriptions: typed, validated LLM workloads from ``models/*.yaml`` (docs/models.md).
+
+Three kinds:
+
+* ``transformer``: a decoder-only LLM from its published configuration (layers, hidden size, query and
+  KV heads, head dimension, FFN size and kind, norm, vocabulary);
+* ``mlp``: a tensor-parallel MLP, column-parallel then row-parallel (the reference's ``tp_mlp``,
+  spec_pe §11.5);
+* ``attention_panels``: the reference's GQA attention panels (spec_pe §11.4), each an attention kernel on
+  an IPCQ ring.
+
+A model is a bundled name (``kbfast run model llama3_70b``) or a path to a YAML file.  Every problem becomes a
+ConfigError naming the file, the key and the value (exit 2), as topologies do.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import PositiveInt, ValidationError
+
+from kbfast.config.loader import format_validation
+from kbfast.config.schema import Strict
+from kbfast.errors import ConfigError, did_you_mean
+
+KINDS = ("transformer", "mlp", "attention_panels")
+
+
+class Transformer(Strict):
+    """A decoder-only transformer: per layer a norm, QKV, attention, O projection, norm, FFN."""
+
+    name: str
+    description: str = ""
+    kind: Literal["transformer"]
+    layers: PositiveInt
+    hidden: PositiveInt
+    heads: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+    ffn: PositiveInt
+    ffn_kind: Literal["swiglu", "gelu"]
+    norm: Literal["rmsnorm", "layernorm"]
+    vocab: PositiveInt
+
+    @property
+    def qkv_cols(self) -> int:
+        """Output columns of the fused QKV projection: (heads + 2 kv_heads) * head_dim."""
+        return (self.heads + 2 * self.kv_heads) * self.head_dim
+
+    @property
+    def up_cols(self) -> int:
+        """Output columns of the FFN's first projection (gate and up fused under SwiGLU)."""
+        return self.ffn * (2 if self.ffn_kind == "swiglu" else 1)
+
+    def layer_params(self) -> int:
+        """Weights of one layer: QKV, O, the FFN's up (and gate) and down projections."""
+        return self.hidden * self.qkv_cols + self.heads * self.head_dim * self.hidden \
+            + self.hidden * self.up_cols + self.ffn * self.hidden
+
+
+class Mlp(Strict):
+    """A tensor-parallel MLP: ``dims = [d_in, d_hidden, d_out]``, column- then row-parallel."""
+
+    name: str
+    description: str = ""
+    kind: Literal["mlp"]
+    batch: PositiveInt
+    dims: tuple[PositiveInt, PositiveInt, PositiveInt]
+
+
+class Panel(Strict):
+    """One attention panel: the kernel, the IPCQ install that forms its ring, S_q, ranks, rank axis."""
+
+    kernel: Literal["mesh_kv", "mesh_mlo"]
+    install: Literal["intracube_pe_ring", "intercube_multisip"]
+    s_q: PositiveInt
+    n_ranks: PositiveInt
+    rank_axis: Literal[0, 1]
+
+
+class AttentionPanels(Strict):
+    """The reference's attention panels at one (d_head, KV length)."""
+
+    name: str
+    description: str = ""
+    kind: Literal["attention_panels"]
+    d_head: PositiveInt
+    kv_len: PositiveInt
+    panels: dict[str, Panel]
+
+
+Model = Transformer | Mlp | AttentionPanels
+_CLASSES = {"transformer": Transformer, "mlp": Mlp, "attention_panels": AttentionPanels}
+
+
+def model_names() -> list[str]:
+    """Names of the models shipped with kbfast."""
+    folder = resources.files("kbfast.models")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_model(name_or_path: str | Path) -> Model:
+    """The validated model ``name_or_path`` (a bundled name, or a YAML path)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(str(path), "<file>", str(path), "no such model file",
+                              f"bundled models: {', '.join(model_names())}")
+        label, text = str(path), path.read_text()
+    else:
+        name = str(name_or_path)
+        if name not in model_names():
+            raise ConfigError(name, "<model>", name, "unknown model", did_you_mean(name, model_names()))
+        label, text = f"{name}.yaml", resources.files("kbfast.models").joinpath(f"{name}.yaml").read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(label, "<root>", data, "a model file must be a mapping")
+    kind = data.get("kind")
+    if kind not in _CLASSES:
+        raise ConfigError(label, "kind", kind, "unknown model kind", did_you_mean(str(kind), KINDS))
+    cls = _CLASSES[kind]
+    try:
+        model = cls.model_validate(data)
+    except ValidationError as err:
+        raise format_validation(label, err, cls) from None
+    _check(label, model)
+    return model
+
+
+def _check(label: str, m: Model) -> None:
+    """Cross-field rules the types cannot say."""
+    if isinstance(m, Transformer) and m.heads % m.kv_heads:
+        raise ConfigError(label, "kv_heads", m.kv_heads, f"must divide heads ({m.heads}): each KV head serves "
+                          "a whole group of query heads", "use a divisor of heads, e.g. 8 for 64 heads")
+    if isinstance(m, AttentionPanels):
+        if not m.panels:
+            raise ConfigError(label, "panels", {}, "needs at least one panel")
+        for name, p in m.panels.items():
+            want = "intracube_pe_ring" if p.rank_axis == 0 else "intercube_multisip"
+            if p.install != want:
+                raise ConfigError(label, f"panels.{name}.install", p.install,
+                                  f"rank_axis {p.rank_axis} ranks {'the PEs of a cube' if p.rank_axis == 0 else 'cubes'}",
+                                  f"use install: {want}")
+            if m.kv_len % p.n_ranks:
+                raise ConfigError(label, f"panels.{name}.n_ranks", p.n_ranks,
+                                  f"must divide kv_len ({m.kv_len}): each rank holds an equal KV block",
+                                  "use a divisor of kv_len")

@@ -1,0 +1,247 @@
+"""A model step, evaluated: the pieces of kbfast.workloads.model in either mode, and the figures people read.
+
+* Exact mode replays each piece's Program with every GEMM command lowered to its tile pipeline
+  (kbfast.workloads.commands.TileLowering).
+* The fast path times each distinct GEMM command once per distinct PE-to-own-slice route (every PE's route
+  is private: no other PE's GEMM shares it) with the GEMM fast path: the max-plus recurrence where it
+  equals exact mode, else the fluid schedule of the one-PE Program with its bounds (kbfast.evaluate_gemm).
+  The piece's Program then carries each command as one COMPUTE of that time and runs on the fast schedule
+  with everything else: MATH, loads and stores, IPCQ rings and all-reduces.  Its bounds come from the
+  same Program with the commands' lower and upper times.
+
+A step's latency is ``sum(repeat x piece latency)``: each piece starts from a launch barrier with idle
+resources, so identical layers are evaluated once (docs/models.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kbfast.evaluate_gemm import fast_method, maxplus_rows
+from kbfast.config.models import Model, Transformer
+from kbfast.errors import KbfastError
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.fast.gemm import dma_times, gemm_upper
+from kbfast.ir import Op, Program, ProgramBuilder
+from kbfast.topology.builder import Tables, reverse_route_edges
+from kbfast.topology.names import cube_locals, node_name, own_hbm_ctrls
+from kbfast.topology.routing import Router
+from kbfast.workloads.commands import COUNTED, GemmCommand, TileLowering, TimedLowering
+from kbfast.workloads.gemm import GemmCase, gemm_nodes
+from kbfast.workloads.model import Piece, Shape, build_piece, compile_model
+
+MODES = ("fast", "exact")
+# critical-path categories (docs/models.md "Breakdown")
+CATEGORIES = ("gemm_compute", "hbm_stream", "math", "collective", "other")
+
+
+@dataclass
+class PieceResult:
+    """One piece in one mode: its latency from the launch (and bounds), per-category critical path (ns),
+    per-phase ends, the command counts, and the evaluator's wall time."""
+
+    piece: Piece
+    mode: str
+    latency_ns: float
+    lo_ns: float
+    hi_ns: float
+    breakdown: dict[str, float]
+    phase_ns: dict[str, float]
+    counts: dict[str, int]
+    wall_s: float
+    program: Program | None = field(default=None, repr=False)
+
+
+def _route_key(t: Tables, router: Router, node: int) -> tuple:
+    """What a GEMM's timing depends on besides its plan: the PE's route to its own slice and back."""
+    ctrl = int(own_hbm_ctrls(t, np.array([node]))[0])
+    rs = router.routes(np.array([node]), np.array([ctrl]), "pe_dma")
+    rev = reverse_route_edges(t, rs.ptr, rs.edges)
+    key = []
+    for edges in (rs.edges, rev):
+        key += [tuple(t.edge_bw_gbs[edges]), tuple(t.edge_prop_ns[edges]), tuple(t.node_overhead_ns[t.edge_dst[edges]])]
+    return tuple(key) + (float(t.node_overhead_ns[node]),)
+
+
+class CommandTimer:
+    """Fast-path times of GEMM commands, memoised per (command, route class): (point, lower, upper) ns."""
+
+    def __init__(self, t: Tables, router: Router):
+        self.t, self.router = t, router
+        self._class: dict[int, int] = {}          # local node index in its cube -> route class
+        self._rep: list[int] = []                 # a node of each class
+        self._keys: dict[tuple, int] = {}
+        self._memo: dict[tuple, tuple[float, float, float]] = {}
+
+    def route_class(self, nodes: np.ndarray) -> np.ndarray:
+        _, local = cube_locals(self.t, nodes)
+        out = np.empty(len(nodes), np.int64)
+        for i, (lo, node) in enumerate(zip(local.tolist(), np.asarray(nodes).tolist())):
+            if lo not in self._class:
+                key = _route_key(self.t, self.router, node)
+                if key not in self._keys:
+                    self._keys[key] = len(self._rep)
+                    self._rep.append(node)
+                self._class[lo] = self._keys[key]
+            out[i] = self._class[lo]
+        return out
+
+    def times(self, commands: list[GemmCommand], cmd: np.ndarray, nodes: np.ndarray, which: int) -> np.ndarray:
+        """Column ``which`` (0 point, 1 lower, 2 upper) of each (command, node)'s times."""
+        cls = self.route_class(nodes)
+        out = np.empty(len(cmd))
+        for i, (c, k) in enumerate(zip(np.asarray(cmd).tolist(), cls.tolist())):
+            out[i] = self.time(commands[c], k)[which]
+        return out
+
+    def time(self, com: GemmCommand, cls: int) -> tuple[float, float, float]:
+        key = (com.plan, com.a_addr, com.b_addr, com.c_addr, cls)
+        if key not in self._memo:
+            self._memo[key] = self._evaluate(com, self._rep[cls])
+        return self._memo[key]
+
+    def _evaluate(self, com: GemmCommand, node: int) -> tuple[float, float, float]:
+        """The command alone on PE ``node`` from idle: max-plus where it equals exact mode, else the fluid
+        schedule of its one-PE Program (marker to last write, with that schedule's bounds)."""
+        t, plan = self.t, com.plan
+        pe = node_name(t, node).rsplit(".", 1)[0]
+        case = GemmCase(None, plan, "model", pe, pe, (), -1)
+        if fast_method(case) == "maxplus":
+            return (maxplus_rows(t, self.router, [case])[0]["window_ns"],) * 3
+        upper = float(gemm_upper([plan], dma_times(t, self.router, [plan], [gemm_nodes(t, pe)]))[0, 1])
+        b = ProgramBuilder(t, self.router, name="gemm command")
+        agent = b.pe_agent(node)
+        b.start(agent)
+        own = int(own_hbm_ctrls(t, np.array([node]))[0])
+        done = b.gemm(agent, plan, (own, com.a_addr), (own, com.b_addr), (own, com.c_addr))
+        res = run_fast(b.build())
+        begin = res.op_begin_ns[1]                 # the command's marker, right after START
+        return (float(res.op_end_ns[done] - begin), float(res.op_end_lo_ns[done] - begin),
+                min(float(res.op_end_hi_ns[done] - begin), upper))
+
+
+def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
+                   timer: CommandTimer | None = None) -> PieceResult:
+    """``piece`` in ``mode`` (see the module docstring)."""
+    if mode not in MODES:
+        raise ValueError(mode)
+    t0 = time.perf_counter()
+    if mode == "exact":
+        lower = TileLowering(piece.commands)
+        p = build_piece(t, router, piece, lower)
+        res = run_exact(p)
+        lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
+    else:
+        timer = timer or CommandTimer(t, router)
+        lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
+        p = build_piece(t, router, piece, lower)
+        res = run_fast(p)
+        lat, lo, hi = res.latency_ns(p.launch_ns)
+        ops = np.asarray(lower.command_op, np.int64)
+        nodes = p.agent_node[p.op_agent[ops]] if len(ops) else ops
+        bounded = [p.op_arg.copy() for _ in range(2)]
+        for arg, which in zip(bounded, (1, 2)):
+            arg[ops] = timer.times(piece.commands, np.asarray(lower.command_id, np.int64), nodes, which)
+        if not all(np.array_equal(arg, p.op_arg) for arg in bounded):      # commands with bounds of their own
+            lo = run_fast(dataclasses.replace(p, op_arg=bounded[0])).latency_ns(p.launch_ns)[1]
+            hi = run_fast(dataclasses.replace(p, op_arg=bounded[1])).latency_ns(p.launch_ns)[2]
+    wall = time.perf_counter() - t0
+    return PieceResult(piece, mode, lat, float(lo), float(hi), critical_path(p, res, piece, lower),
+                       phase_ends(p, res), dict(lower.counts), wall, p)
+
+
+def phase_ends(p: Program, res) -> dict[str, float]:
+    """Per phase, the latest end of its ops, ns from the launch barrier."""
+    out = {}
+    if p.op_phase is None:
+        return out
+    for i, name in enumerate(p.phase_names):
+        sel = p.op_phase == i
+        if sel.any():
+            out[name] = float(res.op_end_ns[sel].max() - p.launch_ns)
+    return out
+
+
+def critical_path(p: Program, res, piece: Piece, lower) -> dict[str, float]:
+    """The last-finishing working PE's time from the launch barrier, by category (CATEGORIES): each GEMM
+    command's compute-slot time (its tiles x the tile's GEMM time) and the rest of it (HBM streaming and the
+    pipeline's fill and drain), MATH, the IPCQ sends and receives (collective, waiting for peers included),
+    loads and stores (HBM streaming), and the launch."""
+    finish = res.agent_finish_ns[:len(piece.nodes)]
+    a = int(np.argmax(finish))
+    ops = p.ops_of(a)
+    code = p.op_code[ops]
+    took = res.op_end_ns[ops] - res.op_issue_ns[ops]
+    out = dict.fromkeys(CATEGORIES, 0.0)
+    mine = np.isin(lower.command_op, ops)
+    starts = np.asarray(lower.command_op, np.int64)[mine]
+    ends = starts + 1 if isinstance(lower, TileLowering) else starts
+    spans = res.op_end_ns[ends] - res.op_issue_ns[starts]
+    busy = np.array([piece.commands[c].plan.n_tile_total * piece.commands[c].plan.gemm_ns
+                     for c in np.asarray(lower.command_id, np.int64)[mine].tolist()])
+    compute = np.minimum(spans, busy) if len(spans) else np.zeros(0)
+    out["gemm_compute"] = float(compute.sum())
+    dma = (code == Op.DMA_READ) | (code == Op.DMA_WRITE)
+    out["hbm_stream"] = float((spans - compute).sum() + took[dma].sum())
+    out["math"] = float(took[code == Op.MATH].sum())
+    out["collective"] = float(took[(code == Op.SEND) | (code == Op.RECV)].sum())
+    out["other"] = max(float(finish[a] - p.launch_ns) - sum(out.values()), 0.0)
+    return out
+
+
+@dataclass
+class StepResult:
+    """A model step: its pieces' results (per mode), and the step's totals from ``mode``."""
+
+    model: Model
+    shape: Shape | None
+    layout: str
+    layers: int
+    pieces: list[Piece]
+    results: dict[str, list[PieceResult]]      # mode -> one result per piece
+    mode: str                                  # the mode the totals come from
+
+    def repeat(self, piece: Piece) -> int:
+        return self.layers if piece.name == "layer" else piece.repeat
+
+    def latency_ns(self, mode: str | None = None) -> float:
+        """The step: every piece's latency times how often the step runs it (identical layers once)."""
+        return sum(self.repeat(p) * r.latency_ns for p, r in zip(self.pieces, self.results[mode or self.mode]))
+
+    def macs(self) -> int:
+        return sum(self.repeat(p) * p.macs for p in self.pieces)
+
+    def mac_util(self, t: Tables) -> float:
+        """Useful MACs over what the working PEs' GEMM units could do in the step's time."""
+        n_pe = len(self.pieces[0].nodes)
+        lat = self.latency_ns()
+        return self.macs() / (lat * n_pe * t.spec.pe.gemm_macs_per_ns) if lat > 0 else 0.0
+
+    def breakdown(self) -> dict[str, float]:
+        """The critical path of the step by category: each piece's, times its repeat count."""
+        out = dict.fromkeys(CATEGORIES, 0.0)
+        for p, r in zip(self.pieces, self.results[self.mode]):
+            for k, v in r.breakdown.items():
+                out[k] += self.repeat(p) * v
+        return out
+
+
+def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
+                  layers: int | None = None, modes: tuple[str, ...] = ("fast",)) -> StepResult:
+    """Compile ``model`` (kbfast.workloads.model.compile_model) and evaluate its pieces in each of ``modes``;
+    ``layers`` (default: all) says how many layers the step counts."""
+    if isinstance(model, Transformer):
+        layers = model.layers if layers is None else layers
+        if not 1 <= layers <= model.layers:
+            raise KbfastError(f"--layers {layers}: {model.name} has {model.layers} layers; use 1 to {model.layers}")
+    elif layers is not None:
+        raise KbfastError(f"--layers applies to transformer models; {model.name} is a {model.kind}")
+    pieces = compile_model(t, model, shape, layout)
+    timer = CommandTimer(t, router)
+    results = {m: [evaluate_piece(t, router, p, m, timer) for p in pieces] for m in modes}
+    return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0])

@@ -1,0 +1,473 @@
+"""The model compiler: a model, a phase, a batch and a layout in; the kernels of one layer as Program IR out.
+
+docs/models.md walks through it.  One transformer layer on layout ``tp_pes`` (rank = SIP, spec_ccl §6; each
+rank's shard split over its cubes and PEs, the reference's ``DPPolicy(cube=column_wise, pe=column_wise)``),
+per PE, with ``T = batch x tokens``, ``P`` working PEs, ``C`` cubes and ``n`` working PEs per cube:
+
+====================  =====================================================================================
+norm                  MATH over the T x hidden input (every PE holds it)
+qkv                   load x; GEMM T x hidden x (cube's QKV columns / n): query heads are split over cubes
+                      (heads / C each), a KV head goes to every cube of its query group
+qkv gather            ring all-gather of the Q, K, V columns over the cube's PEs (n > 1)
+attention             decode: ``mesh_mlo``: the KV cache split over the cube's PEs, per user and KV head a
+                      score GEMM, a softmax and a PV GEMM, then the (max, sum, O) partials merged around
+                      the ring; prefill: ``mesh_kv``: query and KV blocks of T / n tokens, the KV blocks
+                      passed around the ring, two GEMMs and a softmax per block, the block's K and V
+                      stored to the cache, O gathered over the ring (spec_ccl §7)
+o proj                load O; GEMM T x (cube's head dims / n) x hidden: a partial sum
+o all-reduce          the partial sums over all P PEs: a chain to pe0 in each cube, lrab over cubes and SIPs
+                      (spec_ccl §5.7), a chain back; the tile loaded before and stored after
+ffn norm              MATH: residual add and norm
+ffn up                load x; GEMM T x hidden x (up columns / P) (gate and up fused under SwiGLU)
+activation            MATH: SiLU and the gate product (SwiGLU), or GELU
+ffn down              load h; GEMM T x (ffn / P) x hidden: a partial sum
+ffn all-reduce        as o all-reduce
+residual              MATH add
+====================  =====================================================================================
+
+Layout ``tp_cubes`` runs the same on pe0 of every cube only (``n = 1``: no rings inside a cube, lrab
+directly), the reference's cube-level install.  GEMM operands live in the PE's own HBM slice: A is loaded
+into TCM first (``tl.load``), B streams tile by tile, C is written back (spec_pe §5.6, ``load_ref``);
+attention GEMMs take Q and the scores from TCM (no load).  Not modelled: the embedding lookup, the new
+token's K/V append in decode (512 B per cube), causal skipping in prefill and the logits' gather and
+sampling after the LM head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from kbfast.errors import KbfastError, did_you_mean
+from kbfast.ir import Program, ProgramBuilder
+from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
+from kbfast.tiling import plan_gemm
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import _converge, _pe_nodes, _ring_circulate, _roles, _sip_fn, _spread, \
+    intercube_peers, lrab_body
+from kbfast.workloads.commands import GemmCommand
+from kbfast.workloads.install import ring_peers, wire
+from kbfast.workloads.kernels import Tl
+from kbfast.workloads.launch import launch_timing
+from kbfast.workloads.symbolic import run_traced
+
+PHASES = ("decode", "prefill")
+LAYOUTS = {"tp_pes": "TP across SIPs, each rank's shard over every cube and PE of its SIP",
+           "tp_cubes": "TP across SIPs, each rank's shard over the cubes of its SIP, on each cube's pe0"}
+PARTIAL_BYTES = 4          # attention partials (max, sum, O) travel in f32
+ARGMAX_BYTES = 8           # greedy sampling: an f32 logit and its i32 token index per user
+LAYER_ALIGN = 1 << 20      # a layer's weights start on a MiB: a whole number of PC interleave periods
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one step computes: ``phase``, users (``batch``), new tokens per user (``seq``: 1 in decode) and the
+    KV length attended to (``kv_len``: the context in decode, ``seq`` in prefill)."""
+
+    phase: str
+    batch: int
+    seq: int
+    kv_len: int
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seq
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One traced kernel over a set of PEs: what :func:`build_piece` needs, and what a report names."""
+
+    name: str                        # "layer", "head", a panel's name
+    nodes: np.ndarray                # pe_dma node of each rank
+    labels: list[str]
+    peer: np.ndarray                 # neighbour table (wired at build)
+    roles: np.ndarray
+    kernel: Callable
+    info: dict
+    commands: list[GemmCommand]
+    macs: int                        # useful MACs of every rank's GEMMs
+    repeat: int = 1                  # how many times a step runs it (identical layers)
+
+
+def shape_for(model: Model, phase: str, batch: int, seq: int | None, kv_len: int | None) -> Shape:
+    """The step's shape; decode's ``seq`` is 1 and its ``kv_len`` the context, prefill's ``kv_len`` is ``seq``."""
+    if phase not in PHASES:
+        raise KbfastError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
+    for name, v in (("batch", batch), ("seq", seq), ("kv-len", kv_len)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise KbfastError(f"--{name} must be a positive integer (got {v!r})")
+    if phase == "decode":
+        if seq not in (None, 1):
+            raise KbfastError(f"decode makes one token per user: --seq must be 1 (got {seq}); "
+                              "use --kv-len for the context length")
+        return Shape("decode", batch, 1, kv_len or 4096)
+    seq = seq or 2048
+    if kv_len not in (None, seq):
+        raise KbfastError(f"prefill attends to its own {seq} tokens: drop --kv-len or make it equal to --seq")
+    return Shape("prefill", batch, seq, seq)
+
+
+# -- placement ---------------------------------------------------------------------------------------------
+def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
+    """The working PEs' pe_dma nodes (SIP, cube, PE order) and the working PEs per cube."""
+    if layout not in LAYOUTS:
+        raise KbfastError(f"unknown layout {layout!r}: {did_you_mean(layout, LAYOUTS)}")
+    n = len(t.plan.pe_router) if layout == "tp_pes" else 1
+    return _pe_nodes(t, n), n
+
+
+def _wiring(t: Tables, n_pe: int) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
+    """Labels, neighbour table, roles and lrab's info of every working PE: a ring over the cube's working PEs
+    (``intra_E`` / ``intra_W``) and lrab's cube mesh and inter-SIP directions on each cube's first PE."""
+    lay = t.layout
+    n_cubes = lay.n_sips * lay.n_cubes_per_sip
+    cube, pe = np.divmod(np.arange(n_cubes * n_pe), n_pe)
+    labels, cols = [], []
+    if n_pe > 1:
+        ring_l, ring = ring_peers(n_pe, "intra_")
+        labels += ring_l
+        cols.append(cube[:, None] * n_pe + ring[pe])
+    inter_l, inter = intercube_peers(t)
+    labels += inter_l
+    cols.append(np.where((pe == 0)[:, None] & (inter[cube] >= 0), inter[cube] * n_pe, -1))
+    kind, w, h = _sip_fn(t)
+    info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
+            "sip_h": h, "root_col": lay.cube_w // 2, "root_row": lay.cube_h // 2}
+    roles = np.concatenate([_roles("lrab", n_cubes, info)[cube], pe[:, None]], axis=1)
+    return labels, np.concatenate(cols, axis=1), roles, info
+
+
+def _slice_bytes(t: Tables) -> int:
+    hbm = t.spec.hbm
+    return int(hbm.total_gib_per_cube * (1 << 30)) // hbm.slices_per_cube
+
+
+def _divide(what: str, total: int, parts: int, fix: str) -> int:
+    if total % parts:
+        raise KbfastError(f"{what}: {total} does not divide over {parts}; {fix}")
+    return total // parts
+
+
+# -- kernels -----------------------------------------------------------------------------------------------
+def _sized(tl: Tl, nbytes: int) -> None:
+    """Set the message size the collective helpers send (``tl.send``'s default) and MATH over it."""
+    tl.nbytes, tl.n_elem = nbytes, max(nbytes // tl.info["elem"], 1)
+
+
+def _gather(tl: Tl, nbytes: int, n: int):
+    """Ring all-gather over the cube's ``n`` working PEs: ``n - 1`` forwards of ``nbytes``, no MATH."""
+    _sized(tl, nbytes)
+    current = acc = tl.contribution()
+    for _ in range(n - 1):
+        yield tl.send("intra_E", current)
+        current = yield tl.recv("intra_W")
+        acc = tl.add(acc, current)
+    return acc
+
+
+def _allreduce(tl: Tl, nbytes: int, pe: int, n_pe: int, cube_rank: int, tile_io: bool = True):
+    """Sum over every working PE: tile load, chain to the cube's pe0, lrab over cubes and SIPs, chain back,
+    tile store (spec_ccl §5.7 with the reference kernels' load and store, §5.0; ``tile_io=False``: without)."""
+    _sized(tl, nbytes)
+    if tile_io:
+        yield tl.load(nbytes)
+    acc = tl.contribution()
+    acc = yield from _converge(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
+    if pe == 0:
+        acc = yield from lrab_body(tl, acc, cube_rank, tag=False)
+    acc = yield from _spread(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
+    if tile_io:
+        yield tl.store(nbytes)
+    return acc
+
+
+def _attention(tl: Tl, a: dict, n: int, ring: tuple[str, str]):
+    """One rank's attention on a ring of ``n`` ranks (``ring`` = send, receive direction): mesh_mlo (decode)
+    or mesh_kv (prefill); see the module docstring.  Returns the contributions merged into its result."""
+    send, recv = ring
+    pairs = a["users"] * a["kv_heads"]
+    acc = tl.contribution()
+    if a["kernel"] == "mesh_mlo":
+        for _ in range(pairs):
+            yield tl.gemm(a["score"])
+            yield tl.math(a["score_elems"], "softmax")
+            yield tl.gemm(a["pv"])
+        _sized(tl, a["partial_bytes"])
+        current = acc
+        for _ in range(n - 1):
+            yield tl.send(send, current)
+            current = yield tl.recv(recv)
+            acc = tl.add(acc, current)
+            yield tl.math(a["partial_elems"], "softmax")       # rescale by the max and merge
+        return acc
+    _sized(tl, a["block_bytes"])
+    current = acc
+    for step in range(n):
+        if step < n - 1:
+            yield tl.send(send, current)
+        for _ in range(pairs):
+            yield tl.gemm(a["score"])
+            yield tl.math(a["score_elems"], "softmax")
+            yield tl.gemm(a["pv"])
+        if step < n - 1:
+            current = yield tl.recv(recv)
+            acc = tl.add(acc, current)
+    yield tl.store(a["block_bytes"])                          # this block's K and V into the cache
+    return acc
+
+
+def _norm(tl: Tl, n_elem: int, kind: str):
+    """RMSNorm: square, sum, scale; LayerNorm adds the mean pass and the bias."""
+    for op in ("mul", "sum", "scale") if kind == "rmsnorm" else ("sum", "mul", "sum", "scale", "bias"):
+        yield tl.math(n_elem, op)
+
+
+def layer_kernel(tl: Tl):
+    """One transformer layer on one working PE (the module docstring's table)."""
+    L = tl.info["layer"]
+    cube_rank, pe = divmod(tl.rank, L["n_pe"])
+    n = L["n_pe"]
+    yield tl.phase("norm")
+    yield from _norm(tl, L["x_elems"], L["norm"])
+    yield tl.phase("qkv")
+    yield tl.load(L["x_bytes"])
+    yield tl.gemm(L["qkv"])
+    if n > 1:
+        yield tl.phase("qkv gather")
+        yield from _gather(tl, L["qkv_shard_bytes"], n)
+    yield tl.phase("attention")
+    yield from _attention(tl, L["attn"], n, ("intra_E", "intra_W"))
+    if n > 1 and L["attn"]["kernel"] == "mesh_kv":
+        yield tl.phase("o gather")
+        yield from _gather(tl, L["o_shard_bytes"], n)
+    yield tl.phase("o proj")
+    yield tl.load(L["o_in_bytes"])
+    yield tl.gemm(L["o"])
+    yield tl.phase("o all-reduce")
+    yield from _allreduce(tl, L["x_bytes"], pe, n, cube_rank)
+    yield tl.phase("ffn norm")
+    yield tl.math(L["x_elems"], "add")
+    yield from _norm(tl, L["x_elems"], L["norm"])
+    yield tl.phase("ffn up")
+    yield tl.load(L["x_bytes"])
+    yield tl.gemm(L["up"])
+    yield tl.phase("activation")
+    for op in ("exp", "mul", "mul") if L["ffn_kind"] == "swiglu" else ("exp", "mul"):
+        yield tl.math(L["act_elems"], op)
+    yield tl.phase("ffn down")
+    yield tl.load(L["h_bytes"])
+    yield tl.gemm(L["down"])
+    yield tl.phase("ffn all-reduce")
+    acc = yield from _allreduce(tl, L["x_bytes"], pe, n, cube_rank)
+    yield tl.phase("residual")
+    yield tl.math(L["x_elems"], "add")
+    return acc
+
+
+def head_kernel(tl: Tl):
+    """The final norm, the LM head's column-parallel GEMM and greedy sampling on one working PE: the
+    maximum of its vocabulary shard (MATH), then an all-reduce of every user's (value, index) pair that
+    keeps the maximum (kept in registers: no tile load or store)."""
+    H = tl.info["head"]
+    cube_rank, pe = divmod(tl.rank, H["n_pe"])
+    yield tl.phase("final norm")
+    yield from _norm(tl, H["x_elems"], H["norm"])
+    yield tl.phase("lm head")
+    yield tl.load(H["x_bytes"])
+    yield tl.gemm(H["gemm"])
+    yield tl.phase("sampling")
+    yield tl.math(H["logit_elems"], "max")
+    return (yield from _allreduce(tl, H["argmax_bytes"], pe, H["n_pe"], cube_rank, tile_io=False))
+
+
+def mlp_kernel(tl: Tl):
+    """The TP MLP on one working PE: column-parallel GEMM, row-parallel GEMM, all-reduce of the output."""
+    M = tl.info["mlp"]
+    cube_rank, pe = divmod(tl.rank, M["n_pe"])
+    yield tl.phase("column")
+    yield tl.load(M["x_bytes"])
+    yield tl.gemm(M["column"])
+    yield tl.phase("row")
+    yield tl.load(M["h_bytes"])
+    yield tl.gemm(M["row"])
+    yield tl.phase("all-reduce")
+    return (yield from _allreduce(tl, M["out_bytes"], pe, M["n_pe"], cube_rank))
+
+
+def panel_kernel(tl: Tl):
+    """An attention panel: the attention kernel alone on its ring (spec_pe §11.4)."""
+    return (yield from _attention(tl, tl.info["attn"], tl.n_ranks, ("E", "W")))
+
+
+# -- compilation -------------------------------------------------------------------------------------------
+class _Table:
+    """The GEMM command table being filled, with the PE's HBM map: weights from 0, a region per use after."""
+
+    def __init__(self, t: Tables):
+        self.t, self.commands, self.macs = t, [], 0
+
+    def add(self, m: int, n: int, k: int, b_addr: int, a_pinned_in_tcm: bool = True, count: int = 1) -> int:
+        plan = plan_gemm(self.t.spec.pe, m, n, k, a_pinned=a_pinned_in_tcm)
+        a, b, c = plan.operand_bytes()
+        self.commands.append(GemmCommand(plan, a_addr=0, b_addr=b_addr, c_addr=b_addr + b))
+        self.macs += plan.macs * count
+        return len(self.commands) - 1
+
+
+def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv: int, kv_heads: int, d: int,
+                    q_rows: int, kv_rows: int, base: int) -> dict:
+    """The attention's commands and sizes for one rank: ``q_rows`` query tokens per user and ``kv_rows``
+    keys per block; ``q_per_kv`` query heads share each of the rank's ``kv_heads`` KV heads."""
+    elem = t.spec.pe.elem_bytes
+    m = q_per_kv * q_rows
+    pairs = users * kv_heads
+    score = table.add(m, kv_rows, d, base, count=pairs)
+    pv = table.add(m, d, kv_rows, base + users * kv_heads * kv_rows * d * elem, count=pairs)
+    q_heads = q_per_kv * kv_heads
+    return {"kernel": kernel, "users": users, "kv_heads": kv_heads, "score": score, "pv": pv,
+            "score_elems": m * kv_rows,
+            "partial_bytes": users * q_heads * q_rows * (d + 2) * PARTIAL_BYTES,
+            "partial_elems": users * q_heads * q_rows * (d + 2),
+            "block_bytes": 2 * users * kv_heads * kv_rows * d * elem}
+
+
+def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
+                  layer: int = 0) -> list[Piece]:
+    """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
+    head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
+    (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it)."""
+    if isinstance(model, AttentionPanels):
+        return [_panel(t, model, name, p) for name, p in model.panels.items()]
+    nodes, n_pe = _working(t, layout)
+    labels, peer, roles, info = _wiring(t, n_pe)
+    elem = t.spec.pe.elem_bytes
+    info["elem"] = elem
+    P, C = len(nodes), len(nodes) // n_pe
+    if isinstance(model, Mlp):
+        return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout)]
+    s = shape or shape_for(model, "decode", 1, None, None)
+    table = _Table(t)
+    T, d, hid = s.tokens, model.head_dim, model.hidden
+    fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
+    q_cube = _divide(f"{model.name}: query heads per cube ({model.heads} heads over {C} cubes)", model.heads, C, fix)
+    if model.kv_heads >= C:
+        kv_cube = _divide(f"{model.name}: KV heads per cube", model.kv_heads, C, fix)
+    else:
+        _divide(f"{model.name}: cubes per KV head ({C} cubes, {model.kv_heads} KV heads)", C, model.kv_heads, fix)
+        kv_cube = 1
+    q_per_kv = q_cube // kv_cube
+    qkv_pe = _divide(f"{model.name}: QKV columns per PE of a cube", (q_cube + 2 * kv_cube) * d, n_pe, fix)
+    o_pe = _divide(f"{model.name}: O rows per PE of a cube", q_cube * d, n_pe, fix)
+    ffn_pe = _divide(f"{model.name}: FFN columns per PE ({model.ffn} over {P} PEs)", model.ffn, P, fix)
+    up_pe = ffn_pe * (2 if model.ffn_kind == "swiglu" else 1)
+    w_bytes = (hid * qkv_pe + o_pe * hid + hid * up_pe + ffn_pe * hid) * elem
+    stride = -(-w_bytes // LAYER_ALIGN) * LAYER_ALIGN
+    base = layer * stride
+    qkv = table.add(T, qkv_pe, hid, base)
+    o = table.add(T, hid, o_pe, base + hid * qkv_pe * elem)
+    up = table.add(T, up_pe, hid, base + (hid * qkv_pe + o_pe * hid) * elem)
+    down = table.add(T, hid, ffn_pe, base + (hid * qkv_pe + o_pe * hid + hid * up_pe) * elem)
+    kv_base = model.layers * stride
+    if s.phase == "decode":
+        kv_rows = _divide(f"{model.name}: KV cache rows per PE of a cube (--kv-len {s.kv_len})", s.kv_len, n_pe,
+                          f"use a --kv-len divisible by {n_pe}")
+        attn = _attention_dims(t, table, "mesh_mlo", s.batch, q_per_kv, kv_cube, d, 1, kv_rows,
+                               kv_base + layer * s.batch * kv_cube * kv_rows * d * elem * 2)
+        cache_rows = kv_rows
+    else:
+        rows = _divide(f"{model.name}: query tokens per PE of a cube (--seq {s.seq})", s.seq, n_pe,
+                       f"use a --seq divisible by {n_pe}")
+        attn = _attention_dims(t, table, "mesh_kv", s.batch, q_per_kv, kv_cube, d, rows, rows, kv_base)
+        cache_rows = rows
+    cache = model.layers * s.batch * kv_cube * cache_rows * d * elem * 2
+    _fits(t, model, layout, model.layers * stride + cache, f"{model.layers} layers of weights "
+          f"({_gib(model.layers * stride)}) and the KV cache ({_gib(cache)})")
+    info["layer"] = {
+        "n_pe": n_pe, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
+        "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
+        "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // max(n_pe, 1),
+        "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem}
+    layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
+                        repeat=model.layers)
+    head_table = _Table(t)
+    vocab_pe = -(-model.vocab // P)                      # padded to the PE count, as Megatron pads it
+    head_info = dict(info, head={"n_pe": n_pe, "norm": model.norm, "x_elems": s.batch * hid,
+                                 "x_bytes": s.batch * hid * elem, "gemm": head_table.add(s.batch, vocab_pe, hid, 0),
+                                 "logit_elems": s.batch * vocab_pe, "argmax_bytes": s.batch * ARGMAX_BYTES})
+    return [layer_piece, Piece("head", nodes, labels, peer, roles, head_kernel, head_info, head_table.commands,
+                               head_table.macs * P)]
+
+
+def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout) -> Piece:
+    d_in, d_h, d_out = model.dims
+    P = len(nodes)
+    if d_h % P:
+        raise KbfastError(f"{model.name}: d_hidden {d_h} does not divide over the world of {P} PEs "
+                          f"({t.layout.n_sips} SIPs, layout {layout}); the world size must divide {d_h}: "
+                          "use 1, 2, 4, 8 or 16 SIPs")
+    elem = t.spec.pe.elem_bytes
+    table = _Table(t)
+    h = d_h // P
+    column = table.add(model.batch, h, d_in, 0)
+    row = table.add(model.batch, d_out, h, 1 << 20)
+    info = dict(info, mlp={"n_pe": n_pe, "column": column, "row": row, "x_bytes": model.batch * d_in * elem,
+                           "h_bytes": model.batch * h * elem, "out_bytes": model.batch * d_out * elem})
+    return Piece("mlp", nodes, labels, peer, roles, mlp_kernel, info, table.commands, table.macs * P)
+
+
+def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:
+    lay = t.layout
+    if p.rank_axis == 0:
+        have = len(t.plan.pe_router)
+        if p.n_ranks > have:
+            raise KbfastError(f"panel {name}: {p.n_ranks} ranks on the PEs of one cube, which has {have}")
+        nodes = _pe_nodes(t, p.n_ranks)[:p.n_ranks]
+    else:
+        if p.n_ranks > lay.n_cubes_per_sip:
+            raise KbfastError(f"panel {name}: {p.n_ranks} ranks on cubes, SIP 0 has {lay.n_cubes_per_sip}")
+        nodes = _pe_nodes(t, 1)[:p.n_ranks]
+    n = p.n_ranks
+    table = _Table(t)
+    kv_rows = model.kv_len // n
+    if p.kernel == "mesh_mlo":
+        attn = _attention_dims(t, table, "mesh_mlo", 1, p.s_q, 1, model.d_head, 1, kv_rows, 0)
+    else:
+        rows = _divide(f"panel {name}: query rows per rank", p.s_q, n, "use an s_q divisible by n_ranks")
+        attn = _attention_dims(t, table, "mesh_kv", 1, 1, 1, model.d_head, rows, kv_rows, 0)
+    labels, peer = ring_peers(n)
+    info = {"elem": t.spec.pe.elem_bytes, "attn": attn}
+    steps = 1 if p.kernel == "mesh_mlo" else n
+    return Piece(name, nodes, labels, peer, np.zeros((n, 1), np.int64), panel_kernel, info, table.commands,
+                 table.macs * n * steps)
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
+    have = _slice_bytes(t)
+    if per_pe > have:
+        raise KbfastError(f"{model.name} does not fit layout {layout} on {t.layout.n_sips} SIPs: each working PE "
+                          f"holds {what}, {_gib(per_pe)} in all, and its HBM slice holds {_gib(have)}; use more "
+                          "SIPs (--set sips.count=N), layout tp_pes, or a shorter --kv-len / smaller --batch")
+
+
+def build_piece(t: Tables, router: Router, piece: Piece, lower, launch: bool = True) -> Program:
+    """The Program of ``piece`` with its GEMM commands lowered by ``lower``
+    (kbfast.workloads.commands); the kernel starts at the launch barrier unless ``launch=False``."""
+    b = ProgramBuilder(t, router, name=piece.name)
+    tl_info = dict(piece.info)
+    run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), piece.kernel, tl_info.get("elem", 2),
+               piece.roles, tl_info, lower=lower)
+    target = launch_timing(t, router, piece.nodes).target_start_ns if launch else 0.0
+    return b.build(launch_ns=target)
+
+
+def step_macs(pieces: list[Piece]) -> int:
+    """Useful MACs of a whole step: every piece times its repeat count."""
+    return sum(p.macs * p.repeat for p in pieces)
