@@ -5,9 +5,11 @@
 * The fast path times each distinct GEMM command once per distinct PE-to-own-slice route (every PE's route
   is private: no other PE's GEMM shares it) with the GEMM fast path: the max-plus recurrence where it
   equals exact mode, else the fluid schedule of the one-PE Program with its bounds (kbfast.evaluate_gemm).
-  The piece's Program then carries each command as one COMPUTE of that time and runs on the fast schedule
-  with everything else: MATH, loads and stores, IPCQ rings and all-reduces.  Its bounds come from the
-  same Program with the commands' lower and upper times.
+  The piece's Program then carries each command as one COMPUTE of that time, with everything else: MATH,
+  loads and stores, IPCQ rings and all-reduces.  This stand-in Program is small (no tiles), so the hybrid
+  evaluator (kbfast.hybrid) replays it exactly when flows meet and it fits the event budget, else the fast
+  schedule times it; its bounds are the fast schedule's on the same Program with the commands' lower and
+  upper times.
 
 A step's latency is ``sum(repeat x piece latency)``: each piece starts from a launch barrier with idle
 resources, so identical layers are evaluated once (docs/models.md).
@@ -27,6 +29,7 @@ from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.fast.gemm import dma_times, gemm_upper
+from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.names import cube_locals, node_name, own_hbm_ctrls
@@ -54,6 +57,7 @@ class PieceResult:
     phase_ns: dict[str, float]
     counts: dict[str, int]
     wall_s: float
+    method: str                      # exact; or the fast path's: exact replay, closed form, fluid (kbfast.hybrid)
     program: Program | None = field(default=None, repr=False)
 
 
@@ -68,6 +72,9 @@ def _route_key(t: Tables, router: Router, node: int) -> tuple:
     return tuple(key) + (float(t.node_overhead_ns[node]),)
 
 
+_MEMO: dict[tuple, tuple[float, float, float]] = {}     # command times, across timers (sweeps share them)
+
+
 class CommandTimer:
     """Fast-path times of GEMM commands, memoised per (command, route class): (point, lower, upper) ns."""
 
@@ -75,8 +82,9 @@ class CommandTimer:
         self.t, self.router = t, router
         self._class: dict[int, int] = {}          # local node index in its cube -> route class
         self._rep: list[int] = []                 # a node of each class
+        self._route_keys: list[tuple] = []        # each class's route key
         self._keys: dict[tuple, int] = {}
-        self._memo: dict[tuple, tuple[float, float, float]] = {}
+        self._system = (repr(t.spec.pe), repr(t.spec.hbm), repr(t.spec.fabric))
 
     def route_class(self, nodes: np.ndarray) -> np.ndarray:
         _, local = cube_locals(self.t, nodes)
@@ -87,6 +95,7 @@ class CommandTimer:
                 if key not in self._keys:
                     self._keys[key] = len(self._rep)
                     self._rep.append(node)
+                    self._route_keys.append(key)
                 self._class[lo] = self._keys[key]
             out[i] = self._class[lo]
         return out
@@ -100,10 +109,11 @@ class CommandTimer:
         return out
 
     def time(self, com: GemmCommand, cls: int) -> tuple[float, float, float]:
-        key = (com.plan, com.a_addr, com.b_addr, com.c_addr, cls)
-        if key not in self._memo:
-            self._memo[key] = self._evaluate(com, self._rep[cls])
-        return self._memo[key]
+        """A command's times on route class ``cls``, shared by every timer whose system times it alike."""
+        key = (com.plan, com.a_addr, com.b_addr, com.c_addr, self._route_keys[cls], self._system)
+        if key not in _MEMO:
+            _MEMO[key] = self._evaluate(com, self._rep[cls])
+        return _MEMO[key]
 
     def _evaluate(self, com: GemmCommand, node: int) -> tuple[float, float, float]:
         """The command alone on PE ``node`` from idle: max-plus where it equals exact mode, else the fluid
@@ -126,22 +136,25 @@ class CommandTimer:
 
 
 def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
-                   timer: CommandTimer | None = None) -> PieceResult:
-    """``piece`` in ``mode`` (see the module docstring)."""
-    if mode not in MODES:
-        raise ValueError(mode)
+                   timer: CommandTimer | None = None, method: str = "hybrid") -> PieceResult:
+    """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
+    stand-in Program exactly when it fits the budget, kbfast.hybrid) or ``fluid`` (the fast schedule only)."""
+    if mode not in MODES or method not in ("hybrid", "fluid"):
+        raise ValueError((mode, method))
     t0 = time.perf_counter()
     if mode == "exact":
         lower = TileLowering(piece.commands)
         p = build_piece(t, router, piece, lower)
         res = run_exact(p)
         lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
+        method = "exact"
     else:
         timer = timer or CommandTimer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
         p = build_piece(t, router, piece, lower)
-        res = run_fast(p)
+        res = run_hybrid(p) if method == "hybrid" else run_fast(p)
         lat, lo, hi = res.latency_ns(p.launch_ns)
+        method = getattr(res, "method", "fluid")
         ops = np.asarray(lower.command_op, np.int64)
         nodes = p.agent_node[p.op_agent[ops]] if len(ops) else ops
         bounded = [p.op_arg.copy() for _ in range(2)]
@@ -151,8 +164,8 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
             lo = run_fast(dataclasses.replace(p, op_arg=bounded[0])).latency_ns(p.launch_ns)[1]
             hi = run_fast(dataclasses.replace(p, op_arg=bounded[1])).latency_ns(p.launch_ns)[2]
     wall = time.perf_counter() - t0
-    return PieceResult(piece, mode, lat, float(lo), float(hi), critical_path(p, res, piece, lower),
-                       phase_ends(p, res), dict(lower.counts), wall, p)
+    return PieceResult(piece, mode, float(lat), float(lo), float(hi), critical_path(p, res, piece, lower),
+                       phase_ends(p, res), dict(lower.counts), wall, method, p)
 
 
 def phase_ends(p: Program, res) -> dict[str, float]:

@@ -36,6 +36,7 @@ def model_report(step: StepResult, t: Tables) -> dict:
             if mode == "fast":
                 row.update(fast_lo_ns=r.lo_ns, fast_hi_ns=r.hi_ns)
             row[f"{mode}_wall_s"] = r.wall_s
+            row[f"{mode}_method"] = r.method
         if len(step.results) == 2:
             row["rel_error"] = rel_error(row["fast_latency_ns"], row["exact_latency_ns"])
         row.update({f"count[{k}]": v for k, v in step.results[step.mode][i].counts.items()})
@@ -71,7 +72,9 @@ def print_model_report(rep: dict, console: Console) -> None:
                   f"working PEs){layout}, {inp['mode']} mode" + (f"\n{what}" if what else ""), highlight=False)
     modes = [k[:-len("_latency_ns")] for k in rep["pieces"][0] if k.endswith("_latency_ns")]
     table = Table("piece", "runs", *(f"{mode} (us)" for mode in modes),
-                  *(("error",) if len(modes) == 2 else ()), "wall (s)", title="pieces (latency of one run)")
+                  *(("error",) if len(modes) == 2 else ()), "wall (s)", title="pieces (latency of one run)",
+                  caption="fast: " + ", ".join(sorted({row["fast_method"] for row in rep["pieces"]}))
+                  + " (docs/models.md)" if "fast" in modes else None)
     for row in rep["pieces"]:
         table.add_row(row["piece"], str(row["repeat"]), *(_us(row[f"{mode}_latency_ns"]) for mode in modes),
                       *((f"{100 * row['rel_error']:+.2f} %",) if len(modes) == 2 else ()),

@@ -1,0 +1,219 @@
+"""Model workloads (docs/models.md): validation, the compiler's layouts and checks, fast vs exact parity."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from kbfast import Router, build_tables, load_system
+from kbfast.cli.main import app
+from kbfast.config.models import load_model, model_names
+from kbfast.errors import ConfigError, KbfastError
+from kbfast.evaluate_model import evaluate_piece, evaluate_step
+from kbfast.workloads.kernels import ScheduleError
+from kbfast.workloads.model import build_piece, compile_model, shape_for
+from kbfast.workloads.commands import TimedLowering
+
+
+@pytest.fixture(scope="module")
+def tray():
+    t = build_tables(load_system("ahbm_2sip"))
+    return t, Router(t)
+
+
+def _yaml(tmp_path, text: str):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    return path
+
+
+# -- validation ---------------------------------------------------------------------------------------------
+def test_bundled_models_load():
+    assert {"llama3_70b", "gpt3_175b", "llama32_1b", "tp_mlp", "gqa_llama70b_validation"} <= set(model_names())
+    m = load_model("llama3_70b")
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.ffn, m.vocab) == (80, 8192, 64, 8, 128, 28672, 128256)
+    assert m.layer_params() == 8192 * 10240 + 8192 * 8192 + 8192 * 57344 + 28672 * 8192
+
+
+@pytest.mark.parametrize("text, key, hint", [
+    ("name: x\nkind: transformer\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 3\nhead_dim: 16\nffn: 128\n"
+     "ffn_kind: swiglu\nnorm: rmsnorm\nvocab: 100\n", "kv_heads", "divisor"),
+    ("name: x\nkind: transformer\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 4\nhead_dim: 16\nffn: 128\n"
+     "ffn_kind: swiglu\nnorm: rmsnorm\nvocab: 100\nhiden: 3\n", "hiden", "hidden"),
+    ("name: x\nkind: transfomer\n", "kind", "transformer"),
+    ("name: x\nkind: mlp\nbatch: 0\ndims: [1, 2, 3]\n", "batch", ""),
+])
+def test_bad_model_names_file_key_and_value(tmp_path, text, key, hint):
+    with pytest.raises(ConfigError) as err:
+        load_model(_yaml(tmp_path, text))
+    assert err.value.key == key and err.value.file.endswith("m.yaml")
+    assert hint in str(err.value)
+
+
+def test_unknown_model_suggests():
+    with pytest.raises(ConfigError, match="llama3_70b"):
+        load_model("lama3_70b")
+
+
+# -- layouts ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sips, ok", [(1, True), (2, True), (4, True), (6, False), (8, True), (16, True)])
+def test_tp_mlp_world_size_must_divide_2048(sips, ok):
+    t = build_tables(load_system("ahbm_2sip", {"sips.count": sips}))
+    if ok:
+        assert compile_model(t, load_model("tp_mlp"))[0].name == "mlp"
+    else:
+        with pytest.raises(KbfastError, match="must divide 2048"):
+            compile_model(t, load_model("tp_mlp"))
+
+
+def test_layout_that_does_not_fit_is_refused():
+    t = build_tables(load_system("ahbm_2sip", {"sips.count": 1}))
+    m = load_model("llama3_70b")
+    with pytest.raises(KbfastError, match="does not fit"):
+        compile_model(t, m, shape_for(m, "decode", 1, None, 4096), "tp_cubes")
+
+
+def test_heads_that_do_not_divide_over_cubes_are_refused():
+    t = build_tables(load_system("ahbm_2sip", {"sips.count": 8}))
+    m = load_model("llama3_70b")
+    with pytest.raises(KbfastError, match="query heads per cube"):
+        compile_model(t, m, shape_for(m, "decode", 1, None, 4096))
+
+
+def test_shape_rules():
+    m = load_model("llama32_1b")
+    assert shape_for(m, "decode", 2, None, None).kv_len == 4096
+    assert shape_for(m, "prefill", 1, 512, None).kv_len == 512
+    with pytest.raises(KbfastError, match="--seq must be 1"):
+        shape_for(m, "decode", 1, 8, None)
+    with pytest.raises(KbfastError, match="phase"):
+        shape_for(m, "train", 1, None, None)
+
+
+# -- symbolic checks and op counts --------------------------------------------------------------------------
+def test_decode_panels_run_two_gemms_per_rank(tray):
+    t, router = tray
+    pieces = {p.name: p for p in compile_model(t, load_model("gqa_llama70b_validation"))}
+    for name, n in (("single_user_decode", 8), ("multi_user_decode", 4)):
+        low = TimedLowering(pieces[name].commands, lambda c, nodes: np.zeros(len(c)))
+        build_piece(t, router, pieces[name], low)           # the ring's symbolic check runs here
+        assert low.counts["gemm"] == 2 * n
+        assert low.counts["ipcq_send"] == low.counts["ipcq_recv"] == n * (n - 1)
+
+
+def test_attention_ring_that_drops_a_block_fails_the_check(tray):
+    t, router = tray
+    piece = compile_model(t, load_model("gqa_llama70b_validation"))[2]
+
+    def short_ring(tl):                # merges one partial too few
+        acc = tl.contribution()
+        current = acc
+        for _ in range(tl.n_ranks - 2):
+            yield tl.send("E", current)
+            current = yield tl.recv("W")
+            acc = tl.add(acc, current)
+        return acc
+
+    bad = type(piece)(**{**piece.__dict__, "kernel": short_ring})
+    with pytest.raises(ScheduleError, match="ends without the contributions"):
+        build_piece(t, router, bad, TimedLowering(bad.commands, lambda c, n: np.zeros(len(c))))
+
+
+# -- parity -------------------------------------------------------------------------------------------------
+def test_p1_single_pe_piece_equals_exact(tray, tmp_path):
+    """One PE, one-output-tile GEMMs and a softmax, no collective: the fast path is exact."""
+    t, router = tray
+    m = load_model(_yaml(tmp_path, "name: one\nkind: attention_panels\nd_head: 32\nkv_len: 32\npanels:\n"
+                                   "  p: {kernel: mesh_mlo, install: intracube_pe_ring, s_q: 1, n_ranks: 1, rank_axis: 0}\n"))
+    piece = compile_model(t, m)[0]
+    fast, exact = evaluate_piece(t, router, piece, "fast"), evaluate_piece(t, router, piece, "exact")
+    assert fast.latency_ns == pytest.approx(exact.latency_ns, rel=1e-9)
+    assert fast.counts == exact.counts
+
+
+def _parity(t, router, piece):
+    fast, exact = evaluate_piece(t, router, piece, "fast"), evaluate_piece(t, router, piece, "exact")
+    assert fast.lo_ns <= exact.latency_ns <= fast.hi_ns
+    assert abs(fast.latency_ns / exact.latency_ns - 1) < 0.05
+    return fast, exact
+
+
+@pytest.mark.parametrize("sips", [2, 4, 16])
+def test_p2_tp_mlp_within_5_percent(sips):
+    t = build_tables(load_system("ahbm_2sip", {"sips.count": sips}))
+    _parity(t, Router(t), compile_model(t, load_model("tp_mlp"))[0])
+
+
+def test_p2_llama70b_decode_layer_within_5_percent(tray):
+    t, router = tray
+    m = load_model("llama3_70b")
+    fast, exact = _parity(t, router, compile_model(t, m, shape_for(m, "decode", 1, None, 1024))[0])
+    assert fast.counts == exact.counts
+
+
+def test_p2_panels_and_prefill_layer_within_5_percent(tray):
+    t, router = tray
+    for piece in compile_model(t, load_model("gqa_llama70b_validation")):
+        _parity(t, router, piece)
+    m = load_model("llama32_1b")
+    _parity(t, router, compile_model(t, m, shape_for(m, "prefill", 1, 64, None))[0])
+
+
+# -- identical layers, properties ---------------------------------------------------------------------------
+def test_layers_are_identical(tray):
+    """Layer l's weights sit l aligned strides further; the strides are whole PC interleave periods, so every
+    layer's Program differs only in addresses that map to the same PCs, and times alike."""
+    t, router = tray
+    m = load_model("llama32_1b")
+    s = shape_for(m, "decode", 1, None, 512)
+    first, last = (compile_model(t, m, s, layer=k)[0] for k in (0, m.layers - 1))
+    low = [TimedLowering(p.commands, lambda c, n: np.ones(len(c))) for p in (first, last)]
+    p0, p1 = (build_piece(t, router, p, lw) for p, lw in zip((first, last), low))
+    for name in ("op_code", "op_target", "op_nbytes", "op_arg", "agent_ops", "route_edges"):
+        assert np.array_equal(getattr(p0, name), getattr(p1, name)), name
+    period = t.spec.hbm.burst_bytes * t.spec.hbm.pcs_per_pe
+    shift = np.array([c1.b_addr - c0.b_addr for c0, c1 in zip(first.commands, last.commands)])
+    assert np.all(shift % period == 0) and shift.max() > 0
+    r0, r1 = (evaluate_piece(t, router, p, "fast") for p in (first, last))
+    assert r0.latency_ns == r1.latency_ns and r0.breakdown == r1.breakdown
+
+
+def test_larger_batch_is_never_faster(tray):
+    t, router = tray
+    m = load_model("llama32_1b")
+    lat = [evaluate_step(t, router, m, shape_for(m, "decode", b, None, 512), layers=1).latency_ns()
+           for b in (1, 2, 4)]
+    assert lat == sorted(lat)
+
+
+def test_more_link_bandwidth_is_never_slower():
+    m = load_model("tp_mlp")
+    lat = []
+    for bw in (64, 128, 512):
+        t = build_tables(load_system("ahbm_2sip", {"link.router_mesh.bw_gbs": bw, "link.ucie_conn.bw_gbs": bw}))
+        lat.append(evaluate_step(t, Router(t), m).latency_ns())
+    assert lat == sorted(lat, reverse=True)
+
+
+# -- CLI ----------------------------------------------------------------------------------------------------
+def test_cli_run_model_json():
+    res = CliRunner().invoke(app, ["run", "model", "llama32_1b", "--layers", "2", "--kv-len", "512",
+                                   "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output[res.output.index("{"):])
+    assert rep["inputs"]["layers"] == 2 and rep["step"]["tokens_per_s"] > 0
+    assert set(rep["critical_path_ns"]) >= {"gemm_compute", "hbm_stream", "math", "collective"}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["tp_mlp", "--set", "sips.count=6"], "must divide 2048"),
+    (["llama32_1b", "--exact", "--compare"], "exclude each other"),
+    (["llama32_1b", "--layers", "17"], "use 1 to 16"),
+    (["tp_mlp", "--layers", "1"], "transformer"),
+])
+def test_cli_run_model_refusals(args, words):
+    res = CliRunner().invoke(app, ["run", "model", *args])
+    assert res.exit_code == 2 and words in " ".join(res.output.split()), res.output
