@@ -1,18 +1,29 @@
-"""What ``kbfast run model`` reports (docs/models.md): inputs, pieces, the step, its critical path, op counts.
+"""What model runs report (docs/models.md): ``kbfast run model`` and model sweeps.
 
 :func:`model_report` turns a :class:`~kbfast.evaluate_model.StepResult` into plain data (JSON and CSV write
-it as is, full precision); :func:`print_model_report` prints it for people, at 80 columns.
+it as is, full precision); :func:`print_model_report` prints it for people, at 80 columns.  A model sweep's
+summary (:func:`model_summary`) and plots (:func:`model_plots`): latency and tokens/s against SIP count,
+and the critical path stacked by category per layout.
 """
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from pathlib import Path
 
-from kbfast.evaluate_model import CATEGORIES, StepResult
-from kbfast.results import rel_error
-from kbfast.topology.builder import Tables
-from kbfast.workloads.commands import COUNTED
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from kbfast.evaluate_model import CATEGORIES, StepResult  # noqa: E402
+from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.results import rel_error  # noqa: E402
+from kbfast.topology.builder import Tables  # noqa: E402
+from kbfast.workloads.commands import COUNTED  # noqa: E402
 
 SHORT = {"ipcq_send": "send", "ipcq_recv": "recv", "dma_read": "read", "dma_write": "write"}
 CATEGORY_NAMES = {"gemm_compute": "GEMM compute", "hbm_stream": "HBM streaming", "math": "MATH",
@@ -105,3 +116,119 @@ def print_model_report(rep: dict, console: Console) -> None:
     for row in rep["pieces"]:
         counts.add_row(row["piece"], *(f"{row[f'count[{k}]']:,}" for k in COUNTED))
     console.print(counts)
+
+
+# -- sweeps ------------------------------------------------------------------------------------------------
+KEYS = ("model", "phase", "layout", "batch", "n_sips")
+MAX_ROWS = 16             # a summary with more points shows their spread per (phase, layout, SIPs)
+
+
+def is_model(df: pd.DataFrame) -> bool:
+    return "workload" in df and (df["workload"] == "model").all() and "mac_util" in df
+
+
+def _varying(ok: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
+    """The input columns that vary over the points: the standard keys, then any other axis."""
+    axes = [c for c in ok.columns if "." in c and not c.startswith("workload.") and c != "sips.count"
+            and ok[c].nunique() > 1]
+    return [c for c in (*KEYS, *axes) if c in ok and c not in skip and ok[c].nunique() > 1]
+
+
+def model_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per point (the varying inputs, joined, as the index): step latency (ms), tokens/s (decode) or time to
+    first token (ms, prefill), MAC utilisation (%) and the critical path's largest category; above
+    ``MAX_ROWS`` points, one row per (phase, layout, SIPs) with the latency's range."""
+    ok = (df[df["error"].isna()] if "error" in df else df).copy()
+    if ok.empty:
+        return pd.DataFrame()
+    cats = [c for c in (f"critical_path_{k}_ns" for k in CATEGORIES) if c in ok]
+    keys = _varying(ok) or ["model"]
+    ok = ok.sort_values(keys)
+    out = pd.DataFrame(index=pd.Index(ok[keys].astype(str).agg(", ".join, axis=1), name=", ".join(keys)))
+    out["latency_ms"] = (ok["latency_ns"] / 1e6).to_numpy()
+    if "tokens_per_s" in ok:
+        out["tokens_per_s"] = ok["tokens_per_s"].to_numpy()
+    if "time_to_first_token_ns" in ok:
+        out["ttft_ms"] = (ok["time_to_first_token_ns"] / 1e6).to_numpy()
+    out["mac_util_pct"] = (100 * ok["mac_util"]).to_numpy()
+    if cats:
+        out["bound_by"] = [c[len("critical_path_"):-len("_ns")] for c in ok[cats].idxmax(axis=1)]
+    if len(out) <= MAX_ROWS:
+        return out
+    # many points: one row per (phase, layout, SIPs) with the spread over the other inputs
+    by = [k for k in ("phase", "layout", "n_sips") if k in ok] or ["model"]
+    out = out.reset_index(drop=True)
+    out[by] = ok[by].to_numpy()
+    agg = {"points": ("latency_ms", "size"), "latency_ms_min": ("latency_ms", "min"),
+           "latency_ms_max": ("latency_ms", "max"), "mac_util_pct_max": ("mac_util_pct", "max")}
+    if "bound_by" in out:
+        agg["bound_by"] = ("bound_by", lambda v: v.mode().iloc[0])
+    table = out.groupby(by, sort=True).agg(**agg)
+    table.index = pd.Index([", ".join(map(str, i if isinstance(i, tuple) else (i,))) for i in table.index],
+                           name=", ".join(by))
+    return table
+
+
+def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
+    """Latency and tokens/s against SIP count (one line per other varying input), and the critical path
+    stacked by category for each layout (and phase) at each SIP count."""
+    ok = df[df["error"].isna()] if "error" in df else df
+    if ok.empty:
+        return []
+    out = []
+    for y, name, label in (("latency_ns", "latency_vs_sips.png", "step latency (ms)"),
+                           ("tokens_per_s", "tokens_vs_sips.png", "decode throughput (tokens/s)")):
+        part = ok.dropna(subset=[y]) if y in ok else ok.iloc[:0]
+        if part.empty:
+            continue
+        hue = _varying(part, skip=("n_sips",))
+        labels = (part[hue].astype(str).agg(", ".join, axis=1) if hue
+                  else pd.Series([str(part["model"].iloc[0])] * len(part), index=part.index))
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+        for lab, g in part.groupby(labels, sort=True):
+            g = g.sort_values("n_sips")
+            ax.plot(g["n_sips"], g[y] / (1e6 if y == "latency_ns" else 1), marker="o", ms=4, label=lab)
+        ax.set_xscale("log", base=2)
+        sips = sorted(part["n_sips"].unique().tolist())
+        ax.set_xticks(sips, [str(v) for v in sips])
+        vals = part[y]
+        if vals.min() > 0 and vals.max() / vals.min() > 20:
+            ax.set_yscale("log")
+        ax.set_xlabel("SIPs (tensor-parallel ranks)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} against SIP count")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, title=", ".join(hue) or None, title_fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0))
+        out.append(save_figure(fig, folder / name))
+    cats = [k for k in CATEGORIES if f"critical_path_{k}_ns" in ok]
+    if cats:
+        out.append(_breakdown(ok, cats, folder / "breakdown.png"))
+    return out
+
+
+def _breakdown(ok: pd.DataFrame, cats: list[str], path: Path) -> Path:
+    """The critical path stacked by category, one bar per point; one panel per phase (their scales differ)."""
+    facets = sorted(ok["phase"].dropna().unique().tolist()) if "phase" in ok and ok["phase"].notna().any() else [None]
+    keys = [k for k in ("model", "layout", "batch", "n_sips") if k in _varying(ok)] or ["model"]
+    others = [k for k in _varying(ok, skip=("phase", *keys))]
+    n_bars = ok.groupby(keys).ngroups
+    fig, axes = plt.subplots(1, len(facets), figsize=(min(16.0, max(6.0, 0.45 * n_bars * len(facets) + 3)), 4.8),
+                             squeeze=False)
+    for ax, phase in zip(axes[0], facets):
+        part = ok if phase is None else ok[ok["phase"] == phase]
+        g = part.groupby(keys, sort=True)[[f"critical_path_{k}_ns" for k in cats]].median() / 1e6
+        names = [", ".join(str(v) for v in (i if isinstance(i, tuple) else (i,))) for i in g.index]
+        bottom = np.zeros(len(g))
+        for k in cats:
+            vals = g[f"critical_path_{k}_ns"].to_numpy()
+            ax.bar(names, vals, bottom=bottom, label=CATEGORY_NAMES[k])
+            bottom += vals
+        ax.set_ylabel("critical path of the step (ms)")
+        ax.set_xlabel(", ".join(keys))
+        ax.set_title(f"{phase}" if phase else "where the step's time goes")
+        ax.tick_params(axis="x", labelrotation=45, labelsize=7)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig.suptitle("where the step's time goes, per layout" + (f" (median over {', '.join(others)})" if others else ""))
+    return save_figure(fig, path)

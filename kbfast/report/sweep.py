@@ -20,6 +20,7 @@ from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
+from kbfast.report.model import is_model, model_plots, model_summary  # noqa: E402
 
 INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "buffer_kind",
           "n_slots")
@@ -78,6 +79,8 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     ok = df[df["error"].isna()] if "error" in df else df
     if is_gemm(ok):
         return gemm_summary(ok)
+    if is_model(ok):
+        return model_summary(ok)
     if ok.empty:
         return pd.DataFrame()
     cols = series_columns(ok)
@@ -181,8 +184,8 @@ def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     if ok.empty:
         return []
     out = []
-    if is_gemm(ok):
-        out += gemm_plots(ok, folder)
+    if is_gemm(ok) or is_model(ok):
+        out += gemm_plots(ok, folder) if is_gemm(ok) else model_plots(ok, folder)
         if check_summary(df):
             out.append(plot_parity(df, folder / "parity.png"))
         return out

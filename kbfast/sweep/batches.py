@@ -33,9 +33,11 @@ from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import busbw_gbps
+from kbfast.config.models import load_model
 from kbfast.evaluate_gemm import evaluate_gemm, fast_method, maxplus_rows
+from kbfast.evaluate_model import evaluate_step
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
-from kbfast.workloads.registry import WORKLOADS, build
+from kbfast.workloads.registry import WORKLOADS, build, model_shape
 
 BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
@@ -130,6 +132,8 @@ def tables_of(p: Point) -> tuple[Tables, Router]:
 def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
     """Metrics of one point on one evaluator."""
     t, router = tables_of(p)
+    if p.workload["kind"] == "model":
+        return _model_point(p.workload, t, router, exact)
     built = build(t, router, p.workload)
     prog, coll, case = built.program, built.collective, built.case
     if built.gemm is not None:
@@ -150,6 +154,27 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
            "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
     if not exact:
         out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
+    return out
+
+
+def _model_point(w: dict[str, Any], t: Tables, router: Router, exact: bool) -> dict[str, Any]:
+    """A model step (kbfast.evaluate_model): latency with bounds, tokens/s or time to first token, MAC
+    utilisation, the critical path by category (``critical_path_<category>_ns``) and the fast method."""
+    model = load_model(str(w["model"]))
+    layers = None if w["layers"] is None else int(w["layers"])
+    step = evaluate_step(t, router, model, model_shape(model, w), str(w["layout"]), layers,
+                         ("exact",) if exact else ("fast",))
+    res = step.results[step.mode]
+    lat = step.latency_ns()
+    out = {"latency_ns": lat, "latency_lo_ns": sum(step.repeat(p) * r.lo_ns for p, r in zip(step.pieces, res)),
+           "latency_hi_ns": sum(step.repeat(p) * r.hi_ns for p, r in zip(step.pieces, res)),
+           "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
+           "n_ranks": len(step.pieces[0].nodes), "mac_util": step.mac_util(t),
+           "method": ",".join(sorted({r.method for r in res}))}
+    if step.shape is not None:
+        out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \
+            step.shape.batch / (lat * 1e-9) if step.shape.phase == "decode" else lat
+    out.update({f"critical_path_{k}_ns": v for k, v in step.breakdown().items()})
     return out
 
 

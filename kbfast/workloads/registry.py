@@ -15,8 +15,11 @@ from kbfast.errors import KbfastError
 from kbfast.ir import Program
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
+from kbfast.config.models import load_model
 from kbfast.workloads.collectives import Collective, allreduce, pe2pe
+from kbfast.workloads.commands import TileLowering
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
+from kbfast.workloads.model import Shape, build_piece, compile_model, shape_for
 from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
 
 
@@ -78,6 +81,22 @@ def _gemm(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     return Built(case.program, gemm=case)
 
 
+def _model(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    """The first piece of the model step (a transformer's layer) as its exact Program; the sweep evaluates a
+    model point through kbfast.evaluate_model, and this Program serves the link and PC tables."""
+    model = load_model(str(w["model"]))
+    shape = model_shape(model, w)
+    piece = compile_model(t, model, shape, str(w["layout"]))[0]
+    return Built(build_piece(t, router, piece, TileLowering(piece.commands)))
+
+
+def model_shape(model, w: dict[str, Any]) -> Shape | None:
+    """The step's shape from a model workload's fields (None for a model without one)."""
+    if model.kind != "transformer":
+        return None
+    return shape_for(model, str(w["phase"]), int(w["batch"]), w["seq"], w["kv_len"])
+
+
 WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
                  {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
@@ -95,6 +114,12 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                   "epilogues": ""},
                  _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"), batched=True,
                  batch_fields=("m", "n", "k", "staging"), fast_kernels=("fast", "pipeline")),
+    WorkloadKind("model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the "
+                          "attention panels (kbfast run model)",
+                 {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
+                  "layout": "tp_pes"},
+                 _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
+                 fast_kernels=("fast", "pipeline")),
 )}
 
 
