@@ -272,6 +272,46 @@ def bench_sweep(n_random: int | None = None) -> list[BenchRow]:
 MAIN_JOB = ("sweep", "seed36", "--check", "3", "--overwrite")
 
 
+def bench_model() -> list[BenchRow]:
+    """Model steps (kbfast.evaluate_model): a whole 80-layer Llama-3-70B decode step on the fast path, the
+    model's compilation and its GEMM command timings included (kernels warm); one such layer exactly; model
+    sweep points per minute on one core (decode points of the bundled llama70b spec's systems)."""
+    from kbfast.config.models import load_model
+    from kbfast.evaluate_model import _MEMO, evaluate_piece, evaluate_step
+    from kbfast.workloads.model import compile_model, shape_for
+
+    t = build_tables(load_system())
+    router = Router(t)
+    small = load_model("llama32_1b")
+    evaluate_step(t, router, small, shape_for(small, "decode", 1, None, 512), modes=("fast", "exact"))  # JIT
+    m = load_model("llama3_70b")
+    shape = shape_for(m, "decode", 1, None, 4096)
+    _MEMO.clear()
+    t0 = time.perf_counter()
+    step = evaluate_step(t, router, m, shape)
+    fast_s = time.perf_counter() - t0
+    layer = compile_model(t, m, shape)[0]
+    t0 = time.perf_counter()
+    ex = evaluate_piece(t, router, layer, "exact")
+    exact_s = time.perf_counter() - t0
+    lat = step.results["fast"][0].latency_ns
+    n, t0 = 0, time.perf_counter()
+    for sips in (2, 4):
+        for bw in (64, 128, 256):
+            for batch in (1, 8):
+                ts = build_tables(load_system("ahbm_2sip", {"sips.count": sips, "link.ucie_conn.bw_gbs": bw}))
+                evaluate_step(ts, Router(ts), m, shape_for(m, "decode", batch, None, 4096))
+                n += 1
+    per_min = n / (time.perf_counter() - t0) * 60
+    sweep_min = 1e4 / (2 * per_min)
+    return [BenchRow("Llama-3-70B decode step (80 layers), fast", fast_s, "s", "<= 1 s", fast_s <= 1.0,
+                     f"step {step.latency_ns() / 1e6:.3f} ms, {256} PEs, model compiled and GEMMs timed"),
+            BenchRow("Llama-3-70B decode layer, exact", exact_s, "s", "<= 60 s", exact_s <= 60.0,
+                     f"layer {ex.latency_ns / 1e3:.2f} us exact vs {lat / 1e3:.2f} us fast"),
+            BenchRow("model sweep points per minute (1 core)", per_min, "points/min", "10^4 in <= 10 min on 2 cores",
+                     sweep_min <= 10.0, f"implies {sweep_min:.0f} min for 10^4 Llama-70B decode points on 2 cores")]
+
+
 def bench_coldstart() -> list[BenchRow]:
     """The README main job (``kbfast sweep seed36 --check 3``) in a fresh process with an empty Numba cache
     of its own, then once more on that cache: what a first run and every later run cost."""
@@ -305,4 +345,5 @@ BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "flows": bench_fast_flows,
     "allreduce": bench_allreduce,
     "sweep": bench_sweep,
+    "model": bench_model,
 }

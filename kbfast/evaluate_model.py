@@ -36,6 +36,7 @@ from kbfast.topology.names import cube_locals, node_name, own_hbm_ctrls
 from kbfast.topology.routing import Router
 from kbfast.workloads.commands import COUNTED, GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
+from kbfast.workloads.launch import launch_timing
 from kbfast.workloads.model import Piece, Shape, build_piece, compile_model
 
 MODES = ("fast", "exact")
@@ -87,9 +88,11 @@ class CommandTimer:
         self._system = (repr(t.spec.pe), repr(t.spec.hbm), repr(t.spec.fabric))
 
     def route_class(self, nodes: np.ndarray) -> np.ndarray:
+        """Each node's route class (cubes are copies of one template: a node's class is its local index's)."""
         _, local = cube_locals(self.t, nodes)
-        out = np.empty(len(nodes), np.int64)
-        for i, (lo, node) in enumerate(zip(local.tolist(), np.asarray(nodes).tolist())):
+        first, inverse = np.unique(local, return_index=True, return_inverse=True)[1:]
+        for i in first.tolist():
+            lo, node = int(local[i]), int(np.asarray(nodes)[i])
             if lo not in self._class:
                 key = _route_key(self.t, self.router, node)
                 if key not in self._keys:
@@ -97,16 +100,16 @@ class CommandTimer:
                     self._rep.append(node)
                     self._route_keys.append(key)
                 self._class[lo] = self._keys[key]
-            out[i] = self._class[lo]
-        return out
+        return np.array([self._class[int(local[i])] for i in first.tolist()], np.int64)[inverse.ravel()]
 
     def times(self, commands: list[GemmCommand], cmd: np.ndarray, nodes: np.ndarray, which: int) -> np.ndarray:
         """Column ``which`` (0 point, 1 lower, 2 upper) of each (command, node)'s times."""
-        cls = self.route_class(nodes)
-        out = np.empty(len(cmd))
-        for i, (c, k) in enumerate(zip(np.asarray(cmd).tolist(), cls.tolist())):
-            out[i] = self.time(commands[c], k)[which]
-        return out
+        if not len(cmd):
+            return np.zeros(0)
+        pairs, inverse = np.unique(np.stack([np.asarray(cmd, np.int64), self.route_class(nodes)], 1), axis=0,
+                                   return_inverse=True)
+        vals = np.array([self.time(commands[c], k)[which] for c, k in pairs.tolist()])
+        return vals[inverse.ravel()]
 
     def time(self, com: GemmCommand, cls: int) -> tuple[float, float, float]:
         """A command's times on route class ``cls``, shared by every timer whose system times it alike."""
@@ -136,7 +139,7 @@ class CommandTimer:
 
 
 def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
-                   timer: CommandTimer | None = None, method: str = "hybrid") -> PieceResult:
+                   timer: CommandTimer | None = None, method: str = "hybrid", launch_ns: float | None = None) -> PieceResult:
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
     stand-in Program exactly when it fits the budget, kbfast.hybrid) or ``fluid`` (the fast schedule only)."""
     if mode not in MODES or method not in ("hybrid", "fluid"):
@@ -144,14 +147,14 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
     t0 = time.perf_counter()
     if mode == "exact":
         lower = TileLowering(piece.commands)
-        p = build_piece(t, router, piece, lower)
+        p = build_piece(t, router, piece, lower, launch_ns)
         res = run_exact(p)
         lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
         method = "exact"
     else:
         timer = timer or CommandTimer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
-        p = build_piece(t, router, piece, lower)
+        p = build_piece(t, router, piece, lower, launch_ns)
         res = run_hybrid(p) if method == "hybrid" else run_fast(p)
         lat, lo, hi = res.latency_ns(p.launch_ns)
         method = getattr(res, "method", "fluid")
@@ -256,5 +259,11 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
         raise KbfastError(f"--layers applies to transformer models; {model.name} is a {model.kind}")
     pieces = compile_model(t, model, shape, layout)
     timer = CommandTimer(t, router)
-    results = {m: [evaluate_piece(t, router, p, m, timer) for p in pieces] for m in modes}
+    launch = {}                                        # pieces on the same PEs share their launch barrier
+    for p in pieces:
+        key = p.nodes.tobytes()
+        if key not in launch:
+            launch[key] = launch_timing(t, router, p.nodes).target_start_ns
+    results = {m: [evaluate_piece(t, router, p, m, timer, launch_ns=launch[p.nodes.tobytes()]) for p in pieces]
+               for m in modes}
     return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0])

@@ -189,6 +189,14 @@ def test_larger_batch_is_never_faster(tray):
     assert lat == sorted(lat)
 
 
+def test_longer_prefill_is_never_faster(tray):
+    t, router = tray
+    m = load_model("llama32_1b")
+    lat = [evaluate_step(t, router, m, shape_for(m, "prefill", 1, seq, None), layers=1).latency_ns()
+           for seq in (16, 32, 64)]
+    assert lat == sorted(lat)
+
+
 def test_more_link_bandwidth_is_never_slower():
     m = load_model("tp_mlp")
     lat = []

@@ -18,7 +18,7 @@ from kbfast.cli.common import console, err_console, first_run, user_errors
 from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
 from kbfast.sweep.batches import make_batches
 from kbfast.sweep.runner import check_sample, order_columns, read_table, run_local, run_sweep
-from kbfast.sweep.spec import load_spec
+from kbfast.sweep.spec import example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
 
@@ -27,8 +27,8 @@ class Fmt(str, Enum):
     csv = "csv"
 
 
-SpecArg = Annotated[str, typer.Argument(help="Sweep spec YAML, or a bundled spec: seed36, buffer_kinds, scaling, "
-                                             "ucie_whatif.")]
+SpecArg = Annotated[str, typer.Argument(help="Sweep spec YAML, or a bundled spec: "
+                                             + ", ".join(sorted(Path(p).stem for p in example_specs())) + ".")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Local worker processes.")]
 
 

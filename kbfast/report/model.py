@@ -53,7 +53,8 @@ def model_report(step: StepResult, t: Tables) -> dict:
         row.update({f"count[{k}]": v for k, v in step.results[step.mode][i].counts.items()})
         row["macs"] = p.macs
         pieces.append(row)
-    out = {"inputs": inputs, "pieces": pieces}
+    out = {"inputs": inputs, "pieces": pieces,
+           "stage_end_ns": {p.name: r.phase_ns for p, r in zip(step.pieces, step.results[step.mode])}}
     if m.kind == "attention_panels":
         return out
     lat = step.latency_ns()
@@ -110,6 +111,14 @@ def print_model_report(rep: dict, console: Console) -> None:
         for k in CATEGORIES:
             crit.add_row(CATEGORY_NAMES[k], f"{cp[k] / 1e6:,.3f}", f"{100 * cp[k] / whole:.1f} %")
         console.print(crit)
+    ends = rep["stage_end_ns"].get("layer") or rep["stage_end_ns"].get("mlp")
+    if ends:
+        stages = Table("stage", "ends at (us)", "takes (us)", title="one layer, stage by stage (from launch)")
+        before = 0.0
+        for name, end in ends.items():
+            stages.add_row(name, _us(end), _us(end - before))
+            before = end
+        console.print(stages)
     counts = Table("piece", *(SHORT.get(k, k) for k in COUNTED), title="op counts per run (commands, all PEs)",
                    caption="send / recv: IPCQ; read / write: DMA commands (a GEMM's tile DMAs are its own)")
     counts.columns[0].no_wrap = True

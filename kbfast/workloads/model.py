@@ -137,7 +137,9 @@ def _wiring(t: Tables, n_pe: int) -> tuple[list[str], np.ndarray, np.ndarray, di
     kind, w, h = _sip_fn(t)
     info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
             "sip_h": h, "root_col": lay.cube_w // 2, "root_row": lay.cube_h // 2}
-    roles = np.concatenate([_roles("lrab", n_cubes, info)[cube], pe[:, None]], axis=1)
+    # a PE other than its cube's first never runs lrab: its ops do not depend on its cube
+    roles = np.concatenate([np.where((pe == 0)[:, None], _roles("lrab", n_cubes, info)[cube], -1), pe[:, None]],
+                           axis=1)
     return labels, np.concatenate(cols, axis=1), roles, info
 
 
@@ -457,15 +459,16 @@ def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
                           "SIPs (--set sips.count=N), layout tp_pes, or a shorter --kv-len / smaller --batch")
 
 
-def build_piece(t: Tables, router: Router, piece: Piece, lower, launch: bool = True) -> Program:
-    """The Program of ``piece`` with its GEMM commands lowered by ``lower``
-    (kbfast.workloads.commands); the kernel starts at the launch barrier unless ``launch=False``."""
+def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float | None = None) -> Program:
+    """The Program of ``piece`` with its GEMM commands lowered by ``lower`` (kbfast.workloads.commands); the
+    kernel starts at the launch barrier (``launch_ns``: its time when the caller knows it)."""
     b = ProgramBuilder(t, router, name=piece.name)
     tl_info = dict(piece.info)
     run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), piece.kernel, tl_info.get("elem", 2),
                piece.roles, tl_info, lower=lower)
-    target = launch_timing(t, router, piece.nodes).target_start_ns if launch else 0.0
-    return b.build(launch_ns=target)
+    if launch_ns is None:
+        launch_ns = launch_timing(t, router, piece.nodes).target_start_ns
+    return b.build(launch_ns=launch_ns)
 
 
 def step_macs(pieces: list[Piece]) -> int:

@@ -19,7 +19,7 @@ from kbfast.config.models import load_model
 from kbfast.workloads.collectives import Collective, allreduce, pe2pe
 from kbfast.workloads.commands import TileLowering
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
-from kbfast.workloads.model import Shape, build_piece, compile_model, shape_for
+from kbfast.workloads.model import Piece, Shape, build_piece, compile_model, shape_for
 from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
 
 
@@ -27,12 +27,13 @@ from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, 
 class Built:
     """A workload's Program, and what measures it: a collective counts latency from its launch (spec_pe
     §3.6); a probe case or traffic pattern is measured by ``kbfast.probe.evaluate_case``; a GEMM by
-    ``kbfast.workloads.gemm.gemm_metrics``."""
+    ``kbfast.workloads.gemm.gemm_metrics``; a model step by ``kbfast.evaluate_model``."""
 
     program: Program
     collective: Collective | None = None
     case: ProbeCase | None = None
     gemm: GemmCase | None = None
+    model: Piece | None = None         # a model step's first piece (kbfast.evaluate_model measures the step)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _model(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     model = load_model(str(w["model"]))
     shape = model_shape(model, w)
     piece = compile_model(t, model, shape, str(w["layout"]))[0]
-    return Built(build_piece(t, router, piece, TileLowering(piece.commands)))
+    return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
 
 
 def model_shape(model, w: dict[str, Any]) -> Shape | None:
@@ -119,7 +120,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
                   "layout": "tp_pes"},
                  _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
-                 fast_kernels=("fast", "pipeline")),
+                 fast_kernels=("fast", "pipeline", "exact")),   # the hybrid replays the stand-in exactly
 )}
 
 
