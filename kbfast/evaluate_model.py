@@ -31,6 +31,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.fast.gemm import dma_times, gemm_upper
 from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program, ProgramBuilder
+from kbfast.metrics import phase_ends
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.names import cube_locals, node_name, own_hbm_ctrls
 from kbfast.topology.routing import Router
@@ -168,26 +169,14 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
             hi = run_fast(dataclasses.replace(p, op_arg=bounded[1])).latency_ns(p.launch_ns)[2]
     wall = time.perf_counter() - t0
     return PieceResult(piece, mode, float(lat), float(lo), float(hi), critical_path(p, res, piece, lower),
-                       phase_ends(p, res), dict(lower.counts), wall, method, p)
-
-
-def phase_ends(p: Program, res) -> dict[str, float]:
-    """Per phase, the latest end of its ops, ns from the launch barrier."""
-    out = {}
-    if p.op_phase is None:
-        return out
-    for i, name in enumerate(p.phase_names):
-        sel = p.op_phase == i
-        if sel.any():
-            out[name] = float(res.op_end_ns[sel].max() - p.launch_ns)
-    return out
+                       phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p)
 
 
 def critical_path(p: Program, res, piece: Piece, lower) -> dict[str, float]:
     """The last-finishing working PE's time from the launch barrier, by category (CATEGORIES): each GEMM
     command's compute-slot time (its tiles x the tile's GEMM time) and the rest of it (HBM streaming and the
     pipeline's fill and drain), MATH, the IPCQ sends and receives (collective, waiting for peers included),
-    loads and stores (HBM streaming), and the launch."""
+    loads and stores (HBM streaming), and the rest of its time from the launch barrier (``other``)."""
     finish = res.agent_finish_ns[:len(piece.nodes)]
     a = int(np.argmax(finish))
     ops = p.ops_of(a)

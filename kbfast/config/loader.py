@@ -50,13 +50,14 @@ def _resolve(name_or_path: str | Path) -> tuple[str, str]:
     return f"{name}.yaml", text
 
 
-def _parse_yaml(label: str, text: str) -> dict[str, Any]:
+def parse_yaml(label: str, text: str, what: str = "topology") -> dict[str, Any]:
+    """The mapping a ``what`` file holds; bad YAML or another root is a ConfigError naming ``label``."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
     if not isinstance(data, dict):
-        raise ConfigError(label, "<root>", data, "a topology file must be a mapping")
+        raise ConfigError(label, "<root>", data, f"a {what} file must be a mapping")
     return data
 
 
@@ -82,7 +83,7 @@ def _identity(name_or_path: str | Path) -> str:
 def load_raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
     """Load a topology (following ``base`` chains) into a plain dict."""
     label, text = _resolve(name_or_path)
-    data = _parse_yaml(label, text)
+    data = parse_yaml(label, text)
     base = data.pop("base", None)
     if base is None:
         return label, data
@@ -368,7 +369,7 @@ def param_set_path(name: str) -> Path | None:
 def read_param_set(path: Path) -> dict[str, Any]:
     """The ``values`` mapping of a parameter set file: dotted key -> value (checked against the schema)."""
     label = str(path)
-    data = _parse_yaml(label, path.read_text())
+    data = parse_yaml(label, path.read_text())
     values = data.get("values")
     if not isinstance(values, dict) or not values:
         raise ConfigError(label, "values", values, "a parameter set needs a mapping of dotted key -> value",

@@ -19,10 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import PositiveInt, ValidationError
 
-from kbfast.config.loader import format_validation
+from kbfast.config.loader import format_validation, parse_yaml
 from kbfast.config.schema import Strict
 from kbfast.errors import ConfigError, did_you_mean
 
@@ -115,12 +114,7 @@ def load_model(name_or_path: str | Path) -> Model:
         if name not in model_names():
             raise ConfigError(name, "<model>", name, "unknown model", did_you_mean(name, model_names()))
         label, text = f"{name}.yaml", resources.files("kbfast.models").joinpath(f"{name}.yaml").read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(label, "<root>", data, "a model file must be a mapping")
+    data = parse_yaml(label, text, "model")
     kind = data.get("kind")
     if kind not in _CLASSES:
         raise ConfigError(label, "kind", kind, "unknown model kind", did_you_mean(str(kind), KINDS))
