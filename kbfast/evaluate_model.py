@@ -27,7 +27,7 @@ from kbfast.evaluate_gemm import fast_method, maxplus_rows
 from kbfast.config.models import Model, Transformer
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
+from kbfast.fast.evaluate import finish_bound, run_fast
 from kbfast.fast.gemm import dma_times, gemm_upper
 from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program, ProgramBuilder
@@ -165,8 +165,8 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         for arg, which in zip(bounded, (1, 2)):
             arg[ops] = timer.times(piece.commands, np.asarray(lower.command_id, np.int64), nodes, which)
         if not all(np.array_equal(arg, p.op_arg) for arg in bounded):      # commands with bounds of their own
-            lo = run_fast(dataclasses.replace(p, op_arg=bounded[0])).latency_ns(p.launch_ns)[1]
-            hi = run_fast(dataclasses.replace(p, op_arg=bounded[1])).latency_ns(p.launch_ns)[2]
+            lo = float(finish_bound(dataclasses.replace(p, op_arg=bounded[0]), "lower").max() - p.launch_ns)
+            hi = float(finish_bound(dataclasses.replace(p, op_arg=bounded[1]), "upper").max() - p.launch_ns)
     wall = time.perf_counter() - t0
     return PieceResult(piece, mode, float(lat), float(lo), float(hi), critical_path(p, res, piece, lower),
                        phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p)

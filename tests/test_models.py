@@ -77,10 +77,27 @@ def test_layout_that_does_not_fit_is_refused():
 
 
 def test_heads_that_do_not_divide_over_cubes_are_refused():
+    t = build_tables(load_system("ahbm_2sip", {"sips.count": 6}))
+    m = load_model("llama3_70b")
+    with pytest.raises(KbfastError, match="cubes per query head"):
+        compile_model(t, m, shape_for(m, "decode", 1, None, 4096))
+
+
+def test_more_cubes_than_heads_groups_cubes_per_head():
+    """64 heads on 8 SIPs' 128 cubes: a head per pair of cubes, its ring over their 16 PEs."""
     t = build_tables(load_system("ahbm_2sip", {"sips.count": 8}))
     m = load_model("llama3_70b")
-    with pytest.raises(KbfastError, match="query heads per cube"):
-        compile_model(t, m, shape_for(m, "decode", 1, None, 4096))
+    layer = compile_model(t, m, shape_for(m, "decode", 1, None, 4096))[0]
+    assert layer.info["layer"]["ring"] == 16
+    assert layer.commands[layer.info["layer"]["qkv"]].plan.n == 3 * 128 // 16
+
+
+def test_p2_grouped_heads_layer_within_5_percent():
+    t = build_tables(load_system("ahbm_2sip", {"sips.count": 4}))
+    m = load_model("llama32_1b")            # 32 heads on 64 cubes
+    piece = compile_model(t, m, shape_for(m, "decode", 1, None, 512))[0]
+    assert piece.info["layer"]["ring"] == 16
+    _parity(t, Router(t), piece)
 
 
 def test_shape_rules():

@@ -278,7 +278,7 @@ def test_spec_file_with_relative_topology(tmp_path: Path) -> None:
     assert str(tmp_path / "bad.yaml") in str(info.value) and "did you mean 'count'" in flat(str(info.value))
 
 
-KNOWN_SIZES = {"seed36": 36, "buffer_kinds": 48, "scaling": 150, "ucie_whatif": 30, "gemm": 2250, "llama70b": 36}
+KNOWN_SIZES = {"seed36": 36, "buffer_kinds": 48, "scaling": 150, "ucie_whatif": 30, "gemm": 2250, "llama70b": 54}
 
 
 @pytest.mark.parametrize("path", example_specs(), ids=lambda p: Path(p).stem)

@@ -403,15 +403,45 @@ def run_fast(p: Program) -> FastResult:
     """
     t0 = time.perf_counter()
     plan = plan_fast(p)
-    data_route, args, share, flit = plan.data_route, plan.kernel_inputs, plan.share, plan.lowered.hbm.flit_bytes
+    data_route, args, share = plan.data_route, plan.kernel_inputs, plan.share
     head = plan.head_offsets(p.op_nbytes)
-    zero = np.zeros(p.n_ops)
     iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
-    lo = _checked(p, schedule(LOWER, zero, share, head, iso, *_own_resources(args)))
-    point = _checked(p, schedule(POINT, zero, share, head, iso, *args))
-    own = _own_penalty(p, plan)
-    begin_lo = lo[0].op_begin
-    posted = _posted(p)
+    lo = _lower(p, plan, head, iso)
+    point = _checked(p, schedule(POINT, np.zeros(p.n_ops), share, head, iso, *args))
+    hi = _upper(p, plan, head, iso, lo)
+    wall = time.perf_counter() - t0
+    S = point[0]
+    # Both bounds are valid for exact mode, so a point estimate outside them is clamped in.
+    op_end = np.clip(S.op_end, lo[0].op_end, hi[0].op_end)
+    finish = np.clip(S.a_finish, lo[0].a_finish, hi[0].a_finish)
+    return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=op_end,
+                      op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=finish,
+                      agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
+                      compact=plan.compact, edge_contended=_per_edge(plan.edge_group, point[2]),
+                      data_route=data_route)
+
+
+def finish_bound(p: Program, which: str) -> np.ndarray:
+    """Only the ``lower`` or the ``upper`` bound of every agent's finish, as :func:`run_fast` computes it
+    (the same schedules and passes, without the others): for callers that need one bound of a Program."""
+    if which not in ("lower", "upper"):
+        raise ValueError(which)
+    plan = plan_fast(p)
+    head = plan.head_offsets(p.op_nbytes)
+    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
+    lo = _lower(p, plan, head, iso)
+    return (lo if which == "lower" else _upper(p, plan, head, iso, lo))[0].a_finish
+
+
+def _lower(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray):
+    """The lower-bound schedule: every op alone on the resources it owns."""
+    return _checked(p, schedule(LOWER, np.zeros(p.n_ops), plan.share, head, iso, *_own_resources(plan.kernel_inputs)))
+
+
+def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo):
+    """The upper-bound schedule: interference added to every flow, tightened over ``BOUND_PASSES`` passes."""
+    args, share, flit = plan.kernel_inputs, plan.share, plan.lowered.hbm.flit_bytes
+    own, posted, begin_lo = _own_penalty(p, plan), _posted(p), lo[0].op_begin
     extra = interference(plan.bounds, p.op_nbytes, flit, begin_lo, begin_lo, False, own, posted)
     hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
     for _ in range(BOUND_PASSES):
@@ -423,16 +453,7 @@ def run_fast(p: Program) -> FastResult:
         hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
         if _bound_gain(before, hi[0].a_finish, p.agent_start_ns) < BOUND_GAIN:
             break
-    wall = time.perf_counter() - t0
-    S = point[0]
-    # Both bounds are valid for exact mode, so a point estimate outside them is clamped in.
-    op_end = np.clip(S.op_end, lo[0].op_end, hi[0].op_end)
-    finish = np.clip(S.a_finish, lo[0].a_finish, hi[0].a_finish)
-    return FastResult(program=p, wall_s=wall, op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=op_end,
-                      op_end_lo_ns=lo[0].op_end, op_end_hi_ns=hi[0].op_end, agent_finish_ns=finish,
-                      agent_finish_lo_ns=lo[0].a_finish, agent_finish_hi_ns=hi[0].a_finish, op_contended=point[1],
-                      compact=plan.compact, edge_contended=_per_edge(plan.edge_group, point[2]),
-                      data_route=data_route)
+    return hi
 
 
 def _posted(p: Program) -> np.ndarray:

@@ -168,8 +168,8 @@ def model_summary(df: pd.DataFrame) -> pd.DataFrame:
     by = [k for k in ("phase", "layout", "n_sips") if k in ok] or ["model"]
     out = out.reset_index(drop=True)
     out[by] = ok[by].to_numpy()
-    agg = {"points": ("latency_ms", "size"), "latency_ms_min": ("latency_ms", "min"),
-           "latency_ms_max": ("latency_ms", "max"), "mac_util_pct_max": ("mac_util_pct", "max")}
+    agg = {"points": ("latency_ms", "size"), "min_ms": ("latency_ms", "min"), "max_ms": ("latency_ms", "max"),
+           "max_mac_pct": ("mac_util_pct", "max")}
     if "bound_by" in out:
         agg["bound_by"] = ("bound_by", lambda v: v.mode().iloc[0])
     table = out.groupby(by, sort=True).agg(**agg)

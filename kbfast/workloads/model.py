@@ -25,7 +25,9 @@ ffn all-reduce        as o all-reduce
 residual              MATH add
 ====================  =====================================================================================
 
-Layout ``tp_cubes`` runs the same on pe0 of every cube only (``n = 1``: no rings inside a cube, lrab
+With more cubes than query heads, a head goes to a group of ``C / heads`` consecutive cubes, and its rings
+(the gathers and the attention) run over the group's PEs: the reference's ring over cubes.  Layout
+``tp_cubes`` runs the same on pe0 of every cube only (``n = 1``: no rings inside a cube, lrab
 directly), the reference's cube-level install.  GEMM operands live in the PE's own HBM slice: A is loaded
 into TCM first (``tl.load``), B streams tile by tile, C is written back (spec_pe §5.6, ``load_ref``);
 attention GEMMs take Q and the scores from TCM (no load).  Not modelled: the embedding lookup, the new
@@ -120,17 +122,21 @@ def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
     return _pe_nodes(t, n), n
 
 
-def _wiring(t: Tables, n_pe: int) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
-    """Labels, neighbour table, roles and lrab's info of every working PE: a ring over the cube's working PEs
-    (``intra_E`` / ``intra_W``) and lrab's cube mesh and inter-SIP directions on each cube's first PE."""
+def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
+    """Labels, neighbour table, roles and lrab's info of every working PE: a ring (``intra_E`` / ``intra_W``)
+    over the working PEs of each ``group`` consecutive cubes, in cube then PE order, and lrab's cube mesh and
+    inter-SIP directions on each cube's first PE."""
     lay = t.layout
     n_cubes = lay.n_sips * lay.n_cubes_per_sip
-    cube, pe = np.divmod(np.arange(n_cubes * n_pe), n_pe)
+    rank = np.arange(n_cubes * n_pe)
+    cube, pe = np.divmod(rank, n_pe)
     labels, cols = [], []
-    if n_pe > 1:
-        ring_l, ring = ring_peers(n_pe, "intra_")
+    m = group * n_pe
+    if m > 1:
+        ring_l, ring = ring_peers(m, "intra_")
+        pos = rank % m
         labels += ring_l
-        cols.append(cube[:, None] * n_pe + ring[pe])
+        cols.append((rank - pos)[:, None] + ring[pos])
     inter_l, inter = intercube_peers(t)
     labels += inter_l
     cols.append(np.where((pe == 0)[:, None] & (inter[cube] >= 0), inter[cube] * n_pe, -1))
@@ -232,7 +238,7 @@ def layer_kernel(tl: Tl):
     """One transformer layer on one working PE (the module docstring's table)."""
     L = tl.info["layer"]
     cube_rank, pe = divmod(tl.rank, L["n_pe"])
-    n = L["n_pe"]
+    n = L["ring"]
     yield tl.phase("norm")
     yield from _norm(tl, L["x_elems"], L["norm"])
     yield tl.phase("qkv")
@@ -250,7 +256,7 @@ def layer_kernel(tl: Tl):
     yield tl.load(L["o_in_bytes"])
     yield tl.gemm(L["o"])
     yield tl.phase("o all-reduce")
-    yield from _allreduce(tl, L["x_bytes"], pe, n, cube_rank)
+    yield from _allreduce(tl, L["x_bytes"], pe, L["n_pe"], cube_rank)
     yield tl.phase("ffn norm")
     yield tl.math(L["x_elems"], "add")
     yield from _norm(tl, L["x_elems"], L["norm"])
@@ -264,7 +270,7 @@ def layer_kernel(tl: Tl):
     yield tl.load(L["h_bytes"])
     yield tl.gemm(L["down"])
     yield tl.phase("ffn all-reduce")
-    acc = yield from _allreduce(tl, L["x_bytes"], pe, n, cube_rank)
+    acc = yield from _allreduce(tl, L["x_bytes"], pe, L["n_pe"], cube_rank)
     yield tl.phase("residual")
     yield tl.math(L["x_elems"], "add")
     return acc
@@ -345,25 +351,36 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     if isinstance(model, AttentionPanels):
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
     nodes, n_pe = _working(t, layout)
-    labels, peer, roles, info = _wiring(t, n_pe)
-    elem = t.spec.pe.elem_bytes
-    info["elem"] = elem
     P, C = len(nodes), len(nodes) // n_pe
     if isinstance(model, Mlp):
+        labels, peer, roles, info = _wiring(t, n_pe)
+        info["elem"] = t.spec.pe.elem_bytes
         return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout)]
     s = shape or shape_for(model, "decode", 1, None, None)
+    fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
+    # attention groups: heads over cubes, or (more cubes than heads) a head over a group of cubes
+    group = 1
+    if C > model.heads:
+        group = _divide(f"{model.name}: cubes per query head ({C} cubes, {model.heads} heads)", C, model.heads, fix)
+        _divide(f"{model.name}: head groups of {group} cubes in a SIP", t.layout.n_cubes_per_sip, group, fix)
+    G = C // group
+    labels, peer, roles, info = _wiring(t, n_pe, group)
+    elem = t.spec.pe.elem_bytes
+    info["elem"] = elem
     table = _Table(t)
     T, d, hid = s.tokens, model.head_dim, model.hidden
-    fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
-    q_cube = _divide(f"{model.name}: query heads per cube ({model.heads} heads over {C} cubes)", model.heads, C, fix)
-    if model.kv_heads >= C:
-        kv_cube = _divide(f"{model.name}: KV heads per cube", model.kv_heads, C, fix)
+    m = group * n_pe                                    # the PEs of an attention group: its ring
+    q_grp = _divide(f"{model.name}: query heads per attention group ({model.heads} heads over {G} groups of "
+                    f"{group} cube(s))", model.heads, G, fix)
+    if model.kv_heads >= G:
+        kv_grp = _divide(f"{model.name}: KV heads per attention group", model.kv_heads, G, fix)
     else:
-        _divide(f"{model.name}: cubes per KV head ({C} cubes, {model.kv_heads} KV heads)", C, model.kv_heads, fix)
-        kv_cube = 1
-    q_per_kv = q_cube // kv_cube
-    qkv_pe = _divide(f"{model.name}: QKV columns per PE of a cube", (q_cube + 2 * kv_cube) * d, n_pe, fix)
-    o_pe = _divide(f"{model.name}: O rows per PE of a cube", q_cube * d, n_pe, fix)
+        _divide(f"{model.name}: attention groups per KV head ({G} groups, {model.kv_heads} KV heads)", G,
+                model.kv_heads, fix)
+        kv_grp = 1
+    q_per_kv = q_grp // kv_grp
+    qkv_pe = _divide(f"{model.name}: QKV columns per PE of an attention group", (q_grp + 2 * kv_grp) * d, m, fix)
+    o_pe = _divide(f"{model.name}: O rows per PE of an attention group", q_grp * d, m, fix)
     ffn_pe = _divide(f"{model.name}: FFN columns per PE ({model.ffn} over {P} PEs)", model.ffn, P, fix)
     up_pe = ffn_pe * (2 if model.ffn_kind == "swiglu" else 1)
     w_bytes = (hid * qkv_pe + o_pe * hid + hid * up_pe + ffn_pe * hid) * elem
@@ -375,23 +392,23 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     down = table.add(T, hid, ffn_pe, base + (hid * qkv_pe + o_pe * hid + hid * up_pe) * elem)
     kv_base = model.layers * stride
     if s.phase == "decode":
-        kv_rows = _divide(f"{model.name}: KV cache rows per PE of a cube (--kv-len {s.kv_len})", s.kv_len, n_pe,
-                          f"use a --kv-len divisible by {n_pe}")
-        attn = _attention_dims(t, table, "mesh_mlo", s.batch, q_per_kv, kv_cube, d, 1, kv_rows,
-                               kv_base + layer * s.batch * kv_cube * kv_rows * d * elem * 2)
+        kv_rows = _divide(f"{model.name}: KV cache rows per PE of an attention group (--kv-len {s.kv_len})",
+                          s.kv_len, m, f"use a --kv-len divisible by {m}")
+        attn = _attention_dims(t, table, "mesh_mlo", s.batch, q_per_kv, kv_grp, d, 1, kv_rows,
+                               kv_base + layer * s.batch * kv_grp * kv_rows * d * elem * 2)
         cache_rows = kv_rows
     else:
-        rows = _divide(f"{model.name}: query tokens per PE of a cube (--seq {s.seq})", s.seq, n_pe,
-                       f"use a --seq divisible by {n_pe}")
-        attn = _attention_dims(t, table, "mesh_kv", s.batch, q_per_kv, kv_cube, d, rows, rows, kv_base)
+        rows = _divide(f"{model.name}: query tokens per PE of an attention group (--seq {s.seq})", s.seq, m,
+                       f"use a --seq divisible by {m}")
+        attn = _attention_dims(t, table, "mesh_kv", s.batch, q_per_kv, kv_grp, d, rows, rows, kv_base)
         cache_rows = rows
-    cache = model.layers * s.batch * kv_cube * cache_rows * d * elem * 2
+    cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
     _fits(t, model, layout, model.layers * stride + cache, f"{model.layers} layers of weights "
           f"({_gib(model.layers * stride)}) and the KV cache ({_gib(cache)})")
     info["layer"] = {
-        "n_pe": n_pe, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
+        "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
         "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
-        "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // max(n_pe, 1),
+        "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // m,
         "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem}
     layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
                         repeat=model.layers)
@@ -401,7 +418,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
                                  "x_bytes": s.batch * hid * elem, "gemm": head_table.add(s.batch, vocab_pe, hid, 0),
                                  "logit_elems": s.batch * vocab_pe, "argmax_bytes": s.batch * ARGMAX_BYTES})
     return [layer_piece, Piece("head", nodes, labels, peer, roles, head_kernel, head_info, head_table.commands,
-                               head_table.macs * P)]
+                               s.batch * hid * model.vocab)]      # the vocabulary's padding is not useful work
 
 
 def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout) -> Piece:
