@@ -242,3 +242,23 @@ def test_cli_run_model_json():
 def test_cli_run_model_refusals(args, words):
     res = CliRunner().invoke(app, ["run", "model", *args])
     assert res.exit_code == 2 and words in " ".join(res.output.split()), res.output
+
+
+def test_trace_cache_gives_the_same_program(tray):
+    """A piece built twice (the second from the cached, checked replay) has the same ops and channels; the
+    cache key holds the sizes, so another shape is traced afresh."""
+    from kbfast.workloads import symbolic
+
+    t, router = tray
+    m = load_model("llama32_1b")
+    piece = compile_model(t, m, shape_for(m, "decode", 2, None, 256))[0]
+    symbolic._TRACED.clear()
+    low = lambda: TimedLowering(piece.commands, lambda c, n: np.full(len(c), 7.0))  # noqa: E731
+    first, second = build_piece(t, router, piece, low()), build_piece(t, router, piece, low())
+    assert len(symbolic._TRACED) == 1
+    for name in ("op_code", "op_target", "op_nbytes", "op_arg", "op_phase", "agent_ops"):
+        assert np.array_equal(getattr(first, name), getattr(second, name)), name
+    assert np.array_equal(first.channels.src, second.channels.src)
+    other = compile_model(t, m, shape_for(m, "decode", 4, None, 256))[0]
+    build_piece(t, router, other, TimedLowering(other.commands, lambda c, n: np.zeros(len(c))))
+    assert len(symbolic._TRACED) == 2

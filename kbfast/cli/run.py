@@ -187,6 +187,8 @@ def run_model(
     layers: Annotated[int | None, typer.Option(help="Layers in the step (default: all; identical layers are "
                                                     "evaluated once).")] = None,
     layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
+    method: Annotated[str, typer.Option(help="The fast path's point: hybrid (the stand-in replayed exactly when it "
+                                             "fits, the default) or fluid (scheduled; quicker, less exact).")] = "hybrid",
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -202,7 +204,7 @@ def run_model(
     shape = shape_for(m, phase, batch, seq, kv_len) if isinstance(m, Transformer) else None
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
     first_run("collectives", "exact", *(() if exact else ("fast", "pipeline")))   # the hybrid replays exactly
-    step = evaluate_step(t, Router(t), m, shape, layout, layers, modes)
+    step = evaluate_step(t, Router(t), m, shape, layout, layers, modes, method)
     report = model_report(step, t)
     if fmt is OutputFormat.json:
         print(json.dumps(report, indent=2, default=float))

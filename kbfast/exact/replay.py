@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -32,10 +33,49 @@ class ReplayTimes(Result):
 
 @dataclass(frozen=True, kw_only=True)
 class ExactResult(ReplayTimes):
-    """Per-op timestamps and per-resource statistics of one exact replay."""
+    """Per-op timestamps and per-resource statistics of one exact replay; :attr:`edges` and :attr:`pcs` are
+    built on first use."""
 
-    edges: pd.DataFrame      # one row per edge used: kind, src, dst, bytes, busy_ns, utilization, peak_queue_flits
-    pcs: pd.DataFrame        # one row per (controller, pc): commits, busy_ns, max_backlog_ns
+    compact: object           # the replay's Compact (kbfast.sim.lowering): its edges and controllers
+    edge_stats: tuple         # per compact edge: bytes, busy ns, peak queue (bytes)
+    pc_stats: tuple           # per (controller, pc): commits, busy ns, max backlog ns
+
+    @cached_property
+    def edges(self) -> pd.DataFrame:
+        """One row per edge used: kind, src, dst, bw_gbs, bytes, busy_ns, utilization, peak_queue_flits."""
+        t, c = self.program.tables, self.compact
+        e_bytes, e_busy, e_peak = self.edge_stats
+        makespan = self.makespan_ns
+        return pd.DataFrame({
+            "edge": c.edges,
+            "kind": [EdgeKind(int(k)).name.lower() for k in t.edge_kind[c.edges]],
+            "src": _names(t, t.edge_src[c.edges]),
+            "dst": _names(t, t.edge_dst[c.edges]),
+            "bw_gbs": t.edge_bw_gbs[c.edges],
+            "bytes": e_bytes, "busy_ns": e_busy,
+            "utilization": e_busy / makespan if makespan > 0 else 0.0,
+            "peak_queue_flits": e_peak / t.spec.fabric.flit_bytes,
+        })
+
+    @cached_property
+    def pcs(self) -> pd.DataFrame:
+        """One row per (controller, pc): commits, busy_ns, max_backlog_ns."""
+        t, c = self.program.tables, self.compact
+        commits, busy, backlog = self.pc_stats
+        npcs = t.spec.hbm.pcs_per_pe
+        n = len(c.hbm_ctrls) * npcs
+        return pd.DataFrame({
+            "controller": np.repeat([node_name(t, int(h)) for h in c.hbm_ctrls], npcs),
+            "pc": np.tile(np.arange(npcs), len(c.hbm_ctrls)),
+            "commits": commits[:n], "busy_ns": busy[:n], "max_backlog_ns": backlog[:n],
+        })
+
+
+def _names(t, nodes: np.ndarray) -> list[str]:
+    """Node names of ``nodes``, each distinct node named once."""
+    uniq, inverse = np.unique(nodes, return_inverse=True)
+    names = [node_name(t, int(u)) for u in uniq.tolist()]
+    return [names[i] for i in inverse.ravel().tolist()]
 
 
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
@@ -52,11 +92,10 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     if need > max_memory_bytes:
         raise KbfastError(f"exact replay of {p.name!r} would need about {need / 2**30:.1f} GiB "
                           f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
-    t, spec = p.tables, p.tables.spec
+    spec = p.tables.spec
     _check_limits(p)
     low = lower(p)
     c = low.compact
-    flit = spec.fabric.flit_bytes
     vc_w = np.array([spec.pe.vc_weights.compute, spec.pe.vc_weights.comm], np.int64)
     t0 = time.perf_counter()
     status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog = engine.replay(
@@ -69,28 +108,9 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     if status == engine.DEADLOCK:
         raise ReplayDeadlock(blocked_report(p, S))
     check_consumed(p, S)
-    a_finish = S.a_finish
-    makespan = float(a_finish.max() - p.agent_start_ns.min()) if len(a_finish) else 0.0
-    edges = pd.DataFrame({
-        "edge": c.edges,
-        "kind": [EdgeKind(int(k)).name.lower() for k in t.edge_kind[c.edges]],
-        "src": [node_name(t, int(s)) for s in t.edge_src[c.edges]],
-        "dst": [node_name(t, int(d)) for d in t.edge_dst[c.edges]],
-        "bw_gbs": t.edge_bw_gbs[c.edges],
-        "bytes": e_bytes, "busy_ns": e_busy,
-        "utilization": e_busy / makespan if makespan > 0 else 0.0,
-        "peak_queue_flits": e_peak / flit,
-    })
-    npcs = low.hbm.n_pcs
-    n_ctrl = len(c.hbm_ctrls)
-    pcs = pd.DataFrame({
-        "controller": np.repeat([node_name(t, int(h)) for h in c.hbm_ctrls], npcs),
-        "pc": np.tile(np.arange(npcs), n_ctrl),
-        "commits": pc_commits[:n_ctrl * npcs], "busy_ns": pc_busy[:n_ctrl * npcs],
-        "max_backlog_ns": pc_backlog[:n_ctrl * npcs],
-    })
-    return ExactResult(program=p, n_events=int(n_events), wall_s=wall, agent_finish_ns=a_finish,
-                       op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end, edges=edges, pcs=pcs)
+    return ExactResult(program=p, n_events=int(n_events), wall_s=wall, agent_finish_ns=S.a_finish,
+                       op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end, compact=c,
+                       edge_stats=(e_bytes, e_busy, e_peak), pc_stats=(pc_commits, pc_busy, pc_backlog))
 
 
 def _check_limits(p: Program) -> None:

@@ -421,16 +421,17 @@ def run_fast(p: Program) -> FastResult:
                       data_route=data_route)
 
 
-def finish_bound(p: Program, which: str) -> np.ndarray:
+def finish_bound(p: Program, which: str, passes: int = BOUND_PASSES) -> np.ndarray:
     """Only the ``lower`` or the ``upper`` bound of every agent's finish, as :func:`run_fast` computes it
-    (the same schedules and passes, without the others): for callers that need one bound of a Program."""
+    (the same schedules, without the others): for callers that need one bound of a Program.  ``passes``
+    caps the upper bound's tightening passes (every pass is a valid bound; fewer are looser and quicker)."""
     if which not in ("lower", "upper"):
         raise ValueError(which)
     plan = plan_fast(p)
     head = plan.head_offsets(p.op_nbytes)
     iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
     lo = _lower(p, plan, head, iso)
-    return (lo if which == "lower" else _upper(p, plan, head, iso, lo))[0].a_finish
+    return (lo if which == "lower" else _upper(p, plan, head, iso, lo, passes))[0].a_finish
 
 
 def _lower(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray):
@@ -438,13 +439,13 @@ def _lower(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray):
     return _checked(p, schedule(LOWER, np.zeros(p.n_ops), plan.share, head, iso, *_own_resources(plan.kernel_inputs)))
 
 
-def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo):
-    """The upper-bound schedule: interference added to every flow, tightened over ``BOUND_PASSES`` passes."""
+def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes: int = BOUND_PASSES):
+    """The upper-bound schedule: interference added to every flow, tightened over up to ``passes`` passes."""
     args, share, flit = plan.kernel_inputs, plan.share, plan.lowered.hbm.flit_bytes
     own, posted, begin_lo = _own_penalty(p, plan), _posted(p), lo[0].op_begin
     extra = interference(plan.bounds, p.op_nbytes, flit, begin_lo, begin_lo, False, own, posted)
     hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
-    for _ in range(BOUND_PASSES):
+    for _ in range(passes):
         tighter = interference(plan.bounds, p.op_nbytes, flit, begin_lo, _flow_end(p, hi[0]), True, own, posted)
         if np.array_equal(tighter, extra):
             break

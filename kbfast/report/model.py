@@ -8,6 +8,7 @@ and the critical path stacked by category per layout.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -129,6 +130,7 @@ def print_model_report(rep: dict, console: Console) -> None:
 
 # -- sweeps ------------------------------------------------------------------------------------------------
 KEYS = ("model", "phase", "layout", "batch", "n_sips")
+MAX_LINES = 20           # a line plot with more series keeps the standard keys and takes medians
 MAX_ROWS = 16             # a summary with more points shows their spread per (phase, layout, SIPs)
 
 
@@ -138,7 +140,7 @@ def is_model(df: pd.DataFrame) -> bool:
 
 def _varying(ok: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
     """The input columns that vary over the points: the standard keys, then any other axis."""
-    axes = [c for c in ok.columns if "." in c and not c.startswith("workload.") and c != "sips.count"
+    axes = [c for c in ok.columns if "." in c and c != "sips.count" and c.split(".", 1)[1] not in KEYS
             and ok[c].nunique() > 1]
     return [c for c in (*KEYS, *axes) if c in ok and c not in skip and ok[c].nunique() > 1]
 
@@ -191,13 +193,18 @@ def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
         if part.empty:
             continue
         hue = _varying(part, skip=("n_sips",))
+        if part.groupby(hue).ngroups > MAX_LINES if hue else False:     # too many lines: keep the standard keys
+            hue = [k for k in hue if k in KEYS]
+            while hue and part.groupby(hue).ngroups > MAX_LINES:
+                hue = hue[:-1]
+        others = [k for k in _varying(part, skip=("n_sips", *hue))]
         labels = (part[hue].astype(str).agg(", ".join, axis=1) if hue
                   else pd.Series([str(part["model"].iloc[0])] * len(part), index=part.index))
         fig, ax = plt.subplots(figsize=(8, 4.5))
         ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
         for lab, g in part.groupby(labels, sort=True):
-            g = g.sort_values("n_sips")
-            ax.plot(g["n_sips"], g[y] / (1e6 if y == "latency_ns" else 1), marker="o", ms=4, label=lab)
+            g = g.groupby("n_sips")[y].median()             # one value per SIP count (the median over `others`)
+            ax.plot(g.index, g.to_numpy() / (1e6 if y == "latency_ns" else 1), marker="o", ms=4, label=lab)
         ax.set_xscale("log", base=2)
         sips = sorted(part["n_sips"].unique().tolist())
         ax.set_xticks(sips, [str(v) for v in sips])
@@ -206,7 +213,8 @@ def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
             ax.set_yscale("log")
         ax.set_xlabel("SIPs (tensor-parallel ranks)")
         ax.set_ylabel(label)
-        ax.set_title(f"{label} against SIP count")
+        ax.set_title(textwrap.fill(f"{label} against SIP count"
+                                   + (f" (median over {', '.join(others)})" if others else ""), 70), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, title=", ".join(hue) or None, title_fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.02, 1.0))
@@ -239,5 +247,6 @@ def _breakdown(ok: pd.DataFrame, cats: list[str], path: Path) -> Path:
         ax.set_title(f"{phase}" if phase else "where the step's time goes")
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    fig.suptitle("where the step's time goes, per layout" + (f" (median over {', '.join(others)})" if others else ""))
+    title = "where the step's time goes, per layout" + (f" (median over {', '.join(others)})" if others else "")
+    fig.suptitle(textwrap.fill(title, 100))
     return save_figure(fig, path)

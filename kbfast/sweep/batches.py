@@ -163,7 +163,7 @@ def _model_point(w: dict[str, Any], t: Tables, router: Router, exact: bool) -> d
     model = load_model(str(w["model"]))
     layers = None if w["layers"] is None else int(w["layers"])
     step = evaluate_step(t, router, model, model_shape(model, w), str(w["layout"]), layers,
-                         ("exact",) if exact else ("fast",))
+                         ("exact",) if exact else ("fast",), str(w["method"]))
     res = step.results[step.mode]
     lat = step.latency_ns()
     out = {"latency_ns": lat, "latency_lo_ns": sum(step.repeat(p) * r.lo_ns for p, r in zip(step.pieces, res)),

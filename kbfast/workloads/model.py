@@ -482,7 +482,7 @@ def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float
     b = ProgramBuilder(t, router, name=piece.name)
     tl_info = dict(piece.info)
     run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), piece.kernel, tl_info.get("elem", 2),
-               piece.roles, tl_info, lower=lower)
+               piece.roles, tl_info, lower=lower, cache=True)
     if launch_ns is None:
         launch_ns = launch_timing(t, router, piece.nodes).target_start_ns
     return b.build(launch_ns=launch_ns)

@@ -118,7 +118,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the "
                           "attention panels (kbfast run model)",
                  {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
-                  "layout": "tp_pes"},
+                  "layout": "tp_pes", "method": "hybrid"},
                  _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
                  fast_kernels=("fast", "pipeline", "exact")),   # the hybrid replays the stand-in exactly
 )}

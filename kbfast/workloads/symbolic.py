@@ -11,6 +11,8 @@ HBM controller as target after the replay, in one array lookup.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 from numba import njit
 
@@ -221,18 +223,17 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
             phase_order[:n_seen], cur_phase, pc)
 
 
-def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Kernel, nbytes: int,
-               roles: np.ndarray, info: dict | None = None, lower=None) -> None:
-    """:func:`~kbfast.workloads.kernels.run_kernels` for a kernel whose control flow depends only on the
-    rank's role (``roles[rank]``, one row of features per rank): the same ops, channels, phases and checks.
+_TRACED: OrderedDict = OrderedDict()     # (kernel, sizes, roles, wiring, info, PE costs) -> a checked replay
+TRACED_CACHE = 128      # up to a few MB each: a sweep system's shapes, layer and head
 
-    A kernel's GEMM commands (``tl.gemm(i)``) need ``lower``, a :class:`kbfast.workloads.commands.Lowering`:
-    it turns the emitted command rows into ops (the tile pipeline, or a timed stand-in) and appends what
-    follows the bulk (the pipelines' helper agents)."""
-    n = len(agents)
-    agents = np.asarray(agents, np.int64)
+
+def _trace_and_replay(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nbytes: int, roles: np.ndarray,
+                      info: dict | None):
+    """Trace every role, replay the templates on every rank and run the symbolic check: (phase names, the
+    template arrays, the emitted rows (rank, instruction, channel, phase), the channels, the phase order and
+    each rank's last phase).  Raises ScheduleError on a double count, a deadlock or a missing contribution."""
     elem = b.t.spec.pe.elem_bytes
-    rep, tpl_of = _distinct_rows(np.asarray(roles, np.int64).reshape(n, -1))
+    rep, tpl_of = _distinct_rows(roles)
     labels = {d: k for k, d in enumerate(wiring.labels)}
     phases: dict[str, int] = {}
     tpls = [trace(kernel, Tl(rank=int(r), n_ranks=n, nbytes=nbytes, n_elem=max(nbytes // elem, 1),
@@ -258,6 +259,36 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
     if err == E_MISSING:
         raise ScheduleError(f"rank {err_rank} ends without the contributions of ranks {bad[:8]}"
                             + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""))
+    return phases, ar, (out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst, phase_order, last)
+
+
+def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Kernel, nbytes: int,
+               roles: np.ndarray, info: dict | None = None, lower=None, cache: bool = False) -> None:
+    """:func:`~kbfast.workloads.kernels.run_kernels` for a kernel whose control flow depends only on the
+    rank's role (``roles[rank]``, one row of features per rank): the same ops, channels, phases and checks.
+
+    A kernel's GEMM commands (``tl.gemm(i)``) need ``lower``, a :class:`kbfast.workloads.commands.Lowering`:
+    it turns the emitted command rows into ops (the tile pipeline, or a timed stand-in) and appends what
+    follows the bulk (the pipelines' helper agents).  ``cache`` keeps the checked replay for the next call
+    with the same kernel, sizes, roles, wiring, info and PE costs (a sweep's points that differ elsewhere)."""
+    n = len(agents)
+    agents = np.asarray(agents, np.int64)
+    roles = np.asarray(roles, np.int64).reshape(n, -1)
+    key = None
+    if cache:
+        key = (kernel, nbytes, roles.tobytes(), roles.shape, wiring.labels, wiring.peer.tobytes(), repr(info),
+               repr(b.t.spec.pe))
+    if key is not None and key in _TRACED:
+        _TRACED.move_to_end(key)
+        phases, ar, res = _TRACED[key]
+    else:
+        phases, ar, res = _trace_and_replay(b, n, wiring, kernel, nbytes, roles, info)
+        if key is not None:
+            _TRACED[key] = (phases, ar, res)
+            if len(_TRACED) > TRACED_CACHE:
+                _TRACED.popitem(last=False)
+    out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst, phase_order, last = res
+    out_chan = out_chan.copy()                                 # filled in below, per Program
     zeros = np.zeros(n, np.int64)
     b.add_ops(agents, np.full(n, int(Op.START), np.int8), np.full(n, -1), zeros, zeros.astype(np.float64),
               np.full(n, -1))
