@@ -276,7 +276,7 @@ def bench_model() -> list[BenchRow]:
     """Model steps (kbfast.evaluate_model): a whole 80-layer Llama-3-70B decode step on the fast path, the
     model's compilation and its GEMM command timings included (kernels warm); one such layer exactly."""
     from kbfast.config.models import load_model
-    from kbfast.evaluate_model import _MEMO, evaluate_piece, evaluate_step
+    from kbfast.evaluate_model import _MEMO, _PIECES, evaluate_piece, evaluate_step
     from kbfast.workloads.model import compile_model, shape_for
     from kbfast.workloads.symbolic import _TRACED
 
@@ -287,6 +287,7 @@ def bench_model() -> list[BenchRow]:
     m = load_model("llama3_70b")
     shape = shape_for(m, "decode", 1, None, 4096)
     _MEMO.clear()
+    _PIECES.clear()
     _TRACED.clear()                     # cold: the model traced and its GEMM commands timed afresh
     t0 = time.perf_counter()
     step = evaluate_step(t, router, m, shape)

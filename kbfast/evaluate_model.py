@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +27,7 @@ from kbfast.config.models import Model, Transformer
 from kbfast.errors import KbfastError
 from kbfast.evaluate_gemm import fast_method, maxplus_rows
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import finish_bound, run_fast
+from kbfast.fast.evaluate import finish_bounds, run_fast
 from kbfast.fast.gemm import dma_times, gemm_upper
 from kbfast.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.ir import Op, Program, ProgramBuilder
@@ -165,12 +166,46 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         bounded = [p.op_arg.copy() for _ in range(2)]
         for arg, which in zip(bounded, (1, 2)):
             arg[ops] = timer.times(piece.commands, np.asarray(lower.command_id, np.int64), nodes, which)
-        lo = float(finish_bound(dataclasses.replace(p, op_arg=bounded[0]), "lower").max() - p.launch_ns)
-        hi = float(finish_bound(dataclasses.replace(p, op_arg=bounded[1]), "upper", UPPER_PASSES).max()
-                   - p.launch_ns)
+        lo_f, hi_f = finish_bounds(dataclasses.replace(p, op_arg=bounded[0]),
+                                   dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
+        lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
     wall = time.perf_counter() - t0
     return PieceResult(piece, mode, float(lat), float(lo), float(hi), critical_path(p, res, piece, lower),
                        phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p)
+
+
+_LAUNCH: OrderedDict = OrderedDict()   # (system but its link bandwidths, PEs) -> the launch barrier, ns
+
+
+def _launch_ns(t: Tables, router: Router, nodes: np.ndarray) -> float:
+    """The launch barrier of a kernel on ``nodes`` (kbfast.workloads.launch), remembered: it sums overheads
+    and propagation along zero-byte routes, so the link bandwidths do not enter it."""
+    key = (repr(t.spec.model_copy(update={"link": None})), nodes.tobytes())
+    if key not in _LAUNCH:
+        _LAUNCH[key] = launch_timing(t, router, nodes).target_start_ns
+        if len(_LAUNCH) > PIECE_CACHE:
+            _LAUNCH.popitem(last=False)
+    return _LAUNCH[key]
+
+
+_PIECES: OrderedDict = OrderedDict()   # (system, piece, mode, method, launch) -> PieceResult
+PIECE_CACHE = 64
+
+
+def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str, timer: CommandTimer, method: str,
+                launch_ns: float) -> PieceResult:
+    """:func:`evaluate_piece`, remembered across steps: points of a sweep that differ only where a piece does
+    not look (the LM head does not depend on the KV length) evaluate it once.  The key holds everything the
+    result depends on: the system, the piece's kernel, sizes, commands and PEs, the mode and method."""
+    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), piece.nodes.tobytes(), mode,
+           method, launch_ns)
+    if key in _PIECES:
+        _PIECES.move_to_end(key)
+        return _PIECES[key]
+    res = _PIECES[key] = evaluate_piece(t, router, piece, mode, timer, method, launch_ns)
+    if len(_PIECES) > PIECE_CACHE:
+        _PIECES.popitem(last=False)
+    return res
 
 
 def _point(p: Program, method: str):
@@ -265,11 +300,8 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
         raise KbfastError(f"--layers applies to transformer models; {model.name} is a {model.kind}")
     pieces = compile_model(t, model, shape, layout)
     timer = CommandTimer(t, router)
-    launch = {}                                        # pieces on the same PEs share their launch barrier
-    for p in pieces:
-        key = p.nodes.tobytes()
-        if key not in launch:
-            launch[key] = launch_timing(t, router, p.nodes).target_start_ns
-    results = {m: [evaluate_piece(t, router, p, m, timer, method, launch[p.nodes.tobytes()]) for p in pieces]
+    launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in pieces}
+    system = repr(t.spec)
+    results = {m: [_memo_piece(system, t, router, p, m, timer, method, launch[p.nodes.tobytes()]) for p in pieces]
                for m in modes}
     return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0])

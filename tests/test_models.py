@@ -158,7 +158,7 @@ def _parity(t, router, piece):
     return fast, exact
 
 
-@pytest.mark.parametrize("sips", [2, 4, 16])
+@pytest.mark.parametrize("sips", [2, 4, 8, 16])
 def test_p2_tp_mlp_within_5_percent(sips):
     t = build_tables(load_system("ahbm_2sip", {"sips.count": sips}))
     _parity(t, Router(t), compile_model(t, load_model("tp_mlp"))[0])
@@ -262,3 +262,35 @@ def test_trace_cache_gives_the_same_program(tray):
     other = compile_model(t, m, shape_for(m, "decode", 4, None, 256))[0]
     build_piece(t, router, other, TimedLowering(other.commands, lambda c, n: np.zeros(len(c))))
     assert len(symbolic._TRACED) == 2
+
+
+def test_a_piece_that_does_not_change_is_evaluated_once(tray):
+    """The LM head does not look at the KV length: two decode steps that differ only there share it, and
+    their layers (which do look) differ."""
+    t, router = tray
+    m = load_model("llama32_1b")
+    a, b = (evaluate_step(t, router, m, shape_for(m, "decode", 1, None, kv), layers=1) for kv in (256, 512))
+    assert a.results["fast"][1] is b.results["fast"][1]
+    assert a.results["fast"][0].latency_ns < b.results["fast"][0].latency_ns
+
+
+def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
+    """A batch of model points (one system) gives each point what it gets alone."""
+    from kbfast.sweep.batches import evaluate_batch, make_batches
+    from kbfast.sweep.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ntopology: ahbm_2sip\nworkload: {kind: model, model: llama32_1b, kv_len: 256}\n"
+                    "axes: [{grid: {workload.batch: [1, 2], workload.layout: [tp_pes, tp_cubes]}}]\n")
+    points = load_spec(path).points()
+    together = make_batches(points, "fast")
+    assert len(together) == 1
+    joint = evaluate_batch(together[0]).rows
+    from kbfast import evaluate_model
+    from kbfast.workloads import symbolic
+    for cache in (evaluate_model._MEMO, evaluate_model._PIECES, evaluate_model._LAUNCH, symbolic._TRACED):
+        cache.clear()                       # alone, and cold: nothing carried over from the batch
+    alone = [evaluate_batch(b).rows for b in make_batches(points, "fast", max_points=1)]
+    cols = ["latency_ns", "latency_lo_ns", "latency_hi_ns", "tokens_per_s", "mac_util"]
+    for i, row in enumerate(alone):
+        assert joint[cols].iloc[i].tolist() == row[cols].iloc[0].tolist()

@@ -24,7 +24,7 @@ def test_every_kind_builds_a_program_from_its_defaults(kind: str) -> None:
     assert built.program.n_ops > 0
     # measured from a launch, as a probe case, as a GEMM or as a model step: exactly one
     assert [built.collective, built.case, built.gemm, built.model].count(None) == 3
-    assert WORKLOADS[kind].batched <= (built.collective is not None or built.gemm is not None)
+    assert WORKLOADS[kind].batched <= (built.collective is not None or built.gemm is not None or built.model is not None)
 
 
 @pytest.mark.parametrize("kind", list(WORKLOADS))

@@ -421,17 +421,20 @@ def run_fast(p: Program) -> FastResult:
                       data_route=data_route)
 
 
-def finish_bound(p: Program, which: str, passes: int = BOUND_PASSES) -> np.ndarray:
-    """Only the ``lower`` or the ``upper`` bound of every agent's finish, as :func:`run_fast` computes it
-    (the same schedules, without the others): for callers that need one bound of a Program.  ``passes``
-    caps the upper bound's tightening passes (every pass is a valid bound; fewer are looser and quicker)."""
-    if which not in ("lower", "upper"):
-        raise ValueError(which)
-    plan = plan_fast(p)
-    head = plan.head_offsets(p.op_nbytes)
-    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
-    lo = _lower(p, plan, head, iso)
-    return (lo if which == "lower" else _upper(p, plan, head, iso, lo, passes))[0].a_finish
+def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES) -> tuple[np.ndarray, np.ndarray]:
+    """The lower bound of every agent's finish on ``lower_p`` and the upper bound on ``upper_p``: the same
+    Program with ops' own times (``op_arg``) that are no longer in ``lower_p`` than in ``upper_p``.  The
+    upper bound's interference windows open at ``lower_p``'s lower-bound begins, which are no later than
+    ``upper_p``'s, so the bound holds (a little looser) without a schedule of its own.  ``passes`` caps the
+    upper bound's tightening passes (every pass is a valid bound; fewer are looser and quicker)."""
+    plan = plan_fast(lower_p)
+    head = plan.head_offsets(lower_p.op_nbytes)
+    iso = np.full((lower_p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
+    lo = _lower(lower_p, plan, head, iso)
+    up_plan = plan_fast(upper_p)
+    iso = np.full((upper_p.n_ops, 1 + up_plan.lowered.hbm.n_pcs), np.nan)
+    hi = _upper(upper_p, up_plan, up_plan.head_offsets(upper_p.op_nbytes), iso, lo, passes)
+    return lo[0].a_finish, hi[0].a_finish
 
 
 def _lower(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray):

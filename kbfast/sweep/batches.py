@@ -1,11 +1,12 @@
 """Evaluate sweep points in batches that share a topology (design §6 "batched", §8 outputs, §10).
 
-Points whose system differs only in the IPCQ buffer kind and ring depth, and
-whose workload is a batched kind (the registry's ``batched``: the all-reduce)
-differing only in size, form one batch: the tables are built and the Program
-planned once, and ``batched_points`` evaluates them in one jitted call.  Other
-workloads share the tables of their batch and are evaluated point by point.  A point that raises is recorded with its error; if a batched
-call fails, its points are retried one at a time so that only the bad ones
+Points of a batched kind (the registry's ``batched``) whose system differs only in the kind's
+``batch_system_keys`` and whose workload differs only in its ``batch_fields`` (and size) form one batch:
+an all-reduce batch (buffer kind, ring depth, size) is planned once and evaluated in one jitted call; a GEMM
+batch's max-plus shapes in one call; a model batch (one system, up to ``MODEL_BATCH`` points of any model
+fields) shares the tables and the GEMM command timings.  Other workloads share the tables of their batch and
+are evaluated point by point.  A point that raises is recorded with its error; if a batched call fails, its
+points are retried one at a time so that only the bad ones
 fail.  A point's result never depends on which batch it was in, so results are
 the same whatever the number of jobs.
 """
@@ -39,7 +40,7 @@ from kbfast.evaluate_model import evaluate_step
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
 from kbfast.workloads.registry import WORKLOADS, build, model_shape
 
-BATCHED_KEYS = ("ipcq.buffer_kind", "ipcq.n_slots")
+MODEL_BATCH = 25        # model points per batch: one system's, few enough to keep both workers busy
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
            "n_ranks")
 CHECK_COLUMNS = ("exact_latency_ns", "rel_error", "exact_in_bounds")
@@ -70,7 +71,7 @@ def _shared_key(p: Point, mode: str) -> str:
     """Points with the same key share a batch: same base, same overrides and workload up to the batched keys."""
     kind = WORKLOADS[p.workload["kind"]]
     batched = kind.batched and mode == "fast"
-    over = {k: v for k, v in p.overrides.items() if not (batched and k in BATCHED_KEYS)}
+    over = {k: v for k, v in p.overrides.items() if not (batched and k in kind.batch_system_keys)}
     work = {k: v for k, v in p.workload.items() if k != "size" and not (batched and k in kind.batch_fields)}
     return repr([p.topology, sorted(over.items()), sorted(work.items())])
 
@@ -84,8 +85,9 @@ def make_batches(points: list[Point], mode: str, check: set[int] | None = None, 
     check = check or set()
     batches: list[Batch] = []
     for members in groups.values():
-        for i in range(0, len(members), max_points):
-            chunk = tuple(members[i:i + max_points])
+        size = min(max_points, MODEL_BATCH) if members[0].workload["kind"] == "model" else max_points
+        for i in range(0, len(members), size):
+            chunk = tuple(members[i:i + size])
             batches.append(Batch(len(batches), chunk, mode, frozenset(p.index for p in chunk if p.index in check),
                                  links, pcs))
     return batches
@@ -178,6 +180,12 @@ def _model_point(w: dict[str, Any], t: Tables, router: Router, exact: bool) -> d
     return out
 
 
+def _model_batch(points: tuple[Point, ...]) -> list[dict[str, Any]]:
+    """Model points of one system on the fast path: they share its tables and GEMM command timings."""
+    t, router = tables_of(points[0])
+    return [_model_point(p.workload, t, router, False) for p in points]
+
+
 def _gemm_point(case: GemmCase, t: Tables, router: Router, exact: bool) -> dict[str, Any]:
     """A GEMM point (kbfast.evaluate_gemm): latency (with any up-front loads), bounds where the method has
     them, the GEMM figures and the method."""
@@ -256,7 +264,7 @@ def evaluate_batch(batch: Batch) -> BatchResult:
     kernel_s = 0.0
     pts = batch.points
     batched = batch.mode == "fast" and WORKLOADS[pts[0].workload["kind"]].batched
-    fast_batch = _gemm_batch if pts[0].workload["kind"] == "gemm" else _batched_fast
+    fast_batch = {"gemm": _gemm_batch, "model": _model_batch}.get(pts[0].workload["kind"], _batched_fast)
     if batched and len(pts) > 1:
         k0 = time.perf_counter()
         try:

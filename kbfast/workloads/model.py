@@ -414,7 +414,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
                         repeat=model.layers)
     head_table = _Table(t)
     vocab_pe = -(-model.vocab // P)                      # padded to the PE count, as Megatron pads it
-    head_info = dict(info, head={"n_pe": n_pe, "norm": model.norm, "x_elems": s.batch * hid,
+    head_info = dict({k: v for k, v in info.items() if k != "layer"}, head={"n_pe": n_pe, "norm": model.norm, "x_elems": s.batch * hid,
                                  "x_bytes": s.batch * hid * elem, "gemm": head_table.add(s.batch, vocab_pe, hid, 0),
                                  "logit_elems": s.batch * vocab_pe, "argmax_bytes": s.batch * ARGMAX_BYTES})
     return [layer_piece, Piece("head", nodes, labels, peer, roles, head_kernel, head_info, head_table.commands,

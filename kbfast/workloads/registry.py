@@ -49,6 +49,7 @@ class WorkloadKind:
     columns: tuple[str, ...] = ()          # fields copied into the result table
     batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
     batch_fields: tuple[str, ...] = ()     # fields a batch's points may differ in (besides size)
+    batch_system_keys: tuple[str, ...] = ("ipcq.buffer_kind", "ipcq.n_slots")   # system keys they may differ in
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.warmup)
     fast_kernels: tuple[str, ...] = ("fast",)   # Numba kernels its fast path compiles on a first run
@@ -120,7 +121,9 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
                   "layout": "tp_pes", "method": "hybrid"},
                  _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
-                 fast_kernels=("fast", "pipeline", "exact")),   # the hybrid replays the stand-in exactly
+                 batched=True, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method"),
+                 batch_system_keys=(),                          # a batch shares one system: tables and timings
+                 fast_kernels=("fast", "pipeline", "exact")),   # the stand-in is replayed exactly
 )}
 
 
