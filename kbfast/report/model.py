@@ -36,7 +36,8 @@ def model_report(step: StepResult, t: Tables) -> dict:
     step's totals and its critical path by category."""
     s, m = step.shape, step.model
     inputs = {"model": m.name, "kind": m.kind, "layout": step.layout, "topology": t.spec.name,
-              "sips": t.layout.n_sips, "working_pes": len(step.pieces[0].nodes), "mode": step.mode}
+              "sips": t.layout.n_sips, "working_pes": len(step.pieces[0].nodes), "mode": step.mode,
+              "modes": list(step.results)}
     if s is not None:
         inputs.update(phase=s.phase, batch=s.batch, seq=s.seq, kv_len=s.kv_len, layers=step.layers)
     pieces = []
@@ -82,7 +83,9 @@ def print_model_report(rep: dict, console: Console) -> None:
     what = ", ".join(f"{k} {inp[k]}" for k in ("phase", "batch", "seq", "kv_len", "layers") if k in inp)
     layout = f", layout {inp['layout']}" if inp["kind"] != "attention_panels" else ""
     console.print(f"[bold]{inp['model']}[/bold] on {inp['topology']} ({inp['sips']} SIPs, {inp['working_pes']} "
-                  f"working PEs){layout}, {inp['mode']} mode" + (f"\n{what}" if what else ""), highlight=False)
+                  f"working PEs){layout}, " + (f"{inp['mode']} mode" if len(inp["modes"]) == 1 else
+                  f"{' and '.join(inp['modes'])} modes (the step from {inp['mode']})")
+                  + (f"\n{what}" if what else ""), highlight=False)
     modes = [k[:-len("_latency_ns")] for k in rep["pieces"][0] if k.endswith("_latency_ns")]
     table = Table("piece", "runs", *(f"{mode} (us)" for mode in modes),
                   *(("error",) if len(modes) == 2 else ()), "wall (s)", title="pieces (latency of one run)",
