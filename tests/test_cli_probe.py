@@ -134,3 +134,10 @@ def test_sweep_one_case(runner: CliRunner) -> None:
     assert len(df) == 5
     assert df["latency_ns"].is_monotonic_increasing
     assert (df["util_single"] == df["util_aggregate"]).all()
+
+
+@pytest.mark.parametrize("args, words", [(["--size", "0"], "must be > 0 bytes"),
+                                         (["--exact", "--compare"], "exclude each other")])
+def test_bad_probe_flags_are_refused(runner: CliRunner, args: list[str], words: str) -> None:
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", *args)
+    assert res.exit_code == 2 and words in flat(res.stderr), res.output

@@ -222,3 +222,17 @@ def test_gemm_bad_input_names_the_value(runner) -> None:
     assert res.exit_code == 2 and "unknown node 'sip0.cube0.pe99.pe_dma'" in res.output
     res = run(runner, "gemm", "--k", "3x")
     assert res.exit_code == 2 and "--k '3x' is not a positive integer" in res.output
+
+
+@pytest.mark.parametrize("command", ["allreduce", "pe2pe", "gemm", "model"])
+def test_exact_and_compare_together_are_refused(runner: CliRunner, command: str) -> None:
+    args = [command, *(["llama32_1b"] if command == "model" else []), "--exact", "--compare"]
+    res = run(runner, *args)
+    assert res.exit_code == 2 and "exclude each other" in flat(res.stderr), res.output
+
+
+def test_zero_ring_depth_is_refused_not_replaced(runner: CliRunner) -> None:
+    """--n-slots 0 used to run as the default 4: it now reaches the schema, which names the key."""
+    res = run(runner, "allreduce", "--n-slots", "0")
+    err = flat(res.stderr)
+    assert res.exit_code == 2 and "ipcq.n_slots" in err and "whole number >= 1" in err, res.output

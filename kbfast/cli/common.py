@@ -74,3 +74,17 @@ def first_run(*kernels: str) -> None:
 def load(topology: str | None, sets: list[str] | None) -> SystemSpec:
     overrides = dict(parse_override(s) for s in (sets or []))
     return load_system(topology or DEFAULT_TOPOLOGY, overrides)
+
+
+def check_modes(exact: bool, compare: bool) -> None:
+    """``--exact`` and ``--compare`` exclude each other: --compare already runs both modes."""
+    if exact and compare:
+        raise KbfastError("--exact and --compare exclude each other: --compare runs both modes; drop one")
+
+
+def positive_size(text: str, flag: str = "--size") -> int:
+    """A size in bytes that moves something: ``parse_size`` and > 0."""
+    n = parse_size(text)
+    if n <= 0:
+        raise KbfastError(f"{flag} {text!r} must be > 0 bytes: a transfer moves at least one byte; use e.g. 16KiB")
+    return n

@@ -12,8 +12,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from kbfast.cli.common import (OutputFormat, SetOpt, console, err_console, first_run, load, parse_size,
-                               user_errors)
+from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
+                               positive_size, user_errors)
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
@@ -61,7 +61,8 @@ def probe(
         for c in catalogue.values():
             console.print(f"{c.name:28s} {c.group:14s} {c.n_issuers:4d} issuer(s)  {c.description}")
         return
-    sizes = [parse_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
+    check_modes(exact, compare)
+    sizes = [positive_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
     chosen = select(catalogue, case)
     if trace is not None:
         if len(chosen) != 1 or len(sizes) != 1:

@@ -13,7 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, load, parse_size, user_errors
+from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, first_run, load, positive_size,
+                               user_errors)
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
@@ -23,7 +24,6 @@ from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
 from kbfast.config.models import Transformer, load_model
-from kbfast.errors import KbfastError
 from kbfast.evaluate_gemm import evaluate_gemm
 from kbfast.evaluate_model import evaluate_step
 from kbfast.report.model import model_report, print_model_report
@@ -48,7 +48,7 @@ def _overrides(sets: list[str] | None, buffer_kind: str | None, n_slots: int | N
     out = list(sets or [])
     if buffer_kind:
         out.append(f"ipcq.buffer_kind={buffer_kind}")
-    if n_slots:
+    if n_slots is not None:                # 0 reaches the schema, which refuses it by name
         out.append(f"ipcq.n_slots={n_slots}")
     return out
 
@@ -108,8 +108,9 @@ def run_allreduce(
     sets: SetOpt = None,
 ) -> None:
     """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
+    check_modes(exact, compare)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
-    w = {"kind": "allreduce", "algorithm": algorithm, "size": parse_size(size), "ranks": ranks, "tile_io": tile_io}
+    w = {"kind": "allreduce", "algorithm": algorithm, "size": positive_size(size), "ranks": ranks, "tile_io": tile_io}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
 
 
@@ -129,8 +130,9 @@ def run_pe2pe(
     sets: SetOpt = None,
 ) -> None:
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA."""
+    check_modes(exact, compare)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
-    w = {"kind": "pe2pe", "hop": hop, "size": parse_size(size), "raw_dma": raw_dma, "consume": not no_consume}
+    w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
 
 
@@ -156,6 +158,7 @@ def run_gemm(
 ) -> None:
     """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions; the fast
     method (docs/gemm.md) says how it was timed."""
+    check_modes(exact, compare)
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
     dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
@@ -197,8 +200,7 @@ def run_model(
 ) -> None:
     """One step of a model (docs/models.md): per-piece and step latency, tokens/s or time to first token, MAC
     utilisation, the critical path by category and the op counts per kind."""
-    if exact and compare:
-        raise KbfastError("--exact and --compare exclude each other: --compare runs both modes")
+    check_modes(exact, compare)
     t = build_tables(load(topology, list(sets or [])))
     m = load_model(model)
     shape = shape_for(m, phase, batch, seq, kv_len) if isinstance(m, Transformer) else None

@@ -181,6 +181,13 @@ _TYPE_HINTS = {"int": "write a whole number, e.g. 4", "float": "write a number, 
                "dict": "write a mapping, e.g. {w: 4, h: 4}", "model": "write a mapping, e.g. {w: 4, h: 4}"}
 
 
+def _field_type(loc: list[str], root: type[BaseModel]) -> Any:
+    """The base type of the field at ``loc`` (``int`` for a PositiveInt), or None."""
+    parent = _model_at(loc[:-1], root)
+    field = parent.model_fields.get(loc[-1]) if parent is not None and loc else None
+    return None if field is None else field.annotation
+
+
 def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec) -> ConfigError:
     """The first problem of ``err`` as a ConfigError naming file, key and value, with a hint."""
     first = err.errors()[0]
@@ -195,7 +202,9 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
     if kind == "missing":
         return ConfigError(label, key, None, "required key is missing", "add it, or set a base preset")
     hint = ""
-    if kind in ("greater_than", "greater_than_equal"):
+    if kind in ("greater_than", "greater_than_equal") and _field_type(loc, root) is int:
+        hint = "a count must be a whole number >= 1"
+    elif kind in ("greater_than", "greater_than_equal"):
         hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
     elif kind == "literal_error":
         hint = first["msg"].replace("Input should be", "use")
