@@ -3,8 +3,8 @@
 Points of a batched kind (the registry's ``batched``) whose system differs only in the kind's
 ``batch_system_keys`` and whose workload differs only in its ``batch_fields`` (and size) form one batch:
 an all-reduce batch (buffer kind, ring depth, size) is planned once and evaluated in one jitted call; a GEMM
-batch's max-plus shapes in one call; a model batch (one system, up to ``MODEL_BATCH`` points of any model
-fields) shares the tables and the GEMM command timings.  Other workloads share the tables of their batch and
+batch's max-plus shapes in one call; a model batch (one system, up to the kind's ``max_batch`` points of any
+model fields) shares the tables and the GEMM command timings.  Other workloads share the tables of their batch and
 are evaluated point by point.  A point that raises is recorded with its error; if a batched call fails, its
 points are retried one at a time so that only the bad ones
 fail.  A point's result never depends on which batch it was in, so results are
@@ -40,7 +40,6 @@ from kbfast.evaluate_model import evaluate_step
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
 from kbfast.workloads.registry import WORKLOADS, build, model_shape
 
-MODEL_BATCH = 25        # model points per batch: one system's, few enough to keep both workers busy
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
            "n_ranks")
 CHECK_COLUMNS = ("exact_latency_ns", "rel_error", "exact_in_bounds")
@@ -85,7 +84,7 @@ def make_batches(points: list[Point], mode: str, check: set[int] | None = None, 
     check = check or set()
     batches: list[Batch] = []
     for members in groups.values():
-        size = min(max_points, MODEL_BATCH) if members[0].workload["kind"] == "model" else max_points
+        size = min(max_points, WORKLOADS[members[0].workload["kind"]].max_batch or max_points)
         for i in range(0, len(members), size):
             chunk = tuple(members[i:i + size])
             batches.append(Batch(len(batches), chunk, mode, frozenset(p.index for p in chunk if p.index in check),

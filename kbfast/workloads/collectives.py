@@ -349,6 +349,17 @@ KERNELS = {"lrab": lrab_kernel, "lrab_corner": lrab_kernel, "ring": ring_kernel,
            "hier3": hier3_kernel, "rs_ag": rs_ag_kernel}
 
 
+def kernel_info(t: Tables, corner_root: bool = False) -> dict:
+    """What the collective kernels read of the system: the cube mesh, the SIP grid and its kind, PEs per cube,
+    cubes per SIP, and lrab's root cube (the centre, or the SE corner, spec_ccl §5.6-§5.7)."""
+    lay = t.layout
+    kind, w, h = _sip_fn(t)
+    return {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
+            "sip_h": h, "n_pe": len(t.plan.pe_router), "n_cubes": lay.n_cubes_per_sip,
+            "root_col": lay.cube_w - 1 if corner_root else lay.cube_w // 2,
+            "root_row": lay.cube_h - 1 if corner_root else lay.cube_h // 2}
+
+
 def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", ranks: str | None = None,
               launch: bool = True, tile_io: bool = True,
               beside: Callable[[ProgramBuilder, np.ndarray], None] | None = None) -> Collective:
@@ -383,14 +394,8 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
         raise KbfastError("hier3 runs on every PE (ranks=all_pes)")
     nodes = _cube_ranks(t) if ranks == "cube_pe0" else _all_pe_ranks(t)
     n = len(nodes)
-    kind, w, h = _sip_fn(t)
-    n_pe = len(t.plan.pe_router)
-    info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
-            "sip_h": h, "n_pe": n_pe, "n_cubes": lay.n_cubes_per_sip}
-    if algorithm == "lrab_corner":
-        info.update(root_col=lay.cube_w - 1, root_row=lay.cube_h - 1)
-    else:
-        info.update(root_col=lay.cube_w // 2, root_row=lay.cube_h // 2)
+    info = kernel_info(t, corner_root=algorithm == "lrab_corner")
+    n_pe = info["n_pe"]
     if algorithm == "rs_ag" and n > RS_AG_MAX_RANKS:
         raise KbfastError(f"rs_ag sends 2(n-1) chunks per rank, {2 * n * (n - 1):,} messages on {n} ranks; it is "
                           f"limited to {RS_AG_MAX_RANKS} ranks: use ranks=cube_pe0, ring or lrab")

@@ -44,12 +44,12 @@ import numpy as np
 
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.ir import Program, ProgramBuilder
-from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
+from kbfast.config.models import AttentionPanels, Mlp, Model, Panel
 from kbfast.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import _converge, _pe_nodes, _ring_circulate, _roles, _sip_fn, _spread, \
-    intercube_peers, lrab_body
+from kbfast.workloads.collectives import _converge, _pe_nodes, _roles, _spread, intercube_peers, kernel_info, \
+    lrab_body
 from kbfast.workloads.commands import GemmCommand
 from kbfast.workloads.install import ring_peers, wire
 from kbfast.workloads.kernels import Tl
@@ -140,9 +140,7 @@ def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray
     inter_l, inter = intercube_peers(t)
     labels += inter_l
     cols.append(np.where((pe == 0)[:, None] & (inter[cube] >= 0), inter[cube] * n_pe, -1))
-    kind, w, h = _sip_fn(t)
-    info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
-            "sip_h": h, "root_col": lay.cube_w // 2, "root_row": lay.cube_h // 2}
+    info = kernel_info(t)
     # a PE other than its cube's first never runs lrab: its ops do not depend on its cube
     roles = np.concatenate([np.where((pe == 0)[:, None], _roles("lrab", n_cubes, info)[cube], -1), pe[:, None]],
                            axis=1)
@@ -318,8 +316,9 @@ class _Table:
     def __init__(self, t: Tables):
         self.t, self.commands, self.macs = t, [], 0
 
-    def add(self, m: int, n: int, k: int, b_addr: int, a_pinned_in_tcm: bool = True, count: int = 1) -> int:
-        plan = plan_gemm(self.t.spec.pe, m, n, k, a_pinned=a_pinned_in_tcm)
+    def add(self, m: int, n: int, k: int, b_addr: int, count: int = 1) -> int:
+        """A command with A pinned in TCM (loaded by the kernel, or already there) and B at ``b_addr``."""
+        plan = plan_gemm(self.t.spec.pe, m, n, k, a_pinned=True)
         a, b, c = plan.operand_bytes()
         self.commands.append(GemmCommand(plan, a_addr=0, b_addr=b_addr, c_addr=b_addr + b))
         self.macs += plan.macs * count
@@ -486,8 +485,3 @@ def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float
     if launch_ns is None:
         launch_ns = launch_timing(t, router, piece.nodes).target_start_ns
     return b.build(launch_ns=launch_ns)
-
-
-def step_macs(pieces: list[Piece]) -> int:
-    """Useful MACs of a whole step: every piece times its repeat count."""
-    return sum(p.macs * p.repeat for p in pieces)

@@ -50,6 +50,7 @@ class WorkloadKind:
     batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
     batch_fields: tuple[str, ...] = ()     # fields a batch's points may differ in (besides size)
     batch_system_keys: tuple[str, ...] = ("ipcq.buffer_kind", "ipcq.n_slots")   # system keys they may differ in
+    max_batch: int | None = None           # points per batch (None: the sweep's limit)
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.warmup)
     fast_kernels: tuple[str, ...] = ("fast",)   # Numba kernels its fast path compiles on a first run
@@ -123,6 +124,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
                  batched=True, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method"),
                  batch_system_keys=(),                          # a batch shares one system: tables and timings
+                 max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
                  fast_kernels=("fast", "pipeline", "exact")),   # the stand-in is replayed exactly
 )}
 
