@@ -74,7 +74,7 @@ def replay_events_estimate(p: Program) -> int:
 def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     """Fast path; replay exactly when flows met and the replay fits in ``budget`` events (module docstring)."""
     fast = run_fast(p)
-    if not fast.contention:
+    if not fast.shared:
         return HybridResult(fast, "closed form", 0)
     if budget <= 0 or replay_events_estimate(p) > 2 * budget:
         return HybridResult(fast, "fluid", 0)

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kbfast.bottleneck import bottleneck
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program
 from kbfast.metrics import BREAKDOWN, breakdown, utilization
-from kbfast.results import rel_error
+from kbfast.results import contended, contention_ns, rel_error
 from kbfast.sim.lowering import hbm_constants
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
@@ -40,7 +41,7 @@ class Timing:
     op_end_ns: np.ndarray
     op_end_lo_ns: np.ndarray | None = None
     op_end_hi_ns: np.ndarray | None = None
-    contention: bool = False
+    shared: bool = False      # two flows were on one resource at once (the fast path's fluid ran)
     method: str = ""          # how the point estimate was made (kbfast.hybrid.METHODS); "" for exact mode
 
 
@@ -55,14 +56,14 @@ def exact_evaluator(p: Program) -> Timing:
 def fluid_evaluator(p: Program) -> Timing:
     """The fast path alone: closed form, or the fluid estimate where flows meet."""
     r = run_fast(p)
-    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.contention,
-                  "fluid" if r.contention else "closed form")
+    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared,
+                  "fluid" if r.shared else "closed form")
 
 
 def fast_evaluator(p: Program) -> Timing:
     """The hybrid fast path (kbfast.hybrid): a small contended Program is replayed exactly."""
     r = run_hybrid(p)
-    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.contention, r.method)
+    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared, r.method)
 
 
 def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evaluate: Evaluator,
@@ -92,13 +93,16 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
                    latency_hi_ns=float((timing.op_end_hi_ns[dma] - timing.op_issue_ns[dma]).mean()),
                    makespan_lo_ns=float(timing.op_end_lo_ns[dma].max() - start),
                    makespan_hi_ns=float(timing.op_end_hi_ns[dma].max() - start),
-                   contention=timing.contention, method=timing.method)
+                   method=timing.method)
+        row.update(contention_ns=contention_ns(makespan, row["makespan_lo_ns"]),
+                   contention=contended(makespan, row["makespan_lo_ns"]))
     if case.n_issuers == 1 and case.kind != "d2h":
         o = int(dma[0])
         rev = p.route(int(p.op_rroute[o])) if case.kind == "pe_dma" else None
         parts = breakdown(t, routes[0], rev, nbytes, float(lat[0]),
                           float(timing.op_begin_ns[o] - timing.op_issue_ns[o]), hbm_constants(t.spec).commit_ns)
         row.update({breakdown_column(k): v for k, v in parts.items()})
+    row.update(bottleneck(p, makespan))
     return row
 
 

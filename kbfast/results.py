@@ -3,7 +3,11 @@ comparison of one Program (design §7, parity contract).  Latency from launch an
 the evaluators' common result type, :class:`kbfast.sim.result.Result`.
 
 * relative error = (fast - exact) / exact, 0 when exact is 0;
-* in bounds = lower - tol <= exact <= upper + tol with tol = 1e-9 x max(|exact|, 1 ns).
+* in bounds = lower - tol <= exact <= upper + tol with tol = 1e-9 x max(|exact|, 1 ns);
+* contention = the fast point estimate minus its contention-free lower bound (every flow at its isolated
+  latency, each agent with its PE's channels to itself, no PC read/write switch history): the time that
+  sharing links, node workers, DMA channels and pseudo-channels costs.  A point is *contended* when that
+  exceeds 1e-6 of its latency (docs/bottlenecks.md).
 """
 
 from __future__ import annotations
@@ -28,6 +32,21 @@ def in_bounds(lower: float, value: float, upper: float) -> bool | None:
         return None
     tol = 1e-9 * max(abs(value), 1.0)
     return bool(lower - tol <= value <= upper + tol)
+
+
+CONTENTION_REL = 1e-6
+
+
+def contention_ns(value: float, lower: float) -> float:
+    """The time sharing costs: the point estimate minus the contention-free lower bound (NaN if unknown)."""
+    return max(value - lower, 0.0) if np.isfinite(lower) else float("nan")
+
+
+def contended(value: float, lower: float) -> bool | None:
+    """Whether sharing cost more than 1e-6 of the latency; None when the lower bound is unknown."""
+    if not np.isfinite(lower):
+        return None
+    return bool(value - lower > CONTENTION_REL * max(abs(value), 1.0))
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,8 @@ def test_pe2pe_csv(runner: CliRunner) -> None:
     ipcq = _csv(run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--format", "csv"))
     raw = _csv(run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--raw-dma", "--format", "csv"))
     assert ipcq["workload"] == raw["workload"] == "pe2pe_h3" and ipcq["nbytes"] == 4096
-    assert {"latency_ns", "busbw_gbps", "latency_lo_ns", "latency_hi_ns", "contention"} <= set(ipcq)
+    assert {"latency_ns", "latency_lo_ns", "latency_hi_ns", "contention", "contention_ns"} <= set(ipcq)
+    assert "busbw_gbps" not in ipcq            # a point-to-point transfer has no bus bandwidth
     # exact-mode values (test_calibration_collectives): IPCQ 116.625, raw DMA 129.5; the fast path is exact here
     assert ipcq["latency_ns"] == 116.625 and raw["latency_ns"] == 129.5
     assert ipcq["n_ops"] == 4 and raw["n_ops"] == 4

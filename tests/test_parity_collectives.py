@@ -57,7 +57,7 @@ def assert_p1(p: Program, launch: float, lo_exact: bool = True) -> None:
         np.testing.assert_allclose(fa.agent_finish_lo_ns, ex.agent_finish_ns, rtol=REL, atol=0)
     assert np.all(fa.agent_finish_lo_ns <= ex.agent_finish_ns * (1 + REL))
     assert np.all(ex.agent_finish_ns <= fa.agent_finish_hi_ns * (1 + REL))
-    assert not fa.contention
+    assert not fa.shared
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def describe(p: Program, fast: FastResult, ex: ExactResult, bad: np.ndarray) -> 
 def assert_p1(p: Program, isolated: bool = False) -> tuple[FastResult, ExactResult]:
     """Fast == exact per op (issue, begin, end), bounds bracket exact; lo == point for isolated flows."""
     ex, fast = run_exact(p), run_fast(p)
-    assert not fast.contention, f"{p.name}: the fast path flagged contention in a contention-free program"
+    assert not fast.shared, f"{p.name}: the fast path saw shared resources in a contention-free program"
     bad = ~close(fast.op_end_ns, ex.op_end_ns)
     assert not bad.any(), describe(p, fast, ex, bad)
     assert close(fast.op_issue_ns, ex.op_issue_ns).all(), p.name

@@ -86,7 +86,7 @@ def test_fast_path_shares_the_egress_between_channels() -> None:
     """At the default 50/50 the fluid max-min share of the egress is the round robin's; the bounds hold."""
     p = mixed((1, 1), 32, 32)
     ex, fa = run_exact(p), run_fast(p)
-    assert fa.contention
+    assert fa.shared
     np.testing.assert_array_less(fa.op_end_lo_ns - 1e-9, ex.op_end_ns)
     np.testing.assert_array_less(ex.op_end_ns, fa.op_end_hi_ns + 1e-9)
     assert recv_end(p, run_fast) == pytest.approx(recv_end(p), rel=0.05)

@@ -8,6 +8,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 from rich import box
 from rich.table import Table
@@ -15,8 +16,12 @@ from rich.table import Table
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors)
 from kbfast.config.units import format_size
+from kbfast.report.formats import num, pct
 from kbfast.errors import KbfastError
+from kbfast.cli.outputs import table_path, write_table
 from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.trace import write_trace
 from kbfast.probe import check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import build_tables
@@ -38,6 +43,81 @@ def _short_ns(x: float) -> str:
     return f"{x:.0f}" if x < 1e4 else f"{x / 1e3:.1f}k" if x < 1e6 else f"{x / 1e6:.1f}M"
 
 
+def _table(title: str, *columns: str) -> Table:
+    """A probe table at 80 columns: one space between columns, numbers right-aligned and whole, a case name
+    never cut (the longest is 27 characters)."""
+    t = Table(*columns, title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    t.columns[0].no_wrap = True
+    for col in t.columns[1:]:
+        col.no_wrap, col.justify = True, "right"
+    return t
+
+
+def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
+    """The probe table (or, with --compare, fast vs exact), then the busiest link of each case that has
+    more than one issuer or lost time to contention.  One probe size goes in the title, several in a
+    column."""
+    mode = "exact replay" if exact else ("fast path vs exact" if compare else "fast path")
+    sizes = df["nbytes"].unique()
+    one = len(sizes) == 1
+    title = f"probe ({mode}" + (f", {format_size(int(sizes[0]))} per issuer)" if one else ")")
+    size_col = () if one else ("size",)
+    size_of = (lambda r: ()) if one else (lambda r: (format_size(r["nbytes"]),))  # noqa: E731
+    if compare and not exact:   # the fast/exact comparison only; latency and utilisation are in the plain view
+        table = _table(title, "case", *size_col, "n", "fast ns", "exact ns", "error", "lo..hi ns", "method")
+        for _, r in df.iterrows():
+            has_bounds = "makespan_lo_ns" in r and r["makespan_lo_ns"] == r["makespan_lo_ns"]
+            table.add_row(r["case"], *size_of(r), str(r["n_issuers"]), num(r["makespan_ns"]),
+                          num(r["exact_makespan_ns"]), pct(r["rel_error"]),
+                          f"{_short_ns(r['makespan_lo_ns'])}..{_short_ns(r['makespan_hi_ns'])}" if has_bounds else "-",
+                          METHOD_SHORT.get(r.get("method"), "-"))
+    else:
+        table = _table(title, "case", *size_col, "n", "latency\nns", "makespan\nns", "eff\nGB/s", "util\nsingle",
+                       "util\naggr")
+        for _, r in df.iterrows():
+            single = f"{100 * r['util_single']:.1f} %" if r["n_issuers"] == 1 else "-"
+            table.add_row(r["case"], *size_of(r), str(r["n_issuers"]), num(r["latency_ns"]), num(r["makespan_ns"]),
+                          num(r["effective_bw_gbps"]), single, f"{100 * r['util_aggregate']:.1f} %")
+    console.print(table)
+    shown = df[(df["n_issuers"] > 1) & df["bottleneck_resource"].notna()]
+    if len(shown):
+        has_cont = "contention_ns" in shown
+        table = _table("busiest link per multi-issuer case (busy: share of the makespan)",
+                       "case", *size_col, "busiest link", "flows", "busy", *(("lost ns",) if has_cont else ()))
+        table.columns[len(size_col) + 1].justify = "left"
+        table.columns[len(size_col) + 1].no_wrap = False
+        for _, r in shown.iterrows():
+            table.add_row(r["case"], *size_of(r), r["bottleneck_resource"], f"{int(r['bottleneck_flows'])}",
+                          f"{100 * r['bottleneck_utilization']:.1f} %",
+                          *((num(r["contention_ns"]),) if has_cont else ()))
+        console.print(table)
+        if has_cont:
+            console.print("lost ns: the fast makespan minus its contention-free lower bound "
+                          "(docs/bottlenecks.md)", highlight=False)
+
+
+def _resource_outputs(t, router, cases, sizes, exact: bool, links: Path | None, pcs: Path | None,
+                      heatmap: Path | None) -> None:
+    """--links, --pcs (every case and size, tagged) and --heatmap (the one case) from the mode's own replay
+    or fast evaluation of each case."""
+    run = run_exact if exact else run_fast
+    edge_parts, pc_parts = [], []
+    for n in sizes:
+        for c in cases:
+            res = run(c.program(t, router, n))
+            tag = {"case": c.name, "nbytes": n}
+            if links is not None:
+                edge_parts.append(res.edges.assign(**tag))
+            if pcs is not None:
+                pc_parts.append(res.pcs.assign(**tag))
+            if heatmap is not None:
+                path = plot_link_heatmap(t, res.edges, heatmap, f"probe {c.name}, {format_size(n)} per issuer")
+                err_console.print(f"heat map written to {path}")
+    for path, parts, what in ((links, edge_parts, "links"), (pcs, pc_parts, "pseudo-channels")):
+        if path is not None:
+            err_console.print(f"{what} written to {write_table(pd.concat(parts, ignore_index=True), path)}")
+
+
 def probe(
     case: Annotated[list[str] | None, typer.Option("--case", help="Case name (repeatable; default: all).")] = None,
     size: Annotated[list[str] | None, typer.Option("--size", help="Bytes per issuer, e.g. 16KiB (repeatable).")] = None,
@@ -52,6 +132,12 @@ def probe(
     sets: SetOpt = None,
     list_cases: Annotated[bool, typer.Option("--list", help="List the cases and exit.")] = False,
     trace: Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of one case (exact mode).")] = None,
+    links: Annotated[Path | None, typer.Option("--links", help="Write every case's per-link table (bytes, busy, "
+                                                                "utilisation) to FILE.csv or FILE.parquet.")] = None,
+    pcs: Annotated[Path | None, typer.Option("--pcs", help="Write every case's per pseudo-channel table to "
+                                                            "FILE.csv or FILE.parquet.")] = None,
+    heatmap: Annotated[Path | None, typer.Option("--heatmap", help="Draw one case's link utilisation on the cube "
+                                                                    "mesh to FILE.png (one --case, one --size).")] = None,
 ) -> None:
     """Run named traffic scenarios and check kernbench's probe invariants (exit 1 if one fails)."""
     t = build_tables(load(topology, sets))
@@ -64,6 +150,11 @@ def probe(
     check_modes(exact, compare)
     sizes = [positive_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
     chosen = select(catalogue, case)
+    for flag, path in (("--links", links), ("--pcs", pcs)):
+        if path is not None:
+            table_path(path, flag)
+    if (heatmap is not None) and (len(chosen) != 1 or len(sizes) != 1):
+        raise KbfastError("--heatmap draws one case: give exactly one --case and one --size")
     if trace is not None:
         if len(chosen) != 1 or len(sizes) != 1:
             raise KbfastError("--trace needs exactly one --case and one --size")
@@ -80,34 +171,12 @@ def probe(
                           "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks]},
                          indent=2))
     else:
-        mode = "exact replay" if exact else ("fast path vs exact" if compare else "fast path")
-        side_by_side = compare and not exact
-        if side_by_side:   # the fast/exact comparison only; latency and utilisation are in the plain view and csv/json
-            table = Table("case", "size", "n", "fast ns", "exact ns", "error", "lo..hi ns", "method",
-                          title=f"probe ({mode})", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-            for col in table.columns[1:]:
-                col.no_wrap = True      # numbers stay whole; a long case name folds
-            table.columns[0].overflow = "fold"
-            for _, r in df.iterrows():
-                has_bounds = "makespan_lo_ns" in r and r["makespan_lo_ns"] == r["makespan_lo_ns"]
-                table.add_row(r["case"], format_size(r["nbytes"]), str(r["n_issuers"]), f"{r['makespan_ns']:,.1f}",
-                              f"{r['exact_makespan_ns']:,.1f}", f"{100 * r['rel_error']:+.2f}%",
-                              f"{_short_ns(r['makespan_lo_ns'])}..{_short_ns(r['makespan_hi_ns'])}" if has_bounds else "-",
-                              METHOD_SHORT.get(r.get("method"), "-"))
-        else:
-            table = Table("case", "size", "n", "latency\nns", "makespan\nns", "eff\nGB/s", "util\nsingle",
-                          "util\naggr", title=f"probe ({mode})", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-            for col in table.columns[1:]:
-                col.no_wrap = True      # numbers stay whole; a long case name folds
-            table.columns[0].overflow = "fold"
-            for _, r in df.iterrows():
-                table.add_row(r["case"], format_size(r["nbytes"]), str(r["n_issuers"]), f"{r['latency_ns']:.1f}",
-                              f"{r['makespan_ns']:.1f}", f"{r['effective_bw_gbps']:.1f}",
-                              f"{100 * r['util_single']:.1f}%", f"{100 * r['util_aggregate']:.1f}%")
-        console.print(table)
+        _print_tables(df, exact, compare)
         for c in checks:
             mark = "[green]\\[v] PASS[/]" if c.passed else "[red]\\[x] FAIL[/]"
             console.print(f"{mark} {c.name}: {c.detail}", highlight=False)
+    if links is not None or pcs is not None or heatmap is not None:
+        _resource_outputs(t, router, chosen, sizes, exact, links, pcs, heatmap)
     failed = [c for c in checks if not c.passed]
     if failed:
         err_console.print(f"[red]{len(failed)} probe invariant(s) failed[/]: " + "; ".join(c.name for c in failed))

@@ -3,23 +3,30 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import pandas as pd
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, first_run, load, positive_size,
-                               user_errors)
+from kbfast.bottleneck import bottleneck, critical_fields, critical_path, top_resources
+from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
+                               positive_size, user_errors)
+from kbfast.cli.outputs import table_path, write_table
+from kbfast.config.units import format_size
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
-from kbfast.results import rel_error
+from kbfast.report.explain import print_critical_path, print_resources
+from kbfast.report.formats import clean, count, num, pct, to_json
+from kbfast.report.heatmap import plot_link_heatmap
+from kbfast.results import contended, contention_ns, rel_error
+from kbfast.sim.result import Result
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
@@ -42,6 +49,12 @@ ExactOpt = Annotated[bool, typer.Option("--exact", help="Exact flit-level replay
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Fast path and exact replay, with the error.")]
 FmtOpt = Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")]
 TraceOpt = Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of the exact replay.")]
+LinksOpt = Annotated[Path | None, typer.Option("--links", help="Write the per-link table (bytes, busy, "
+                                                                "utilisation) to FILE.csv or FILE.parquet.")]
+PcsOpt = Annotated[Path | None, typer.Option("--pcs", help="Write the per pseudo-channel table (commits, busy) to "
+                                                            "FILE.csv or FILE.parquet.")]
+HeatOpt = Annotated[Path | None, typer.Option("--heatmap", help="Draw link utilisation on the cube mesh of the "
+                                                                 "busiest SIP to FILE.png.")]
 
 
 def _overrides(sets: list[str] | None, buffer_kind: str | None, n_slots: int | None) -> list[str]:
@@ -53,40 +66,91 @@ def _overrides(sets: list[str] | None, buffer_kind: str | None, n_slots: int | N
     return out
 
 
-def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> dict:
-    """The metrics of one point: latency = max pe_exec_ns from the start barrier (spec_pe §3.6)."""
-    p = c.program
-    row: dict = {"workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks, "n_ops": p.n_ops}
+def evaluate(c: Collective, t, exact: bool, compare: bool, trace: Path | None, bus_bandwidth: bool) -> tuple[dict, Result]:
+    """The inputs and metrics of one point: latency = max pe_exec_ns from the start barrier (spec_pe §3.6),
+    contention (kbfast.results), the busiest link and the critical path (kbfast.bottleneck); and the
+    result they came from."""
+    p, ipcq = c.program, t.spec.ipcq
+    row: dict = {"topology": t.spec.name, "workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks,
+                 "buffer_kind": ipcq.buffer_kind, "n_slots": ipcq.n_slots}
     if c.tile_io is not None:
         row["tile_io"] = c.tile_io
+    row.update(mode="exact" if exact else "fast", n_ops=p.n_ops)
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("fast",)))
     res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
     lat, lo, hi = res.latency_ns(c.launch_ns)
-    row.update(mode="exact" if exact else "fast", latency_ns=lat, busbw_gbps=busbw_gbps(c.nbytes, c.n_ranks, lat),
-               launch_ns=c.launch_ns)
+    row["latency_ns"] = lat
+    if bus_bandwidth:
+        row["busbw_gbps"] = busbw_gbps(c.nbytes, c.n_ranks, lat)
+    row["launch_ns"] = c.launch_ns
     if not exact:
-        row.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
+        row.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo),
+                   contention=contended(lat, lo))
+    row[f"{row['mode']}_wall_s"] = res.wall_s
     if compare and not exact:
         ex = run_exact(p)
         ex_lat = ex.latency_ns(c.launch_ns)[0]
-        row.update(exact_latency_ns=ex_lat, rel_error=rel_error(lat, ex_lat))
+        row.update(exact_latency_ns=ex_lat, rel_error=rel_error(lat, ex_lat), exact_wall_s=ex.wall_s)
     for name, end in phase_ends(p, res.op_end_ns, c.launch_ns).items():
         row[f"phase_end_ns[{name}]"] = end
-    return row
+    row.update(bottleneck(p, lat))
+    row.update(critical_fields(critical_path(p, res, c.launch_ns)))
+    return row, res
 
 
-def _print(row: dict, fmt: OutputFormat) -> None:
+def _value(key: str, v) -> str:
+    """A run table's cell: counts whole, relative errors in percent, times and bandwidths with separators."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if key == "rel_error":
+        return pct(v)
+    if isinstance(v, int) or key in ("nbytes", "n_ranks", "n_ops", "n_slots", "bottleneck_flows"):
+        return count(v)
+    if key.endswith("_utilization"):
+        return f"{100 * v:.1f} %"
+    return num(v, 3 if key.endswith("_s") else 1)
+
+
+def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
+    """JSON, CSV or tables: inputs and metrics, then (with ``res``) the busiest resources and the critical
+    path."""
     if fmt is OutputFormat.json:
-        print(json.dumps(row, indent=2, default=float))
+        print(to_json(row))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(pd.DataFrame([row]).to_csv(index=False))
+        sys.stdout.write(pd.DataFrame([clean(row)]).to_csv(index=False))
     else:
-        table = Table("metric", "value", title=f"{row['workload']} ({row['mode']})")
-        for k, v in row.items():
-            table.add_row(escape(k), f"{v:,.3f}" if isinstance(v, float) else str(v))   # "[tile load]" is no markup
+        shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_"))} \
+            if res is not None else row
+        table = Table("metric", "value", title=f"{row['workload']} ({row['mode']})", box=box.SIMPLE_HEAD,
+                      show_edge=False, pad_edge=False)
+        table.columns[1].justify = "right"
+        for k, v in shown.items():
+            table.add_row(escape(k), _value(k, v))   # "[tile load]" is no markup
         console.print(table)
+        if res is not None:
+            span = row["latency_ns"]
+            print_resources(console, top_resources(res.program, span, res.pcs), "latency")
+            print_critical_path(console, {k[len("critical_path_"):-3]: v for k, v in row.items()
+                                          if k.startswith("critical_path_")})
+
+
+def _check_outputs(links: Path | None, pcs: Path | None) -> None:
+    """Refuse a --links/--pcs file name without a table suffix before any work."""
+    for flag, path in (("--links", links), ("--pcs", pcs)):
+        if path is not None:
+            table_path(path, flag)
+
+
+def _outputs(res: Result, links: Path | None, pcs: Path | None, heatmap: Path | None, label: str) -> None:
+    """--links, --pcs and --heatmap of one result."""
+    if links is not None:
+        err_console.print(f"links written to {write_table(res.edges, links)}")
+    if pcs is not None:
+        err_console.print(f"pseudo-channels written to {write_table(res.pcs, pcs)}")
+    if heatmap is not None:
+        err_console.print(f"heat map written to {plot_link_heatmap(res.program.tables, res.edges, heatmap, label)}")
 
 
 @run_app.command("allreduce")
@@ -105,13 +169,20 @@ def run_allreduce(
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
+    links: LinksOpt = None,
+    pcs: PcsOpt = None,
+    heatmap: HeatOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
+    """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends, contention, the busiest
+    resources and the critical path; --compare adds the exact error."""
     check_modes(exact, compare)
+    _check_outputs(links, pcs)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
     w = {"kind": "allreduce", "algorithm": algorithm, "size": positive_size(size), "ranks": ranks, "tile_io": tile_io}
-    _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
+    row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=True)
+    _print(row, fmt, res)
+    _outputs(res, links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
 
 
 @run_app.command("pe2pe")
@@ -127,13 +198,20 @@ def run_pe2pe(
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
+    links: LinksOpt = None,
+    pcs: PcsOpt = None,
+    heatmap: HeatOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA."""
+    """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA: latency, the busiest
+    resources and the critical path (no bus bandwidth: it is not a collective)."""
     check_modes(exact, compare)
+    _check_outputs(links, pcs)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
-    _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
+    row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=False)
+    _print(row, fmt, res)
+    _outputs(res, links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])}")
 
 
 @run_app.command("gemm")
@@ -209,7 +287,7 @@ def run_model(
     step = evaluate_step(t, Router(t), m, shape, layout, layers, modes, method)
     report = model_report(step, t)
     if fmt is OutputFormat.json:
-        print(json.dumps(report, indent=2, default=float))
+        print(to_json(report))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(pd.DataFrame(report["pieces"]).to_csv(index=False))
     else:

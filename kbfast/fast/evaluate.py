@@ -36,7 +36,7 @@ class FastResult(Result):
 
     @property
     def edges(self) -> pd.DataFrame:
-        """Per edge: bytes, busy_ns, utilization, contended (built on demand)."""
+        """Per edge: bytes, busy_ns, utilization, shared (two flows on it at once; built on demand)."""
         return _edge_table(self.program, self.compact, self.edge_contended, self.agent_finish_ns, self.data_route)
 
     @property
@@ -45,7 +45,9 @@ class FastResult(Result):
         return _pc_table(self.program, self.compact, self.data_route)
 
     @property
-    def contention(self) -> bool:
+    def shared(self) -> bool:
+        """Whether two flows were ever on one resource at once (the hybrid replays such a Program exactly;
+        whether sharing cost time is :func:`kbfast.results.contention_ns`)."""
         return bool(self.op_contended.any())
 
 
@@ -523,7 +525,7 @@ def _flow_end(p: Program, S) -> np.ndarray:
     return end
 
 
-def _edge_table(p: Program, c: Compact, contended: np.ndarray, finish: np.ndarray,
+def _edge_table(p: Program, c: Compact, shared: np.ndarray, finish: np.ndarray,
                 data_route: np.ndarray) -> pd.DataFrame:
     """Bytes per edge are conserved, so they are exact; busy_ns = bytes / bw."""
     t = p.tables
@@ -538,7 +540,7 @@ def _edge_table(p: Program, c: Compact, contended: np.ndarray, finish: np.ndarra
         "edge": c.edges, "kind": [EdgeKind(int(k)).name.lower() for k in t.edge_kind[c.edges]],
         "src": [node_name(t, int(s)) for s in t.edge_src[c.edges]],
         "dst": [node_name(t, int(d)) for d in t.edge_dst[c.edges]], "bw_gbs": bw, "bytes": nbytes,
-        "busy_ns": busy, "utilization": busy / span if span > 0 else 0.0, "contended": contended,
+        "busy_ns": busy, "utilization": busy / span if span > 0 else 0.0, "shared": shared,
     })
 
 

@@ -25,10 +25,12 @@ from kbfast import __version__
 from kbfast.config.loader import FileCaches, load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
+from kbfast.bottleneck import (bottleneck, bottleneck_fields, busy_ns, critical_fields, critical_path,
+                               link_load_arrays, node_load_arrays)
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
-from kbfast.results import in_bounds, rel_error
+from kbfast.results import contended, contention_ns, in_bounds, rel_error
 from kbfast.sweep.points import batched_points
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
@@ -41,7 +43,7 @@ from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
 from kbfast.workloads.registry import WORKLOADS, build, model_shape
 
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
-           "n_ranks")
+           "contention_ns", "n_ranks")
 CHECK_COLUMNS = ("exact_latency_ns", "rel_error", "exact_in_bounds")
 
 
@@ -146,6 +148,7 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
         out = {"latency_ns": lat, "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
                "latency_hi_ns": row.get("makespan_hi_ns", np.nan), "busbw_gbps": np.nan,
                "effective_bw_gbps": row["effective_bw_gbps"], "contention": row.get("contention", np.nan),
+               "contention_ns": row.get("contention_ns", np.nan),
                "n_ranks": case.n_issuers, "util_single": row["util_single"], "util_aggregate": row["util_aggregate"]}
         return out
     res = run_exact(prog) if exact else run_fast(prog)
@@ -154,7 +157,9 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
            "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if WORKLOADS[p.workload["kind"]].bus_bandwidth else np.nan,
            "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
     if not exact:
-        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention=res.contention)
+        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo), contention=contended(lat, lo))
+    out.update(bottleneck(prog, lat))
+    out.update(critical_fields(critical_path(prog, res, coll.launch_ns)))
     return out
 
 
@@ -224,12 +229,41 @@ def _batched_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
     df = batched_points(t, router, points[0].workload, [int(p.workload["size"]) for p in points],
                         [s.ipcq.buffer_kind for s in specs], [s.ipcq.n_slots for s in specs])
     out = []
-    for row in df.itertuples(index=False):
+    links = _link_loads(t, router, points)
+    for row, p in zip(df.itertuples(index=False), points):
         out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
                     "latency_hi_ns": row.latency_hi_ns, "busbw_gbps": row.busbw_gbps,
                     "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
-                    "contention": bool(row.contention), "n_ranks": row.n_ranks})
+                    "contention_ns": row.contention_ns, "contention": bool(row.contention), "n_ranks": row.n_ranks,
+                    **bottleneck_fields(t, *links(int(p.workload["size"])), row.latency_ns)})
     return out
+
+
+def _link_loads(t: Tables, router: Router, points: tuple[Point, ...]):
+    """size -> (links, nodes) loads of the batch's workload (kbfast.bottleneck).  When the link loads at the
+    batch's smallest and largest sizes are proportional to the size and the node loads equal (every
+    batched kind but ``rs_ag``, whose chunks round), every size's loads are the largest one's, links
+    scaled: one Program per batch, not per point.  Otherwise each size's Program is built."""
+    w = points[0].workload
+    sizes = sorted({int(p.workload["size"]) for p in points})
+
+    def loads(size: int):
+        prog = build(t, router, {**w, "size": size}).program
+        e, load, f = link_load_arrays(prog)
+        return (e, busy_ns(t, e, load), f), node_load_arrays(prog)
+
+    big = loads(sizes[-1])
+    small = loads(sizes[0]) if len(sizes) > 1 else big
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))  # noqa: E731
+    linear = (np.array_equal(small[0][0], big[0][0]) and np.array_equal(small[0][2], big[0][2])
+              and np.array_equal(small[0][1] * sizes[-1], big[0][1] * sizes[0]) and same(small[1], big[1]))
+
+    def at(size: int):
+        if not linear:
+            return loads(size)
+        (e, busy, f), nodes = big
+        return (e, busy * (size / sizes[-1]), f), nodes
+    return at
 
 
 def _describe(p: Point) -> dict[str, Any]:

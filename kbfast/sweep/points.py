@@ -11,6 +11,7 @@ import pandas as pd
 from kbfast.errors import KbfastError
 from kbfast.fast.points import evaluate_points
 from kbfast.ir import BUFFER_KINDS
+from kbfast.results import contended
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import busbw_gbps
@@ -25,7 +26,7 @@ def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, b
     The Program is built once, at the largest size.  The upper bound is the first (window-free) pass of
     ``kbfast.fast.bounds``: valid, looser than ``run_fast``'s.  ``ring_peak`` is the deepest ring
     occupancy a SEND met (``head - tail_cache``, over the three runs): the point saw backpressure iff
-    ``n_slots <= ring_peak``.
+    ``n_slots <= ring_peak``.  ``contention``: kbfast.results.contended (latency above the lower bound).
     """
     kind = WORKLOADS[workload["kind"]]
     sizes = np.asarray(sizes, np.int64)
@@ -41,7 +42,8 @@ def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, b
         **{f: workload[f] for f in kind.columns}, "size": sizes,
         "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
         "n_ranks": c.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
-        "busbw_gbps": busbw, "contention": out[:, 3] > 0, "ring_peak": out[:, 4].astype(np.int64),
+        "busbw_gbps": busbw, "contention_ns": np.maximum(out[:, 0] - out[:, 1], 0.0),
+        "contention": [contended(x, lo) for x, lo in zip(out[:, 0], out[:, 1])], "ring_peak": out[:, 4].astype(np.int64),
     })
 
 

@@ -1,0 +1,252 @@
+"""What bounds a result: the busiest resources and the critical path (docs/bottlenecks.md).
+
+Resources.  A link's busy time is the bytes it carries over its bandwidth, ``busy = bytes / bw``; bytes are
+conserved, so it is the same in both modes and follows from the Program alone.  A flit-aware node's serial
+worker spends its overhead on every transfer that enters it, ``busy = transfers x overhead`` (what binds
+small messages).  An HBM pseudo-channel's busy time is its commits times the commit time.  Utilisation =
+busy / the result's span (latency from the launch, or the makespan without a launch).  ``flows`` counts
+the transfers whose payload crosses the resource.  The links and nodes are ranked by busy time; the first
+is the *bottleneck*.
+
+Critical path.  Walk back from the last agent to finish.  On an agent, the op that ended last before the
+current time is on the path; its time splits into
+
+* ``compute``: COMPUTE, MATH, GEMM, FETCH and STORE;
+* ``hbm``: a DMA's zero-load latency (its route's overheads, first flit, streaming and PC commit,
+  kbfast.metrics.breakdown);
+* ``fabric_wait``: a DMA's wait for its channel and its time beyond zero load, and an IPCQ message's time
+  beyond its zero-load transfer (contention, credits in flight, slot tier costs);
+* ``fabric_transfer``: an IPCQ message's zero-load transfer, from the SEND to its arrival;
+* ``ipcq_backpressure``: a SEND's wait for a free ring slot (issue to begin);
+* ``ipcq_slot``: posting a message and reading it from its ring slot once it arrived (the slot tier);
+* ``launch``: from the launch barrier to the agent's first op;
+* ``other``: waits for asynchronous ops and gaps between ops.
+
+A RECV that waited for its message moves the walk to the sender: the k-th SEND on a channel carries the
+k-th RECV's message (channels are FIFO), and the time from that SEND to the arrival is the transfer.
+The parts sum to the latency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from kbfast.fast.evaluate import data_routes
+from kbfast.ir import Op, Program
+from kbfast.metrics import breakdown
+from kbfast.sim.lowering import hbm_constants
+from kbfast.sim.result import Result
+from kbfast.topology.kinds import EdgeKind, NodeKind
+from kbfast.topology.names import node_name
+
+CATEGORIES = ("compute", "hbm", "fabric_transfer", "fabric_wait", "ipcq_backpressure", "ipcq_slot", "launch",
+              "other")
+COMPUTE_OPS = (Op.COMPUTE, Op.MATH, Op.GEMM, Op.FETCH, Op.STORE)
+TOP = 5
+_EPS = 1e-9
+
+
+def link_load_arrays(p: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(edge ids, bytes, flows) of every link that carries payload, by edge id."""
+    route = data_routes(p)
+    ops = np.flatnonzero((route >= 0) & (p.op_nbytes > 0))
+    if len(ops) == 0:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    lo, hi = p.route_ptr[route[ops]], p.route_ptr[route[ops] + 1]
+    edges = np.concatenate([p.route_edges[a:b] for a, b in zip(lo.tolist(), hi.tolist())]).astype(np.int64)
+    used, inverse = np.unique(edges, return_inverse=True)
+    load = np.bincount(inverse, weights=np.repeat(p.op_nbytes[ops], hi - lo).astype(np.float64),
+                       minlength=len(used))
+    return used, load, np.bincount(inverse, minlength=len(used))
+
+
+def busy_ns(t, edges: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """bytes / bw per link (0 on an infinitely fast one)."""
+    bw = t.edge_bw_gbs[edges]
+    return np.where(np.isinf(bw), 0.0, load / bw)
+
+
+def link_label(t, e: int) -> str:
+    """``sip0.cube1 r0c0 -> ucie-W.conn0``: a link named by its ends, the common SIP, cube or IO chiplet said
+    once."""
+    src, dst = node_name(t, int(t.edge_src[e])), node_name(t, int(t.edge_dst[e]))
+    a, b = src.split("."), dst.split(".")
+    k = 0
+    while k < min(len(a), len(b)) - 1 and a[k] == b[k] and a[k].startswith(("sip", "cube", "io")):
+        k += 1
+    return f"{'.'.join(a[:k])} {'.'.join(a[k:])} -> {'.'.join(b[k:])}" if k else f"{src} -> {dst}"
+
+
+def _sip_set(sips: list[int]) -> str:
+    """``sip3``, ``sip0-5`` or ``sip0,2,4``."""
+    if len(sips) == 1:
+        return f"sip{sips[0]}"
+    if sips == list(range(sips[0], sips[-1] + 1)):
+        return f"sip{sips[0]}-{sips[-1]}"
+    return "sip" + ",".join(map(str, sips))
+
+
+def node_load_arrays(p: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(node ids, busy ns, transfers) of every flit-aware node with an overhead that a payload enters: its
+    serial worker spends its overhead on each transfer's first flit (docs/exact_mode.md)."""
+    t = p.tables
+    route = data_routes(p)
+    ops = np.flatnonzero((route >= 0) & (p.op_nbytes > 0))
+    if len(ops) == 0:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    lo, hi = p.route_ptr[route[ops]], p.route_ptr[route[ops] + 1]
+    nodes = t.edge_dst[np.concatenate([p.route_edges[a:b] for a, b in zip(lo.tolist(), hi.tolist())])]
+    nodes = nodes[t.node_flit_aware[nodes] & (t.node_overhead_ns[nodes] > 0)].astype(np.int64)
+    used, n = np.unique(nodes, return_counts=True)
+    return used, n * t.node_overhead_ns[used], n
+
+
+def _resources(t, links, nodes) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Links then nodes as (label, kind, flows, busy ns, sort key): links are (edges, busy, flows), nodes
+    (nodes, busy, transfers)."""
+    (e, e_busy, e_flows), (v, v_busy, v_n) = links, nodes
+    labels = [link_label(t, int(x)) for x in e] + [node_name(t, int(x)) for x in v]
+    kinds = ([EdgeKind(int(k)).name.lower() for k in t.edge_kind[e]]
+             + [NodeKind(int(k)).name.lower() for k in t.node_kind[v]])
+    key = np.concatenate([e, t.n_edges + v]).astype(np.int64)     # links first on a tie, then by id
+    return labels, kinds, np.concatenate([e_flows, v_n]), np.concatenate([e_busy, v_busy]), key
+
+
+def top_resources(p: Program, span_ns: float, pcs: pd.DataFrame | None = None, n: int = TOP) -> pd.DataFrame:
+    """The ``n`` busiest links, node workers and HBM pseudo-channels: resource, kind, flows (transfers
+    through it), busy_ns, utilization (busy / ``span_ns``), busiest first (ties: links, nodes, PCs, then
+    by id or name).  The same resource of several SIPs with the same load is one row
+    (``sip0-5.cube10 r0c0 -> ucie-N.conn0``)."""
+    t = p.tables
+    edges, load, flows = link_load_arrays(p)
+    labels, kinds, flows, busy, key = _resources(t, (edges, busy_ns(t, edges, load), flows), node_load_arrays(p))
+    groups: dict[tuple, list[int]] = {}
+    for i in np.lexsort((key, -busy)).tolist():
+        sip, _, local = labels[i].partition(".") if labels[i].startswith("sip") else ("", "", labels[i])
+        k = (local, kinds[i], int(flows[i]), float(busy[i]))
+        if k not in groups and len(groups) == n:
+            break
+        groups.setdefault(k, []).append(int(sip[3:]) if sip else -1)
+    rows = pd.DataFrame({
+        "resource": [local if s == [-1] else f"{_sip_set(s)}.{local}" for (local, *_), s in groups.items()],
+        "kind": [k for _, k, _, _ in groups], "flows": [float(f) for _, _, f, _ in groups],
+        "busy_ns": [b for *_, b in groups]})
+    if pcs is not None and len(pcs):
+        used = pcs[pcs["commits"] > 0].sort_values(["busy_ns", "controller", "pc"], ascending=[False, True, True],
+                                                   kind="mergesort").head(n)
+        rows = pd.concat([rows, pd.DataFrame({
+            "resource": used["controller"] + ".pc" + used["pc"].astype(str), "kind": "hbm_pc",
+            "flows": np.nan, "busy_ns": used["busy_ns"].astype(float)})], ignore_index=True)
+        rows = rows.iloc[np.argsort(-rows["busy_ns"].to_numpy(), kind="stable")]
+    rows["utilization"] = rows["busy_ns"] / span_ns if span_ns > 0 else np.nan
+    return rows.head(n).reset_index(drop=True)
+
+
+def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
+    """The busiest link or node worker as result fields ``bottleneck_*``: resource, kind, flows (transfers
+    through it), busy_ns, utilization (busy / ``span_ns``); a link before a node, then the lowest id, on a
+    tie; empty when nothing moved.  ``links`` = (edges, busy, flows), ``nodes`` = (nodes, busy, transfers)."""
+    labels, kinds, flows, busy, key = _resources(t, links, nodes)
+    if len(busy) == 0 or busy.max() <= 0:
+        return {"bottleneck_resource": None, "bottleneck_kind": None, "bottleneck_flows": np.nan,
+                "bottleneck_busy_ns": 0.0, "bottleneck_utilization": 0.0}
+    i = int(np.lexsort((key, -busy))[0])
+    return {"bottleneck_resource": labels[i], "bottleneck_kind": kinds[i], "bottleneck_flows": float(flows[i]),
+            "bottleneck_busy_ns": float(busy[i]),
+            "bottleneck_utilization": float(busy[i] / span_ns) if span_ns > 0 else float("nan")}
+
+
+def bottleneck(p: Program, span_ns: float) -> dict:
+    """:func:`bottleneck_fields` of ``p``."""
+    edges, load, flows = link_load_arrays(p)
+    return bottleneck_fields(p.tables, (edges, busy_ns(p.tables, edges, load), flows), node_load_arrays(p), span_ns)
+
+
+def _zero_load_ns(p: Program, o: int, commit_ns: float) -> float:
+    """An op's transfer time alone on an idle system (kbfast.metrics.breakdown without its residual)."""
+    t = p.tables
+    if p.op_code[o] == Op.SEND:
+        fwd, rev, commit = p.route(int(p.channels.route[p.op_target[o]])), None, None
+    else:
+        data = int(data_routes(p)[o])
+        other = int(p.op_rroute[o]) if data == int(p.op_route[o]) else int(p.op_route[o])
+        fwd, rev, commit = p.route(data), (p.route(other) if other >= 0 else None), commit_ns
+    if len(fwd) == 0:
+        return 0.0
+    parts = breakdown(t, fwd, rev, int(p.op_nbytes[o]), 0.0, 0.0, commit)
+    return -parts["contention"]
+
+
+def _send_of(p: Program) -> dict[int, int]:
+    """RECV op -> the SEND that carries its message: the k-th SEND and RECV on a channel pair up."""
+    out: dict[int, int] = {}
+    order = p.agent_ops
+    code, target = p.op_code[order], p.op_target[order]
+    for ch in np.unique(target[code == Op.RECV]).tolist():
+        sends = order[(code == Op.SEND) & (target == ch)]
+        recvs = order[(code == Op.RECV) & (target == ch)]
+        out.update(zip(recvs.tolist(), sends.tolist()))
+    return out
+
+
+def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]:
+    """The critical path from ``launch_ns`` to the last agent's finish, by category (CATEGORIES), ns."""
+    out = dict.fromkeys(CATEGORIES, 0.0)
+    if p.n_ops == 0 or len(res.agent_finish_ns) == 0:
+        return out
+    commit = hbm_constants(p.tables.spec).commit_ns
+    send_of = _send_of(p)
+    agent_of = p.op_agent
+    issue, begin, end = res.op_issue_ns, res.op_begin_ns, res.op_end_ns
+    a = int(np.argmax(res.agent_finish_ns))
+    t = float(res.agent_finish_ns[a])
+    done = np.zeros(p.n_ops, bool)
+    for _ in range(4 * p.n_ops + 4):
+        ops = p.ops_of(a)
+        cand = ops[(~done[ops]) & (end[ops] <= t + _EPS) & (p.op_code[ops] != Op.START)]
+        if len(cand) == 0:
+            break
+        o = int(cand[np.argmax(end[cand])])          # the last op to end: the latest in program order on a tie
+        o = int(cand[end[cand] >= end[o] - _EPS][-1])
+        done[o] = True
+        out["other"] += max(t - float(end[o]), 0.0)
+        t = min(t, float(end[o]))
+        code = int(p.op_code[o])
+        if code == Op.WAIT:
+            continue                                 # the awaited op ends at the same time: it is next
+        if code == Op.RECV and o in send_of and begin[o] > issue[o] + _EPS:
+            s = send_of[o]
+            out["ipcq_slot"] += t - float(begin[o])  # the slot read after the arrival
+            took = float(begin[o] - end[s])
+            zero = min(_zero_load_ns(p, s, commit), max(took, 0.0))
+            out["fabric_transfer"] += zero
+            out["fabric_wait"] += max(took - zero, 0.0)
+            done[s] = True
+            out["ipcq_slot"] += float(end[s] - begin[s])  # posting the message
+            out["ipcq_backpressure"] += float(begin[s] - issue[s])
+            a, t = int(agent_of[s]), float(issue[s])
+            continue
+        span = t - float(issue[o])
+        if code in COMPUTE_OPS:
+            out["compute"] += span
+        elif code in (Op.DMA_READ, Op.DMA_WRITE):
+            work = t - float(begin[o])
+            zero = min(_zero_load_ns(p, o, commit), max(work, 0.0))
+            out["hbm"] += zero
+            out["fabric_wait"] += span - zero
+        elif code == Op.SEND:
+            out["ipcq_backpressure"] += float(begin[o] - issue[o])
+            out["ipcq_slot"] += t - float(begin[o])
+        elif code == Op.RECV:
+            out["ipcq_slot"] += span
+        else:
+            out["other"] += span
+        t = float(issue[o])
+    out["launch"] += max(t - launch_ns, 0.0)
+    return out
+
+
+def critical_fields(parts: dict[str, float]) -> dict[str, float]:
+    """``critical_path_<category>_ns`` result fields."""
+    return {f"critical_path_{k}_ns": v for k, v in parts.items()}
