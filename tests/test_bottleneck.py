@@ -1,0 +1,195 @@
+"""What bounds a result (kbfast.bottleneck, docs/bottlenecks.md): resource loads against the exact replay's
+own per-edge statistics and a naive per-op sum, the critical path against hand-derived cases, the
+contention flag, the sweep's scaled loads, and the CLI outputs (tables, fields, --links/--pcs/--heatmap)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from kbfast.bottleneck import (CATEGORIES, bottleneck, critical_path, link_load_arrays, node_load_arrays,
+                               top_resources)
+from kbfast.cli.main import app
+from kbfast.config import load_system
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import data_routes, run_fast
+from kbfast.results import contended
+from kbfast.sweep.batches import _batched_fast
+from kbfast.sweep.spec import Point
+from kbfast.topology.builder import Tables, build_tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.registry import build
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def allreduce(t: Tables, router: Router, size: int, algorithm: str = "lrab", ranks: str | None = None):
+    return build(t, router, {"kind": "allreduce", "algorithm": algorithm, "size": size, "ranks": ranks,
+                             "tile_io": True}).collective
+
+
+@pytest.fixture(scope="module")
+def ring6() -> tuple[Tables, Router]:
+    t = build_tables(load_system("ring6"))
+    return t, Router(t)
+
+
+def naive_link_bytes(p) -> dict[int, float]:
+    """Bytes per edge, one op and one edge at a time."""
+    out: dict[int, float] = {}
+    for o, r in enumerate(data_routes(p).tolist()):
+        if r >= 0 and p.op_nbytes[o] > 0:
+            for e in p.route(r).tolist():
+                out[e] = out.get(e, 0.0) + float(p.op_nbytes[o])
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def test_link_loads_match_the_exact_replay_and_a_naive_sum(torus6_tables: Tables) -> None:
+    router = Router(torus6_tables)
+    c = allreduce(torus6_tables, router, 5000)
+    edges, load, flows = link_load_arrays(c.program)
+    assert dict(zip(edges.tolist(), load.tolist())) == naive_link_bytes(c.program)
+    ex = run_exact(c.program).edges.set_index("edge")
+    busy = load / torus6_tables.edge_bw_gbs[edges]
+    assert np.allclose(ex.loc[edges, "busy_ns"].to_numpy(), busy, rtol=1e-12)
+    assert flows.min() >= 1
+
+
+def test_node_loads_count_every_transfer_once(tables: Tables, router: Router) -> None:
+    case = build_catalogue(tables, router)["REMOTE_SIP"]
+    p = case.program(tables, router, 4096)
+    nodes, busy, n = node_load_arrays(p)
+    route = p.route(int(data_routes(p)[np.flatnonzero(data_routes(p) >= 0)[0]]))
+    entered = [v for v in tables.edge_dst[route].tolist()
+               if tables.node_flit_aware[v] and tables.node_overhead_ns[v] > 0]
+    assert sorted(nodes.tolist()) == sorted(set(entered))
+    assert np.array_equal(busy, n * tables.node_overhead_ns[nodes])
+
+
+@pytest.mark.parametrize("name", ["SAME_CUBE_PE_LOCAL", "REMOTE_CUBE_PE_REMOTE_WORST"])
+def test_critical_path_of_a_lone_dma_is_its_zero_load_latency(tables: Tables, router: Router, name: str) -> None:
+    p = build_catalogue(tables, router)[name].program(tables, router, 16384)
+    res = run_exact(p)
+    parts = critical_path(p, res, 0.0)
+    assert parts["hbm"] == pytest.approx(res.makespan_ns) and parts["fabric_wait"] == pytest.approx(0.0)
+    assert sum(parts.values()) == pytest.approx(res.makespan_ns)
+
+
+def test_critical_path_of_two_writers_to_one_controller_shows_the_wait(tables: Tables, router: Router) -> None:
+    p = build_catalogue(tables, router)["ctrl_hot_2"].program(tables, router, 16384)
+    res = run_exact(p)
+    parts = critical_path(p, res, 0.0)
+    alone = run_fast(p).makespan_lo_ns          # the farther writer's isolated latency: its zero-load time
+    assert parts["hbm"] == pytest.approx(alone)
+    assert parts["fabric_wait"] == pytest.approx(res.makespan_ns - alone) and parts["fabric_wait"] > 0
+
+
+@pytest.mark.parametrize("mode", [run_fast, run_exact])
+@pytest.mark.parametrize("size,algorithm,ranks", [(1024, "lrab", None), (98304, "lrab", None),
+                                                   (4096, "ring", "all_pes")])
+def test_critical_path_sums_to_the_latency(ring6, mode, size, algorithm, ranks) -> None:
+    t, router = ring6
+    c = allreduce(t, router, size, algorithm, ranks)
+    res = mode(c.program)
+    parts = critical_path(c.program, res, c.launch_ns)
+    assert tuple(parts) == CATEGORIES and min(parts.values()) >= 0
+    assert sum(parts.values()) == pytest.approx(res.latency_ns(c.launch_ns)[0], rel=1e-12)
+    assert parts["compute"] > 0 and parts["fabric_transfer"] > 0
+
+
+def test_a_saturated_ring_waits_on_credits(ring6) -> None:
+    """A flat ring over every PE saturates its UCIe links: the busiest resource is nearly always busy, and
+    the critical path is mostly senders waiting for a free slot."""
+    t, router = ring6
+    c = allreduce(t, router, 98304, "ring", "all_pes")
+    res = run_fast(c.program)
+    lat = res.latency_ns(c.launch_ns)[0]
+    top = top_resources(c.program, lat, res.pcs)
+    assert top["utilization"].iloc[0] > 0.95
+    parts = critical_path(c.program, res, c.launch_ns)
+    assert max(parts, key=parts.get) == "ipcq_backpressure"
+
+
+def test_contention_means_time_lost(torus6_tables: Tables, tables: Tables, router: Router) -> None:
+    c = allreduce(torus6_tables, Router(torus6_tables), 98304)
+    lat, lo, _ = run_fast(c.program).latency_ns(c.launch_ns)
+    assert lat == lo and contended(lat, lo) is False       # flows share links, but no flow waits
+    p = build_catalogue(tables, router)["ctrl_hot_2"].program(tables, router, 16384)
+    r = run_fast(p)
+    assert r.makespan_ns > r.makespan_lo_ns and contended(r.makespan_ns, r.makespan_lo_ns) is True
+
+
+def test_ucie_eastbound_is_bound_by_one_ucie_connection(tables: Tables, router: Router) -> None:
+    p = build_catalogue(tables, router)["ucie_eastbound_8pe"].program(tables, router, 16384)
+    b = bottleneck(p, run_exact(p).makespan_ns)
+    assert b["bottleneck_resource"] == "sip0.cube1 ucie-W.conn0 -> r0c0"
+    assert b["bottleneck_kind"] == "ucie_conn_to_router" and 0.85 < b["bottleneck_utilization"] < 1.0
+
+
+@pytest.mark.parametrize("algorithm", ["lrab", "rs_ag"])
+def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, algorithm: str) -> None:
+    """Batched points take one Program's loads, scaled; they must equal each point's own Program's."""
+    sizes = [16, 1000, 4096, 65536]
+    points = tuple(Point(index=i, params={}, topology="ring6", overrides={}, config_hash=str(i),
+                         workload={"kind": "allreduce", "algorithm": algorithm, "size": s, "ranks": None,
+                                   "tile_io": True}) for i, s in enumerate(sizes))
+    t, router = ring6
+    for s, row in zip(sizes, _batched_fast(points)):
+        own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
+        for k, v in own.items():
+            assert row[k] == v or row[k] == pytest.approx(v, rel=1e-12), (s, k)
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+@pytest.fixture(scope="module")
+def runner() -> CliRunner:
+    return CliRunner(env={"COLUMNS": "80"})
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_run_reports_bottleneck_and_critical_path(runner: CliRunner, tmp_path: Path) -> None:
+    args = ["run", "allreduce", "--topology", "ring6", "--size", "4KiB"]
+    res = runner.invoke(app, [*args, "--links", str(tmp_path / "l.csv"), "--pcs", str(tmp_path / "p.parquet"),
+                              "--heatmap", str(tmp_path / "h.png")], catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    out = flat(res.stdout)
+    assert "busiest resources" in out and "critical path" in out and "fabric transfer" in out
+    assert max(map(len, res.stdout.splitlines())) <= 80
+    links = pd.read_csv(tmp_path / "l.csv")
+    assert {"src", "dst", "bytes", "busy_ns", "utilization"} <= set(links) and len(links) > 0
+    assert pd.read_parquet(tmp_path / "p.parquet")["commits"].sum() > 0      # the tile load and store
+    assert (tmp_path / "h.png").read_bytes()[:8] == PNG_SIGNATURE
+    row = json.loads(runner.invoke(app, [*args, "--format", "json"], catch_exceptions=False).stdout)
+    cp = [v for k, v in row.items() if k.startswith("critical_path_")]
+    assert len(cp) == len(CATEGORIES) and sum(cp) == pytest.approx(row["latency_ns"])
+    assert row["bottleneck_resource"] and row["topology"] == "ring6" and row["buffer_kind"] == "tcm"
+    assert row["contention"] is False or row["contention_ns"] > 0
+
+
+def test_probe_names_the_busiest_link_and_writes_tables(runner: CliRunner, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["probe", "--case", "ucie_eastbound_8pe", "--case", "ctrl_hot_2",
+                              "--links", str(tmp_path / "l.parquet")], catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    assert "sip0.cube1 ucie-W.conn0 -> r0c0" in res.stdout
+    assert set(pd.read_parquet(tmp_path / "l.parquet")["case"]) == {"ucie_eastbound_8pe", "ctrl_hot_2"}
+
+
+@pytest.mark.parametrize("args,words", [
+    (["probe", "--heatmap", "x.png"], "--heatmap draws one case"),
+    (["probe", "--case", "ctrl_hot_2", "--links", "x.txt"], "--links 'x.txt': the file name must end in .csv"),
+    (["run", "pe2pe", "--pcs", "x"], "--pcs 'x': the file name must end in .csv"),
+])
+def test_bad_output_files_are_refused_before_work(runner: CliRunner, args: list[str], words: str) -> None:
+    res = runner.invoke(app, args, catch_exceptions=False)
+    assert res.exit_code == 2 and words in flat(res.stderr) and "Traceback" not in res.stderr
