@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import PositiveInt, ValidationError
+from pydantic import BeforeValidator, ValidationError
 
 from kbfast.config.loader import format_validation, parse_yaml
-from kbfast.config.schema import Strict
+from kbfast.config.schema import PositiveInt, Strict, _no_bool_int
 from kbfast.errors import ConfigError, did_you_mean
 
 KINDS = ("transformer", "mlp", "attention_panels")
@@ -77,7 +77,7 @@ class Panel(Strict):
     install: Literal["intracube_pe_ring", "intercube_multisip"]
     s_q: PositiveInt
     n_ranks: PositiveInt
-    rank_axis: Literal[0, 1]
+    rank_axis: Annotated[Literal[0, 1], BeforeValidator(_no_bool_int)]
 
 
 class AttentionPanels(Strict):
