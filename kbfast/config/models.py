@@ -21,7 +21,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, ValidationError
 
-from kbfast.config.loader import format_validation, parse_yaml
+from kbfast.config.loader import format_validation, parse_yaml, read_text
 from kbfast.config.schema import PositiveInt, Strict, _no_bool_int
 from kbfast.errors import ConfigError, did_you_mean
 
@@ -108,12 +108,13 @@ def load_model(name_or_path: str | Path) -> Model:
         if not path.is_file():
             raise ConfigError(str(path), "<file>", str(path), "no such model file",
                               f"bundled models: {', '.join(model_names())}")
-        label, text = str(path), path.read_text()
+        label, text = str(path), read_text(path, str(path))
     else:
         name = str(name_or_path)
         if name not in model_names():
             raise ConfigError(name, "<model>", name, "unknown model", did_you_mean(name, model_names()))
-        label, text = f"{name}.yaml", resources.files("kbfast.models").joinpath(f"{name}.yaml").read_text()
+        label = f"{name}.yaml"
+        text = read_text(resources.files("kbfast.models").joinpath(label), label)
     data = parse_yaml(label, text, "model")
     kind = data.get("kind")
     if kind not in _CLASSES:
