@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
-                               positive_size, user_errors)
+                               positive_size, user_errors, writable)
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
@@ -54,6 +54,7 @@ def probe(
     trace: Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of one case (exact mode).")] = None,
 ) -> None:
     """Run named traffic scenarios and check kernbench's probe invariants (exit 1 if one fails)."""
+    writable(trace, "--trace")
     t = build_tables(load(topology, sets))
     router = Router(t)
     catalogue = build_catalogue(t, router)

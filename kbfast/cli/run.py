@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, first_run, load, positive_size,
-                               user_errors)
+                               user_errors, writable)
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
@@ -109,6 +109,7 @@ def run_allreduce(
 ) -> None:
     """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
     check_modes(exact, compare)
+    writable(trace, "--trace")
     t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
     w = {"kind": "allreduce", "algorithm": algorithm, "size": positive_size(size), "ranks": ranks, "tile_io": tile_io}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
@@ -131,6 +132,7 @@ def run_pe2pe(
 ) -> None:
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA."""
     check_modes(exact, compare)
+    writable(trace, "--trace")
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
@@ -159,6 +161,7 @@ def run_gemm(
     """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions; the fast
     method (docs/gemm.md) says how it was timed."""
     check_modes(exact, compare)
+    writable(trace, "--trace")
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
     dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
