@@ -140,10 +140,8 @@ def figure_path(path: Path | None, flag: str, default_name: str) -> Path | None:
     return writable(path, flag)
 
 
-def check_flags(check: int | None = None, resume: bool = False, overwrite: bool = False) -> None:
-    """Flags that cannot be: ``--check`` below 0, ``--resume`` with ``--overwrite``."""
-    if check is not None and check < 0:
-        raise KbfastError(f"--check {check}: give how many points to replay exactly, 0 or more (0: none)")
-    if resume and overwrite:
-        raise KbfastError("--resume and --overwrite exclude each other: --resume keeps the saved points, "
-                          "--overwrite discards them; drop one")
+def check_count(value: int, flag: str, least: int, what: str) -> int:
+    """A count flag (``--check``, ``--sample``) is a whole number >= ``least``."""
+    if value < least:
+        raise KbfastError(f"{flag} {value}: give {what}, {least} or more")
+    return value

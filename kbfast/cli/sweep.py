@@ -14,11 +14,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kbfast.cli.common import check_flags, console, err_console, figure_path, first_run, user_errors, writable
+from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
 from kbfast.sweep.batches import make_batches
-from kbfast.sweep.runner import check_sample, order_columns, read_table, run_local, run_sweep
+from kbfast.sweep.runner import check_out_dir, check_sample, order_columns, read_table, run_local, run_sweep
 from kbfast.sweep.spec import example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
@@ -91,9 +91,11 @@ def sweep(
     plots: Annotated[bool, typer.Option(help="Write the default plots.")] = True,
 ) -> None:
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
-    check_flags(check, resume, overwrite)
+    check_count(check, "--check", 0, "how many points to replay exactly (0: none)")
     s = load_spec(spec)
-    out = writable(out or Path("results") / s.name, "--out", folder=True)
+    out = out or Path("results") / s.name
+    check_out_dir(out, resume, overwrite)
+    writable(out, "--out", folder=True)
     first_run(*_kernels(s, exact, check > 0))
     with _progress(f"sweep {s.name}") as update:
         res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
@@ -127,8 +129,7 @@ def check(
     out: Annotated[Path | None, typer.Option(help="Also write the parity table as CSV.")] = None,
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
-    if sample < 1:
-        raise KbfastError(f"--sample {sample}: give how many points to cross-check, 1 or more")
+    check_count(sample, "--sample", 1, "how many points to cross-check")
     writable(out, "--out")
     s = load_spec(spec)
     points = s.points()
@@ -175,7 +176,7 @@ def _plottable(df: pd.DataFrame, path: Path, x: str, y: str) -> None:
     for flag, col in (("--x", x), ("--y", y)):
         if col not in df:
             hint = did_you_mean(col, map(str, df.columns), "columns")
-            raise KbfastError(f"{flag} {col!r}: no such column in {path}; {hint}")
+            raise KbfastError(f"{flag}: column {col!r} is not in the results ({path}); {hint}")
     ok = df[df["error"].isna()] if "error" in df else df
     if not pd.to_numeric(ok[y], errors="coerce").notna().any():
         why = "every point failed (see the 'error' column)" if ok.empty else f"no point has a number in {y!r}"

@@ -223,6 +223,23 @@ def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
     return order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
 
 
+def check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
+    """A folder that holds a sweep's results (its parts, or a results, links or pcs table) is continued only
+    with ``--resume`` and discarded only with ``--overwrite``; the two exclude each other."""
+    if resume and overwrite:
+        raise KbfastError("--resume and --overwrite exclude each other: --resume keeps the saved points, "
+                          "--overwrite discards them; drop one")
+    if resume or overwrite:
+        return
+    parts = out_dir / "parts"
+    held = ["sweep results"] if parts.is_dir() and any(parts.iterdir()) else []
+    held += [f.name for kind in ("results", "links", "pcs") for f in sorted(out_dir.glob(f"{kind}.*"))
+             if f.suffix in (".parquet", ".csv")]
+    if held:
+        raise KbfastError(f"{out_dir} already holds {held[0]}: pass --resume to finish that sweep, --overwrite to "
+                          "start again, or choose another --out")
+
+
 def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 1, scheduler: str | None = None,
               check: int = 0, resume: bool = False, overwrite: bool = False, exact: bool = False,
               links: bool = False, pcs: bool = False, max_batch: int = 4096,
@@ -236,18 +253,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 
     spec = replace(spec, mode="exact" if exact else spec.mode)
     points = spec.points()
     parts = out_dir / "parts"
-    if resume and overwrite:
-        raise KbfastError("--resume and --overwrite exclude each other: --resume keeps the saved points, "
-                          "--overwrite discards them; drop one")
-    tables = [f for kind in ("results", "links", "pcs") for f in sorted(out_dir.glob(f"{kind}.*"))
-              if f.suffix in (".parquet", ".csv")]
-    if ((parts.exists() and any(parts.iterdir())) or tables) and not resume:
-        if not overwrite:
-            held = "sweep results" if parts.exists() and any(parts.iterdir()) else f"{tables[0].name}"
-            raise KbfastError(f"{out_dir} already holds {held}: pass --resume to finish them, --overwrite to "
-                              "start again, or choose another --out")
-        if parts.exists():
-            shutil.rmtree(parts)
+    check_out_dir(out_dir, resume, overwrite)
+    if overwrite and parts.exists():
+        shutil.rmtree(parts)
     parts.mkdir(parents=True, exist_ok=True)
     corrupt = set_aside_corrupt(parts) if resume else []
     saved = _read_parts(parts, "results")
