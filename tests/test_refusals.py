@@ -335,6 +335,9 @@ def test_set_errors_name_the_flag(runner):
     err = refused(invoke(runner, "topo", "show", "ring6", "--set", "sips.count=0"),
                   "--set sips.count=0: sips.count: Input should be greater than 0 (got 0)")
     assert "ring6.yaml" not in err
+    refused(invoke(runner, "run", "allreduce", "--n-slots", "0"), "--n-slots 0: ipcq.n_slots:", "whole number >= 1")
+    refused(invoke(runner, "run", "pe2pe", "--buffer-kind", "dram"), "--buffer-kind dram: ipcq.buffer_kind:",
+            "use 'tcm', 'sram' or 'hbm'")
 
 
 def test_echoed_values_are_capped(runner, tmp_path):

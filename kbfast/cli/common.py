@@ -74,9 +74,11 @@ def first_run(*kernels: str) -> None:
                 background.wait()
 
 
-def load(topology: str | None, sets: list[str] | None) -> SystemSpec:
+def load(topology: str | None, sets: list[str] | None, flags: dict[str, str] | None = None) -> SystemSpec:
+    """The system with ``--set`` overrides; ``flags`` names the option behind a key the command set for the
+    user (``{"ipcq.n_slots": "--n-slots 0"}``), so that a refusal names that option instead of ``--set``."""
     overrides = dict(parse_override(s) for s in (sets or []))
-    return load_system(topology or DEFAULT_TOPOLOGY, overrides)
+    return load_system(topology or DEFAULT_TOPOLOGY, overrides, flags)
 
 
 def check_modes(exact: bool, compare: bool) -> None:

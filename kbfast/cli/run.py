@@ -53,6 +53,12 @@ def _overrides(sets: list[str] | None, buffer_kind: str | None, n_slots: int | N
     return out
 
 
+def _flags(buffer_kind: str | None, n_slots: int | None) -> dict[str, str]:
+    """The options behind the overrides of :func:`_overrides`, for refusals to name."""
+    return {k: v for k, v in (("ipcq.buffer_kind", buffer_kind and f"--buffer-kind {buffer_kind}"),
+                              ("ipcq.n_slots", None if n_slots is None else f"--n-slots {n_slots}")) if v}
+
+
 def evaluate(c: Collective, exact: bool, compare: bool, trace: Path | None) -> dict:
     """The metrics of one point: latency = max pe_exec_ns from the start barrier (spec_pe §3.6)."""
     p = c.program
@@ -110,7 +116,7 @@ def run_allreduce(
     """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends; --compare adds the exact error."""
     check_modes(exact, compare)
     writable(trace, "--trace")
-    t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
+    t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots)))
     w = {"kind": "allreduce", "algorithm": algorithm, "size": positive_size(size), "ranks": ranks, "tile_io": tile_io}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
 
@@ -133,7 +139,7 @@ def run_pe2pe(
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA."""
     check_modes(exact, compare)
     writable(trace, "--trace")
-    t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
+    t = build_tables(load(topology, _overrides(sets, buffer_kind, None), _flags(buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
     _print(evaluate(build(t, Router(t), w).collective, exact, compare, trace), fmt)
 

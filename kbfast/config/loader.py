@@ -464,8 +464,10 @@ def applied_param_set(label: str, data: dict[str, Any], overrides: dict[str, Any
 
 
 def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None = None,
-            override_label: str = "--set") -> SystemSpec:
-    """Raw topology -> spec: the saved parameter set (if any), then the overrides, then validation."""
+            override_label: str = "--set", flags: dict[str, str] | None = None) -> SystemSpec:
+    """Raw topology -> spec: the saved parameter set (if any), then the overrides, then validation.  A value an
+    override gave that fails is blamed on ``{override_label} key=value``, or on ``flags[key]`` (the flag that
+    set it, e.g. ``--n-slots 0``)."""
     name = applied_param_set(label, data, overrides, override_label)
     layers: list[tuple[str, dict[str, Any]]] = []   # (where the values come from, the values), in order
     if name is not None:
@@ -478,7 +480,7 @@ def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None =
     try:
         return validate(label, data)
     except ConfigError as err:
-        raise blame(err, label, layers) from None
+        raise blame(err, label, layers, flags) from None
 
 
 def _value_text(value: Any) -> str:
@@ -486,7 +488,8 @@ def _value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
-def blame(err: ConfigError, label: str, layers: list[tuple[str, dict[str, Any]]]) -> ConfigError:
+def blame(err: ConfigError, label: str, layers: list[tuple[str, dict[str, Any]]],
+          flags: dict[str, str] | None = None) -> ConfigError:
     """``err`` (raised for file ``label``) blamed on the override that set its key, when one did: the last of
     ``layers`` ((source, {dotted key: value}), in the order applied) whose key is, holds or is inside the key
     that failed.  ``--set sips.count=0`` is then named as ``--set sips.count=0``, not as the topology file."""
@@ -495,12 +498,14 @@ def blame(err: ConfigError, label: str, layers: list[tuple[str, dict[str, Any]]]
     for source, values in reversed(layers):
         for dotted, value in values.items():
             if err.key == dotted or err.key.startswith(dotted + ".") or dotted.startswith(err.key + "."):
-                return ConfigError(f"{source} {dotted}={_value_text(value)}", err.key, err.value, err.problem,
-                                   err.hint)
+                name = (flags or {}).get(dotted) if source == layers[-1][0] else None
+                return ConfigError(name or f"{source} {dotted}={_value_text(value)}", err.key, err.value,
+                                   err.problem, err.hint)
     return err
 
 
-def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None) -> SystemSpec:
+def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None,
+                flags: dict[str, str] | None = None) -> SystemSpec:
     """Load a preset or YAML file, apply its parameter set and the overrides, validate.
 
     >>> spec = load_system("ahbm_2sip", {"fabric.ns_per_mm": 0.1})
@@ -508,4 +513,4 @@ def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str
     (2, 0.1)
     """
     label, data = load_raw(name_or_path)
-    return resolve(label, data, overrides)
+    return resolve(label, data, overrides, flags=flags)
