@@ -384,7 +384,8 @@ def _topology_name(label: str, value: Any) -> str:
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a sweep spec YAML (a path, or the name of a bundled spec such as ``seed36``)."""
+    """Read and validate a sweep spec YAML (a path, or the name of a bundled spec such as ``seed36``); every
+    topology it names must exist and read (:func:`check_topologies`)."""
     path = Path(path)
     bundled = {Path(p).stem: p for p in example_specs()}
     if not path.exists() and str(path) in bundled:
