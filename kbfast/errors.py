@@ -21,7 +21,9 @@ class ConfigError(KbfastError):
 
     def __init__(self, file: str, key: str, value: object, problem: str, hint: str = ""):
         self.file, self.key, self.value, self.problem, self.hint = file, key, value, problem, hint
-        msg = f"{file}: {key}: {problem} (got {value!r})"
+        msg = f"{clip(file)}: {clip(key)}: {problem}"
+        if value is not None:   # None: there is no value to show (a missing or repeated key)
+            msg += f" (got {clip(repr(value))})"
         if hint:
             msg += f"\n  hint: {hint}"
         super().__init__(msg)
@@ -35,12 +37,21 @@ class UnknownNodeError(KbfastError):
     """A node name that the topology does not contain."""
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
+ECHO_LIMIT = 200   # characters of a user's value that a message repeats
+
+
+def clip(text: str, limit: int = ECHO_LIMIT) -> str:
+    """``text`` as a message repeats it: at most ``limit`` characters, then "… (N chars)"."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
+
+
+def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys") -> str:
     """Return a 'did you mean ...?' hint for ``word`` among ``choices``, or ''."""
     choices = list(choices)
-    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5) if len(word) <= ECHO_LIMIT else []
     if close:
         return "did you mean " + " or ".join(repr(c) for c in close) + "?"
     if choices:
-        return "valid keys: " + ", ".join(sorted(choices))
+        return f"{noun}: " + ", ".join(sorted(choices))
     return ""

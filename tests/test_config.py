@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +204,9 @@ def test_validation_errors(overrides, file, key, value, fragments, hint):
     with pytest.raises(ConfigError) as err:
         load_system(overrides=overrides)
     e = err.value
+    if file != "--set" and key in overrides:   # a value the override gave is blamed on the override
+        v = overrides[key]
+        file = f"--set {key}={v if isinstance(v, str) else json.dumps(v)}"
     assert isinstance(e, KbfastError) and e.exit_code == 2
     assert (e.file, e.key, e.value) == (file, key, value)
     msg = str(e)
@@ -239,7 +243,7 @@ def test_yaml_bad_values_name_the_file(tmp_path):
     ("a: [1,\n", "<yaml>", "not valid YAML"),
     ("- 1\n- 2\n", "<root>", "must be a mapping"),
     ("base: loop.yaml\n", "base", "circular base chain"),
-    ("base: ahbm_2sp\n", "<preset>", "unknown topology preset"),
+    ("base: ahbm_2sp\n", "base", "unknown topology preset"),   # named in the file that refers to it
 ])
 def test_yaml_structure_errors(tmp_path, text, key, fragment):
     p = write(tmp_path, "loop.yaml", text)

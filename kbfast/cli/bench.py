@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from kbfast.bench import BENCHMARKS
-from kbfast.cli.common import console, user_errors
+from kbfast.cli.common import console, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
 
 
@@ -24,6 +24,7 @@ def bench(
     for n in names:
         if n not in BENCHMARKS:
             raise KbfastError(f"unknown benchmark {n!r}: {did_you_mean(n, BENCHMARKS)}")
+    writable(out, "--out")   # before the benchmarks run: minutes of work are not lost to a bad path
     rows = []
     with console.status("benchmarking") as status:
         for n in names:
@@ -34,6 +35,5 @@ def bench(
         met = "-" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
         table.add_row(r.name, f"{r.value:,.4g}", r.unit, r.target, met, r.detail)
     console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console.print(f"figures written to {out}")

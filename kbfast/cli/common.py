@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import sys
+import tempfile
 from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -15,7 +17,7 @@ from rich.markup import escape
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system, parse_override
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
 from kbfast import warmup
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, clip
 
 console = Console()
 err_console = Console(stderr=True)
@@ -43,7 +45,8 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except KbfastError as err:
-            err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, markup=True, emoji=False)
+            text = clip(str(err), 2000)   # a message never floods the terminal with a huge value
+            err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, markup=True, emoji=False)
             sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]
@@ -71,9 +74,11 @@ def first_run(*kernels: str) -> None:
                 background.wait()
 
 
-def load(topology: str | None, sets: list[str] | None) -> SystemSpec:
+def load(topology: str | None, sets: list[str] | None, flags: dict[str, str] | None = None) -> SystemSpec:
+    """The system with ``--set`` overrides; ``flags`` names the option behind a key the command set for the
+    user (``{"ipcq.n_slots": "--n-slots 0"}``), so that a refusal names that option instead of ``--set``."""
     overrides = dict(parse_override(s) for s in (sets or []))
-    return load_system(topology or DEFAULT_TOPOLOGY, overrides)
+    return load_system(topology or DEFAULT_TOPOLOGY, overrides, flags)
 
 
 def check_modes(exact: bool, compare: bool) -> None:
@@ -84,7 +89,61 @@ def check_modes(exact: bool, compare: bool) -> None:
 
 def positive_size(text: str, flag: str = "--size") -> int:
     """A size in bytes that moves something: ``parse_size`` and > 0."""
-    n = parse_size(text)
+    try:
+        n = parse_size(text)
+    except KbfastError as err:
+        raise KbfastError(f"{flag}: {err}") from None
     if n <= 0:
         raise KbfastError(f"{flag} {text!r} must be > 0 bytes: a transfer moves at least one byte; use e.g. 16KiB")
     return n
+
+
+def writable(path: Path | None, flag: str, folder: bool = False) -> Path | None:
+    """Refuse, before any work, an output that cannot be written: ``path`` is a file (or with ``folder``, a
+    folder to write into) given by ``flag``.  Missing folders are created; then a test file is written and
+    removed, and an existing file must open for writing.  Returns ``path`` (None stays None)."""
+    if path is None:
+        return None
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise KbfastError(f"{flag} {path}: this is a file; give a folder (it is created when missing)")
+    if not folder and path.is_dir():
+        raise KbfastError(f"{flag} {path}: this is a folder; give a file name inside it")
+    target = path if folder else path.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".kbfast-write-test-"):
+            pass
+        if not folder and path.exists():
+            with open(path, "r+b"):
+                pass
+    except OSError as err:
+        raise KbfastError(f"{flag} {path}: cannot write there ({err.strerror or err}); choose another path, "
+                          "or make that folder writable") from None
+    return path
+
+
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def figure_path(path: Path | None, flag: str, default_name: str) -> Path | None:
+    """Where a figure goes: ``path``, or ``path/default_name`` when ``path`` is a folder; ``.png`` added
+    when it has no suffix; PNG, SVG or PDF only; writable (checked before any work)."""
+    if path is None:
+        return None
+    path = Path(path)
+    if path.is_dir():
+        path = path / default_name
+    elif path.suffix == "":
+        path = path.with_name(path.name + ".png")
+    if path.suffix.lower() not in FIGURE_SUFFIXES:
+        raise KbfastError(f"{flag} {path}: a figure is written as {', '.join(FIGURE_SUFFIXES)}; "
+                          f"e.g. {flag} {path.with_suffix('.png')}")
+    return writable(path, flag)
+
+
+def check_count(value: int, flag: str, least: int, what: str) -> int:
+    """A count flag (``--check``, ``--sample``) is a whole number >= ``least``."""
+    if value < least:
+        raise KbfastError(f"{flag} {value}: give {what}, {least} or more")
+    return value

@@ -1,4 +1,4 @@
-"""Per-resource tables that ``probe`` and ``run`` write on request (``--links``, ``--pcs``)."""
+"""The files ``probe`` and ``run`` write on request: ``--trace``, ``--links``, ``--pcs`` and ``--heatmap``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kbfast.cli.common import figure_path, writable
 from kbfast.errors import KbfastError
 
 TABLE_SUFFIXES = (".csv", ".parquet")
@@ -17,6 +18,17 @@ def table_path(path: Path, flag: str) -> Path:
         raise KbfastError(f"{flag} {str(path)!r}: the file name must end in .csv or .parquet "
                           f"(e.g. {flag} {path.with_suffix('.csv')})")
     return path
+
+
+def check_outputs(trace: Path | None, links: Path | None, pcs: Path | None,
+                  heatmap: Path | None) -> Path | None:
+    """Refuse, before any work, a --trace/--links/--pcs/--heatmap path that cannot be written or a table
+    file without a table suffix; returns the heat map's path (a folder gets ``heatmap.png``)."""
+    writable(trace, "--trace")
+    for flag, path in (("--links", links), ("--pcs", pcs)):
+        if path is not None:
+            writable(table_path(path, flag), flag)
+    return figure_path(heatmap, "--heatmap", "heatmap.png")
 
 
 def write_table(df: pd.DataFrame, path: Path) -> Path:

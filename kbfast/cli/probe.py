@@ -18,7 +18,7 @@ from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_c
 from kbfast.config.units import format_size
 from kbfast.report.formats import num, pct
 from kbfast.errors import KbfastError
-from kbfast.cli.outputs import table_path, write_table
+from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.report.heatmap import plot_link_heatmap
@@ -140,6 +140,7 @@ def probe(
                                                                     "mesh to FILE.png (one --case, one --size).")] = None,
 ) -> None:
     """Run named traffic scenarios and check kernbench's probe invariants (exit 1 if one fails)."""
+    heatmap = check_outputs(trace, links, pcs, heatmap)
     t = build_tables(load(topology, sets))
     router = Router(t)
     catalogue = build_catalogue(t, router)
@@ -150,9 +151,6 @@ def probe(
     check_modes(exact, compare)
     sizes = [positive_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
     chosen = select(catalogue, case)
-    for flag, path in (("--links", links), ("--pcs", pcs)):
-        if path is not None:
-            table_path(path, flag)
     if (heatmap is not None) and (len(chosen) != 1 or len(sizes) != 1):
         raise KbfastError("--heatmap draws one case: give exactly one --case and one --size")
     if trace is not None:

@@ -15,8 +15,8 @@ from rich.table import Table
 
 from kbfast.bottleneck import bottleneck, critical_fields, critical_path, top_resources
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
-                               positive_size, user_errors)
-from kbfast.cli.outputs import table_path, write_table
+                               positive_size, user_errors, writable)
+from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.config.units import format_size
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
@@ -64,6 +64,12 @@ def _overrides(sets: list[str] | None, buffer_kind: str | None, n_slots: int | N
     if n_slots is not None:                # 0 reaches the schema, which refuses it by name
         out.append(f"ipcq.n_slots={n_slots}")
     return out
+
+
+def _flags(buffer_kind: str | None, n_slots: int | None) -> dict[str, str]:
+    """The options behind the overrides of :func:`_overrides`, for refusals to name."""
+    return {k: v for k, v in (("ipcq.buffer_kind", buffer_kind and f"--buffer-kind {buffer_kind}"),
+                              ("ipcq.n_slots", None if n_slots is None else f"--n-slots {n_slots}")) if v}
 
 
 def evaluate(c: Collective, t, exact: bool, compare: bool, trace: Path | None, bus_bandwidth: bool) -> tuple[dict, Result]:
@@ -136,13 +142,6 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
                                           if k.startswith("critical_path_")})
 
 
-def _check_outputs(links: Path | None, pcs: Path | None) -> None:
-    """Refuse a --links/--pcs file name without a table suffix before any work."""
-    for flag, path in (("--links", links), ("--pcs", pcs)):
-        if path is not None:
-            table_path(path, flag)
-
-
 def _outputs(res: Result, links: Path | None, pcs: Path | None, heatmap: Path | None, label: str) -> None:
     """--links, --pcs and --heatmap of one result."""
     if links is not None:
@@ -177,8 +176,8 @@ def run_allreduce(
     """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends, contention, the busiest
     resources and the critical path; --compare adds the exact error."""
     check_modes(exact, compare)
-    _check_outputs(links, pcs)
-    t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots)))
+    heatmap = check_outputs(trace, links, pcs, heatmap)
+    t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots)))
     w = {"kind": "allreduce", "algorithm": algorithm, "size": positive_size(size), "ranks": ranks, "tile_io": tile_io}
     row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=True)
     _print(row, fmt, res)
@@ -206,8 +205,8 @@ def run_pe2pe(
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA: latency, the busiest
     resources and the critical path (no bus bandwidth: it is not a collective)."""
     check_modes(exact, compare)
-    _check_outputs(links, pcs)
-    t = build_tables(load(topology, _overrides(sets, buffer_kind, None)))
+    heatmap = check_outputs(trace, links, pcs, heatmap)
+    t = build_tables(load(topology, _overrides(sets, buffer_kind, None), _flags(buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
     row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=False)
     _print(row, fmt, res)
@@ -237,6 +236,7 @@ def run_gemm(
     """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions; the fast
     method (docs/gemm.md) says how it was timed."""
     check_modes(exact, compare)
+    writable(trace, "--trace")
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
     dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]

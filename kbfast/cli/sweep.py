@@ -14,10 +14,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from kbfast.cli.common import console, err_console, first_run, user_errors
+from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
+from kbfast.errors import KbfastError, did_you_mean
 from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
 from kbfast.sweep.batches import make_batches
-from kbfast.sweep.runner import check_sample, order_columns, read_table, run_local, run_sweep
+from kbfast.sweep.runner import check_out_dir, check_sample, order_columns, read_table, run_local, run_sweep
 from kbfast.sweep.spec import example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
@@ -90,12 +91,18 @@ def sweep(
     plots: Annotated[bool, typer.Option(help="Write the default plots.")] = True,
 ) -> None:
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
+    check_count(check, "--check", 0, "how many points to replay exactly (0: none)")
     s = load_spec(spec)
     out = out or Path("results") / s.name
+    check_out_dir(out, resume, overwrite)
+    writable(out, "--out", folder=True)
     first_run(*_kernels(s, exact, check > 0))
     with _progress(f"sweep {s.name}") as update:
         res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
                         progress=update)
+    for f in res.corrupt:   # --resume found a part it could not read: its points were evaluated again
+        err_console.print(f"[yellow]warning: {f.with_suffix('')} was unreadable; set aside as {f.name}, its points "
+                          "evaluated again[/]", highlight=False)
     df = res.results
     pngs = default_plots(df, out / "plots") if plots else []
     rate = res.n_evaluated / res.wall_s if res.wall_s > 0 else 0.0
@@ -122,6 +129,8 @@ def check(
     out: Annotated[Path | None, typer.Option(help="Also write the parity table as CSV.")] = None,
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
+    check_count(sample, "--sample", 1, "how many points to cross-check")
+    writable(out, "--out")
     s = load_spec(spec)
     points = s.points()
     chosen = check_sample(len(points), sample, s.seed if seed is None else seed)
@@ -139,7 +148,6 @@ def check(
     _print_table(df[[c for c in cols if c in df]], f"{s.name}: fast vs exact", "{:,.4g}")
     _print_check(df)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
         df.reset_index().to_csv(out, index=False)
         console.print(f"parity table written to {out}")
 
@@ -155,6 +163,21 @@ def plot(
 ) -> None:
     """Re-plot saved sweep results without recomputing anything."""
     df = read_table(results)
-    png = plot_xy(df, x, y, hue if hue else series_columns(df, x), out or results.parent / f"{y}_vs_{x}.png",
-                  f"{y} vs {x}")
+    _plottable(df, results, x, y)
+    png = figure_path(out or results.parent, "--out", f"{y}_vs_{x}.png")
+    png = plot_xy(df, x, y, hue if hue else series_columns(df, x), png, f"{y} vs {x}")
     console.print(f"plot written to {png}")
+
+
+def _plottable(df: pd.DataFrame, path: Path, x: str, y: str) -> None:
+    """Refuse a table with nothing to draw: no rows, an unknown column, no point with a number for ``y``."""
+    if df.empty:
+        raise KbfastError(f"{path}: the results table has no rows; nothing to plot")
+    for flag, col in (("--x", x), ("--y", y)):
+        if col not in df:
+            hint = did_you_mean(col, map(str, df.columns), "columns")
+            raise KbfastError(f"{flag}: column {col!r} is not in the results ({path}); {hint}")
+    ok = df[df["error"].isna()] if "error" in df else df
+    if not pd.to_numeric(ok[y], errors="coerce").notna().any():
+        why = "every point failed (see the 'error' column)" if ok.empty else f"no point has a number in {y!r}"
+        raise KbfastError(f"{path}: nothing to plot: {why}")

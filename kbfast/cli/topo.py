@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kbfast.cli.common import OutputFormat, SetOpt, console, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
@@ -56,6 +56,7 @@ def show(
     plot: Annotated[Path | None, typer.Option("--plot", help="Draw one cube's floor plan to this PNG.")] = None,
 ) -> None:
     """Summarize a topology: node and edge counts by kind, bandwidths, uncalibrated parameters."""
+    plot = figure_path(plot, "--plot", "floorplan.png")
     spec = load(topology, sets)
     summary = summarize(build_tables(spec))
     if plot is not None:

@@ -11,6 +11,7 @@ the file, the key path and the value.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from importlib import resources
@@ -20,7 +21,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kbfast.config.schema import GRID_TOPOLOGIES, SystemSpec
+from kbfast.config.schema import GRID_TOPOLOGIES, MAX_COUNT, SystemSpec
 from kbfast.errors import ConfigError, did_you_mean
 
 DEFAULT_TOPOLOGY = "ahbm_2sip"
@@ -41,21 +42,66 @@ def _resolve(name_or_path: str | Path) -> tuple[str, str]:
         if not path.is_file():
             raise ConfigError(str(path), "<file>", str(path), "no such topology file",
                               f"presets: {', '.join(preset_names())}")
-        return str(path), path.read_text()
+        return str(path), read_text(path, str(path))
     name = str(name_or_path)
     if name not in preset_names():
         raise ConfigError(name, "<preset>", name, "unknown topology preset",
-                          did_you_mean(name, preset_names()))
-    text = resources.files("kbfast.topologies").joinpath(f"{name}.yaml").read_text()
-    return f"{name}.yaml", text
+                          did_you_mean(name, preset_names(), "presets"))
+    return f"{name}.yaml", read_text(resources.files("kbfast.topologies").joinpath(f"{name}.yaml"), f"{name}.yaml")
+
+
+def read_text(path: Any, label: str) -> str:
+    """The text of a YAML file, which must be UTF-8; anything else is a ConfigError naming the first bad byte."""
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(label, "<file>", str(path), f"cannot read the file ({err.strerror or err})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ConfigError(label, "<file>", f"byte 0x{raw[err.start]:02x} at line {line}",
+                          "not UTF-8 text", "save the file as UTF-8 (most editors: 'Save with encoding')") from None
+
+
+def _duplicate_keys(label: str, node: yaml.Node, path: str = "", seen: set[int] | None = None) -> None:
+    """Refuse a mapping that gives a key twice (YAML would keep the last one silently)."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge":
+                continue
+            name = str(key.value) if isinstance(key, yaml.ScalarNode) else yaml.serialize(key).strip()
+            where = f"{path}.{name}" if path else name
+            line = key.start_mark.line + 1
+            if (key.tag, name) in lines:
+                raise ConfigError(label, where, None,
+                                  f"the key is given twice, on lines {lines[key.tag, name]} and {line}",
+                                  "keep one of them (YAML would silently use the last)")
+            lines[key.tag, name] = line
+            _duplicate_keys(label, value, where, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(label, item, f"{path}.{i}" if path else str(i), seen)
 
 
 def parse_yaml(label: str, text: str, what: str = "topology") -> dict[str, Any]:
-    """The mapping a ``what`` file holds; bad YAML or another root is a ConfigError naming ``label``."""
+    """The mapping a ``what`` file holds; bad YAML, a key given twice or another root is a ConfigError
+    naming ``label``."""
+    loader = yaml.SafeLoader(text)
     try:
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is not None:
+            _duplicate_keys(label, node)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as err:
         raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(label, "<root>", data, f"a {what} file must be a mapping")
     return data
@@ -87,13 +133,21 @@ def load_raw(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> tuple[str
     base = data.pop("base", None)
     if base is None:
         return label, data
-    base_arg = base
-    if str(base).endswith((".yaml", ".yml")) and Path(label).parent.joinpath(base).exists():
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(label, "base", base, "base names one preset or topology YAML",
+                          f"e.g. base: {DEFAULT_TOPOLOGY}; presets: {', '.join(preset_names())}")
+    base_arg: str | Path = base
+    if base.endswith((".yaml", ".yml")) and Path(label).parent.joinpath(base).exists():
         base_arg = Path(label).parent / base
     seen = _seen + (_identity(name_or_path),)
     if _identity(base_arg) in seen:
         raise ConfigError(label, "base", base, "circular base chain")
-    _, base_data = load_raw(base_arg, seen)
+    try:
+        _, base_data = load_raw(base_arg, seen)
+    except ConfigError as err:
+        if err.file == str(base_arg) and err.key in ("<file>", "<preset>"):   # the base itself is missing
+            raise ConfigError(label, "base", base, err.problem, err.hint) from None
+        raise
     return label, deep_merge(base_data, data)
 
 
@@ -204,6 +258,8 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
     hint = ""
     if kind in ("greater_than", "greater_than_equal") and _field_type(loc, root) is int:
         hint = "a count must be a whole number >= 1"
+    elif kind == "less_than_equal" and _field_type(loc, root) is int:
+        hint = f"a count must be a whole number from 1 to {MAX_COUNT:,}"
     elif kind in ("greater_than", "greater_than_equal"):
         hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
     elif kind == "literal_error":
@@ -378,7 +434,7 @@ def param_set_path(name: str) -> Path | None:
 def read_param_set(path: Path) -> dict[str, Any]:
     """The ``values`` mapping of a parameter set file: dotted key -> value (checked against the schema)."""
     label = str(path)
-    data = parse_yaml(label, path.read_text())
+    data = parse_yaml(label, read_text(path, label))
     values = data.get("values")
     if not isinstance(values, dict) or not values:
         raise ConfigError(label, "values", values, "a parameter set needs a mapping of dotted key -> value",
@@ -408,18 +464,48 @@ def applied_param_set(label: str, data: dict[str, Any], overrides: dict[str, Any
 
 
 def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None = None,
-            override_label: str = "--set") -> SystemSpec:
-    """Raw topology -> spec: the saved parameter set (if any), then the overrides, then validation."""
+            override_label: str = "--set", flags: dict[str, str] | None = None) -> SystemSpec:
+    """Raw topology -> spec: the saved parameter set (if any), then the overrides, then validation.  A value an
+    override gave that fails is blamed on ``{override_label} key=value``, or on ``flags[key]`` (the flag that
+    set it, e.g. ``--n-slots 0``)."""
     name = applied_param_set(label, data, overrides, override_label)
+    layers: list[tuple[str, dict[str, Any]]] = []   # (where the values come from, the values), in order
     if name is not None:
         path = param_set_path(name)
-        data = apply_overrides(data, read_param_set(path), label=str(path))
+        layers.append((str(path), read_param_set(path)))
     if overrides:
-        data = apply_overrides(data, overrides, label=override_label)
-    return validate(label, data)
+        layers.append((override_label, overrides))
+    for source, values in layers:
+        data = apply_overrides(data, values, label=source)
+    try:
+        return validate(label, data)
+    except ConfigError as err:
+        raise blame(err, label, layers, flags) from None
 
 
-def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None) -> SystemSpec:
+def _value_text(value: Any) -> str:
+    """A value as the user would write it after ``key=``."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def blame(err: ConfigError, label: str, layers: list[tuple[str, dict[str, Any]]],
+          flags: dict[str, str] | None = None) -> ConfigError:
+    """``err`` (raised for file ``label``) blamed on the override that set its key, when one did: the last of
+    ``layers`` ((source, {dotted key: value}), in the order applied) whose key is, holds or is inside the key
+    that failed.  ``--set sips.count=0`` is then named as ``--set sips.count=0``, not as the topology file."""
+    if err.file != label:
+        return err
+    for source, values in reversed(layers):
+        for dotted, value in values.items():
+            if err.key == dotted or err.key.startswith(dotted + ".") or dotted.startswith(err.key + "."):
+                name = (flags or {}).get(dotted) if source == layers[-1][0] else None
+                return ConfigError(name or f"{source} {dotted}={_value_text(value)}", err.key, err.value,
+                                   err.problem, err.hint)
+    return err
+
+
+def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None,
+                flags: dict[str, str] | None = None) -> SystemSpec:
     """Load a preset or YAML file, apply its parameter set and the overrides, validate.
 
     >>> spec = load_system("ahbm_2sip", {"fabric.ns_per_mm": 0.1})
@@ -427,4 +513,4 @@ def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str
     (2, 0.1)
     """
     label, data = load_raw(name_or_path)
-    return resolve(label, data, overrides)
+    return resolve(label, data, overrides, flags=flags)

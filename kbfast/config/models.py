@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import PositiveInt, ValidationError
+from pydantic import BeforeValidator, ValidationError
 
-from kbfast.config.loader import format_validation, parse_yaml
-from kbfast.config.schema import Strict
+from kbfast.config.loader import format_validation, parse_yaml, read_text
+from kbfast.config.schema import PositiveInt, Strict, _no_bool_int
 from kbfast.errors import ConfigError, did_you_mean
 
 KINDS = ("transformer", "mlp", "attention_panels")
@@ -77,7 +77,7 @@ class Panel(Strict):
     install: Literal["intracube_pe_ring", "intercube_multisip"]
     s_q: PositiveInt
     n_ranks: PositiveInt
-    rank_axis: Literal[0, 1]
+    rank_axis: Annotated[Literal[0, 1], BeforeValidator(_no_bool_int)]
 
 
 class AttentionPanels(Strict):
@@ -108,12 +108,13 @@ def load_model(name_or_path: str | Path) -> Model:
         if not path.is_file():
             raise ConfigError(str(path), "<file>", str(path), "no such model file",
                               f"bundled models: {', '.join(model_names())}")
-        label, text = str(path), path.read_text()
+        label, text = str(path), read_text(path, str(path))
     else:
         name = str(name_or_path)
         if name not in model_names():
             raise ConfigError(name, "<model>", name, "unknown model", did_you_mean(name, model_names()))
-        label, text = f"{name}.yaml", resources.files("kbfast.models").joinpath(f"{name}.yaml").read_text()
+        label = f"{name}.yaml"
+        text = read_text(resources.files("kbfast.models").joinpath(label), label)
     data = parse_yaml(label, text, "model")
     kind = data.get("kind")
     if kind not in _CLASSES:

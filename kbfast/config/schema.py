@@ -8,12 +8,39 @@ nanoseconds, millimetres.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 
 SIP_TOPOLOGIES = ("ring_1d", "ring_1d_unidir", "torus_2d", "mesh_2d", "mesh_2d_no_wrap", "tree_binary")
 GRID_TOPOLOGIES = ("torus_2d", "mesh_2d", "mesh_2d_no_wrap")
+
+
+MAX_COUNT = 2**31 - 1   # the largest count a description may give (tables index nodes and ops with int32)
+
+
+def _no_bool_int(value: object) -> object:
+    """A count is a number: YAML ``true`` would otherwise pass as 1."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("int_type", "Input should be a whole number, not true/false")
+    return value
+
+
+def _no_bool_float(value: object) -> object:
+    """A quantity is a number: YAML ``true`` would otherwise pass as 1.0."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("float_type", "Input should be a number, not true/false")
+    return value
+
+
+# The numbers of a description.  Unlike pydantic's own types they refuse true/false, and a count has an upper
+# limit (a number >= 2**63 does not even fit the arrays).
+Int = Annotated[int, BeforeValidator(_no_bool_int), Field(ge=-MAX_COUNT, le=MAX_COUNT)]
+PositiveInt = Annotated[int, BeforeValidator(_no_bool_int), Field(gt=0, le=MAX_COUNT)]
+Float = Annotated[float, BeforeValidator(_no_bool_float)]
+PositiveFloat = Annotated[float, BeforeValidator(_no_bool_float), Field(gt=0)]
+NonNegativeFloat = Annotated[float, BeforeValidator(_no_bool_float), Field(ge=0)]
 
 
 class Strict(BaseModel):
@@ -87,7 +114,7 @@ class MeshSize(Strict):
 class CubePort(Strict):
     """Where an IO-chiplet UCIe PHY attaches to a cube's shoreline port."""
 
-    cube: tuple[int, int]
+    cube: tuple[Int, Int]
     side: Literal["N", "S", "E", "W"]
     phy: str = Field(pattern=r"^P[0-9]+$")
     distance_mm: NonNegativeFloat
@@ -125,8 +152,8 @@ class Ucie(Strict):
 
 
 class Placement(Strict):
-    m_cpu_mm: tuple[float, float]
-    sram_mm: tuple[float, float]
+    m_cpu_mm: tuple[Float, Float]
+    sram_mm: tuple[Float, Float]
 
 
 class CubeLayout(Strict):
@@ -144,7 +171,7 @@ class Hbm(Strict):
     total_gib_per_cube: PositiveInt
     pcs_per_pe: PositiveInt
     burst_bytes: PositiveInt
-    efficiency: float = Field(gt=0.0, le=1.0)
+    efficiency: Float = Field(gt=0.0, le=1.0)
     switch_penalty_ns: NonNegativeFloat
     mapping_mode: Literal["n_to_one"]
     # When a PE DMA read's response leaves the controller (docs/gemm.md "Pipeline DMA"): ``accepted``, once the

@@ -3,24 +3,40 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, clip
 
 _SUFFIX = {"": 1, "B": 1, "KB": 1000, "MB": 10**6, "GB": 10**9, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30,
            "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 _GEOM = re.compile(r"\s*geom\(\s*([^,]+?)\s*,\s*([^,]+?)\s*,\s*[xX]\s*(\d+(?:\.\d+)?)\s*\)\s*")
 
 
+MAX_BYTES = 1 << 40   # 1 TiB: the largest size kbfast takes (far beyond any cube's HBM; 2^63 overflowed the arrays)
+
+
 def parse_size(text: str | int) -> int:
-    """Bytes from ``4096``, ``16KiB``, ``1MiB``, ``96KB`` (KB = 1000 B, KiB = 1024 B)."""
+    """Bytes from ``4096``, ``16KiB``, ``1MiB``, ``96KB`` (KB = 1000 B, KiB = 1024 B), at most 1 TiB."""
+    shown = clip(repr(text), 60)
+    if isinstance(text, bool):
+        raise KbfastError(f"size {shown} is not a size; use bytes or a suffix: 256B, 16KiB, 1MiB, 96KB")
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).upper() if m else None
     if m is None or unit not in _SUFFIX:
-        raise KbfastError(f"size {text!r} is not understood; use bytes or a suffix: 256B, 16KiB, 1MiB, 96KB")
-    value = float(m.group(1)) * _SUFFIX[unit]
-    if value != int(value) or value < 0:
-        raise KbfastError(f"size {text!r} is not a whole, non-negative number of bytes")
-    return int(value)
+        raise KbfastError(f"size {shown} is not understood; use bytes or a suffix: 256B, 16KiB, 1MiB, 96KB")
+    whole, _, frac = m.group(1).partition(".")
+    whole, frac = whole.lstrip("0") or "0", frac.rstrip("0")
+    if len(frac) > 20:
+        raise KbfastError(f"size {shown} is not a whole number of bytes")
+    if len(whole) > 20:   # beyond the limit whatever the unit (and beyond int()'s digit limit)
+        raise KbfastError(f"size {shown} is more than the limit of 1 TiB ({MAX_BYTES:,} bytes)")
+    scaled = Fraction(int(whole) * 10 ** len(frac) + int(frac or 0), 10 ** len(frac)) * _SUFFIX[unit]
+    if scaled.denominator != 1:
+        raise KbfastError(f"size {shown} is not a whole number of bytes")
+    if scaled > MAX_BYTES:
+        raise KbfastError(f"size {shown} is more than the limit of 1 TiB ({MAX_BYTES:,} bytes); "
+                          "sizes are per rank or per issuer, e.g. 1MiB")
+    return int(scaled)
 
 
 def format_size(n: float) -> str:

@@ -15,7 +15,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -50,6 +50,7 @@ class SweepOutcome:
     n_evaluated: int
     wall_s: float
     eval_s: float
+    corrupt: list[Path] = field(default_factory=list)   # parts found unreadable on --resume, set aside
 
     @property
     def n_errors(self) -> int:
@@ -59,18 +60,32 @@ class SweepOutcome:
 def atomic_write(df: pd.DataFrame, path: Path) -> None:
     """Write ``df`` as Parquet or CSV (by suffix) to a temp file beside ``path``, then rename it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    if path.suffix == ".csv":
-        df.to_csv(tmp, index=False)
-    else:
-        df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        if path.suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise KbfastError(f"cannot write {path} ({err.strerror or err}); what finished before is saved in "
+                          f"{path.parent}, so free space or fix the folder and run again with --resume") from None
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A results table written by ``atomic_write`` (Parquet or CSV by suffix)."""
+    """A results table written by ``atomic_write`` (Parquet or CSV by suffix); a missing, empty or unreadable
+    file is a KbfastError naming it."""
     if not path.is_file():
-        raise KbfastError(f"{path}: no such results file")
-    return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        raise KbfastError(f"{path}: no such results file; give the results.parquet or results.csv of a sweep")
+    if path.stat().st_size == 0:
+        raise KbfastError(f"{path}: the file is empty; give the results.parquet or results.csv of a sweep")
+    kind = "CSV" if path.suffix == ".csv" else "Parquet"
+    try:
+        return pd.read_csv(path) if kind == "CSV" else pd.read_parquet(path)
+    except Exception as err:   # pyarrow, pandas and codec errors: the file is not a table kbfast wrote
+        reason = str(err).split("\n")[0][:200]
+        raise KbfastError(f"{path}: not a readable {kind} results table ({type(err).__name__}: {reason}); give "
+                          "the results.parquet or results.csv of a sweep (CSV needs the .csv suffix)") from None
 
 
 def _tidy(df: pd.DataFrame) -> pd.DataFrame:
@@ -101,6 +116,31 @@ def _save(parts: Path, batch: Batch, res: BatchResult) -> None:
 def _read_parts(parts: Path, kind: str) -> pd.DataFrame | None:
     files = sorted(parts.glob(f"{kind}-*.parquet"))
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True) if files else None
+
+
+def set_aside_corrupt(parts: Path) -> list[Path]:
+    """Parts that cannot be read back (or a results part without its ``config_hash`` column) are renamed to
+    ``*.corrupt``, with the other parts of their batch removed, so that their points are evaluated again and
+    nothing else is lost.  Returns the corrupt files' new paths."""
+    bad: list[Path] = []
+    for f in sorted(parts.glob("*.parquet")):
+        try:
+            cols = pd.read_parquet(f).columns
+        except Exception:   # pyarrow's errors for a truncated or foreign file
+            bad.append(f)
+            continue
+        if f.name.startswith("results-") and not {"point", "config_hash"} <= set(cols):
+            bad.append(f)
+    moved = []
+    for f in bad:
+        batch = f.name.split("-", 1)[1]
+        for kind in ("results", "links", "pcs"):
+            sibling = parts / f"{kind}-{batch}"
+            if sibling != f and sibling.exists():
+                sibling.unlink()
+        moved.append(f.with_name(f.name + ".corrupt"))
+        os.replace(f, moved[-1])
+    return moved
 
 
 def check_sample(n_points: int, k: int, seed: int) -> set[int]:
@@ -183,6 +223,23 @@ def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
     return order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
 
 
+def check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
+    """A folder that holds a sweep's results (its parts, or a results, links or pcs table) is continued only
+    with ``--resume`` and discarded only with ``--overwrite``; the two exclude each other."""
+    if resume and overwrite:
+        raise KbfastError("--resume and --overwrite exclude each other: --resume keeps the saved points, "
+                          "--overwrite discards them; drop one")
+    if resume or overwrite:
+        return
+    parts = out_dir / "parts"
+    held = ["sweep results"] if parts.is_dir() and any(parts.iterdir()) else []
+    held += [f.name for kind in ("results", "links", "pcs") for f in sorted(out_dir.glob(f"{kind}.*"))
+             if f.suffix in (".parquet", ".csv")]
+    if held:
+        raise KbfastError(f"{out_dir} already holds {held[0]}: pass --resume to finish that sweep, --overwrite to "
+                          "start again, or choose another --out")
+
+
 def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 1, scheduler: str | None = None,
               check: int = 0, resume: bool = False, overwrite: bool = False, exact: bool = False,
               links: bool = False, pcs: bool = False, max_batch: int = 4096,
@@ -196,12 +253,11 @@ def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 
     spec = replace(spec, mode="exact" if exact else spec.mode)
     points = spec.points()
     parts = out_dir / "parts"
-    if parts.exists() and any(parts.iterdir()) and not resume:
-        if not overwrite:
-            raise KbfastError(f"{out_dir} already holds sweep results: pass --resume to finish them, --overwrite to "
-                              "start again, or choose another --out")
+    check_out_dir(out_dir, resume, overwrite)
+    if overwrite and parts.exists():
         shutil.rmtree(parts)
     parts.mkdir(parents=True, exist_ok=True)
+    corrupt = set_aside_corrupt(parts) if resume else []
     saved = _read_parts(parts, "results")
     done = set(saved["config_hash"]) if saved is not None else set()
     pending = [p for p in points if p.config_hash not in done]
@@ -231,4 +287,5 @@ def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 
             files.append(out_dir / f"{kind}.{fmt}")
             atomic_write(table[table["config_hash"].isin(set(results["config_hash"]))].reset_index(drop=True),
                          files[-1])
-    return SweepOutcome(spec, out_dir, results, files, len(points), len(pending), time.perf_counter() - t0, eval_s)
+    return SweepOutcome(spec, out_dir, results, files, len(points), len(pending), time.perf_counter() - t0, eval_s,
+                        corrupt)

@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from kbfast import __version__
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, param_set_path,
-                                  read_param_set)
-from kbfast.config.units import is_geom, parse_geom, parse_size
+                                  parse_yaml, read_param_set, read_text)
+from kbfast.config.units import MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
 from kbfast.workloads.registry import WORKLOADS
@@ -114,7 +113,7 @@ class SweepSpec:
 
 
 def _size(label: str, key: str, value: Any) -> Any:
-    if type(value) is int and value >= 0:
+    if type(value) is int and 0 <= value <= MAX_BYTES:
         return value
     try:
         return parse_size(value)
@@ -373,12 +372,20 @@ def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
     if not isinstance(seed, int):
         raise ConfigError(label, "seed", seed, "the seed must be a whole number")
     return SweepSpec(label=label, name=str(data.get("name") or Path(label).stem), description=str(data.get("description", "")),
-                     topology=str(data.get("topology", DEFAULT_TOPOLOGY)),
+                     topology=_topology_name(label, data.get("topology", DEFAULT_TOPOLOGY)),
                      workload={**WORKLOADS[kind].fields, **workload}, fixed=dict(fixed), axes=axes, seed=seed, mode=mode)
 
 
+def _topology_name(label: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(label, "topology", value, "a topology is a preset name or a topology YAML path",
+                          f"e.g. topology: {DEFAULT_TOPOLOGY}")
+    return value
+
+
 def load_spec(path: str | Path) -> SweepSpec:
-    """Read and validate a sweep spec YAML (a path, or the name of a bundled spec such as ``seed36``)."""
+    """Read and validate a sweep spec YAML (a path, or the name of a bundled spec such as ``seed36``); every
+    topology it names must exist and read (:func:`check_topologies`)."""
     path = Path(path)
     bundled = {Path(p).stem: p for p in example_specs()}
     if not path.exists() and str(path) in bundled:
@@ -386,11 +393,49 @@ def load_spec(path: str | Path) -> SweepSpec:
     if not path.is_file():
         raise ConfigError(str(path), "<file>", str(path), "no such sweep spec",
                           did_you_mean(str(path), bundled) or "bundled specs: " + ", ".join(bundled))
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(str(path), "<yaml>", "", f"not valid YAML: {err}") from None
-    return parse_spec(data, str(path))
+    data = parse_yaml(str(path), read_text(path, str(path)), "sweep spec")
+    spec = parse_spec(data, str(path))
+    check_topologies(spec)
+    return spec
+
+
+def _topology_axes(spec: SweepSpec) -> list[tuple[str, list[Any]]]:
+    """(key path, values) of every place the spec names topologies: ``topology`` and each topology axis."""
+    out: list[tuple[str, list[Any]]] = [("topology", [spec.topology])]
+    for gi, group in enumerate(spec.axes):
+        kind, body = next(iter(group.items()))
+        if kind == "zip" and isinstance(body, list):
+            out += [(f"axes.{gi}.zip.{ri}.topology", [row["topology"]]) for ri, row in enumerate(body)
+                    if "topology" in row]
+            continue
+        values = body.get("axes", {}) if kind == "random" else body
+        if "topology" in values:
+            raw = values["topology"]
+            where = f"axes.{gi}.{kind}{'.axes' if kind == 'random' else ''}.topology"
+            out.append((where, raw if isinstance(raw, list) else [raw]))
+    return out
+
+
+def check_topologies(spec: SweepSpec) -> None:
+    """Every topology the spec names exists and reads (its file, YAML and base chain); else a ConfigError
+    naming the spec, the key and the topology, before any point runs.  (A topology whose values are bad
+    still reaches its points, which record the error.)"""
+    folder = str(Path(spec.label).parent)
+    for key, values in _topology_axes(spec):
+        for value in values:
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(spec.label, key, value, "a topology is a preset name or a topology YAML path",
+                                  f"e.g. {DEFAULT_TOPOLOGY} or my_topology.yaml")
+            try:
+                load_raw(resolve_topology(value, folder))
+            except ConfigError as err:
+                missing = err.file == value and err.key in ("<file>", "<preset>") and err.problem.startswith(
+                    ("no such", "unknown"))
+                if missing:
+                    raise ConfigError(spec.label, key, value, f"the topology cannot be read: {err.problem}",
+                                      err.hint) from None
+                raise ConfigError(spec.label, key, None, f"topology {value!r} cannot be read: "
+                                  + str(err).split("\n")[0], err.hint) from None
 
 
 def example_specs() -> list[str]:
