@@ -47,7 +47,8 @@ def fmt_bytes(n: float) -> str:
     """``12.3 GiB``, ``512 MiB``: binary units, 3 significant digits."""
     for unit, scale in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
+            v = n / scale
+            return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
     return f"{int(n)} B"
 
 
