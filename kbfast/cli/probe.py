@@ -18,7 +18,7 @@ from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
-from kbfast.probe import check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
+from kbfast.probe import ProbesStopped, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
@@ -71,7 +71,12 @@ def probe(
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     first_run("exact", *(() if exact else ("fast",)))      # the fast path replays small contended cases exactly
-    df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
+    try:
+        df, stopped = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact), None
+    except ProbesStopped as err:           # print the cases that finished, then the refusal (exit 2)
+        if err.finished.empty:
+            raise err.cause from None
+        df, stopped = err.finished, err.cause
     checks = check_invariants(df)
     if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
@@ -108,6 +113,8 @@ def probe(
         for c in checks:
             mark = "[green]\\[v] PASS[/]" if c.passed else "[red]\\[x] FAIL[/]"
             console.print(f"{mark} {c.name}: {c.detail}", highlight=False)
+    if stopped is not None:
+        raise stopped
     failed = [c for c in checks if not c.passed]
     if failed:
         err_console.print(f"[red]{len(failed)} probe invariant(s) failed[/]: " + "; ".join(c.name for c in failed))
