@@ -314,6 +314,8 @@ class Router:
     def _check_budget(self, keys: np.ndarray, kind: str) -> None:
         """Refuse the trees of many new sources before computing them (kbfast.budget): each holds a SIP's nodes."""
         nps = self.t.layout.nodes_per_sip
+        if (len(keys) + 2) * nps < (1 << 22):          # at most 16 MiB of new trees: not worth a look
+            return
         new = sum((k // nps, k % nps) not in self._rows for k in keys.tolist()) + 2   # + the PCIe rows
         if new * nps < (1 << 22):
             return
