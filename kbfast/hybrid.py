@@ -8,7 +8,8 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
 ``run_hybrid`` therefore evaluates the Program on the fast path first and then, by ``method``:
 
 * ``closed form``: no flow met another; the fast path is exact already;
-* ``exact replay``: flows met, the replay's estimated event count (:func:`replay_events_estimate`) is at
+* ``exact replay``: flows met, the replay's estimated event count (``replay_events_estimate``,
+  kbfast.sim.lowering) is at
   most ``2 x budget`` and the replay finishes within ``budget`` events; the point estimate is the exact
   replay's (per op and per agent), the bounds stay the fast path's;
 * ``fluid``: flows met and the Program is too large to replay within the budget; the fluid estimate stands.
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from kbfast.exact import run_exact
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
+from kbfast.sim.lowering import replay_events_estimate
 from kbfast.fast.evaluate import FastResult, run_fast
-from kbfast.ir import Op, Program
+from kbfast.ir import Program
 
 DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.3 s of replay at the measured 6-10 M events/s
 METHODS = ("closed form", "exact replay", "fluid")
@@ -45,30 +45,6 @@ class HybridResult:
         if name.startswith("__") or name == "fast":
             raise AttributeError(name)
         return getattr(self.fast, name)
-
-
-def replay_events_estimate(p: Program) -> int:
-    """Roughly the events an exact replay of ``p`` takes: one per flit per edge of every payload route.
-
-    A DMA's flits cross its payload route (forward; the reverse one for a host read), its zero-byte
-    completion the other route once; a SEND's flits cross its channel's route and its credit comes back
-    over about as many edges; every op adds a few agent events.  Measured on the probe catalogue and the
-    all-reduces, the replay takes 50-100 % of this; the estimate only decides whether to try.
-    """
-    flit = p.tables.spec.fabric.flit_bytes
-    flits = np.maximum((p.op_nbytes + flit - 1) // flit, 1)
-    length = np.diff(p.route_ptr)
-    total = 4 * p.n_ops
-    dma = np.flatnonzero(p.op_route >= 0)
-    if len(dma):
-        total += int((flits[dma] * (length[p.op_route[dma]] + 1)).sum())
-        back = p.op_rroute[dma]
-        total += int(length[back[back >= 0]].sum())
-    sends = np.flatnonzero(p.op_code == Op.SEND)
-    if len(sends):
-        hops = length[p.channels.route[p.op_target[sends]]] + 1
-        total += int(((flits[sends] + 1) * hops).sum())
-    return total
 
 
 def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast.bottleneck import bottleneck
+from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.hybrid import run_hybrid
@@ -113,15 +114,35 @@ def breakdown_column(category: str) -> str:
 
 def run_probes(t: Tables, router: Router, cases: list[ProbeCase], sizes: list[int],
                evaluate: Evaluator = exact_evaluator, compare: bool = False) -> pd.DataFrame:
-    """One row per (case, size); ``compare`` adds the exact replay's figures and the relative error."""
-    rows = [evaluate_case(t, router, c, n, evaluate) for n in sizes for c in cases]
-    if compare:
-        for row, (n, c) in zip(rows, [(n, c) for n in sizes for c in cases]):
-            ex = evaluate_case(t, router, c, n, exact_evaluator)
-            row["exact_latency_ns"] = ex["latency_ns"]
-            row["exact_makespan_ns"] = ex["makespan_ns"]
-            row["rel_error"] = rel_error(row["makespan_ns"], ex["makespan_ns"])
-    df = pd.DataFrame(rows)
+    """One row per (case, size); ``compare`` adds the exact replay's figures and the relative error.  A case
+    refused on the way (a KbfastError, e.g. over the memory budget) raises :class:`ProbesStopped`, which
+    carries the rows finished before it."""
+    rows: list[dict] = []
+    try:
+        for n in sizes:
+            for c in cases:
+                row = evaluate_case(t, router, c, n, evaluate)
+                if compare:
+                    ex = evaluate_case(t, router, c, n, exact_evaluator)
+                    row["exact_latency_ns"] = ex["latency_ns"]
+                    row["exact_makespan_ns"] = ex["makespan_ns"]
+                    row["rel_error"] = rel_error(row["makespan_ns"], ex["makespan_ns"])
+                rows.append(row)
+    except KbfastError as err:
+        raise ProbesStopped(_frame(rows), err) from None
+    return _frame(rows)
+
+
+class ProbesStopped(KbfastError):
+    """A probe case was refused: ``finished`` holds the rows done before it, ``cause`` the refusal."""
+
+    def __init__(self, finished: pd.DataFrame, cause: KbfastError):
+        super().__init__(str(cause))
+        self.finished, self.cause, self.exit_code = finished, cause, cause.exit_code
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    df = pd.DataFrame(rows, columns=None if rows else COLUMNS)
     for col in map(breakdown_column, BREAKDOWN):
         if col not in df:
             df[col] = np.nan

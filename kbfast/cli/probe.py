@@ -23,7 +23,7 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.trace import write_trace
-from kbfast.probe import check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
+from kbfast.probe import ProbesStopped, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
@@ -160,7 +160,12 @@ def probe(
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     first_run("exact", *(() if exact else ("fast",)))      # the fast path replays small contended cases exactly
-    df = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact)
+    try:
+        df, stopped = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact), None
+    except ProbesStopped as err:           # print the cases that finished, then the refusal (exit 2)
+        if err.finished.empty:
+            raise err.cause from None
+        df, stopped = err.finished, err.cause
     checks = check_invariants(df)
     if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
@@ -173,6 +178,8 @@ def probe(
         for c in checks:
             mark = "[green]\\[v] PASS[/]" if c.passed else "[red]\\[x] FAIL[/]"
             console.print(f"{mark} {c.name}: {c.detail}", highlight=False)
+    if stopped is not None:
+        raise stopped
     if links is not None or pcs is not None or heatmap is not None:
         _resource_outputs(t, router, chosen, sizes, exact, links, pcs, heatmap)
     failed = [c for c in checks if not c.passed]

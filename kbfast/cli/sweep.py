@@ -19,7 +19,7 @@ from kbfast.errors import KbfastError, did_you_mean
 from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
 from kbfast.sweep.batches import make_batches
 from kbfast.sweep.runner import check_out_dir, check_sample, order_columns, read_table, run_local, run_sweep
-from kbfast.sweep.spec import example_specs, load_spec
+from kbfast.sweep.spec import CONFIRM_POINTS, example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
 
@@ -31,6 +31,8 @@ class Fmt(str, Enum):
 SpecArg = Annotated[str, typer.Argument(help="Sweep spec YAML, or a bundled spec: "
                                              + ", ".join(sorted(Path(p).stem for p in example_specs())) + ".")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Local worker processes.")]
+YesOpt = Annotated[bool, typer.Option("--yes", help=f"Run a spec of more than {CONFIRM_POINTS:,} points "
+                                                    "(refused without it).")]
 
 
 @contextmanager
@@ -89,10 +91,12 @@ def sweep(
     links: Annotated[bool, typer.Option("--links", help="Also write links.<fmt>: per point and edge.")] = False,
     pcs: Annotated[bool, typer.Option("--pcs", help="Also write pcs.<fmt>: per point, controller and PC.")] = False,
     plots: Annotated[bool, typer.Option(help="Write the default plots.")] = True,
+    yes: YesOpt = False,
 ) -> None:
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
     check_count(check, "--check", 0, "how many points to replay exactly (0: none)")
     s = load_spec(spec)
+    s.check_size(yes)
     out = out or Path("results") / s.name
     check_out_dir(out, resume, overwrite)
     writable(out, "--out", folder=True)
@@ -127,11 +131,13 @@ def check(
     seed: Annotated[int | None, typer.Option(help="Sample seed (default: the spec's).")] = None,
     jobs: JobsOpt = 1,
     out: Annotated[Path | None, typer.Option(help="Also write the parity table as CSV.")] = None,
+    yes: YesOpt = False,
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
     check_count(sample, "--sample", 1, "how many points to cross-check")
     writable(out, "--out")
     s = load_spec(spec)
+    s.check_size(yes)
     points = s.points()
     chosen = check_sample(len(points), sample, s.seed if seed is None else seed)
     picked = [p for p in points if p.index in chosen]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -9,18 +10,19 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from kbfast import budget
 from kbfast.errors import KbfastError
 from kbfast.exact import engine
 from kbfast.ir import Program
 from kbfast.sim import heap
 from kbfast.sim.diagnostics import ReplayBudgetExceeded, ReplayDeadlock, blocked_report, check_consumed
-from kbfast.sim.lowering import estimate_memory_bytes, heap_capacity, lower, vc_edges
+from kbfast.sim.lowering import estimate_memory_bytes, heap_capacity, lower, replay_events_estimate, vc_edges
 from kbfast.sim.result import Result
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
 DEFAULT_MAX_EVENTS = 2_000_000_000
-DEFAULT_MAX_MEMORY_BYTES = 8 << 30
+ANNOUNCE_S = 5.0          # a replay estimated longer than this says so on a terminal's stderr
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +81,10 @@ def _names(t, nodes: np.ndarray) -> list[str]:
 
 
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
-              max_memory_bytes: int = DEFAULT_MAX_MEMORY_BYTES) -> ExactResult:
-    """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate.
+              max_memory_bytes: int | None = None) -> ExactResult:
+    """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate (against
+    ``max_memory_bytes``, else the memory limit of kbfast.budget).  A replay estimated to take more than
+    ``ANNOUNCE_S`` says so on stderr when stderr is a terminal (:func:`_announce`).
 
     >>> from kbfast import Router, build_tables, load_system, pe2pe
     >>> t = build_tables(load_system())
@@ -89,7 +93,10 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     True
     """
     need = estimate_memory_bytes(p)
-    if need > max_memory_bytes:
+    if max_memory_bytes is None:
+        budget.check(f"the exact replay of {p.name} ({p.n_ops:,} ops)", need,
+                     "use the fast path (drop --exact), or a smaller size or topology")
+    elif need > max_memory_bytes:
         raise KbfastError(f"exact replay of {p.name!r} would need about {need / 2**30:.1f} GiB "
                           f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
     spec = p.tables.spec
@@ -97,11 +104,14 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     low = lower(p)
     c = low.compact
     vc_w = np.array([spec.pe.vc_weights.compute, spec.pe.vc_weights.comm], np.int64)
+    note = _announce(p)
     t0 = time.perf_counter()
     status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog = engine.replay(
         low.fabric, low.hbm, low.prog, low.routes, vc_edges(p, c.edges), vc_w, np.int64(max_events),
         np.int64(heap_capacity(p)))
     wall = time.perf_counter() - t0
+    if note:
+        _stderr(f"exact replay of {p.name}: {int(n_events):,} events in {budget.fmt_seconds(wall)}")
     if status == engine.BUDGET:
         raise ReplayBudgetExceeded(f"exact replay of {p.name!r} exceeded its budget of {max_events:,} events; "
                                    "raise max_events if the workload really is this large")
@@ -111,6 +121,27 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
     return ExactResult(program=p, n_events=int(n_events), wall_s=wall, agent_finish_ns=S.a_finish,
                        op_issue_ns=S.op_issue, op_begin_ns=S.op_begin, op_end_ns=S.op_end, compact=c,
                        edge_stats=(e_bytes, e_busy, e_peak), pc_stats=(pc_commits, pc_busy, pc_backlog))
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _announce(p: Program) -> bool:
+    """Before a long replay (estimated from its events, kbfast.budget.exact_seconds), say on stderr how long it
+    should take and when it should end: the Numba kernel runs in one call that holds the interpreter, so no
+    live progress can be drawn while it runs.  Only when stderr is a terminal: piped output stays clean."""
+    if not sys.stderr.isatty():
+        return False
+    events = replay_events_estimate(p)
+    secs = budget.exact_seconds(events)
+    if secs < ANNOUNCE_S:
+        return False
+    end = time.strftime("%H:%M:%S", time.localtime(time.time() + secs))
+    _stderr(f"exact replay of {p.name}: about {events:,} events, about {budget.fmt_seconds(secs)} "
+            f"(until about {end}; no progress is drawn while the kernel runs)")
+    return True
 
 
 def _check_limits(p: Program) -> None:

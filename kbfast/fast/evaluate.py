@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
+from kbfast import budget
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import BoundTables, interference
 from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, schedule
@@ -403,6 +404,8 @@ def run_fast(p: Program) -> FastResult:
     >>> r.makespan_lo_ns <= r.makespan_ns <= r.makespan_hi_ns
     True
     """
+    budget.check(f"the fast path on {p.name} ({p.n_ops:,} ops)", budget.fast_bytes(p.n_ops, len(p.route_edges)),
+                 "use a smaller topology, size or workload")
     t0 = time.perf_counter()
     plan = plan_fast(p)
     data_route, args, share = plan.data_route, plan.kernel_inputs, plan.share

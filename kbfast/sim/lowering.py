@@ -115,6 +115,30 @@ def estimate_memory_bytes(p: Program) -> int:
     return 200 * p.n_ops + 64 * len(p.route_edges) + 80 * (flits + p.n_ops + p.n_agents)
 
 
+def replay_events_estimate(p: Program) -> int:
+    """Roughly the events an exact replay of ``p`` takes: one per flit per edge of every payload route.
+
+    A DMA's flits cross its payload route (forward; the reverse one for a host read), its zero-byte
+    completion the other route once; a SEND's flits cross its channel's route and its credit comes back
+    over about as many edges; every op adds a few agent events.  Measured on the probe catalogue and the
+    all-reduces, the replay takes 50-100 % of this; the estimate only decides whether to try.
+    """
+    flit = p.tables.spec.fabric.flit_bytes
+    flits = np.maximum((p.op_nbytes + flit - 1) // flit, 1)
+    length = np.diff(p.route_ptr)
+    total = 4 * p.n_ops
+    dma = np.flatnonzero(p.op_route >= 0)
+    if len(dma):
+        total += int((flits[dma] * (length[p.op_route[dma]] + 1)).sum())
+        back = p.op_rroute[dma]
+        total += int(length[back[back >= 0]].sum())
+    sends = np.flatnonzero(p.op_code == Op.SEND)
+    if len(sends):
+        hops = length[p.channels.route[p.op_target[sends]]] + 1
+        total += int(((flits[sends] + 1) * hops).sum())
+    return total
+
+
 def make_prog(p) -> Prog:
     """Pack a Program's arrays for the kernels (channels included)."""
     ch = p.channels

@@ -9,12 +9,15 @@ evaluates the rest.  At the end the parts are joined, in point order, into
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -152,18 +155,52 @@ def check_sample(n_points: int, k: int, seed: int) -> set[int]:
 
 
 def run_local(batches: list[Batch], jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
-    """Evaluate batches in this process (``jobs`` = 1) or on spawned worker processes; yield them as they finish."""
+    """Evaluate batches in this process (``jobs`` = 1) or on spawned worker processes; yield them as they finish.
+
+    Workers ignore Ctrl-C and die with this process (:func:`_worker_init`); when the caller stops early (Ctrl-C,
+    an error, or closing this generator) they are terminated at once, so what is running is dropped and what
+    finished is already saved."""
     if jobs <= 1:
         for b in batches:
             yield b, evaluate_batch(b)
         return
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
-    futures = {pool.submit(evaluate_batch, b): b for b in batches}
+    pool = get_context("spawn").Pool(min(jobs, max(len(batches), 1)), initializer=_worker_init,
+                                     initargs=(os.getpid(),))
     try:
-        for fut in as_completed(futures):
-            yield futures[fut], fut.result()
-    finally:   # on Ctrl-C do not wait for the running batches: what finished is saved already
-        pool.shutdown(wait=False, cancel_futures=True)
+        for i, res in pool.imap_unordered(_evaluate_nth, list(enumerate(batches))):
+            yield batches[i], res
+    finally:
+        pool.terminate()        # SIGTERM: a worker inside a kernel stops at once
+        pool.join()
+
+
+def _evaluate_nth(item: tuple[int, Batch]) -> tuple[int, BatchResult]:
+    return item[0], evaluate_batch(item[1])
+
+
+PARENT_POLL_S = 0.5
+
+
+def _worker_init(parent: int) -> None:
+    """A pool worker: Ctrl-C is the parent's to handle (it terminates the pool), and the worker exits when the
+    parent dies, even by SIGKILL: Linux's PR_SET_PDEATHSIG delivers SIGKILL then (even inside a Numba kernel),
+    and a watchdog thread exits when the parent process id changes (other systems, or a worker started after
+    its parent died)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)   # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), name="kbfast-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _run_dask(batches: list[Batch], scheduler: str, jobs: int) -> Iterator[tuple[Batch, BatchResult]]:

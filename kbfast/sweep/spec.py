@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -32,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from kbfast import __version__
+from kbfast import __version__, budget
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, param_set_path,
                                   parse_yaml, read_param_set, read_text)
-from kbfast.config.units import MAX_BYTES, is_geom, parse_geom, parse_size
+from kbfast.config.units import _GEOM, MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
 from kbfast.workloads.registry import WORKLOADS
@@ -44,6 +45,9 @@ from kbfast.workloads.registry import WORKLOADS
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
 MODES = ("fast", "exact")
 GROUPS = ("grid", "zip", "random")
+CONFIRM_POINTS = 1_000_000      # a sweep with more points runs only with --yes
+POINT_BYTES = 2048              # an expanded point and its rows (about 1.2 KB measured for mixed_1e5's points)
+POINT_SECONDS = 25e-6           # to expand one point (2.4 s for mixed_1e5's 10^5)
 DISTRIBUTIONS = ("uniform", "log_uniform")
 
 
@@ -78,8 +82,30 @@ class SweepSpec:
     def axis_keys(self) -> list[str]:
         return [k for group in self.axes for k in _group_values(group)]
 
+    def count_points(self) -> int:
+        """How many points :meth:`points` gives, counted from the axes without expanding them."""
+        n = 1
+        for group in self.axes:
+            n *= _count_group(group)
+        return n
+
+    def check_size(self, yes: bool = False) -> int:
+        """The point count, refused when expanding it would not fit in memory (kbfast.budget) or, without
+        ``yes`` (``--yes``), when it exceeds ``CONFIRM_POINTS``."""
+        n = self.count_points()
+        budget.check(f"{self.label}: expanding its {n:,} points", n * POINT_BYTES,
+                     "narrow the axes (fewer values per grid axis, a smaller random n)")
+        if n > CONFIRM_POINTS and not yes:
+            raise KbfastError(f"{self.label}: the axes give {n:,} points, more than {CONFIRM_POINTS:,}; "
+                              f"expanding them alone takes about {budget.fmt_bytes(n * POINT_BYTES)} and "
+                              f"{budget.fmt_seconds(n * POINT_SECONDS)}.\n  hint: pass --yes to run them all, or "
+                              "narrow the axes (fewer values per grid axis, a smaller random n)")
+        return n
+
     def points(self) -> list[Point]:
-        """Every point, in a fixed order (the product of the groups, the first varying slowest)."""
+        """Every point, in a fixed order (the product of the groups, the first varying slowest); the count is
+        checked against the memory budget first (:meth:`check_size`, without the --yes threshold)."""
+        self.check_size(yes=True)
         rows: list[dict[str, Any]] = [{}]
         for gi, group in enumerate(self.axes):
             expanded = _expand(self.label, gi, group, self.seed)
@@ -236,6 +262,35 @@ def _values(label: str, key: str, raw: Any) -> list[Any]:
     if not values:
         raise ConfigError(label, key, raw, "an axis needs at least one value")
     return values
+
+
+def _count_values(raw: Any) -> int:
+    """How many values ``_values`` gives for ``raw``, without listing a geometric range (an invalid one counts
+    1: expanding it reports the error)."""
+    if is_geom(raw):
+        m = _GEOM.fullmatch(raw)
+        try:
+            start, stop, factor = parse_size(m.group(1)), parse_size(m.group(2)), float(m.group(3))
+        except (AttributeError, KbfastError, ValueError):
+            return 1
+        if start <= 0 or stop < start or factor <= 1:
+            return 1
+        return int(math.floor(math.log(stop * (1 + 1e-12) / start) / math.log(factor))) + 1
+    return len(raw) if isinstance(raw, list) else 1
+
+
+def _count_group(group: dict[str, Any]) -> int:
+    """How many rows ``_expand`` gives for one axis group (grid: the product; zip: the longest list or the
+    rows; random: n), counted arithmetically."""
+    kind = next(iter(group))
+    body = group[kind]
+    if kind == "grid":
+        return math.prod(_count_values(v) for v in body.values())
+    if kind == "zip":
+        if isinstance(body, list):
+            return len(body)
+        return max((_count_values(v) for v in body.values()), default=0)
+    return int(body["n"])
 
 
 def _expand(label: str, gi: int, group: dict[str, Any], seed: int) -> list[dict[str, Any]]:

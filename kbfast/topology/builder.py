@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from kbfast import budget
 from kbfast.config.schema import SystemSpec
 from kbfast.topology.floorplan import PORTS, FloorPlan, build_floorplan
 from kbfast.topology.kinds import FLIT_AWARE, OVERHEAD_KEY, PE_BLOCK_KINDS, PE_BLOCKS, EdgeKind, NodeKind
@@ -216,6 +217,7 @@ def build_tables(spec: SystemSpec) -> Tables:
     cube_base = lambda c: nio + c * npc  # noqa: E731  (SIP-local)
     cube_local = {n: i for i, n in enumerate(cube.names)}
     io_local = {n: i for i, n in enumerate(io.names)}
+    _check_budget(spec, npc, nio, len(cube.src), len(io.src))
 
     # SIP-level edges: IO PHYs to shoreline ports, then UCIe seams (vertical first).
     s = _Template()
@@ -282,6 +284,16 @@ def build_tables(spec: SystemSpec) -> Tables:
                   cube_names=tuple(cube.names), io_names=tuple(io.names),
                   sip_edge_src=sip_src.astype(np.int32), sip_edge_dst=sip_dst.astype(np.int32),
                   sip_edge_kind=sip_kind, sip_edge_mm=sip_mm, sip_edge_rev=_reverse_ids(sip_src, sip_dst, nps))
+
+
+def _check_budget(spec: SystemSpec, npc: int, nio: int, epc: int, eio: int) -> None:
+    """Refuse tables that would not fit in memory (kbfast.budget), from the template sizes and the counts."""
+    n_sips, n_cubes = spec.sips.count, spec.sip.cube_mesh.w * spec.sip.cube_mesh.h
+    seams = 4 * n_cubes + 2 * len(spec.sip.io_chiplets[0].cube_ports)
+    n_nodes, n_edges = 1 + n_sips * (nio + n_cubes * npc), n_sips * (eio + n_cubes * epc + seams + 2)
+    budget.check(f"the topology tables of {n_sips:,} SIPs x {n_cubes:,} cubes ({n_nodes:,} nodes, {n_edges:,} edges)",
+                 budget.topology_bytes(n_nodes, n_edges),
+                 "use fewer SIPs (sips.count) or a smaller cube mesh (sip.cube_mesh.w, sip.cube_mesh.h)")
 
 
 def _reverse_ids(src: np.ndarray, dst: np.ndarray, n_nodes: int) -> np.ndarray:

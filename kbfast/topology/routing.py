@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from kbfast import budget
 from kbfast.errors import RoutingError
 from kbfast.topology.builder import Tables
 from kbfast.topology.kinds import EXCLUDED_KINDS, PE_BLOCKS, EdgeKind, Graph
@@ -310,6 +311,19 @@ class Router:
             self._preds.append(pred)
         return row
 
+    def _check_budget(self, keys: np.ndarray, kind: str) -> None:
+        """Refuse the trees of many new sources before computing them (kbfast.budget): each holds a SIP's nodes."""
+        nps = self.t.layout.nodes_per_sip
+        if (len(keys) + 2) * nps < (1 << 22):          # at most 16 MiB of new trees: not worth a look
+            return
+        new = sum((k // nps, k % nps) not in self._rows for k in keys.tolist()) + 2   # + the PCIe rows
+        if new * nps < (1 << 22):
+            return
+        budget.check(f"the {kind} routes from {new:,} sources ({new:,} shortest-path trees over "
+                     f"{nps:,} nodes of a SIP)", budget.routing_bytes(new, len(self._preds), nps),
+                     "use a smaller cube mesh (sip.cube_mesh.w, sip.cube_mesh.h) or fewer ranks (a workload on "
+                     "pe0 of each cube, ranks=cube_pe0)", seconds=budget.routing_seconds(new, nps))
+
     def _graphs(self, kind: str, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """The adjacency graph per pair for a route kind (spec_fabric §4.2 public calls)."""
         lay = self.t.layout
@@ -341,6 +355,7 @@ class Router:
         sip_b, loc_b = np.divmod(dst - 1, lay.nodes_per_sip)
         cross = sip_a != sip_b
         keys, inverse = np.unique(graphs * lay.nodes_per_sip + loc_a, return_inverse=True)
+        self._check_budget(keys, kind)
         row_a = np.array([self._row(Graph(k // lay.nodes_per_sip), k % lay.nodes_per_sip) for k in keys],
                          np.int64)[inverse]
         row_b = np.full(len(src), -1, np.int64)

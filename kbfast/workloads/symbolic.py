@@ -16,6 +16,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 
+from kbfast import budget
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring
@@ -245,9 +246,14 @@ def _trace_and_replay(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel,
     emits = np.array([sum(o not in (8, 9) for o in tp.op) for tp in tpls], np.int64)
     sends = np.array([sum(o == _SEND for o in tp.op) for tp in tpls], np.int64)
     L = len(wiring.labels)
+    n_emit = int(per_tpl @ emits)
+    budget.check(f"generating {b.name} on {n:,} ranks ({n_emit:,} ops)",
+                 budget.program_bytes(n_emit) + 16 * n * ((n + 63) // 64),      # + the symbolic check's bitsets
+                 "use fewer ranks (fewer SIPs or cubes, or ranks=cube_pe0) or an algorithm with fewer messages "
+                 "per rank")
     res = replay(n, L, tpl_of, ar["ptr"], ar["op"], ar["label"], ar["val"], ar["a"], ar["b"], ar["phase"],
                  ar["kill_ptr"], ar["kill"], ar["n_values"], ar["ret"], wiring.peer, wiring.inbound,
-                 len(phases), int(per_tpl @ emits), int(per_tpl @ sends))
+                 len(phases), n_emit, int(per_tpl @ sends))
     err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst, phase_order, last, pc = res
     bad = err_ranks.tolist()
     if err == E_TWICE:
