@@ -196,15 +196,14 @@ def order_columns(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
     """Inputs (axis keys, then the standard and workload columns), metrics, errors and checks, provenance;
     floats without float noise (kbfast.report.formats.clean_columns).  An axis that restates a standard or
     workload column (``workload.<field>`` is ``<field>``, ``ipcq.n_slots`` is ``n_slots``, ``sips.count``
-    is ``n_sips``: RESTATED) is not repeated: the short column keeps the value, so every sweep of a
-    workload has the same input columns."""
+    is ``n_sips``: RESTATED) is not repeated when the short column holds the same value on every row, so
+    every sweep of a workload has the same input columns."""
     for key in spec.axis_keys:
         short = key.split(".", 1)[1] if key.startswith("workload.") else RESTATED.get(key)
         if key in df and short in df and key != short:
             a, b = df[key], df[short]
-            both = a.notna() & b.notna()
-            if (a[both].astype(str) == b[both].astype(str)).all():
-                df = df.assign(**{short: b.where(b.notna(), a)}).drop(columns=[key])
+            if (a.isna() | (b.notna() & (a.astype(str) == b.astype(str)))).all():   # else (a point failed
+                df = df.drop(columns=[key])                                          # before resolving) keep both
     first = ["point", *[k for k in spec.axis_keys if k not in STANDARD], *STANDARD, *WORKLOAD_COLUMNS]
     last = ["error", *CHECK_COLUMNS, "check_error", *PROVENANCE]
     middle = [*METRICS]
