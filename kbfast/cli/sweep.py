@@ -18,7 +18,7 @@ from kbfast.cli.common import console, err_console, first_run, user_errors
 from kbfast.config.units import format_size
 from kbfast.report.formats import count, num, pct
 from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, plot_xy, series_columns,
-                                 summary_table, table_view, write_summary)
+                                 summary_table, table_view, wrap_name, write_summary)
 from kbfast.sweep.batches import make_batches
 from kbfast.sweep.runner import check_sample, ignored_axes, order_columns, read_table, run_local, run_sweep
 from kbfast.sweep.spec import example_specs, load_spec
@@ -69,8 +69,11 @@ def _print_table(df: pd.DataFrame, title: str, digits: int = 3, caption: str | N
     series puts each input's value on its own line) and cells that fold, never cut."""
     lines, _, rows, right = table_view(df, digits)
     table = Table(title=title, caption=caption, caption_justify="left")
+    # a long name breaks after its dots and underscores, a line per input level; what still does not fit
+    # the console folds (wraps), never cut
     for head, r in zip(lines, right):
-        table.add_column("\n".join(head), justify="right" if r else "left", overflow="fold")
+        wrapped = ["\n".join(wrap_name(h)) if len(h) > 12 and " " not in h else h for h in head]
+        table.add_column("\n".join(wrapped), justify="right" if r else "left", overflow="fold")
     for row in rows:
         table.add_row(*row)
     console.print(table)

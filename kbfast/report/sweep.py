@@ -12,6 +12,7 @@ names them in its title.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -137,8 +138,8 @@ def check_text(chk: dict[str, float]) -> dict[str, str]:
 
 
 def latency_unit(ns: pd.Series) -> tuple[str, float]:
-    """(unit, ns per unit) for a latency table: µs, or ms when a latency reaches 1 ms."""
-    return ("ms", 1e6) if len(ns) and ns.max() >= 1e6 else ("µs", 1e3)
+    """(unit, ns per unit) for a latency table: µs, or ms when the median latency reaches 1 ms."""
+    return ("ms", 1e6) if len(ns) and ns.median() >= 1e6 else ("µs", 1e3)
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -235,6 +236,19 @@ def table_view(table: pd.DataFrame, digits: int = 3) -> tuple[list[list[str]], l
                  or v is None for v in vals) for vals in values]
     rows = [[cell(vals[r], digits) for vals in values] for r in range(len(table))]
     return lines, md, rows, right
+
+
+def wrap_name(name: str, width: int = 12) -> list[str]:
+    """A column or input name as header lines of about ``width`` characters, broken after a dot, an
+    underscore or a hyphen (``pe.`` / ``gemm_macs_per_ns``); a piece longer than ``width`` stays whole."""
+    pieces = re.findall(r"[^._-]+[._-]?|[._-]", name)
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + len(piece) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    return lines or [name]
 
 
 def markdown(table: pd.DataFrame, digits: int = 3) -> str:
