@@ -64,17 +64,21 @@ def test_sweep_writes_results_summary_and_plots(swept) -> None:
     res, out = swept
     assert res.exit_code == 0, res.output
     text = flat(res.stdout)
-    assert "tiny: latency" in text
-    assert "torus6 (µs)" in text and "ring6 (µs)" in text and "1 KiB" in text and "4 KiB" in text
+    assert "tiny: latency per series" in text and "min, median and max over size" in text
+    assert "tiny: latency by size (µs)" in text
+    assert "torus6" in text and "ring6" in text and "1 KiB" in text and "4 KiB" in text
     assert "fast vs exact: checked points 1" in text
     assert "4 points (4 evaluated)" in text
     assert "Traceback" not in res.output
+    assert "━" not in res.stderr and res.stdout.rstrip().endswith("parity.png")   # no progress bar in a log
     df = pd.read_csv(out / "results.csv")
     assert list(df["point"]) == [0, 1, 2, 3] and df["error"].isna().all()
     assert df["rel_error"].notna().sum() == 1 and df["rel_error"].abs().max() < 0.05
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# Sweep tiny")
-    assert "## Latency" in summary and "## Fast vs exact" in summary and "## Plots" in summary
+    assert "## Latency per series" in summary and "## Latency by size (µs)" in summary
+    assert "## Fast vs exact" in summary and "## Errors (0 points)" in summary and "## Plots" in summary
+    assert "topology=ring6" in summary          # a column of the by-size table names its input
     assert "- points: 4" in summary and "- errors: 0" in summary
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
     assert pngs == ["busbw_vs_size.png", "latency_vs_size.png", "parity.png"]
@@ -118,8 +122,9 @@ def test_check_prints_parity_table(runner: CliRunner, tiny_spec: Path, tmp_path:
     assert res.exit_code == 0, res.output
     text = flat(res.stdout)
     assert "tiny: fast vs exact" in text
-    assert "latency_ns" in text and "exact_latency_ns" in text and "rel_error" in text
+    assert "fast (ns)" in text and "exact (ns)" in text and "in bounds" in text
     assert "checked points 2" in text
+    assert "e+" not in text and re.search(r"[+-]\d+\.\d\d %", text)   # ns with separators, errors in percent
     df = pd.read_csv(csv)
     assert len(df) == 2 and df["exact_latency_ns"].notna().all() and (df["rel_error"].abs() < 0.05).all()
 
@@ -149,3 +154,50 @@ def test_sweep_missing_spec(runner: CliRunner, tmp_path: Path) -> None:
     assert res.exit_code == 2
     err = flat(res.stderr)
     assert "no such sweep spec" in err and "seed36" in err and "Traceback" not in res.output
+
+
+SLOTS = """\
+name: slots
+topology: torus6
+workload: {kind: allreduce, algorithm: lrab}
+axes:
+  - grid:
+      ipcq.buffer_kind: [tcm, sram, hbm]
+      ipcq.n_slots: [1, 4]
+      workload.size: [1KiB, 64KiB]
+"""
+
+
+def test_sweep_tables_read_at_80_columns(tmp_path: Path) -> None:
+    """At 80 columns no header or cell is cut: the by-size table puts each input's value on its own header
+    line; numbers keep kbfast's formats (no 3.000 counts); --check warns about the axis lrab ignores."""
+    spec = tmp_path / "slots.yaml"
+    spec.write_text(SLOTS)
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["sweep", str(spec), "--out", str(tmp_path / "o"),
+                                                         "--check", "2", "--no-plots"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert "buffer_kind" in out and "n_slots" in out
+    header = [line for line in out.splitlines() if "hbm" in line and "sram" in line and "tcm" in line]
+    assert len(header) == 1 and "buffer_kind" in header[0]          # the by-size table's first header line
+    assert re.search(r"│\s+2 │\s+0 │", out)                      # points and failed as counts, not 2.000
+    assert "warning: axis ipcq.n_slots" in flat(res.stderr) and "algorithm=lrab" in flat(res.stderr)
+    df = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    checked = df[df["rel_error"].notna()]
+    assert len(checked) == 2 and (checked["n_slots"] == 1).all()    # one of each n_slots-only class
+    assert "ipcq.n_slots" not in df and "n_slots" in df
+
+
+def test_plot_names_what_it_folds(tmp_path: Path) -> None:
+    """A plot that draws fewer inputs than vary names the folded ones; axis labels carry units."""
+    from kbfast.report.sweep import axis_label, folded_inputs
+
+    df = pd.DataFrame({"workload": "allreduce", "topology": ["a", "a", "b", "b"] * 2, "size": [1024, 4096] * 4,
+                       "buffer_kind": ["tcm"] * 4 + ["hbm"] * 4, "latency_ns": range(8), "error": None})
+    assert folded_inputs(df, "size", ["topology"]) == ["buffer_kind"]
+    assert folded_inputs(df, "size", ["topology", "buffer_kind"]) == []
+    assert axis_label("size", df) == "message size per rank (bytes)"
+    assert axis_label("latency_ns") == "latency (ns)" and axis_label("busbw_gbps") == "bus bandwidth (GB/s)"
+    assert axis_label("link.ucie_conn.bw_gbs") == "link.ucie_conn.bw_gbs (GB/s)"
+    assert axis_label("mystery") == "mystery"

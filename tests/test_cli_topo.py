@@ -58,16 +58,58 @@ def run_error(runner: CliRunner, *args: str) -> str:
 
 
 def test_topo_list(runner):
+    """Every preset, in order, each on a row with its YAML's description."""
     result = run(runner, "topo", "list")
-    assert result.stdout.split() == preset_names()
-    assert "ahbm_2sip" in result.stdout and "torus6" in result.stdout
+    rows = [line.split(None, 1) for line in result.stdout.splitlines()]
+    names = [r[0] for r in rows if r and r[0] in preset_names()]
+    assert names == preset_names()
+    by_name = {r[0]: r[1].strip() for r in rows if len(r) == 2 and r[0] in preset_names()}
+    assert by_name["ring6"] == "6 SIPs as ring_1d"
+    assert by_name["whatif_256"] == "256 SIPs as torus_2d 16x16 (what-if)"
+    assert all(by_name[n] != "-" for n in preset_names())      # every preset has a description
+
+
+def test_topo_list_at_80_columns(runner, monkeypatch):
+    """At 80 columns no description is cut (a long one wraps onto the next line)."""
+    monkeypatch.setattr(common.console, "width", 80)
+    out = run(runner, "topo", "list").stdout
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    assert "star through one PCIe switch" in flat(out)
+
+
+def test_topo_export_loads_like_the_preset(runner, tmp_path):
+    """topo export writes the preset with its bases merged in: the file loads on its own into the same
+    system; it refuses to overwrite a file."""
+    out = tmp_path / "mine.yaml"
+    res = run(runner, "topo", "export", "torus6", "--out", str(out))
+    assert f"written to {out}" in flat(res.stdout)
+    text = out.read_text()
+    assert text.startswith("# kbfast topology exported from torus6.yaml") and "base:" not in text
+    assert load_system(str(out)) == load_system("torus6")
+    printed = run(runner, "topo", "export", "ring6").stdout
+    assert "sips: {count: 6, topology: ring_1d}" in printed and "cube_mesh: {w: 4, h: 4}" in printed
+    assert "the file exists" in run_error(runner, "topo", "export", "torus6", "--out", str(out))
+    assert "unknown topology preset" in run_error(runner, "topo", "export", "torsu6")
 
 
 def test_version_and_help(runner):
     assert run(runner, "--version").stdout.strip() == f"kbfast {__version__}"
     result = run(runner, "topo", "--help")
-    for cmd in ("list", "show", "route"):
+    for cmd in ("list", "show", "route", "export"):
         assert cmd in result.stdout
+
+
+@pytest.mark.parametrize("cmd", [["sweep"], ["check"], ["plot"], ["probe"], ["bench"], ["calibrate"],
+                                 ["run", "allreduce"], ["run", "pe2pe"], ["run", "gemm"], ["run", "model"],
+                                 ["topo", "show"], ["topo", "route"], ["topo", "export"]])
+def test_help_shows_flags_bare(runner, cmd):
+    """Help lists a flag such as --exact without a <bool> value; options that take a value keep their type."""
+    out = run(runner, *cmd, "--help").stdout
+    assert "<bool>" not in out and "--help" in out
+    if cmd == ["run", "allreduce"]:
+        line = next(line for line in out.splitlines() if "--exact" in line)
+        assert "<" not in line.split("--exact", 1)[1].split("Exact")[0]
+        assert "<str>" in out            # --size and the other valued options keep their type
 
 
 # ------------------------------------------------------------------- show
@@ -162,6 +204,19 @@ def test_topo_route_table(runner):
     assert "pe_dma route sip0.cube0.pe0.pe_dma -> sip0.cube0.hbm_ctrl.pe2" in out
     assert "7 edges, transit overhead 12 ns, 11.5 mm" in out
     assert "router_to_hbm" in out
+
+
+def test_topo_route_pe_shorthand_as_destination(runner, monkeypatch):
+    """sip0.cube1.pe0 names the PE's pe_dma on either end; the table (a node per row) fits 80 columns."""
+    info = json.loads(run(runner, "topo", "route", "torus6", "sip0.cube0.pe0", "sip1.cube1.pe0",
+                          "--format", "json").stdout)
+    assert info["nodes"][0] == "sip0.cube0.pe0.pe_dma" and info["nodes"][-1] == "sip1.cube1.pe0.pe_dma"
+    assert info["kind"] == "pe_dma"
+    monkeypatch.setattr(common.console, "width", 80)
+    out = run(runner, "topo", "route", "torus6", "sip0.cube0.pe0", "sip1.cube1.pe0").stdout
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    for node in info["nodes"]:          # every node name whole, on its own row
+        assert f" {node} " in out
 
 
 def test_topo_route_kind_defaults_by_source(runner):

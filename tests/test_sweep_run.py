@@ -12,11 +12,13 @@ import pytest
 from kbfast import __version__
 from kbfast.config import load_system
 from kbfast.errors import KbfastError
-from kbfast.report.sweep import default_plots, summary_table
-from kbfast.sweep.runner import PROVENANCE, SweepInterrupted, SweepOutcome, run_sweep
+from kbfast.report.formats import clean, clean_columns
+from kbfast.report.sweep import default_plots, detail_table, summary_table
+from kbfast.sweep.runner import PROVENANCE, SweepInterrupted, SweepOutcome, check_sample, ignored_axes, run_sweep
 from kbfast.sweep.spec import SweepSpec, parse_spec
 
 METRIC_COLUMNS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "contention")
+SUMMARY_COLUMNS = ["points", "failed", "min (µs)", "median (µs)", "max (µs)"]     # every sweep's summary
 # two topologies -> two batches of four points (a batch holds the points that share a topology)
 TINY = {"name": "tiny", "topology": "torus6", "workload": {"kind": "allreduce", "algorithm": "lrab"},
         "axes": [{"zip": {"topology": ["torus6", "ring6"]}},
@@ -53,7 +55,8 @@ def test_results_parquet(reference: SweepOutcome) -> None:
     assert list(df["topology"]) == ["torus6"] * 4 + ["ring6"] * 4
     assert list(df["sip_topology"]) == ["torus_2d"] * 4 + ["ring_1d"] * 4
     assert list(df["size"]) == [1024, 1024, 4096, 4096] * 2
-    assert list(df["buffer_kind"]) == list(df["ipcq.buffer_kind"]) == ["tcm", "sram"] * 4
+    assert list(df["buffer_kind"]) == ["tcm", "sram"] * 4
+    assert "ipcq.buffer_kind" not in df and "workload.size" not in df     # one column per input
     assert set(PROVENANCE) | set(METRIC_COLUMNS) <= set(df.columns)
     assert (df["kbfast_version"] == __version__).all() and (df["mode"] == "fast").all()
     assert (df["param_set"] == load_system().param_set).all() and (df["seed"] == 0).all()   # the systems' own set
@@ -301,8 +304,10 @@ def test_gemm_sweep_checks_and_plots(tmp_path: Path) -> None:
     out = run_sweep(s, tmp_path / "g", check=6)
     df = out.results
     assert len(df) == 6 and df["error"].notna().sum() == 2
-    assert all(df.loc[df["workload.staging"] == "bad", "error"].str.contains("staging 'bad' is not one of"))
-    ok = df[df["error"].isna()].set_index(["workload.k", "workload.staging"])
+    assert all(df.loc[df["staging"] == "bad", "error"].str.contains("staging 'bad' is not one of"))
+    assert "workload.k" not in df and "workload.staging" not in df                   # one column per input
+    assert list(df.columns[:5]) == ["point", "topology", "sip_topology", "n_sips", "workload"]
+    ok = df[df["error"].isna()].set_index(["k", "staging"])
     assert {"window_ns", "macs_per_ns", "mac_util", "bound_stage", "intensity_macs_per_byte", "busy[dma_read]"} \
         <= set(ok.columns)
     assert ok.loc[(3072, "load_ref"), "window_ns"] == 971.0          # tests/test_gemm_pipeline.py derives it
@@ -310,4 +315,51 @@ def test_gemm_sweep_checks_and_plots(tmp_path: Path) -> None:
     np.testing.assert_allclose(ok["rel_error"], 0.0, atol=1e-12)
     pngs = default_plots(df, tmp_path / "plots")
     assert {p.name for p in pngs} == {"roofline.png", "stages.png", "parity.png"}
-    assert "under-tile" in summary_table(df).columns
+    assert "under-tile" in detail_table(df)[1].columns
+    assert list(summary_table(df).columns) == SUMMARY_COLUMNS
+
+
+def test_results_floats_have_no_noise(reference: SweepOutcome) -> None:
+    """Files keep full precision but no last-bit float noise: every float is its own 12-digit rounding."""
+    df = reference.results
+    floats = [c for c in df.columns if df[c].dtype.kind == "f"]
+    assert {"latency_ns", "busbw_gbps", "effective_bw_gbps"} <= set(floats)
+    for c in floats:
+        vals = df[c].dropna()
+        assert all(v == clean(float(v)) for v in vals), c
+    assert clean_columns(pd.DataFrame({"x": [524856.9999999999, 0.1 + 0.2, np.nan]}))["x"].tolist()[:2] \
+        == [524857.0, 0.3]
+
+
+def test_summary_has_one_shape(reference: SweepOutcome, tmp_path: Path) -> None:
+    """The latency-per-series table has the same columns for an all-reduce and a point-to-point sweep; the
+    inputs it folds are named; pe2pe reports no bus bandwidth."""
+    table = summary_table(reference.results)
+    assert list(table.columns) == SUMMARY_COLUMNS
+    assert list(table.index.names) == ["topology", "buffer_kind"] and table.attrs["folded"] == ["size"]
+    assert (table["points"] == 2).all() and (table["failed"] == 0).all()
+    p2p = run_sweep(small("pe2pe", hop="h3"), tmp_path / "p2p").results
+    assert list(summary_table(p2p).columns) == SUMMARY_COLUMNS
+    assert p2p["busbw_gbps"].isna().all()
+    assert "bus bandwidth" not in " ".join(p.stem for p in default_plots(p2p, tmp_path / "plots"))
+
+
+def test_check_skips_axes_the_workload_ignores() -> None:
+    """lrab reads no ipcq.n_slots: --check draws one of the points that differ only there and warns; the
+    ring algorithm reads it, so every point is eligible."""
+    data = {"topology": "torus6", "workload": {"kind": "allreduce", "algorithm": "lrab"},
+            "axes": [{"grid": {"ipcq.n_slots": [1, 2, 4, 8], "workload.size": ["1KiB", "4KiB"]}}]}
+    lrab = spec(data, "slots.yaml")
+    pts = lrab.points()
+    chosen = check_sample(len(pts), 8, 0, pts)
+    assert len(chosen) == 2 and {pts[i].overrides["ipcq.n_slots"] for i in chosen} == {1}
+    assert set(ignored_axes(lrab, pts)) == {"ipcq.n_slots"}
+    assert "algorithm=lrab" in ignored_axes(lrab, pts)["ipcq.n_slots"]
+    ring = spec({**data, "workload": {"kind": "allreduce", "algorithm": "ring"}}, "slots.yaml")
+    assert len(check_sample(8, 8, 0, ring.points())) == 8 and ignored_axes(ring, ring.points()) == {}
+    assert check_sample(8, 3, 5, ring.points()) == check_sample(8, 3, 5)       # same draw as before
+    gemm = spec({"topology": "ahbm_2sip", "workload": {"kind": "gemm", "m": 32, "n": 32, "k": 32},
+                 "axes": [{"grid": {"ipcq.buffer_kind": ["tcm", "hbm"], "workload.staging": ["ref_ref", "load_ref"]}}]},
+                "g.yaml")
+    assert len(check_sample(4, 4, 0, gemm.points())) == 2
+    assert set(ignored_axes(gemm, gemm.points())) == {"ipcq.buffer_kind"}

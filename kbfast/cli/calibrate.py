@@ -63,9 +63,9 @@ def rows_table(df: pd.DataFrame, modes: list[str], title: str) -> Table:
     """The rows at 80 columns: case, reference, each mode's figure over its error, status."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("case", no_wrap=True)
-    table.add_column("reference", max_width=12)
+    table.add_column("reference", min_width=10, max_width=12, overflow="fold")   # wraps, never cut
     for m in modes:
-        table.add_column(m, max_width=10)
+        table.add_column(m, min_width=8, max_width=10, overflow="fold")
     table.add_column("status", no_wrap=True)
     for _, r in df.iterrows():
         status = {"ok": "[green]ok[/]", "off": "[red]off[/]"}.get(r["status"], r["status"])

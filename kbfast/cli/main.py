@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+import typer.core
 
 from kbfast import __version__
 from kbfast.cli.bench import bench
@@ -11,6 +12,23 @@ from kbfast.cli.probe import probe
 from kbfast.cli.run import run_app
 from kbfast.cli.sweep import check, plot, sweep
 from kbfast.cli.topo import topo_app
+
+def _flags_take_no_value() -> None:
+    """Help shows a flag (``--exact``) bare: recent typer prints a ``<bool>`` type beside every flag, as if
+    it took a value.  Flags are the options with ``is_flag``; every other option keeps its type."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "_kbfast", False):
+        return
+
+    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
+        return "" if getattr(self, "is_flag", False) and self.metavar is None else shown(self, ctx)
+
+    display_type_rich._kbfast = True
+    option.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
 
 app = typer.Typer(
     name="kbfast",

@@ -15,10 +15,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
+from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, did_you_mean
-from kbfast.report.sweep import check_summary, check_text, default_plots, plot_xy, series_columns, summary_table, write_summary
+from kbfast.report.formats import count, num, pct
+from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, plot_xy, series_columns,
+                                 summary_table, table_view, wrap_name, write_summary)
 from kbfast.sweep.batches import make_batches
-from kbfast.sweep.runner import check_out_dir, check_sample, order_columns, read_table, run_local, run_sweep
+from kbfast.sweep.runner import (check_out_dir, check_sample, ignored_axes, order_columns, read_table, run_local,
+                                 run_sweep)
 from kbfast.sweep.spec import CONFIRM_POINTS, example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
@@ -40,7 +44,8 @@ def _progress(label: str) -> Iterator:
     """A rich progress bar (points done / total, points per second, ETA) on stderr; yields the update callback."""
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=err_console, transient=False)
+                   console=err_console, transient=True,           # gone before the results print
+                   disable=not err_console.is_terminal)           # and none in a log file
     state = {"task": None, "t0": time.perf_counter(), "start": 0}
 
     def update(done: int, total: int) -> None:
@@ -63,11 +68,36 @@ def _kernels(s, exact: bool, check: bool) -> list[str]:
     return fast + list(kind.kernels) + (["exact"] if exact or check else [])
 
 
-def _print_table(df: pd.DataFrame, title: str, floatfmt: str = "{:,.3f}") -> None:
-    table = Table(df.index.name or "", *map(str, df.columns), title=title)
-    for idx, row in df.iterrows():
-        table.add_row(str(idx), *[floatfmt.format(v) if isinstance(v, float) else str(v) for v in row])
+def _print_table(df: pd.DataFrame, title: str, digits: int = 3, caption: str | None = None) -> None:
+    """A summary table at the console's width: kbfast's number formats, headers that wrap (a column per
+    series puts each input's value on its own line) and cells that fold, never cut."""
+    lines, _, rows, right = table_view(df, digits)
+    table = Table(title=title, caption=caption, caption_justify="left")
+    # a long name breaks after its dots and underscores, a line per input level; what still does not fit
+    # the console folds (wraps), never cut
+    for head, r in zip(lines, right):
+        wrapped = ["\n".join(wrap_name(h)) if len(h) > 12 and " " not in h else h for h in head]
+        table.add_column("\n".join(wrapped), justify="right" if r else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
+
+
+def _print_summary(df: pd.DataFrame, name: str) -> None:
+    """The latency per series and the workload's own table, as in summary.md."""
+    table = summary_table(df)
+    folded = table.attrs["folded"]
+    _print_table(table, f"{name}: latency per series", caption=f"min, median and max over {', '.join(folded)}" if folded else None)
+    detail = detail_table(df)
+    if detail is not None:
+        _print_table(detail[1], f"{name}: {detail[0]}")
+
+
+def _warn_ignored(s, points) -> None:
+    """Warn about axes the workload ignores: their points give the same result, one of them is checked."""
+    for key, why in ignored_axes(s, points).items():
+        err_console.print(f"[yellow]warning:[/] axis {key}: {why}; its points give the same results, so the "
+                          "cross-check draws one of them", highlight=False)
 
 
 def _print_check(df: pd.DataFrame) -> None:
@@ -101,6 +131,8 @@ def sweep(
     check_out_dir(out, resume, overwrite)
     writable(out, "--out", folder=True)
     first_run(*_kernels(s, exact, check > 0))
+    if check > 0:
+        _warn_ignored(s, s.points())
     with _progress(f"sweep {s.name}") as update:
         res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
                         progress=update)
@@ -110,17 +142,15 @@ def sweep(
     df = res.results
     pngs = default_plots(df, out / "plots") if plots else []
     rate = res.n_evaluated / res.wall_s if res.wall_s > 0 else 0.0
-    facts = {"spec": s.label, "mode": s.mode, "points": res.n_points, "evaluated now": res.n_evaluated,
-             "errors": res.n_errors, "wall time": f"{res.wall_s:.2f} s ({rate:,.0f} points/s)",
+    facts = {"spec": s.label, "mode": s.mode, "points": count(res.n_points), "evaluated now": count(res.n_evaluated),
+             "errors": count(res.n_errors), "wall time": f"{num(res.wall_s, 2)} s ({count(rate)} points/s)",
              "results": ", ".join(str(f) for f in res.files)}
     summary = write_summary(df, out / "summary.md", s.name, facts, pngs)
-    table = summary_table(df)
-    if not table.empty:
-        _print_table(table, f"{s.name}: latency")
+    _print_summary(df, s.name)
     _print_check(df)
     if res.n_errors:
         err_console.print(f"[yellow]{res.n_errors} point(s) failed; their errors are in the 'error' column[/]")
-    console.print(f"{res.n_points} points ({res.n_evaluated} evaluated) in {res.wall_s:.2f} s; "
+    console.print(f"{count(res.n_points)} points ({count(res.n_evaluated)} evaluated) in {num(res.wall_s, 2)} s; "
                   f"written: {', '.join(str(f) for f in [*res.files, summary, *pngs])}")
 
 
@@ -139,7 +169,8 @@ def check(
     s = load_spec(spec)
     s.check_size(yes)
     points = s.points()
-    chosen = check_sample(len(points), sample, s.seed if seed is None else seed)
+    chosen = check_sample(len(points), sample, s.seed if seed is None else seed, points)
+    _warn_ignored(s, points)
     picked = [p for p in points if p.index in chosen]
     rows = []
     first_run(*_kernels(s, False, True))
@@ -149,9 +180,19 @@ def check(
             rows.append(res.rows)
             update(sum(len(r) for r in rows), len(picked))
     df = order_columns(pd.concat(rows, ignore_index=True).sort_values("point"), s).set_index("point")
-    cols = [*series_columns(df, x="size"), "size", "latency_ns", "exact_latency_ns", "rel_error", "exact_in_bounds"]
-    cols += [c for c in ("error", "check_error") if c in df and df[c].notna().any()]
-    _print_table(df[[c for c in cols if c in df]], f"{s.name}: fast vs exact", "{:,.4g}")
+    view = df[[c for c in [*series_columns(df, x="size"), "size"] if c in df]].copy()
+    if "size" in view:
+        view["size"] = [format_size(v) for v in view["size"]]
+    view["fast (ns)"] = [num(v) for v in df["latency_ns"]]
+    view["exact (ns)"] = [num(v) for v in df["exact_latency_ns"]] if "exact_latency_ns" in df else "-"
+    view["error"] = [pct(v) for v in df["rel_error"]] if "rel_error" in df else "-"
+    if "exact_in_bounds" in df:
+        view["in bounds"] = ["-" if v is None or v != v else "yes" if v else "no" for v in df["exact_in_bounds"]]
+    for c in ("error", "check_error"):
+        if c in df and df[c].notna().any():
+            view[f"{c} message" if c == "error" else c] = df[c].fillna("")
+    _print_table(view, f"{s.name}: fast vs exact",
+                 caption="error: (fast - exact) / exact; in bounds: exact inside the fast bounds")
     _print_check(df)
     if out is not None:
         df.reset_index().to_csv(out, index=False)

@@ -11,12 +11,14 @@ from typing import Annotated
 
 import pandas as pd
 import typer
+import yaml
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
+from kbfast.config.loader import load_raw
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import build_tables
@@ -42,9 +44,53 @@ def _fmt_bw(values: list[float | None]) -> str:
 @topo_app.command("list")
 @user_errors
 def list_presets() -> None:
-    """List the topology presets shipped with kbfast."""
+    """List the topology presets shipped with kbfast, with their descriptions."""
+    table = Table("preset", "description", box=box.SIMPLE_HEAD, show_edge=False)
+    table.columns[0].no_wrap = True
+    table.columns[1].overflow = "fold"
     for name in preset_names():
-        console.print(name)
+        table.add_row(name, preset_description(name))
+    console.print(table)
+    console.print("kbfast topo show NAME summarizes one; kbfast topo export NAME writes its YAML to copy from",
+                  highlight=False)
+
+
+def preset_description(name: str) -> str:
+    """A preset's ``description:`` (its base's when it has none), or ``-``."""
+    _, data = load_raw(name)
+    return str(data.get("description") or "-")
+
+
+def pe_shorthand(name: str) -> str:
+    """``sip0.cube1.pe0`` names the PE's DMA engine, ``sip0.cube1.pe0.pe_dma``; other names are unchanged."""
+    parts = name.split(".")
+    if len(parts) == 3 and parts[2].startswith("pe") and parts[2][2:].isdigit():
+        return f"{name}.pe_dma"
+    return name
+
+
+@topo_app.command("export")
+@user_errors
+def export(
+    name: Annotated[str, typer.Argument(help="Preset name (see kbfast topo list) or path to a topology YAML.")],
+    out: Annotated[Path | None, typer.Option("--out", help="Write the YAML to this file (default: print it).")] = None,
+) -> None:
+    """Write a preset's YAML, resolved with its base into one file that loads on its own: every key the
+    preset and its bases set (no comments).  Copy it, edit it and load it with --topology FILE."""
+    label, data = load_raw(name)
+    text = (f"# kbfast topology exported from {label} (kbfast topo export {name}), its bases merged in.\n"
+            "# Keys not written here take their schema defaults; docs/topology.md lists them.\n"
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100))
+    if out is None:
+        sys.stdout.write(text)
+        return
+    if out.exists():
+        raise KbfastError(f"--out {out}: the file exists; remove it or choose another name")
+    try:
+        out.write_text(text)
+    except OSError as err:
+        raise KbfastError(f"--out {out}: cannot write it ({err.strerror or err}); choose another path") from None
+    console.print(f"{label} written to {out}", highlight=False)
 
 
 @topo_app.command("show")
@@ -95,7 +141,8 @@ def show(
 def route(
     topology: TopologyOpt,
     src: Annotated[str, typer.Argument(help="Source node, e.g. sip0.cube0.pe0 (= its pe_dma) or sip0.io0.pcie_ep.")],
-    dst: Annotated[str, typer.Argument(help="Destination node, e.g. sip0.cube3.hbm_ctrl.pe2.")],
+    dst: Annotated[str, typer.Argument(help="Destination node, e.g. sip0.cube3.hbm_ctrl.pe2, or a PE, "
+                                            "sip0.cube1.pe0 (= its pe_dma).")],
     kind: Annotated[str | None, typer.Option(help=f"Route kind: {', '.join(ROUTE_KINDS)} (default: by source).")] = None,
     sets: SetOpt = None,
     fmt: Annotated[TextFormat, typer.Option("--format", help="table or json")] = TextFormat.table,
@@ -103,8 +150,7 @@ def route(
     """Print the route between two nodes: hops, per-edge bandwidth, overhead and bottleneck."""
     spec = load(topology, sets)
     t = build_tables(spec)
-    if src.rsplit(".", 1)[-1].startswith("pe") and src.count(".") == 2:
-        src = f"{src}.pe_dma"
+    src, dst = pe_shorthand(src), pe_shorthand(dst)
     s, d = node_id(t, src), node_id(t, dst)
     if kind is None:
         kind = "pe_dma" if src.endswith(".pe_dma") else "memory" if src.endswith(".pcie_ep") else "node"
@@ -115,10 +161,15 @@ def route(
     if fmt is TextFormat.json:
         print(json.dumps(info, indent=2))
         return
-    table = Table("#", "from", "to", "edge kind", "bw GB/s", "mm", title=f"{kind} route {src} -> {dst}")
+    # one row per node (a hop's end is the next hop's start): the edge to the next node, its bandwidth, length
+    table = Table("#", "node", "edge to the next node", "bw GB/s", "mm", title=f"{kind} route {src} -> {dst}")
+    for col in table.columns:
+        col.overflow = "fold"          # a node name wraps, never cut
     for i, hop in enumerate(info["hops"]):
-        table.add_row(str(i), hop["src"], hop["dst"], hop["kind"],
-                      "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}", f"{hop['mm']:g}")
+        table.add_row(str(i), hop["src"], hop["kind"], "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}",
+                      f"{hop['mm']:g}")
+    if info["hops"]:
+        table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], "", "", "")
     console.print(table)
     bn = info["bottleneck_bw_gbs"]
     console.print(f"{info['n_edges']} edges, transit overhead {info['transit_overhead_ns']:g} ns, "

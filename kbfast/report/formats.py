@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 SIGNIFICANT_DIGITS = 12
 
@@ -65,3 +66,19 @@ def to_json(obj: Any) -> str:
             return [nan_to_none(u) for u in v]
         return None if isinstance(v, float) and math.isnan(v) else v
     return json.dumps(nan_to_none(clean(obj)), indent=2, default=str)
+
+
+def clean_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every float column's values as :func:`clean` gives them (for results tables); NaN,
+    infinities and zeros unchanged."""
+    fmt = f"{{:.{SIGNIFICANT_DIGITS}g}}".format
+    for col in df.columns:
+        x = df[col].to_numpy()
+        if x.dtype.kind != "f":
+            continue
+        ok = np.isfinite(x) & (x != 0)
+        if ok.any():
+            y = x.copy()
+            y[ok] = np.array(list(map(fmt, x[ok])), dtype=float)
+            df[col] = y
+    return df

@@ -1,12 +1,19 @@
 """Summaries and plots of sweep results (design §8): tables for the terminal and summary.md, PNGs with matplotlib.
 
-The series of a plot are the input columns that vary across the results,
-other than the x axis (for example ``sip_topology`` in the seed grid), so the
-default plots need no configuration.
+Every sweep's summary has the same shape: the latency per series (one row per combination of the inputs
+that vary, other than the size; the other inputs are folded into min / median / max), then the
+workload's own table when it has one (latency by size for the collectives and transfers, the GEMM and
+model tables), the fast-vs-exact check, the errors and the plots.  A series is a combination of the
+varying input columns, so the default plots and tables need no configuration.
+
+Axis labels carry units (:func:`axis_label`); a plot that takes medians over inputs it does not draw
+names them in its title.
 """
 
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -15,23 +22,65 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.report.formats import count, num, pct  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
 from kbfast.report.model import is_model, model_plots, model_summary  # noqa: E402
+from kbfast.workloads.registry import WORKLOADS  # noqa: E402
 
 INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "buffer_kind",
-          "n_slots")
-MAX_SERIES = 12
+          "n_slots", *dict.fromkeys(c for k in WORKLOADS.values() for c in k.columns))
+MAX_SERIES = 12          # lines in one plot
+MAX_ROWS = 16            # rows of the latency-per-series table
+MAX_PIVOT_SIZES = 32     # rows of the latency-by-size table
+MAX_PIVOT_SERIES = 8     # its columns
+
+# Axis labels with units, by column name (a column not listed is labelled by its name, with the unit its
+# suffix names: _ns, _gbs / _gbps, _mm).
+LABELS = {
+    "latency_ns": "latency (ns)", "latency_lo_ns": "latency, lower bound (ns)",
+    "latency_hi_ns": "latency, upper bound (ns)", "exact_latency_ns": "exact latency (ns)",
+    "busbw_gbps": "bus bandwidth (GB/s)", "effective_bw_gbps": "effective bandwidth (GB/s)",
+    "rel_error": "relative error, (fast - exact) / exact", "n_sips": "SIPs", "n_ranks": "ranks",
+    "n_slots": "IPCQ ring depth (slots)", "buffer_kind": "IPCQ buffer kind", "sip_topology": "SIP topology",
+    "mac_util": "MAC utilisation (fraction of peak)", "tokens_per_s": "tokens/s",
+    "time_to_first_token_ns": "time to first token (ns)", "window_ns": "composite window (ns)",
+    "macs_per_ns": "MAC/ns over the window", "macs_per_ns_overall": "MAC/ns over the latency",
+    "m": "M", "n": "N", "k": "K",
+}
+SIZE_LABELS = {"allreduce": "message size per rank (bytes)", "pe2pe": "transfer size (bytes)",
+               "probe": "bytes per issuer", "traffic": "bytes per flow"}
+UNITS = {"_ns": "ns", "_gbs": "GB/s", "_gbps": "GB/s", "_mm": "mm"}
+
+
+def axis_label(col: str, df: pd.DataFrame | None = None) -> str:
+    """The label of a column on a plot axis, with its unit."""
+    if col == "size":
+        kinds = set(df["workload"].dropna()) if df is not None and "workload" in df else set()
+        return SIZE_LABELS.get(next(iter(kinds)), "size (bytes)") if len(kinds) == 1 else "size (bytes)"
+    if col in LABELS:
+        return LABELS[col]
+    unit = next((u for s, u in UNITS.items() if col.endswith(s)), None)
+    return f"{col} ({unit})" if unit else col
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["error"].isna()] if "error" in df else df
+
+
+def input_columns(df: pd.DataFrame) -> list[str]:
+    """The input columns of a results table: the standard ones, the workload's, and the axis key paths."""
+    return [c for c in (*INPUTS, *(c for c in df.columns if "." in c)) if c in df]
 
 
 def series_columns(df: pd.DataFrame, x: str = "size") -> list[str]:
-    """Input columns (standard ones and axis key paths) that take more than one value, other than ``x`` and
-    other than columns that merely restate ``x`` or an earlier column (one-to-one with it)."""
-    axis_cols = [c for c in df.columns if "." in c]
-    cols = [c for c in (*INPUTS, *axis_cols) if c in df and c != x and df[c].astype(str).nunique() > 1]
+    """Input columns (standard ones, the workload's and axis key paths) that take more than one value, other
+    than ``x`` and other than columns that merely restate ``x`` or an earlier column (one-to-one with it)."""
+    cols = [c for c in input_columns(df) if c != x and df[c].astype(str).nunique() > 1]
     seen = [x] if x in df else []
     out = []
     for c in cols:
@@ -44,6 +93,17 @@ def series_columns(df: pd.DataFrame, x: str = "size") -> list[str]:
 def _one_to_one(df: pd.DataFrame, a: str, b: str) -> bool:
     pair = df[[a, b]].astype(str)
     return bool(pair.groupby(a)[b].nunique().max() == 1 and pair.groupby(b)[a].nunique().max() == 1)
+
+
+def pick_series(df: pd.DataFrame, cols: list[str], limit: int) -> tuple[list[str], list[str]]:
+    """(kept, folded): the columns of ``cols`` that split ``df`` into at most ``limit`` groups, taken from
+    the fewest-valued up (ties in the given order), and the others, which a table or plot folds."""
+    kept: list[str] = []
+    for c in sorted(cols, key=lambda c: df[c].astype(str).nunique()):
+        if df[[*kept, c]].astype(str).drop_duplicates().shape[0] <= limit:
+            kept.append(c)
+    kept = [c for c in cols if c in kept]
+    return kept, [c for c in cols if c not in kept]
 
 
 def series_labels(df: pd.DataFrame, cols: list[str]) -> pd.Series:
@@ -66,53 +126,177 @@ def check_summary(df: pd.DataFrame) -> dict[str, float] | None:
             "bounds_held": int((held == True).sum()), "bounds_known": int(held.notna().sum())}  # noqa: E712
 
 
+def _abs_pct(x: float) -> str:
+    return pct(x).lstrip("+")      # an absolute value: the percent without its sign
+
+
 def check_text(chk: dict[str, float]) -> dict[str, str]:
-    """The check summary as text: errors in percent, bounds as held / known."""
-    return {"checked points": str(chk["checked"]), "max abs rel error": f"{chk['max_abs_rel_error']:.3%}",
-            "p95 abs rel error": f"{chk['p95_abs_rel_error']:.3%}",
-            "exact inside fast bounds": f"{chk['bounds_held']} / {chk['bounds_known']}"}
+    """The check summary as text: errors in percent (kbfast.report.formats.pct), bounds as held / known."""
+    return {"checked points": count(chk["checked"]), "max abs rel error": _abs_pct(chk["max_abs_rel_error"]),
+            "p95 abs rel error": _abs_pct(chk["p95_abs_rel_error"]),
+            "exact inside fast bounds": f"{count(chk['bounds_held'])} / {count(chk['bounds_known'])}"}
+
+
+def latency_unit(ns: pd.Series) -> tuple[str, float]:
+    """(unit, ns per unit) for a latency table: µs, or ms when the median latency reaches 1 ms."""
+    return ("ms", 1e6) if len(ns) and ns.median() >= 1e6 else ("µs", 1e3)
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Latency in µs by size (rows) and series (columns) when both are few; otherwise per-series statistics
-    (a GEMM sweep: kbfast.report.gemm.gemm_summary)."""
-    ok = df[df["error"].isna()] if "error" in df else df
-    if is_gemm(ok):
-        return gemm_summary(ok)
-    if is_model(ok):
-        return model_summary(ok)
+    """The latency per series, the same shape for every sweep: one row per combination of the varying
+    inputs (at most ``MAX_ROWS``; the inputs left out, such as the size, are folded in), with points, failed
+    points, and min / median / max latency.  ``attrs['folded']`` lists the inputs folded."""
+    cols = series_columns(df, x="size")
+    keys, folded = pick_series(df, cols, MAX_ROWS)
+    if "size" in df and df["size"].nunique() > 1:
+        folded = ["size", *folded]
+    unit, div = latency_unit(_ok(df)["latency_ns"] if "latency_ns" in df else pd.Series(dtype=float))
+    frame = pd.DataFrame({"latency": pd.to_numeric(df.get("latency_ns"), errors="coerce") / div,
+                          "failed": df["error"].notna() if "error" in df else False})
+    by = [df[k].astype(str).rename(k) for k in keys] or [pd.Series("all", index=df.index, name="series")]
+    g = frame.groupby(by, sort=False)
+    out = pd.DataFrame({"points": g.size(), "failed": g["failed"].sum().astype(int),
+                        f"min ({unit})": g["latency"].min(), f"median ({unit})": g["latency"].median(),
+                        f"max ({unit})": g["latency"].max()})
+    out = out.loc[_natural_order(out.index)]
+    out.attrs["folded"] = folded
+    return out
+
+
+def _natural_order(index: pd.Index) -> list:
+    """Index labels sorted with numbers as numbers (32 before 128)."""
+    def key(v: object) -> tuple:
+        vals = v if isinstance(v, tuple) else (v,)
+        out = []
+        for s in vals:
+            try:
+                out.append((0, float(s), ""))
+            except (TypeError, ValueError):
+                out.append((1, 0.0, str(s)))
+        return tuple(out)
+    return sorted(index, key=key)
+
+
+def size_table(df: pd.DataFrame) -> pd.DataFrame | None:
+    """Latency by size (rows) and series (columns, one level per varying input) when there is one point per
+    cell, at most ``MAX_PIVOT_SIZES`` sizes and ``MAX_PIVOT_SERIES`` series; else None."""
+    ok = _ok(df)
+    if ok.empty or "size" not in ok or ok["size"].nunique() < 2 or ok["size"].nunique() > MAX_PIVOT_SIZES:
+        return None
+    cols = series_columns(ok, x="size")
+    keyed = ok[["size", *cols]].astype({c: str for c in cols})
+    if keyed.duplicated().any() or (cols and keyed[cols].drop_duplicates().shape[0] > MAX_PIVOT_SERIES):
+        return None
+    unit, div = latency_unit(ok["latency_ns"])
+    keyed = keyed.assign(latency=ok["latency_ns"] / div, _all="all")
+    table = keyed.pivot_table(index="size", columns=cols or ["_all"], values="latency", aggfunc="first")
+    table = table[_natural_order(table.columns)]
+    table.attrs["unit"] = unit
+    return table
+
+
+def detail_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:
+    """The workload's own table, with its title: the GEMM summary, the model steps, or latency by size."""
+    ok = _ok(df)
     if ok.empty:
-        return pd.DataFrame()
-    cols = series_columns(ok)
-    labels = series_labels(ok, cols).rename("series")
-    us = (ok["latency_ns"] / 1e3).rename("latency_us")
-    one_per_cell = not pd.concat([labels, ok["size"]], axis=1).duplicated().any() if "size" in ok else False
-    if one_per_cell and ok["size"].nunique() <= 32 and labels.nunique() <= 8:
-        table = pd.concat([labels, ok["size"], us], axis=1).pivot(index="size", columns="series", values="latency_us")
-        table.index = [format_size(n) for n in table.index]
-        table.index.name = "size"
-        table.columns = [f"{c} (µs)" for c in table.columns]
-        return table
-    g = pd.concat([labels, us, ok.get("busbw_gbps")], axis=1).groupby("series")
-    return g.agg(points=("latency_us", "size"), min_latency_us=("latency_us", "min"),
-                 median_latency_us=("latency_us", "median"), max_latency_us=("latency_us", "max"),
-                 max_busbw_gbps=("busbw_gbps", "max"))
+        return None
+    if is_gemm(ok):
+        return "GEMMs per staging", gemm_summary(ok)
+    if is_model(ok):
+        return "model steps", model_summary(ok)
+    table = size_table(df)
+    return (f"latency by size ({table.attrs['unit']})", table) if table is not None else None
+
+
+def table_view(table: pd.DataFrame, digits: int = 3) -> tuple[list[list[str]], list[str], list[list[str]], list[bool]]:
+    """A summary table laid out for printing: (header lines per column, markdown header per column, rows
+    of cells, right-aligned per column).  The index comes first (a size as ``1 KiB``); a column level per
+    varying input gives one header line per level (the value), the index header naming the levels."""
+    levels = [n for n in table.columns.names if n not in (None, "_all")]
+    idx = table.index.to_frame(index=False) if table.index.name or isinstance(table.index, pd.MultiIndex) else None
+    lines: list[list[str]] = []
+    md: list[str] = []
+    values: list[list[object]] = []
+    if idx is not None:
+        for i, name in enumerate(idx.columns):
+            last = i == len(idx.columns) - 1
+            lines.append([*(levels if last else [""] * len(levels)), str(name)])
+            md.append(str(name))
+            values.append([format_size(v) if name == "size" else v for v in idx[name]])
+    for col in table.columns:
+        key = col if isinstance(col, tuple) else (col,)
+        if levels:
+            lines.append([str(v) for v in key] + [""])
+            md.append(", ".join(f"{n}={v}" for n, v in zip(levels, key)))
+        else:
+            lines.append([str(col)])
+            md.append(str(col))
+        values.append(list(table[col]))
+    right = [all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                 or v is None for v in vals) for vals in values]
+    rows = [[cell(vals[r], digits) for vals in values] for r in range(len(table))]
+    return lines, md, rows, right
+
+
+def wrap_name(name: str, width: int = 12) -> list[str]:
+    """A column or input name as header lines of about ``width`` characters, broken after a dot, an
+    underscore or a hyphen (``pe.`` / ``gemm_macs_per_ns``); a piece longer than ``width`` stays whole."""
+    pieces = re.findall(r"[^._-]+[._-]?|[._-]", name)
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + len(piece) <= width:
+            lines[-1] += piece
+        else:
+            lines.append(piece)
+    return lines or [name]
+
+
+def markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    """A table as markdown in kbfast's number formats; a column per series reads ``key=value, ...``."""
+    _, md, rows, right = table_view(table, digits)
+    return pd.DataFrame(rows, columns=md).to_markdown(index=False, disable_numparse=True,
+                                                      colalign=["right" if r else "left" for r in right])
+
+
+def cell(v: object, digits: int = 3) -> str:
+    """One table cell in kbfast's formats: a count for a whole number, ``num`` for a measured value, ``-``
+    when unknown."""
+    if v is None or v is pd.NA:
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return str(v)
+    if isinstance(v, (int, np.integer)):
+        return count(v)
+    if isinstance(v, (float, np.floating)):
+        return num(float(v), digits)
+    return str(v)
 
 
 def write_summary(df: pd.DataFrame, path: Path, title: str, facts: dict[str, object], plots: list[Path]) -> Path:
-    """``summary.md``: the facts of the run, the latency table, the cross-check and the plots."""
+    """``summary.md``, the same sections for every sweep: the facts of the run, the latency per series, the
+    workload's own table (when it has one), the cross-check, the errors and the plots."""
     lines = [f"# Sweep {title}", ""]
     lines += [f"- {k}: {v}" for k, v in facts.items()]
     table = summary_table(df)
-    if not table.empty:
-        lines += ["", "## Latency", "", table.to_markdown(floatfmt=".3f")]
+    lines += ["", "## Latency per series", ""]
+    if table.attrs["folded"]:
+        lines += [f"Min, median and max over {', '.join(table.attrs['folded'])}.", ""]
+    lines += [markdown(table)]
+    detail = detail_table(df)
+    if detail is not None:
+        lines += ["", f"## {detail[0][0].upper()}{detail[0][1:]}", "", markdown(detail[1])]
     chk = check_summary(df)
-    if chk:
-        lines += ["", "## Fast vs exact", "", pd.DataFrame([check_text(chk)]).to_markdown(index=False)]
-    if "error" in df and df["error"].notna().any():
+    lines += ["", "## Fast vs exact", ""]
+    lines += [pd.DataFrame([check_text(chk)]).to_markdown(index=False, disable_numparse=True) if chk
+              else "No point was replayed exactly (`--check K` replays K of them)."]
+    n_err = int(df["error"].notna().sum()) if "error" in df else 0
+    lines += ["", f"## Errors ({count(n_err)} points)", ""]
+    if n_err:
         errs = df.loc[df["error"].notna(), ["point", "error"]].head(20)
         errs["error"] = errs["error"].str.replace(r"\s*\n\s*", " / ", regex=True)
-        lines += ["", f"## Errors ({int(df['error'].notna().sum())} points)", "", errs.to_markdown(index=False)]
+        lines += [errs.to_markdown(index=False)]
+    else:
+        lines += ["None."]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.relative_to(path.parent)})" for p in plots]
     path.write_text("\n".join(lines) + "\n")
@@ -124,20 +308,43 @@ def _require(df: pd.DataFrame, col: str | None) -> None:
         raise KbfastError(f"column {col!r} is not in the results: {did_you_mean(col, list(df.columns))}")
 
 
+def _size_axis(ax, axis: str) -> None:
+    """A byte axis on a log scale: ticks at powers of 4, labelled ``1 KiB``."""
+    a = getattr(ax, f"{axis}axis")
+    getattr(ax, f"set_{axis}scale")("log", base=2)
+    a.set_major_locator(LogLocator(base=4))
+    a.set_major_formatter(FuncFormatter(lambda v, _: format_size(v) if v >= 1 and float(v).is_integer() else ""))
+    a.set_minor_formatter(NullFormatter())
+
+
+def folded_inputs(df: pd.DataFrame, x: str, hue_cols: list[str]) -> list[str]:
+    """The input columns that vary among the rows a plot of ``df`` draws as one marker (same hue, same x)."""
+    if df.empty:
+        return []
+    keys = [*hue_cols, x]
+    groups = df.groupby([df[k].astype(str) for k in keys], sort=False)
+    if groups.ngroups == len(df):
+        return []
+    return [c for c in input_columns(df) if c not in keys and groups[c].nunique(dropna=False).max() > 1]
+
+
 def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: Path, title: str = "",
             loglog: bool | None = None) -> Path:
-    """One line per hue value: the median of y at each x.  Axes are logarithmic with ``loglog``, or by
-    default when a positive axis spans more than 100x."""
+    """One line per hue value: y at each x, the median where several rows share a (hue, x) cell, and then
+    the title names the inputs that vary among them.  Axes are logarithmic with ``loglog``, or by default
+    when a positive axis spans more than 100x; labels carry units (:func:`axis_label`)."""
     for col in (x, y, *([hue] if isinstance(hue, str) else hue or [])):
         _require(df, col)
-    ok = df[df["error"].isna()] if "error" in df else df
+    ok = _ok(df)
     ok = ok[np.isfinite(pd.to_numeric(ok[y], errors="coerce"))]
     hue_cols = [hue] if isinstance(hue, str) else list(hue or [])
-    labels = series_labels(ok, hue_cols)
-    groups = list(ok.groupby(labels, sort=True))
+    labels = (ok[hue_cols].astype(str).agg(", ".join, axis=1) if hue_cols     # the legend's title names the keys
+              else pd.Series("all", index=ok.index))
+    groups = list(ok.groupby(labels, sort=False))
+    groups = [groups[i] for i in np.argsort(_natural_rank([g[0] for g in groups]))]
     if len(groups) > MAX_SERIES:
         raise KbfastError(f"{len(groups)} series are too many for one plot; choose a --hue with fewer values")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for label, g in groups:
         g = g.groupby(x, as_index=False)[y].median().sort_values(x)
         ax.plot(g[x], g[y], marker="o", ms=3, label=label if hue_cols else None)
@@ -145,42 +352,62 @@ def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: 
         vals = pd.to_numeric(ok[col], errors="coerce")
         wide = len(vals) and vals.min() > 0 and vals.max() / vals.min() > 100
         if loglog or (loglog is None and wide):
-            getattr(ax, f"set_{axis}scale")("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(title)
+            if col == "size":
+                _size_axis(ax, axis)
+            else:
+                getattr(ax, f"set_{axis}scale")("log")
+    ax.set_xlabel(axis_label(x, ok))
+    ax.set_ylabel(axis_label(y, ok))
+    folded = folded_inputs(ok, x, hue_cols)
+    note = f" (median over {', '.join(folded)})" if folded else ""
+    ax.set_title(textwrap.fill((title or f"{y} vs {x}") + note, 80), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     if hue_cols:
-        ax.legend(fontsize=7, title=", ".join(hue_cols), title_fontsize=7)
+        ax.legend(fontsize=7, title=", ".join(hue_cols), title_fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0))
     return save_figure(fig, out)
 
 
+def _natural_rank(labels: list[str]) -> list[int]:
+    order = _natural_order(pd.Index(labels))
+    return [labels.index(v) for v in order]
+
+
 def plot_parity(df: pd.DataFrame, out: Path) -> Path:
-    """Fast against exact latency for the checked points, with the y = x line and each point's bounds."""
+    """Fast against exact latency for the checked points on log axes, with the y = x line and each point's
+    bounds."""
     c = df[df["rel_error"].notna()] if "rel_error" in df else df.iloc[:0]
     if c.empty:
         raise KbfastError("no cross-checked points to plot; run the sweep with --check K")
-    fig, ax = plt.subplots(figsize=(5, 5))
-    lo = np.minimum(c["exact_latency_ns"], c["latency_ns"]).min()
-    hi = np.maximum(c["exact_latency_ns"], c["latency_ns"]).max()
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    vals = pd.concat([c["exact_latency_ns"], c["latency_ns"], c.get("latency_lo_ns"), c.get("latency_hi_ns")])
+    vals = vals[vals > 0]
+    lo, hi = vals.min() / 1.5, vals.max() * 1.5
     ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="fast = exact")
-    if c["latency_lo_ns"].notna().all():
+    if "latency_lo_ns" in c and c["latency_lo_ns"].notna().all():
         ax.errorbar(c["exact_latency_ns"], c["latency_ns"], fmt="none", ecolor="#9ab",
-                    yerr=[c["latency_ns"] - c["latency_lo_ns"], c["latency_hi_ns"] - c["latency_ns"]], label="bounds")
-    ax.scatter(c["exact_latency_ns"], c["latency_ns"], s=14, zorder=3, label="point estimate")
-    if lo > 0 and hi / lo > 100:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-    ax.set_xlabel("exact latency (ns)")
+                    yerr=[c["latency_ns"] - c["latency_lo_ns"], c["latency_hi_ns"] - c["latency_ns"]],
+                    label="fast bounds")
+    ax.scatter(c["exact_latency_ns"], c["latency_ns"], s=14, zorder=3, label="fast point estimate")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel(axis_label("exact_latency_ns"))
     ax.set_ylabel("fast latency (ns)")
-    ax.set_title(f"fast vs exact, {len(c)} points")
+    chk = check_summary(df)
+    ax.set_title(f"fast vs exact, {count(len(c))} points, max abs rel error {_abs_pct(chk['max_abs_rel_error'])}",
+                 fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     return save_figure(fig, out)
 
 
 def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
-    """Latency and busbw against size per series (log-log), and the parity scatter when points were checked."""
-    ok = df[df["error"].isna()] if "error" in df else df
+    """Latency and bus bandwidth against size, one line per series (log-log; the inputs that would make too
+    many lines are folded into medians and named in the title), and the parity scatter when points were
+    checked.  GEMM and model sweeps: their own plots (kbfast.report.gemm, kbfast.report.model)."""
+    ok = _ok(df)
     if ok.empty:
         return []
     out = []
@@ -189,9 +416,7 @@ def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
         if check_summary(df):
             out.append(plot_parity(df, folder / "parity.png"))
         return out
-    hue = series_columns(ok)
-    if len(series_labels(ok, hue).unique()) > MAX_SERIES:
-        hue = hue[:1] if ok[hue[0]].nunique() <= MAX_SERIES else []
+    hue, _ = pick_series(ok, series_columns(ok), MAX_SERIES)
     if "size" in ok and ok["size"].nunique() > 1:
         out.append(plot_xy(ok, "size", "latency_ns", hue, folder / "latency_vs_size.png", "latency vs size",
                            loglog=True))

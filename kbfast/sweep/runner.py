@@ -26,13 +26,19 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
+from kbfast.report.formats import clean_columns
 from kbfast.sweep.batches import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
 from kbfast.sweep.spec import Point, SweepSpec, param_set_label
+from kbfast.workloads.registry import WORKLOADS
 
 FORMATS = ("parquet", "csv")
 PROVENANCE = ("kbfast_version", "config_hash", "mode", "param_set", "seed")
 STANDARD = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "size",
             "buffer_kind", "n_slots")
+WORKLOAD_COLUMNS = tuple(dict.fromkeys(c for k in WORKLOADS.values() for c in k.columns if c not in STANDARD))
+# System key paths that a standard column restates (an axis ``workload.<field>`` restates ``<field>``).
+RESTATED = {"sips.topology": "sip_topology", "sips.count": "n_sips", "ipcq.buffer_kind": "buffer_kind",
+            "ipcq.n_slots": "n_slots"}
 
 
 class SweepInterrupted(KbfastError):
@@ -146,12 +152,44 @@ def set_aside_corrupt(parts: Path) -> list[Path]:
     return moved
 
 
-def check_sample(n_points: int, k: int, seed: int) -> set[int]:
-    """The ``k`` point indices to cross-check exactly, drawn from the spec's seed (independent of jobs)."""
+def _distinct(points: list[Point]) -> list[int]:
+    """The index of the first point of each class of points that differ only in keys their workload ignores
+    (``WorkloadKind.ignored_keys``): those give the same result, so a cross-check needs one of them."""
+    seen: dict[str, int] = {}
+    for p in points:
+        ignored = WORKLOADS[p.workload["kind"]].ignored_keys(p.workload)
+        if not ignored:
+            seen.setdefault(f"{p.index}", p.index)
+            continue
+        def kept(key: str) -> bool:
+            return not any(key == i or (i.endswith(".") and key.startswith(i)) for i in ignored)
+        over = sorted((k, repr(v)) for k, v in p.overrides.items() if kept(k))
+        work = sorted((k, repr(v)) for k, v in p.workload.items() if kept(f"workload.{k}"))
+        seen.setdefault(repr([p.topology, over, work]), p.index)
+    return list(seen.values())
+
+
+def ignored_axes(spec: SweepSpec, points: list[Point]) -> dict[str, str]:
+    """The axes of ``spec`` that some points' workload ignores, each with why (for the --check warning)."""
+    out: dict[str, str] = {}
+    for p in points:
+        kind = WORKLOADS[p.workload["kind"]]
+        ignored = kind.ignored_keys(p.workload)
+        for key in spec.axis_keys:
+            if key not in out and any(key == i or (i.endswith(".") and key.startswith(i)) for i in ignored):
+                out[key] = kind.ignored_reason(key, p.workload)
+    return out
+
+
+def check_sample(n_points: int, k: int, seed: int, points: list[Point] | None = None) -> set[int]:
+    """The ``k`` point indices to cross-check exactly, drawn from the spec's seed (independent of jobs).
+    Given the ``points``, one point per class of points that differ only in keys their workload ignores
+    is eligible (the first), so no two checked points are the same computation."""
     if k <= 0 or n_points == 0:
         return set()
+    pool = np.asarray(_distinct(points)) if points is not None else np.arange(n_points)
     rng = np.random.default_rng(seed)
-    return {int(i) for i in rng.choice(n_points, size=min(k, n_points), replace=False)}
+    return {int(i) for i in rng.choice(pool, size=min(k, len(pool)), replace=False)}
 
 
 def run_local(batches: list[Batch], jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
@@ -232,15 +270,23 @@ def _run_dask(batches: list[Batch], scheduler: str, jobs: int) -> Iterator[tuple
 
 
 def order_columns(df: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
-    """Inputs (axis keys, then the standard columns), metrics, errors and checks, provenance.  An axis
-    ``workload.<field>`` is the standard column ``<field>`` and is not repeated."""
-    df = df.drop(columns=[f"workload.{c}" for c in STANDARD if f"workload.{c}" in df])
-    first = ["point", *[k for k in spec.axis_keys if k not in STANDARD], *STANDARD]
+    """Inputs (axis keys, then the standard and workload columns), metrics, errors and checks, provenance;
+    floats without float noise (kbfast.report.formats.clean_columns).  An axis that restates a standard or
+    workload column (``workload.<field>`` is ``<field>``, ``ipcq.n_slots`` is ``n_slots``, ``sips.count``
+    is ``n_sips``: RESTATED) is not repeated when the short column holds the same value on every row, so
+    every sweep of a workload has the same input columns."""
+    for key in spec.axis_keys:
+        short = key.split(".", 1)[1] if key.startswith("workload.") else RESTATED.get(key)
+        if key in df and short in df and key != short:
+            a, b = df[key], df[short]
+            if (a.isna() | (b.notna() & (a.astype(str) == b.astype(str)))).all():   # else (a point failed
+                df = df.drop(columns=[key])                                          # before resolving) keep both
+    first = ["point", *[k for k in spec.axis_keys if k not in STANDARD], *STANDARD, *WORKLOAD_COLUMNS]
     last = ["error", *CHECK_COLUMNS, "check_error", *PROVENANCE]
     middle = [*METRICS]
     cols = [c for c in first if c in df] + [c for c in middle if c in df]
     cols += [c for c in df.columns if c not in cols and c not in last] + [c for c in last if c in df]
-    return df[cols]
+    return clean_columns(df[cols].copy())
 
 
 def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
@@ -298,7 +344,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 
     saved = _read_parts(parts, "results")
     done = set(saved["config_hash"]) if saved is not None else set()
     pending = [p for p in points if p.config_hash not in done]
-    batches = make_batches(pending, spec.mode, check_sample(len(points), check, spec.seed), max_batch, links, pcs)
+    batches = make_batches(pending, spec.mode, check_sample(len(points), check, spec.seed, points), max_batch, links, pcs)
     if progress:
         progress(len(points) - len(pending), len(points))
     finished, eval_s = len(points) - len(pending), 0.0

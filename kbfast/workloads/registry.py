@@ -54,6 +54,22 @@ class WorkloadKind:
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.warmup)
     fast_kernels: tuple[str, ...] = ("fast",)   # Numba kernels its fast path compiles on a first run
+    # Keys its result never depends on (a system key path, ``ipcq.`` for a whole section, or
+    # ``workload.<field>``), always or when a field has a value: (field, value, keys).  Sweeps cross-check
+    # one of the points that differ only there.  Topology keys always matter.
+    ignores: tuple[str, ...] = ()
+    ignores_if: tuple[tuple[str, Any, tuple[str, ...]], ...] = ()
+
+    def ignored_keys(self, workload: dict[str, Any]) -> tuple[str, ...]:
+        """The keys a workload of this kind with these fields does not read."""
+        return self.ignores + tuple(k for f, v, keys in self.ignores_if if workload.get(f) == v for k in keys)
+
+    def ignored_reason(self, key: str, workload: dict[str, Any]) -> str:
+        """Why ``key`` does not change a result of this workload, in words."""
+        for f, v, keys in self.ignores_if:
+            if workload.get(f) == v and any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys):
+                return f"the {self.name} workload with {f}={v} does not read it"
+        return f"the {self.name} workload does not read it"
 
 
 def _allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
@@ -104,19 +120,21 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
                  {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
                  bool_fields=("tile_io",), columns=("algorithm", "tile_io"), batched=True, bus_bandwidth=True,
-                 kernels=("collectives",), fast_kernels=("fast", "points")),
+                 kernels=("collectives",), fast_kernels=("fast", "points"),
+                 ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),)),   # one message in flight per channel
     WorkloadKind("pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
                  {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _pe2pe,
-                 bool_fields=("raw_dma", "consume"), columns=("hop",)),
+                 bool_fields=("raw_dma", "consume"), columns=("hop",),
+                 ignores_if=(("raw_dma", True, ("ipcq.", "workload.consume")),)),
     WorkloadKind("probe", "one case of the probe catalogue (kbfast probe --list)",
-                 {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"}, _probe, columns=("case",)),
+                 {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"}, _probe, columns=("case",), ignores=("ipcq.",)),
     WorkloadKind("traffic", "random PE-to-HBM flows",
-                 {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _traffic),
+                 {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _traffic, ignores=("ipcq.",)),
     WorkloadKind("gemm", "one GEMM through a PE's tile pipeline (kbfast run gemm)",
                  {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None,
                   "epilogues": ""},
                  _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"), batched=True,
-                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("fast", "pipeline")),
+                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("fast", "pipeline"), ignores=("ipcq.",)),
     WorkloadKind("model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the "
                           "attention panels (kbfast run model)",
                  {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
