@@ -316,3 +316,18 @@ def test_deterministic_congestion_probe(tables: Tables, router: Router) -> None:
     _same(runs[0][0], runs[1][0])
     _same(runs[0][1], runs[1][1])
     np.testing.assert_array_equal(runs[0][1].op_end_hi_ns, runs[1][1].op_end_hi_ns)
+
+
+@pytest.mark.parametrize("case, nbytes", [("ucie_eastbound_8pe", 4096), ("ucie_eastbound_8pe", 1000),
+                                          ("sip_hotspot_pe0", 1000)])
+def test_fluid_schedule_ends_late_in_a_long_run(tables: Tables, router: Router, case: str, nbytes: int) -> None:
+    """Started 10^12 ns late, a contended Program still ends, at the same makespan up to the clock's resolution.
+    Late in a long run a fluid flow's last fraction of a byte can drain in less time than ``now`` resolves;
+    the schedule used to wait for it forever (an rs_ag all-reduce of 16 B on ring6 never ended)."""
+    import dataclasses
+
+    from kbfast.workloads.probes import build_catalogue
+
+    p = build_catalogue(tables, router)[case].program(tables, router, nbytes)
+    late = run_fast(dataclasses.replace(p, agent_start_ns=p.agent_start_ns + 1e12))
+    assert late.makespan_ns == pytest.approx(run_fast(p).makespan_ns, abs=1e-2)

@@ -386,7 +386,9 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
             k = 0
             while k < n_active:
                 o = active[k]
-                if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1):
+                # Drained: nothing left, or less than ``now`` can resolve (late in a long run, a tiny
+                # remainder's drain time rounds to ``now``, and the loop would make no progress).
+                if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1) or now + rem[o] / rate[o] <= now:
                     n_active -= 1
                     active[k] = active[n_active]
                     in_fluid[o] = False
