@@ -36,4 +36,4 @@ def bench(
         table.add_row(r.name, f"{r.value:,.4g}", r.unit, r.target, met, r.detail)
     console.print(table)
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
-    console.print(f"figures written to {out}")
+    console.print(f"figures written to {out}", soft_wrap=True)

@@ -182,7 +182,7 @@ def calibrate(
         res = fit(spec, bounds)
         if save is not None:
             path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
-            err_console.print(f"parameter set written to {path}", highlight=False)
+            err_console.print(f"parameter set written to {path}", highlight=False, soft_wrap=True)
         spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
     df = evaluate_rows(spec, modes)
     if fmt is OutputFormat.csv:

@@ -46,7 +46,9 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except KbfastError as err:
             text = clip(str(err), 2000)   # a message never floods the terminal with a huge value
-            err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, markup=True, emoji=False)
+            # soft wrap: the terminal folds a long line, so a path in the message stays whole when copied
+            err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, markup=True, emoji=False,
+                              soft_wrap=True)
             sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]

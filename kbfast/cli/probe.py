@@ -112,10 +112,10 @@ def _resource_outputs(t, router, cases, sizes, exact: bool, links: Path | None, 
                 pc_parts.append(res.pcs.assign(**tag))
             if heatmap is not None:
                 path = plot_link_heatmap(t, res.edges, heatmap, f"probe {c.name}, {format_size(n)} per issuer")
-                err_console.print(f"heat map written to {path}")
+                err_console.print(f"heat map written to {path}", soft_wrap=True)
     for path, parts, what in ((links, edge_parts, "links"), (pcs, pc_parts, "pseudo-channels")):
         if path is not None:
-            err_console.print(f"{what} written to {write_table(pd.concat(parts, ignore_index=True), path)}")
+            err_console.print(f"{what} written to {write_table(pd.concat(parts, ignore_index=True), path)}", soft_wrap=True)
 
 
 def probe(
@@ -157,7 +157,7 @@ def probe(
         if len(chosen) != 1 or len(sizes) != 1:
             raise KbfastError("--trace needs exactly one --case and one --size")
         write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
-        err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)")
+        err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)", soft_wrap=True)
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     first_run("exact", *(() if exact else ("fast",)))      # the fast path replays small contended cases exactly
     try:

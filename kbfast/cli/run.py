@@ -145,11 +145,12 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
 def _outputs(res: Result, links: Path | None, pcs: Path | None, heatmap: Path | None, label: str) -> None:
     """--links, --pcs and --heatmap of one result."""
     if links is not None:
-        err_console.print(f"links written to {write_table(res.edges, links)}")
+        err_console.print(f"links written to {write_table(res.edges, links)}", soft_wrap=True)
     if pcs is not None:
-        err_console.print(f"pseudo-channels written to {write_table(res.pcs, pcs)}")
+        err_console.print(f"pseudo-channels written to {write_table(res.pcs, pcs)}", soft_wrap=True)
     if heatmap is not None:
-        err_console.print(f"heat map written to {plot_link_heatmap(res.program.tables, res.edges, heatmap, label)}")
+        err_console.print(f"heat map written to {plot_link_heatmap(res.program.tables, res.edges, heatmap, label)}",
+                          soft_wrap=True)
 
 
 @run_app.command("allreduce")

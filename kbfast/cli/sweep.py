@@ -97,7 +97,7 @@ def _warn_ignored(s, points) -> None:
     """Warn about axes the workload ignores: their points give the same result, one of them is checked."""
     for key, why in ignored_axes(s, points).items():
         err_console.print(f"[yellow]warning:[/] axis {key}: {why}; its points give the same results, so the "
-                          "cross-check draws one of them", highlight=False)
+                          "cross-check draws one of them", highlight=False, soft_wrap=True)
 
 
 def _print_check(df: pd.DataFrame) -> None:
@@ -138,7 +138,7 @@ def sweep(
                         progress=update)
     for f in res.corrupt:   # --resume found a part it could not read: its points were evaluated again
         err_console.print(f"[yellow]warning: {f.with_suffix('')} was unreadable; set aside as {f.name}, its points "
-                          "evaluated again[/]", highlight=False)
+                          "evaluated again[/]", highlight=False, soft_wrap=True)
     df = res.results
     pngs = default_plots(df, out / "plots") if plots else []
     rate = res.n_evaluated / res.wall_s if res.wall_s > 0 else 0.0
@@ -196,7 +196,7 @@ def check(
     _print_check(df)
     if out is not None:
         df.reset_index().to_csv(out, index=False)
-        console.print(f"parity table written to {out}")
+        console.print(f"parity table written to {out}", soft_wrap=True)
 
 
 @user_errors
@@ -213,7 +213,7 @@ def plot(
     _plottable(df, results, x, y)
     png = figure_path(out or results.parent, "--out", f"{y}_vs_{x}.png")
     png = plot_xy(df, x, y, hue if hue else series_columns(df, x), png, f"{y} vs {x}")
-    console.print(f"plot written to {png}")
+    console.print(f"plot written to {png}", soft_wrap=True)
 
 
 def _plottable(df: pd.DataFrame, path: Path, x: str, y: str) -> None:

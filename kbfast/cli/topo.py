@@ -90,7 +90,7 @@ def export(
         out.write_text(text)
     except OSError as err:
         raise KbfastError(f"--out {out}: cannot write it ({err.strerror or err}); choose another path") from None
-    console.print(f"{label} written to {out}", highlight=False)
+    console.print(f"{label} written to {out}", highlight=False, soft_wrap=True)
 
 
 @topo_app.command("show")
@@ -133,7 +133,7 @@ def show(
         unc.add_row(key, str(value))
     console.print(unc)
     if plot is not None:
-        console.print(f"floor plan written to {plot}")
+        console.print(f"floor plan written to {plot}", soft_wrap=True)
 
 
 @topo_app.command("route")
