@@ -134,14 +134,16 @@ def test_ucie_eastbound_is_bound_by_one_ucie_connection(tables: Tables, router: 
     assert b["bottleneck_kind"] == "ucie_conn_to_router" and 0.85 < b["bottleneck_utilization"] < 1.0
 
 
-@pytest.mark.parametrize("algorithm", ["lrab", "rs_ag"])
-def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, algorithm: str) -> None:
-    """Batched points take one Program's loads, scaled; they must equal each point's own Program's."""
+@pytest.mark.parametrize("algorithm, topology", [("lrab", "ring6"), ("rs_ag", "ahbm_2sip")])
+def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Tables, router: Router,
+                                                               algorithm: str, topology: str) -> None:
+    """Batched points take one Program's loads, scaled; they must equal each point's own Program's.  (rs_ag
+    runs on all PEs: 256 ranks on ahbm_2sip, where ring6's 768 would make 2.9 M ops a Program.)"""
     sizes = [16, 1000, 4096, 65536]
-    points = tuple(Point(index=i, params={}, topology="ring6", overrides={}, config_hash=str(i),
+    points = tuple(Point(index=i, params={}, topology=topology, overrides={}, config_hash=str(i),
                          workload={"kind": "allreduce", "algorithm": algorithm, "size": s, "ranks": None,
                                    "tile_io": True}) for i, s in enumerate(sizes))
-    t, router = ring6
+    t, router = ring6 if topology == "ring6" else (tables, router)
     for s, row in zip(sizes, _batched_fast(points)):
         own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
         for k, v in own.items():

@@ -96,7 +96,7 @@ def test_table_format(runner: CliRunner) -> None:
     assert "probe (fast path, 16 KiB per issuer)" in out and "77.0" in out and "PASS" in out and "FAIL" not in out
     res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", "--exact")
     assert res.exit_code == 0, res.stderr
-    assert "probe (exact replay)" in flat(res.stdout) and "77.0" in flat(res.stdout)
+    assert "probe (exact replay, 16 KiB per issuer)" in flat(res.stdout) and "77.0" in flat(res.stdout)
 
 
 def test_compare_columns(runner: CliRunner) -> None:

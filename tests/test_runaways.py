@@ -69,26 +69,37 @@ def test_refusal_names_the_stage_estimate_limit_and_the_way_out(monkeypatch) -> 
 
 
 MEASURE = textwrap.dedent("""
-    import json, resource, sys
+    import json, re, sys
     from kbfast import budget, load_system, build_tables, Router
     from kbfast.workloads.collectives import allreduce
     from kbfast.fast.evaluate import run_fast
     from kbfast.exact import run_exact
     from kbfast.sim.lowering import estimate_memory_bytes
-    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    def status(key):
+        return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+    def reset():
+        # the peak so far (a kernel compiled in this process, say) must not hide what comes next:
+        # Linux resets the high-water mark (VmHWM) on "5" in clear_refs; returns the resident size now
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return status("VmRSS")
     t = build_tables(load_system("ahbm_2sip")); r = Router(t)
     allreduce(t, r, 1024, "lrab")                       # warm the kernels and caches
     run_fast(allreduce(t, r, 1024, "lrab").program)
-    a = peak(); p = allreduce(t, r, 1024, "ring").program; b = peak()
+    if sys.argv[1] == "exact":
+        run_exact(allreduce(t, r, 1024, "lrab").program)
+    a = reset(); p = allreduce(t, r, 1024, "ring").program; b = status("VmHWM")
     out = {"n_ops": p.n_ops, "program": b - a, "program_est": budget.PROGRAM_OP_B * p.n_ops}
+    c = reset()
     if sys.argv[1] == "fast":
-        run_fast(p); out.update(eval=peak() - b, eval_est=budget.fast_bytes(p.n_ops, len(p.route_edges)))
+        run_fast(p); out.update(eval=status("VmHWM") - c, eval_est=budget.fast_bytes(p.n_ops, len(p.route_edges)))
     else:
-        run_exact(p); out.update(eval=peak() - b, eval_est=estimate_memory_bytes(p))
+        run_exact(p); out.update(eval=status("VmHWM") - c, eval_est=estimate_memory_bytes(p))
     print(json.dumps(out))
 """)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads and resets /proc/self's peak memory")
 @pytest.mark.parametrize("mode", ["fast", "exact"])
 def test_estimates_are_within_a_factor_2_of_the_measured_peak(mode: str) -> None:
     """A flat ring over the 256 PEs of ahbm_2sip (about 200k ops), in a fresh process: the peak resident
