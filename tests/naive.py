@@ -8,6 +8,8 @@
   demands);
 * :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
   pair of flows;
+* :func:`pairwise_runs`: its run bound (``run_interference``): every pair of classes' runs of shared
+  servers from Python lists, nested by cutting, and every pair of flows charged per piece;
 * :func:`naive_pipeline`: the GEMM tile pipeline's recurrence (``kbfast.fast.pipeline``), tile by tile with
   whole lists of stage times.
 """
@@ -150,6 +152,71 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                     continue
                 extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
     return extra
+
+
+def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners):
+    """(extra, done) of ``kbfast.fast.bounds.run_interference``, from lists: a class's partners are the classes
+    on any of its servers (itself if it has 2+ ops and is not serial); a run is a stretch of servers that
+    follow each other on both routes; crossing runs are cut, longest first, at the crossing until every two
+    nest or are apart; flow ``g`` pays ``sum o + s0 * sum c + (N - s0) * max c`` per piece, ``N * c`` per solo
+    server shared."""
+    n_cls = len(B.cls_ptr) - 1
+    seqs = [[(int(B.seq_res[i]), float(B.seq_c[i]), float(B.seq_o[i]), bool(B.seq_solo[i]))
+             for i in range(B.seq_ptr[c], B.seq_ptr[c + 1])] for c in range(n_cls)]
+    ops = [list(B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]) for c in range(n_cls)]
+    extra = np.zeros(len(nbytes))
+    done = np.zeros(n_cls, bool)
+    for c in range(n_cls):
+        mine = {r for r, *_ in seqs[c] if r >= 0}
+        partners = [d for d in range(n_cls) if mine & {r for r, *_ in seqs[d] if r >= 0}
+                    and not (d == c and (B.serial[c] or len(ops[c]) < 2))]
+        if len(partners) > max_partners:
+            continue
+        runs, solo = [], {d: 0.0 for d in partners}
+        for q, d in enumerate(partners):
+            where = {r: j for j, (r, *_) in enumerate(seqs[d]) if r >= 0}
+            i = 0
+            while i < len(seqs[c]):
+                r, cc, _, alone = seqs[c][i]
+                if r < 0 or r not in where:
+                    i += 1
+                    continue
+                if alone:
+                    solo[d] += cc
+                    i += 1
+                    continue
+                a, j = i, where[r]
+                while (i + 1 < len(seqs[c]) and j + 1 < len(seqs[d]) and seqs[c][i + 1][0] >= 0
+                       and not seqs[c][i + 1][3] and seqs[c][i + 1][0] == seqs[d][j + 1][0]):
+                    i, j = i + 1, j + 1
+                runs.append((q, a, i))
+                i += 1
+        pieces, todo = [], sorted(runs, key=lambda t: (-(t[2] - t[1]), t[0], t[1]))
+        for run in todo:
+            stack = [run]
+            while stack:
+                q, a, b = stack.pop()
+                cross = [(x, y) for _, x, y in pieces if x < a <= y < b or a < x <= b < y]
+                if not cross:
+                    pieces.append((q, a, b))
+                    continue
+                x, y = cross[0]
+                cut = y if x < a <= y < b else x - 1
+                stack += [(q, a, cut), (q, cut + 1, b)]
+        done[c] = True
+        for o in ops[c]:
+            for q, d in enumerate(partners):
+                for g in ops[d]:
+                    if g == o or (use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g])):
+                        continue
+                    s0 = min(nbytes[g], flit)
+                    extra[o] += solo[d] * nbytes[g]
+                    for q2, a, b in pieces:
+                        if q2 == q:
+                            part = seqs[c][a:b + 1]
+                            extra[o] += (sum(x[2] for x in part) + s0 * sum(x[1] for x in part)
+                                         + (nbytes[g] - s0) * max(x[1] for x in part))
+    return extra, done
 
 
 def naive_pipeline(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner, comp_last, store, w_hold,

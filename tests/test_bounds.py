@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbfast.fast.bounds import BoundTables, interference
-from naive import pairwise_interference
+from kbfast.fast.bounds import BoundTables, interference, run_interference
+from kbfast.fast.evaluate import plan_fast
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import allreduce
+from naive import pairwise_interference, pairwise_runs
 
 FLIT = 64
 
@@ -26,7 +30,9 @@ def random_tables(rng: np.random.Generator, n_ops: int, n_cls: int, n_res: int) 
     users = np.stack([owner[order], order]).T.astype(np.int64).reshape(-1, 2)
     return BoundTables(cls_ptr=cls_ptr, res=res, kind=rng.integers(0, 3, len(res)).astype(np.int8),
                        base=rng.random(len(res)) * 10, ops_ptr=ops_ptr, ops=ops, users_ptr=users_ptr, users=users,
-                       serial=rng.random(n_cls) < 0.5)
+                       serial=rng.random(n_cls) < 0.5, seq_ptr=np.zeros(n_cls + 1, np.int64),
+                       seq_res=np.empty(0, np.int64), seq_c=np.empty(0), seq_o=np.empty(0),
+                       seq_solo=np.empty(0, np.bool_))
 
 
 @settings(max_examples=60, deadline=None)
@@ -40,6 +46,46 @@ def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, 
     end = begin + (rng.integers(0, 10, n_ops).astype(float) if ties else rng.random(n_ops) * 300)
     own = rng.random(n_ops)
     posted = rng.random(n_ops) < 0.3
-    got = interference(B, nbytes, FLIT, begin, end, windows, own, posted)
+    got = interference(B, nbytes, FLIT, begin, end, windows, own, posted, np.zeros(n_cls, np.bool_))
     want = pairwise_interference(B, nbytes, begin, end, windows, own, FLIT, posted)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+# ------------------------------------------------------------------------------------- runs (pay bursts once)
+@pytest.fixture(scope="module")
+def bound_programs(tables, router, torus6_tables):
+    """Real bound tables: congestion probes (long shared routes, funnels) and an lrab all-reduce on 6 SIPs."""
+    from kbfast.workloads.probes import build_catalogue
+
+    cat = build_catalogue(tables, router)
+    progs = [cat[case].program(tables, router, n) for case, n in
+             (("ctrl_hot_3", 4096), ("ucie_eastbound_8pe", 1000), ("all_pe_cube0_to_pe0", 16384))]
+    progs.append(allreduce(torus6_tables, Router(torus6_tables), 4096).program)
+    return [(p, plan_fast(p)) for p in progs]
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), windows=st.booleans(), partners=st.sampled_from([2, 8, 64]))
+def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partners) -> None:
+    rng = np.random.default_rng(seed)
+    for p, plan in bound_programs:
+        begin = rng.random(p.n_ops) * 2000
+        end = begin + rng.random(p.n_ops) * 500
+        got, done = run_interference(plan.bounds, p.op_nbytes, FLIT, begin, end, windows, partners)
+        want, want_done = pairwise_runs(plan.bounds, p.op_nbytes, begin, end, windows, FLIT, partners)
+        np.testing.assert_array_equal(done, want_done)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def test_runs_never_charge_more_than_each_server(bound_programs) -> None:
+    """Paid once per run, a co-user's train costs at most what it costs paid at every server it shares."""
+    for p, plan in bound_programs:
+        B, flit = plan.bounds, plan.lowered.hbm.flit_bytes
+        zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
+        per_server = interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted,
+                                  np.zeros(len(B.cls_ptr) - 1, np.bool_))
+        runs, done = run_interference(B, p.op_nbytes, flit, zero, zero, False, 64)
+        mixed = interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted, done) + runs
+        assert done.any()
+        assert np.all(mixed <= per_server * (1 + 1e-12) + 1e-9)
+        assert mixed.sum() < per_server.sum()

@@ -39,7 +39,12 @@ BoundTables = namedtuple("BoundTables", [
     "cls_ptr", "res", "kind", "base",    # per class, CSR: its entries (resource id, work kind, work base)
     "ops_ptr", "ops",                    # per class, CSR: its ops, ascending
     "users_ptr", "users",                # per resource, CSR: its (class, entry) pairs, in class order
-    "serial"])                           # per class: its ops are serialized by one PE DMA channel
+    "serial",                            # per class: its ops are serialized by one PE DMA channel
+    # per class, CSR: its route's servers in route order, for the runs of run_interference: a finite wire
+    # (c = 1 / bw) or a flit-aware node worker (o = its overhead) by resource id; -1 where no run may pass
+    # (a store-and-forward node); ``seq_solo``: a server charged per co-user, outside any run (the first
+    # wire, where a PE's two virtual channels are interleaved by round robin, not served first in, first out)
+    "seq_ptr", "seq_res", "seq_c", "seq_o", "seq_solo"])
 
 
 @njit(cache=True, inline="always")
@@ -52,8 +57,12 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted):  # pragma: no cover - jitted
+def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted,
+                 skip_wn):  # pragma: no cover - jitted
     """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
+
+    A class with ``skip_wn`` set is charged its controller entries only (its wires and node workers are
+    :func:`run_interference`'s); it still brings its work to every other class.
 
     A ``posted`` op (a PE read whose response leaves when its last flit is taken) waits for no PC commit:
     the controller entries (kind 2) add nothing to it.
@@ -140,7 +149,7 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
         n_w = 0
         for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
             r = B.res[k]
-            if n_on[r] < 2:
+            if n_on[r] < 2 or (skip_wn[c] and B.kind[k] <= 1):
                 continue
             if windowed[r]:
                 win_k[n_w] = k
@@ -154,7 +163,8 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
                 else:
                     b_flits += B.base[k]
                     a_commit += total[r]
-        if B.serial[c]:
+        serial = B.serial[c] and not skip_wn[c]      # the correction below is on wire and node entries only
+        if serial:
             # its own co-users overlapping each op, by window: bytes and counts sorted by begin and by end
             n_c = B.ops_ptr[c + 1] - B.ops_ptr[c]
             cb = np.empty(n_c)
@@ -193,7 +203,7 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
                 ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")      # end_hi[g] < begin_lo[o]
                 own = B.base[k] * _unit(B.kind[k], nbytes[o], flit)
                 x += max(cum_b[lo + r + started] - cum_e[lo + r + ended] - own, 0.0)
-            if B.serial[c]:
+            if serial:
                 # take back the wire and node work the class's own co-users were charged above: all of them
                 # on entries without windows, the overlapping ones (the same test) on windowed entries
                 s_ = np.searchsorted(sb, end_hi[o], side="right")
@@ -205,3 +215,206 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
                 x = max(x - back, 0.0)
             extra[o] += x
     return extra
+
+
+@njit(cache=True)
+def _class_windows(B, units, begin_lo, end_hi):  # pragma: no cover - jitted
+    """Per class, its ops' windows sorted by begin and by end, with prefix sums of their ``units`` columns in
+    each order (``units[op]``: 1, bytes, first-flit bytes, the rest): row ``B.ops_ptr[c] + c + i`` of the
+    prefix holds the sum over the first ``i`` ops of class ``c``."""
+    n_cls = len(B.ops_ptr) - 1
+    n = len(B.ops)
+    m = units.shape[1]
+    by_b = np.empty(n)
+    by_e = np.empty(n)
+    cum_b = np.zeros((n + n_cls, m))
+    cum_e = np.zeros((n + n_cls, m))
+    for c in range(n_cls):
+        lo, hi = B.ops_ptr[c], B.ops_ptr[c + 1]
+        ops = B.ops[lo:hi]
+        ob = np.argsort(begin_lo[ops], kind="mergesort")
+        oe = np.argsort(end_hi[ops], kind="mergesort")
+        for i in range(hi - lo):
+            by_b[lo + i] = begin_lo[ops[ob[i]]]
+            by_e[lo + i] = end_hi[ops[oe[i]]]
+            for j in range(m):
+                cum_b[lo + c + i + 1, j] = cum_b[lo + c + i, j] + units[ops[ob[i]], j]
+                cum_e[lo + c + i + 1, j] = cum_e[lo + c + i, j] + units[ops[oe[i]], j]
+    return by_b, by_e, cum_b, cum_e
+
+
+@njit(cache=True)
+def run_interference(B, nbytes, flit, begin_lo, end_hi, use_windows, max_partners):  # pragma: no cover - jitted
+    """Per op: the work co-users bring to its wires and node workers, each co-user paid once per *run* of
+    consecutive servers it shares with the op (pay bursts only once; docs/fast_path.md §4).  Returns
+    ``(extra, done)``: ``done[c]`` is False for a class with more than ``max_partners`` co-user classes,
+    whose ops keep :func:`interference`'s per-server charge (their ``extra`` is 0 here).
+
+    Flow ``g`` (``N`` bytes, first flit ``s0 = min(N, F)``) crossing a run ``R`` of servers ahead of op
+    ``o``'s flits, in the same first-in first-out order at every server of ``R`` (they take the same
+    servers one after the other), can add at most the longest path of its own flit x server lattice over
+    ``R``: each server once at its largest cell and each later flit once at its slowest server,
+
+        V_g(R) = sum_{nodes in R} o_v + s0 * sum_{wires in R} c_k + (N - s0) * max_{wires in R} c_k,
+
+    against ``N * sum c_k + sum o_v`` per server.  Runs of different co-users that cross each other (neither
+    contains the other) are cut at the crossing, longest first, until they nest: a co-user then pays once
+    per piece.  A solo server (``B.seq_solo``) charges ``N * c`` per co-user.  A serial class's own ops
+    bring it nothing (see the module docstring).
+    """
+    n_cls = len(B.cls_ptr) - 1
+    n_res = len(B.users_ptr) - 1
+    units = np.zeros((len(nbytes), 4))        # per op: 1, bytes, first-flit bytes, bytes after the first flit
+    for c in range(n_cls):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            g = B.ops[i]
+            s0 = min(nbytes[g], flit)
+            units[g, 0] = 1.0
+            units[g, 1] = nbytes[g]
+            units[g, 2] = s0
+            units[g, 3] = nbytes[g] - s0
+    by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
+    extra = np.zeros(len(nbytes))
+    done = np.zeros(n_cls, np.bool_)
+    stamp = np.full(n_cls, -1, np.int64)
+    pos = np.zeros(n_res, np.int64)            # 1 + a server's position in the partner's sequence, 0: absent
+    coef = np.zeros((max_partners, 4))         # per partner: the work per unit of each ``units`` column
+    partners = np.empty(max_partners, np.int64)
+    max_len = 0
+    for c in range(n_cls):
+        max_len = max(max_len, B.seq_ptr[c + 1] - B.seq_ptr[c])
+    cap = max(1, max_len * (max_partners + 1))
+    run_d = np.empty(cap * 4, np.int64)        # runs, then pieces: partner slot, first and last position
+    run_a = np.empty(cap * 4, np.int64)
+    run_b = np.empty(cap * 4, np.int64)
+    acc_a = np.empty(cap * 4, np.int64)
+    acc_b = np.empty(cap * 4, np.int64)
+    for c in range(n_cls):
+        s_lo, s_hi = B.seq_ptr[c], B.seq_ptr[c + 1]
+        # the classes sharing a wire or node worker with c
+        n_p = 0
+        over = False
+        for i in range(s_lo, s_hi):
+            r = B.seq_res[i]
+            if r < 0:
+                continue
+            for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
+                d = B.users[j, 0]
+                if stamp[d] == c or (d == c and (B.serial[c] or B.ops_ptr[c + 1] - B.ops_ptr[c] < 2)):
+                    continue
+                stamp[d] = c
+                if n_p == max_partners:
+                    over = True
+                    break
+                partners[n_p] = d
+                n_p += 1
+            if over:
+                break
+        if over:
+            continue
+        partners[:n_p] = np.sort(partners[:n_p])      # in class order, whatever the discovery order
+        if n_p == 0:
+            done[c] = True
+            continue
+        coef[:n_p, :] = 0.0
+        # runs of consecutive shared servers, per partner; solo servers charge per co-user at once
+        n_run = 0
+        for q in range(n_p):
+            d = partners[q]
+            for i in range(B.seq_ptr[d], B.seq_ptr[d + 1]):
+                if B.seq_res[i] >= 0:
+                    pos[B.seq_res[i]] = i - B.seq_ptr[d] + 1
+            d_lo, d_len = B.seq_ptr[d], B.seq_ptr[d + 1] - B.seq_ptr[d]
+            i = s_lo
+            while i < s_hi:
+                r = B.seq_res[i]
+                if r < 0 or pos[r] == 0:
+                    i += 1
+                    continue
+                if B.seq_solo[i]:
+                    coef[q, 0] += B.seq_o[i]
+                    coef[q, 1] += B.seq_c[i]
+                    i += 1
+                    continue
+                a = i
+                j = pos[r] - 1
+                while (i + 1 < s_hi and j + 1 < d_len and B.seq_res[i + 1] >= 0 and not B.seq_solo[i + 1]
+                       and B.seq_res[i + 1] == B.seq_res[d_lo + j + 1]):
+                    i += 1
+                    j += 1
+                run_d[n_run] = q
+                run_a[n_run] = a - s_lo
+                run_b[n_run] = i - s_lo
+                n_run += 1
+                i += 1
+            for i in range(B.seq_ptr[d], B.seq_ptr[d + 1]):
+                if B.seq_res[i] >= 0:
+                    pos[B.seq_res[i]] = 0
+        # cut crossing runs, longest first (ties: partner, then start), until the family nests
+        key = np.empty(n_run, np.int64)
+        for k in range(n_run):
+            key[k] = ((-(run_b[k] - run_a[k])) * (max_partners + 2) + run_d[k]) * (max_len + 1) + run_a[k]
+        order = np.argsort(key, kind="mergesort")
+        n_acc = 0
+        top = n_run                             # work stack above the runs
+        full = False                            # out of room for pieces: this class keeps the per-server charge
+        for k in order:
+            if full:
+                break
+            run_d[top], run_a[top], run_b[top] = run_d[k], run_a[k], run_b[k]
+            top += 1
+            while top > n_run:
+                if top + 2 > len(run_d) or n_acc == len(acc_a):
+                    full = True
+                    break
+                top -= 1
+                q, a, b = run_d[top], run_a[top], run_b[top]
+                cut = -1
+                for t in range(n_acc):
+                    x, y = acc_a[t], acc_b[t]
+                    if x < a <= y < b:
+                        cut = y              # [a, y] nests in [x, y]; [y + 1, b] goes on
+                        break
+                    if a < x <= b < y:
+                        cut = x - 1          # [x, b] nests in [x, y]; [a, x - 1] goes on
+                        break
+                if cut >= 0:
+                    run_d[top], run_a[top], run_b[top] = q, a, cut
+                    run_d[top + 1], run_a[top + 1], run_b[top + 1] = q, cut + 1, b
+                    top += 2
+                    continue
+                acc_a[n_acc], acc_b[n_acc] = a, b
+                n_acc += 1
+                ovh = 0.0
+                csum = 0.0
+                cmax = 0.0
+                for i in range(s_lo + a, s_lo + b + 1):
+                    ovh += B.seq_o[i]
+                    csum += B.seq_c[i]
+                    cmax = max(cmax, B.seq_c[i])
+                coef[q, 0] += ovh
+                coef[q, 2] += csum
+                coef[q, 3] += cmax
+        if full:
+            continue
+        done[c] = True
+        # each op: its overlapping co-users' units, per partner, times the partner's coefficients
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            o = B.ops[i]
+            x = 0.0
+            for q in range(n_p):
+                d = partners[q]
+                lo, hi = B.ops_ptr[d], B.ops_ptr[d + 1]
+                if use_windows:
+                    started = np.searchsorted(by_b[lo:hi], end_hi[o], side="right")   # begin_lo[g] <= end_hi[o]
+                    ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")     # end_hi[g] < begin_lo[o]
+                else:
+                    started = hi - lo
+                    ended = 0
+                for u in range(4):
+                    w = cum_b[lo + d + started, u] - cum_e[lo + d + ended, u]
+                    if d == c:
+                        w -= units[o, u]           # o overlaps itself
+                    x += coef[q, u] * max(w, 0.0)
+            extra[o] = x
+    return extra, done
