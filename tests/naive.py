@@ -8,7 +8,7 @@
   demands);
 * :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
   pair of flows;
-* :func:`pairwise_runs`: its run bound (``run_interference``): every pair of classes' runs of shared
+* :func:`pairwise_runs`: its run bound (``run_coefficients`` and ``run_charges``): every pair of classes' runs of shared
   servers from Python lists, nested by cutting, and every pair of flows charged per piece;
 * :func:`naive_pipeline`: the GEMM tile pipeline's recurrence (``kbfast.fast.pipeline``), tile by tile with
   whole lists of stage times.
@@ -155,7 +155,7 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
 
 
 def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners):
-    """(extra, done) of ``kbfast.fast.bounds.run_interference``, from lists: a class's partners are the classes
+    """(extra, done) of ``kbfast.fast.bounds.run_charges`` and ``run_coefficients``, from lists: a class's partners are the classes
     on any of its servers (itself if it has 2+ ops and is not serial); a run is a stretch of servers that
     follow each other on both routes; crossing runs are cut, longest first, at the crossing until every two
     nest or are apart; flow ``g`` pays ``sum o + s0 * sum c + (N - s0) * max c`` per piece, ``N * c`` per solo

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbfast.fast.bounds import BoundTables, interference, run_interference
+from kbfast.fast.bounds import BoundTables, interference, run_charges, run_coefficients
 from kbfast.fast.evaluate import plan_fast
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -71,9 +71,10 @@ def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partne
     for p, plan in bound_programs:
         begin = rng.random(p.n_ops) * 2000
         end = begin + rng.random(p.n_ops) * 500
-        got, done = run_interference(plan.bounds, p.op_nbytes, FLIT, begin, end, windows, partners)
+        runs = run_coefficients(plan.bounds, partners)
+        got = run_charges(plan.bounds, runs, p.op_nbytes, FLIT, begin, end, windows)
         want, want_done = pairwise_runs(plan.bounds, p.op_nbytes, begin, end, windows, FLIT, partners)
-        np.testing.assert_array_equal(done, want_done)
+        np.testing.assert_array_equal(runs.done, want_done)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
 
 
@@ -84,8 +85,9 @@ def test_runs_never_charge_more_than_each_server(bound_programs) -> None:
         zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
         per_server = interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted,
                                   np.zeros(len(B.cls_ptr) - 1, np.bool_))
-        runs, done = run_interference(B, p.op_nbytes, flit, zero, zero, False, 64)
-        mixed = interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted, done) + runs
-        assert done.any()
+        R = run_coefficients(B, 64)
+        mixed = (interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted, R.done)
+                 + run_charges(B, R, p.op_nbytes, flit, zero, zero, False))
+        assert R.done.any()
         assert np.all(mixed <= per_server * (1 + 1e-12) + 1e-9)
         assert mixed.sum() < per_server.sum()

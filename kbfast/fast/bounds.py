@@ -2,8 +2,10 @@
 
 In a network of FIFO servers without backpressure, flows that share a server
 with flow ``o`` while ``o`` is in flight can delay ``o``'s completion by at
-most the work they bring to the shared servers (max-plus monotonicity: a delay
-of the inputs by ``d`` delays the outputs by at most ``d``):
+most the work they bring to the shared servers (at each server, ``o``'s flits
+leave no later than they would alone at their actual arrivals plus that work,
+and ``o`` alone is a max-plus tandem: arrivals later by ``d``, departures later
+by at most ``d``; docs/fast_path.md §4):
 
 * a shared wire: their bytes / bw;
 * a shared flit-aware node: their first-flit overhead;
@@ -13,6 +15,11 @@ of the inputs by ``d`` delays the outputs by at most ``d``):
 Only flows whose windows ``[begin_lower, end_upper]`` overlap count.  The
 bound starts from "every sharer" (valid), then tightens: windows taken from a
 valid bound contain the true in-flight intervals, so each pass stays valid.
+
+Paid at every server, a co-user's train is charged once per server it shares; on a run of consecutive
+shared servers it passes as one pipeline, so :func:`run_coefficients` and :func:`run_charges` charge it
+once per run instead (docs/fast_path.md §4), for the wires and node workers of the classes they can
+afford; :func:`interference` keeps the rest.
 
 Flows come in *classes*: ops with the same payload route and HBM controller use
 the same resources, so the tables hold each class's resource entries once (at
@@ -40,11 +47,15 @@ BoundTables = namedtuple("BoundTables", [
     "ops_ptr", "ops",                    # per class, CSR: its ops, ascending
     "users_ptr", "users",                # per resource, CSR: its (class, entry) pairs, in class order
     "serial",                            # per class: its ops are serialized by one PE DMA channel
-    # per class, CSR: its route's servers in route order, for the runs of run_interference: a finite wire
+    # per class, CSR: its route's servers in route order, for the runs of run_coefficients: a finite wire
     # (c = 1 / bw) or a flit-aware node worker (o = its overhead) by resource id; -1 where no run may pass
     # (a store-and-forward node); ``seq_solo``: a server charged per co-user, outside any run (the first
     # wire, where a PE's two virtual channels are interleaved by round robin, not served first in, first out)
     "seq_ptr", "seq_res", "seq_c", "seq_o", "seq_solo"])
+
+# The run bound's coefficients (run_coefficients): per class, CSR over its partner classes ``p_cls`` with the
+# work per unit of each run_units column ``p_coef``; ``done``: the class is charged by runs.
+RunCoefs = namedtuple("RunCoefs", ["p_ptr", "p_cls", "p_coef", "done"])
 
 
 @njit(cache=True, inline="always")
@@ -62,7 +73,7 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
     """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
 
     A class with ``skip_wn`` set is charged its controller entries only (its wires and node workers are
-    :func:`run_interference`'s); it still brings its work to every other class.
+    :func:`run_charges`'s); it still brings its work to every other class.
 
     A ``posted`` op (a PE read whose response leaves when its last flit is taken) waits for no PC commit:
     the controller entries (kind 2) add nothing to it.
@@ -244,11 +255,12 @@ def _class_windows(B, units, begin_lo, end_hi):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def run_interference(B, nbytes, flit, begin_lo, end_hi, use_windows, max_partners):  # pragma: no cover - jitted
-    """Per op: the work co-users bring to its wires and node workers, each co-user paid once per *run* of
-    consecutive servers it shares with the op (pay bursts only once; docs/fast_path.md §4).  Returns
-    ``(extra, done)``: ``done[c]`` is False for a class with more than ``max_partners`` co-user classes,
-    whose ops keep :func:`interference`'s per-server charge (their ``extra`` is 0 here).
+def run_coefficients(B, max_partners):  # pragma: no cover - jitted
+    """The run bound's charges per unit of a co-user, from the routes alone (docs/fast_path.md §4): each
+    co-user paid once per *run* of consecutive servers it shares with an op (pay bursts only once).
+    Returns :data:`RunCoefs`: per class its partner classes and, per partner, the work per unit of each
+    column of :func:`run_units`; ``done[c]`` is False for a class with more than ``max_partners`` partners
+    (or too many pieces), whose ops keep :func:`interference`'s per-server charge.
 
     Flow ``g`` (``N`` bytes, first flit ``s0 = min(N, F)``) crossing a run ``R`` of servers ahead of op
     ``o``'s flits, in the same first-in first-out order at every server of ``R`` (they take the same
@@ -264,92 +276,102 @@ def run_interference(B, nbytes, flit, begin_lo, end_hi, use_windows, max_partner
     """
     n_cls = len(B.cls_ptr) - 1
     n_res = len(B.users_ptr) - 1
-    units = np.zeros((len(nbytes), 4))        # per op: 1, bytes, first-flit bytes, bytes after the first flit
-    for c in range(n_cls):
-        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
-            g = B.ops[i]
-            s0 = min(nbytes[g], flit)
-            units[g, 0] = 1.0
-            units[g, 1] = nbytes[g]
-            units[g, 2] = s0
-            units[g, 3] = nbytes[g] - s0
-    by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
-    extra = np.zeros(len(nbytes))
     done = np.zeros(n_cls, np.bool_)
+    p_ptr = np.zeros(n_cls + 1, np.int64)
+    p_cls = np.empty(max(16, n_cls), np.int64)           # grown by doubling
+    p_coef = np.empty((max(16, n_cls), 4))
+    # per resource, the (class, sequence index) pairs of the servers on it: one pass over a class's servers
+    # finds its partners and their runs together
+    su_ptr = np.zeros(n_res + 1, np.int64)
+    for i in range(len(B.seq_res)):
+        if B.seq_res[i] >= 0:
+            su_ptr[B.seq_res[i] + 1] += 1
+    for r in range(n_res):
+        su_ptr[r + 1] += su_ptr[r]
+    fill = su_ptr[:-1].copy()
+    su_cls = np.empty(su_ptr[n_res], np.int64)
+    su_idx = np.empty(su_ptr[n_res], np.int64)
+    for x in range(n_cls):
+        for i in range(B.seq_ptr[x], B.seq_ptr[x + 1]):
+            r = B.seq_res[i]
+            if r >= 0:
+                su_cls[fill[r]], su_idx[fill[r]] = x, i
+                fill[r] += 1
     stamp = np.full(n_cls, -1, np.int64)
-    pos = np.zeros(n_res, np.int64)            # 1 + a server's position in the partner's sequence, 0: absent
-    coef = np.zeros((max_partners, 4))         # per partner: the work per unit of each ``units`` column
-    partners = np.empty(max_partners, np.int64)
+    slot = np.zeros(n_cls, np.int64)           # a partner's slot in discovery order
+    last_i = np.zeros(n_cls, np.int64)         # the partner's last matched server: index in c's sequence,
+    last_j = np.zeros(n_cls, np.int64)         # in its own, and the run it extends
+    cur = np.zeros(n_cls, np.int64)
+    coef = np.zeros((max_partners, 4))         # per partner (by rank): the work per unit of each column
+    found = np.empty(max_partners, np.int64)   # partners in discovery order
+    rank = np.empty(max_partners, np.int64)    # discovery slot -> rank in class order
+    solo = np.zeros((max_partners, 2))         # per slot: solo servers' overhead and 1 / bw sums
     max_len = 0
     for c in range(n_cls):
         max_len = max(max_len, B.seq_ptr[c + 1] - B.seq_ptr[c])
     cap = max(1, max_len * (max_partners + 1))
-    run_d = np.empty(cap * 4, np.int64)        # runs, then pieces: partner slot, first and last position
+    run_d = np.empty(cap * 4, np.int64)        # runs, then pieces: partner rank, first and last position
     run_a = np.empty(cap * 4, np.int64)
     run_b = np.empty(cap * 4, np.int64)
     acc_a = np.empty(cap * 4, np.int64)
     acc_b = np.empty(cap * 4, np.int64)
     for c in range(n_cls):
+        p_ptr[c + 1] = p_ptr[c]
         s_lo, s_hi = B.seq_ptr[c], B.seq_ptr[c + 1]
-        # the classes sharing a wire or node worker with c
+        alone = B.serial[c] or B.ops_ptr[c + 1] - B.ops_ptr[c] < 2     # no co-user in its own class
+        # the classes sharing a wire or node worker with c, and the runs: a match at c's server i and the
+        # partner's server j extends its run when its last match was (i - 1, j - 1)
         n_p = 0
+        n_run = 0
         over = False
         for i in range(s_lo, s_hi):
             r = B.seq_res[i]
             if r < 0:
                 continue
-            for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
-                d = B.users[j, 0]
-                if stamp[d] == c or (d == c and (B.serial[c] or B.ops_ptr[c + 1] - B.ops_ptr[c] < 2)):
+            for u in range(su_ptr[r], su_ptr[r + 1]):
+                d, j = su_cls[u], su_idx[u]
+                if d == c and alone:
                     continue
-                stamp[d] = c
-                if n_p == max_partners:
-                    over = True
-                    break
-                partners[n_p] = d
-                n_p += 1
+                if stamp[d] != c:
+                    if n_p == max_partners:
+                        over = True
+                        break
+                    stamp[d] = c
+                    slot[d] = n_p
+                    found[n_p] = d
+                    solo[n_p] = 0.0
+                    last_i[d] = -2
+                    n_p += 1
+                q = slot[d]
+                if B.seq_solo[i]:
+                    solo[q, 0] += B.seq_o[i]
+                    solo[q, 1] += B.seq_c[i]
+                    continue
+                if last_i[d] == i - 1 and last_j[d] == j - 1:
+                    run_b[cur[d]] = i - s_lo
+                else:
+                    run_d[n_run], run_a[n_run], run_b[n_run] = q, i - s_lo, i - s_lo
+                    cur[d] = n_run
+                    n_run += 1
+                last_i[d], last_j[d] = i, j
             if over:
                 break
         if over:
             continue
-        partners[:n_p] = np.sort(partners[:n_p])      # in class order, whatever the discovery order
         if n_p == 0:
             done[c] = True
             continue
+        # partners in class order, whatever the discovery order
+        by_cls = np.argsort(found[:n_p])
+        for k in range(n_p):
+            rank[by_cls[k]] = k
         coef[:n_p, :] = 0.0
-        # runs of consecutive shared servers, per partner; solo servers charge per co-user at once
-        n_run = 0
         for q in range(n_p):
-            d = partners[q]
-            for i in range(B.seq_ptr[d], B.seq_ptr[d + 1]):
-                if B.seq_res[i] >= 0:
-                    pos[B.seq_res[i]] = i - B.seq_ptr[d] + 1
-            d_lo, d_len = B.seq_ptr[d], B.seq_ptr[d + 1] - B.seq_ptr[d]
-            i = s_lo
-            while i < s_hi:
-                r = B.seq_res[i]
-                if r < 0 or pos[r] == 0:
-                    i += 1
-                    continue
-                if B.seq_solo[i]:
-                    coef[q, 0] += B.seq_o[i]
-                    coef[q, 1] += B.seq_c[i]
-                    i += 1
-                    continue
-                a = i
-                j = pos[r] - 1
-                while (i + 1 < s_hi and j + 1 < d_len and B.seq_res[i + 1] >= 0 and not B.seq_solo[i + 1]
-                       and B.seq_res[i + 1] == B.seq_res[d_lo + j + 1]):
-                    i += 1
-                    j += 1
-                run_d[n_run] = q
-                run_a[n_run] = a - s_lo
-                run_b[n_run] = i - s_lo
-                n_run += 1
-                i += 1
-            for i in range(B.seq_ptr[d], B.seq_ptr[d + 1]):
-                if B.seq_res[i] >= 0:
-                    pos[B.seq_res[i]] = 0
+            coef[rank[q], 0] += solo[q, 0]
+            coef[rank[q], 1] += solo[q, 1]
+        for k in range(n_run):
+            run_d[k] = rank[run_d[k]]
+        partners = found[:n_p][by_cls]
         # cut crossing runs, longest first (ties: partner, then start), until the family nests
         key = np.empty(n_run, np.int64)
         for k in range(n_run):
@@ -398,23 +420,73 @@ def run_interference(B, nbytes, flit, begin_lo, end_hi, use_windows, max_partner
         if full:
             continue
         done[c] = True
-        # each op: its overlapping co-users' units, per partner, times the partner's coefficients
+        m = p_ptr[c]
+        if m + n_p > len(p_cls):
+            grow = max(2 * len(p_cls), m + n_p)
+            p_cls2 = np.empty(grow, np.int64)
+            p_coef2 = np.empty((grow, 4))
+            p_cls2[:m] = p_cls[:m]
+            p_coef2[:m] = p_coef[:m]
+            p_cls, p_coef = p_cls2, p_coef2
+        p_cls[m:m + n_p] = partners[:n_p]
+        p_coef[m:m + n_p] = coef[:n_p]
+        p_ptr[c + 1] = m + n_p
+    return RunCoefs(p_ptr=p_ptr, p_cls=p_cls[:p_ptr[n_cls]].copy(), p_coef=p_coef[:p_ptr[n_cls]].copy(), done=done)
+
+
+@njit(cache=True)
+def run_units(B, nbytes, flit):  # pragma: no cover - jitted
+    """Per op, the units the run bound's coefficients multiply: 1, its bytes, its first flit's bytes
+    ``s0 = min(N, F)`` and the bytes after it ``N - s0``."""
+    units = np.zeros((len(nbytes), 4))
+    for i in range(len(B.ops)):
+        g = B.ops[i]
+        s0 = min(nbytes[g], flit)
+        units[g, 0] = 1.0
+        units[g, 1] = nbytes[g]
+        units[g, 2] = s0
+        units[g, 3] = nbytes[g] - s0
+    return units
+
+
+@njit(cache=True)
+def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: no cover - jitted
+    """Per op of a class that ``R`` (:func:`run_coefficients`) has ``done``: the work its overlapping
+    co-users bring to its wires and node workers, paid once per run; 0 for the other ops.  Co-user ``g``
+    overlaps op ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]`` (every co-user
+    without ``use_windows``)."""
+    n_cls = len(B.cls_ptr) - 1
+    extra = np.zeros(len(nbytes))
+    if not np.any(R.done):
+        return extra
+    units = run_units(B, nbytes, flit)
+    if use_windows:
+        by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
+    else:                                      # per class, the total of its ops' units
+        by_b = by_e = np.empty(0)
+        cum_b = np.zeros((n_cls, 4))
+        for c in range(n_cls):
+            for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+                cum_b[c] += units[B.ops[i]]
+        cum_e = np.zeros((0, 4))
+    for c in range(n_cls):
+        if not R.done[c]:
+            continue
         for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
             o = B.ops[i]
             x = 0.0
-            for q in range(n_p):
-                d = partners[q]
+            for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
+                d = R.p_cls[j]
                 lo, hi = B.ops_ptr[d], B.ops_ptr[d + 1]
                 if use_windows:
-                    started = np.searchsorted(by_b[lo:hi], end_hi[o], side="right")   # begin_lo[g] <= end_hi[o]
-                    ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")     # end_hi[g] < begin_lo[o]
+                    b_row = lo + d + np.searchsorted(by_b[lo:hi], end_hi[o], side="right")   # begin_lo[g] <= end_hi[o]
+                    e_row = lo + d + np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")  # end_hi[g] < begin_lo[o]
                 else:
-                    started = hi - lo
-                    ended = 0
+                    b_row, e_row = d, -1
                 for u in range(4):
-                    w = cum_b[lo + d + started, u] - cum_e[lo + d + ended, u]
+                    w = cum_b[b_row, u] - (cum_e[e_row, u] if e_row >= 0 else 0.0)
                     if d == c:
                         w -= units[o, u]           # o overlaps itself
-                    x += coef[q, u] * max(w, 0.0)
+                    x += R.p_coef[j, u] * max(w, 0.0)
             extra[o] = x
-    return extra, done
+    return extra

@@ -11,7 +11,7 @@ from numba import njit
 
 from kbfast import budget
 from kbfast.errors import KbfastError
-from kbfast.fast.bounds import BoundTables, interference, run_interference
+from kbfast.fast.bounds import BoundTables, RunCoefs, interference, run_charges, run_coefficients
 from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, schedule
 from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
@@ -497,15 +497,13 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
     own, posted, begin_lo = _own_penalty(p, plan), _posted(p), lo[0].op_begin
 
     by_runs = len(plan.bounds.ops) <= RUN_MAX_FLOWS
+    runs = run_bound(plan.bounds)
 
     def bound(end_hi: np.ndarray, windows: bool) -> np.ndarray:
         # co-users paid once per run of shared servers where a class has few enough partners; the
         # controller's commits, and the other classes' wires and workers, per server
-        if not by_runs:
-            return interference(plan.bounds, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted,
-                                np.zeros(len(plan.bounds.cls_ptr) - 1, np.bool_))
-        runs, done = run_interference(plan.bounds, p.op_nbytes, flit, begin_lo, end_hi, windows, RUN_PARTNERS)
-        return interference(plan.bounds, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, done) + runs
+        return (interference(plan.bounds, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, runs.done)
+                + run_charges(plan.bounds, runs, p.op_nbytes, flit, begin_lo, end_hi, windows))
 
     extra = bound(begin_lo, False)
     hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
@@ -519,6 +517,16 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         if _bound_gain(before, hi[0].a_finish, p.agent_start_ns) < BOUND_GAIN:
             break
     return hi
+
+
+def run_bound(B: BoundTables) -> RunCoefs:
+    """The run bound's coefficients of a Program's flow classes (``kbfast.fast.bounds.run_coefficients``),
+    or none (every class charged per server) for a Program of more than ``RUN_MAX_FLOWS`` flows."""
+    if len(B.ops) <= RUN_MAX_FLOWS:
+        return run_coefficients(B, RUN_PARTNERS)
+    n_cls = len(B.cls_ptr) - 1
+    return RunCoefs(p_ptr=np.zeros(n_cls + 1, np.int64), p_cls=np.empty(0, np.int64), p_coef=np.empty((0, 4)),
+                    done=np.zeros(n_cls, np.bool_))
 
 
 def _posted(p: Program) -> np.ndarray:

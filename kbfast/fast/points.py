@@ -14,8 +14,8 @@ import numpy as np
 from numba import njit
 
 from kbfast.errors import KbfastError
-from kbfast.fast.bounds import interference
-from kbfast.fast.evaluate import plan_fast
+from kbfast.fast.bounds import interference, run_charges
+from kbfast.fast.evaluate import plan_fast, run_bound
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
 from kbfast.sim.agents import OP_MATH, Prog
@@ -40,8 +40,8 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
 
 @njit(cache=True)
 def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
-                  tier_bw, hop_bw, launch, share, data_route, shared_edge, shared_node, bounds, fabric, hbm, P,
-                  routes, sharing):  # pragma: no cover - jitted
+                  tier_bw, hop_bw, launch, share, data_route, shared_edge, shared_node, bounds, runs, fabric, hbm,
+                  P, routes, sharing):  # pragma: no cover - jitted
     """Per point: (latency, lower, upper, contention, ring peak) with latency = max agent finish - launch.
 
     Points come sorted by size, then buffer kind, then ``n_slots`` descending.  What depends on the
@@ -67,6 +67,8 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
         the launch time, ns: latencies count from it.
     share, data_route, shared_edge, shared_node, bounds :
         the plan of :func:`kbfast.fast.evaluate.plan_fast` (size-independent).
+    runs : RunCoefs
+        the run bound's coefficients of ``bounds`` (:func:`kbfast.fast.evaluate.run_bound`).
     fabric, hbm, P, routes, sharing :
         the kernel inputs of :func:`kbfast.fast.schedule.schedule` (``P`` at the largest size).
     """
@@ -76,7 +78,6 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
     n_ch = len(P.ch_src)
     zero = np.zeros(n_ops)
     no_posted = np.zeros(n_ops, np.bool_)   # reads charged for commits too: valid, looser
-    per_server = np.zeros(len(bounds.cls_ptr) - 1, np.bool_)   # every class charged per server: valid, looser
     iso = np.full((n_ops, 1 + hbm.n_pcs), np.nan)
     ch_nslots = np.empty(n_ch, np.int64)
     ch_setup = np.empty(n_ch)
@@ -90,8 +91,8 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, fabric, shared_edge, shared_node, hbm.flit_bytes)
-            extra = interference(bounds, nbytes, hbm.flit_bytes, zero, zero, False, zero, no_posted,
-                                 per_server)                                                      # window-free
+            extra = (interference(bounds, nbytes, hbm.flit_bytes, zero, zero, False, zero, no_posted, runs.done)
+                     + run_charges(bounds, runs, nbytes, hbm.flit_bytes, zero, zero, False))      # window-free
         k = kinds[i]
         if new_size or k != kinds[i - 1]:
             free = -1
@@ -134,7 +135,8 @@ def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, 
 
     ``p`` is built at the largest size; its moving ops (SEND, RECV, DMA_READ, DMA_WRITE) scale with the
     size, its MATH ops' element counts too.  The upper bound is the first (window-free) pass of
-    ``kbfast.fast.bounds``: valid, looser than ``run_fast``'s.
+    ``kbfast.fast.bounds``, co-users paid once per run where the Program is small enough: valid, looser than
+    ``run_fast``'s.
     """
     sizes = np.asarray(sizes, np.int64)
     kinds = np.asarray(kinds, np.int64)
@@ -157,5 +159,5 @@ def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, 
                                t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
                                np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
                                launch_ns, plan.share, plan.data_route, plan.shared_edge, plan.shared_node,
-                               plan.bounds, *plan.kernel_inputs)
+                               plan.bounds, run_bound(plan.bounds), *plan.kernel_inputs)
     return out
