@@ -177,7 +177,7 @@ def calibrate(
     modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
     bounds = parse_fit(keys or [], spec) if do_fit else None   # bad keys fail before any compiling
     res = None
-    first_run(*modes)
+    first_run(*(["runs"] if "fast" in modes else []), *modes)
     if bounds is not None:
         res = fit(spec, bounds)
         if save is not None:

@@ -159,7 +159,7 @@ def probe(
         write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)", soft_wrap=True)
     evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
-    first_run("exact", *(() if exact else ("fast",)))      # the fast path replays small contended cases exactly
+    first_run("exact", *(() if exact else ("runs", "fast")))      # the fast path replays small contended cases exactly
     try:
         df, stopped = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact), None
     except ProbesStopped as err:           # print the cases that finished, then the refusal (exit 2)

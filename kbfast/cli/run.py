@@ -82,7 +82,7 @@ def evaluate(c: Collective, t, exact: bool, compare: bool, trace: Path | None, b
     if c.tile_io is not None:
         row["tile_io"] = c.tile_io
     row.update(mode="exact" if exact else "fast", n_ops=p.n_ops)
-    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("fast",)))
+    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "fast")))
     res = run_exact(p) if exact else run_fast(p)
     if trace is not None:
         write_trace(res if exact else run_exact(p), trace)
@@ -245,7 +245,8 @@ def run_gemm(
     eps = parse_epilogues(t, epilogue)
     case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps,
                      program=exact or compare or trace_it)   # else evaluate_gemm builds it if its method needs it
-    first_run(*(("exact",) if exact or compare or trace_it else ()), *(() if exact else ("fast", "pipeline")))
+    first_run(*(("exact",) if exact or compare or trace_it else ()),
+              *(() if exact else ("runs", "fast", "pipeline")))
     row = {"workload": "gemm", "mode": "exact" if exact else "fast", **evaluate_gemm(t, router, case, exact)}
     if trace_it:
         write_trace(run_exact(case.program), trace)
@@ -284,7 +285,7 @@ def run_model(
     m = load_model(model)
     shape = shape_for(m, phase, batch, seq, kv_len) if isinstance(m, Transformer) else None
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
-    first_run("collectives", "exact", *(() if exact else ("fast", "pipeline")))   # the hybrid replays exactly
+    first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     step = evaluate_step(t, Router(t), m, shape, layout, layers, modes, method)
     report = model_report(step, t)
     if fmt is OutputFormat.json:

@@ -255,6 +255,21 @@ def _class_windows(B, units, begin_lo, end_hi):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
+def _order(key):  # pragma: no cover - jitted
+    """The stable ascending order of a short int64 ``key`` (insertion sort: a class's partners and runs
+    are few, and it compiles in a fraction of the time of ``np.argsort``)."""
+    order = np.arange(len(key))
+    for i in range(1, len(key)):
+        k = order[i]
+        j = i - 1
+        while j >= 0 and key[order[j]] > key[k]:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = k
+    return order
+
+
+@njit(cache=True)
 def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     """The run bound's charges per unit of a co-user, from the routes alone (docs/fast_path.md §4): each
     co-user paid once per *run* of consecutive servers it shares with an op (pay bursts only once).
@@ -362,7 +377,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
             done[c] = True
             continue
         # partners in class order, whatever the discovery order
-        by_cls = np.argsort(found[:n_p])
+        by_cls = _order(found[:n_p])
         for k in range(n_p):
             rank[by_cls[k]] = k
         coef[:n_p, :] = 0.0
@@ -376,7 +391,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
         key = np.empty(n_run, np.int64)
         for k in range(n_run):
             key[k] = ((-(run_b[k] - run_a[k])) * (max_partners + 2) + run_d[k]) * (max_len + 1) + run_a[k]
-        order = np.argsort(key, kind="mergesort")
+        order = _order(key)
         n_acc = 0
         top = n_run                             # work stack above the runs
         full = False                            # out of room for pieces: this class keeps the per-server charge
@@ -450,25 +465,46 @@ def run_units(B, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: no cover - jitted
-    """Per op of a class that ``R`` (:func:`run_coefficients`) has ``done``: the work its overlapping
-    co-users bring to its wires and node workers, paid once per run; 0 for the other ops.  Co-user ``g``
-    overlaps op ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]`` (every co-user
-    without ``use_windows``)."""
+def run_charges_all(B, R, nbytes, flit):  # pragma: no cover - jitted
+    """:func:`run_charges` without windows: every co-user counts (the batched sweep's first pass)."""
     n_cls = len(B.cls_ptr) - 1
     extra = np.zeros(len(nbytes))
     if not np.any(R.done):
         return extra
     units = run_units(B, nbytes, flit)
-    if use_windows:
-        by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
-    else:                                      # per class, the total of its ops' units
-        by_b = by_e = np.empty(0)
-        cum_b = np.zeros((n_cls, 4))
-        for c in range(n_cls):
-            for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
-                cum_b[c] += units[B.ops[i]]
-        cum_e = np.zeros((0, 4))
+    total = np.zeros((n_cls, 4))               # per class, the total of its ops' units
+    for c in range(n_cls):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            total[c] += units[B.ops[i]]
+    for c in range(n_cls):
+        if not R.done[c]:
+            continue
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            o = B.ops[i]
+            x = 0.0
+            for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
+                d = R.p_cls[j]
+                for u in range(4):
+                    w = total[d, u] - (units[o, u] if d == c else 0.0)     # o is no co-user of its own
+                    x += R.p_coef[j, u] * max(w, 0.0)
+            extra[o] = x
+    return extra
+
+
+@njit(cache=True)
+def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: no cover - jitted
+    """Per op of a class that ``R`` (:func:`run_coefficients`) has ``done``: the work its overlapping
+    co-users bring to its wires and node workers, paid once per run; 0 for the other ops.  Co-user ``g``
+    overlaps op ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]`` (every co-user
+    without ``use_windows``: :func:`run_charges_all`)."""
+    if not use_windows:
+        return run_charges_all(B, R, nbytes, flit)
+    n_cls = len(B.cls_ptr) - 1
+    extra = np.zeros(len(nbytes))
+    if not np.any(R.done):
+        return extra
+    units = run_units(B, nbytes, flit)
+    by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
     for c in range(n_cls):
         if not R.done[c]:
             continue
@@ -478,15 +514,10 @@ def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: n
             for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
                 d = R.p_cls[j]
                 lo, hi = B.ops_ptr[d], B.ops_ptr[d + 1]
-                if use_windows:
-                    b_row = lo + d + np.searchsorted(by_b[lo:hi], end_hi[o], side="right")   # begin_lo[g] <= end_hi[o]
-                    e_row = lo + d + np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")  # end_hi[g] < begin_lo[o]
-                else:
-                    b_row, e_row = d, -1
+                b_row = lo + d + np.searchsorted(by_b[lo:hi], end_hi[o], side="right")   # begin_lo[g] <= end_hi[o]
+                e_row = lo + d + np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")  # end_hi[g] < begin_lo[o]
                 for u in range(4):
-                    w = cum_b[b_row, u] - (cum_e[e_row, u] if e_row >= 0 else 0.0)
-                    if d == c:
-                        w -= units[o, u]           # o overlaps itself
+                    w = cum_b[b_row, u] - cum_e[e_row, u] - (units[o, u] if d == c else 0.0)   # o overlaps itself
                     x += R.p_coef[j, u] * max(w, 0.0)
             extra[o] = x
     return extra

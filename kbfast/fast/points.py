@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.errors import KbfastError
-from kbfast.fast.bounds import interference, run_charges
+from kbfast.fast.bounds import interference, run_charges_all
 from kbfast.fast.evaluate import plan_fast, run_bound
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
@@ -92,7 +92,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, fabric, shared_edge, shared_node, hbm.flit_bytes)
             extra = (interference(bounds, nbytes, hbm.flit_bytes, zero, zero, False, zero, no_posted, runs.done)
-                     + run_charges(bounds, runs, nbytes, hbm.flit_bytes, zero, zero, False))      # window-free
+                     + run_charges_all(bounds, runs, nbytes, hbm.flit_bytes))                    # window-free
         k = kinds[i]
         if new_size or k != kinds[i - 1]:
             free = -1

@@ -53,7 +53,7 @@ class WorkloadKind:
     max_batch: int | None = None           # points per batch (None: the sweep's limit)
     bus_bandwidth: bool = False            # a collective: report bus bandwidth (not for point-to-point)
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.warmup)
-    fast_kernels: tuple[str, ...] = ("fast",)   # Numba kernels its fast path compiles on a first run
+    fast_kernels: tuple[str, ...] = ("runs", "fast")   # Numba kernels its fast path compiles on a first run
     # Keys its result never depends on (a system key path, ``ipcq.`` for a whole section, or
     # ``workload.<field>``), always or when a field has a value: (field, value, keys).  Sweeps cross-check
     # one of the points that differ only there.  Topology keys always matter.
@@ -120,7 +120,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
     WorkloadKind("allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
                  {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _allreduce,
                  bool_fields=("tile_io",), columns=("algorithm", "tile_io"), batched=True, bus_bandwidth=True,
-                 kernels=("collectives",), fast_kernels=("fast", "points"),
+                 kernels=("collectives",), fast_kernels=("runs", "fast", "points"),
                  ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),)),   # one message in flight per channel
     WorkloadKind("pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
                  {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _pe2pe,
@@ -134,7 +134,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None,
                   "epilogues": ""},
                  _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"), batched=True,
-                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("fast", "pipeline"), ignores=("ipcq.",)),
+                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("runs", "fast", "pipeline"), ignores=("ipcq.",)),
     WorkloadKind("model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the "
                           "attention panels (kbfast run model)",
                  {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
@@ -143,7 +143,7 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  batched=True, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method"),
                  batch_system_keys=(),                          # a batch shares one system: tables and timings
                  max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
-                 fast_kernels=("fast", "pipeline", "exact")),   # the stand-in is replayed exactly
+                 fast_kernels=("runs", "fast", "pipeline", "exact")),   # the stand-in is replayed exactly
 )}
 
 
