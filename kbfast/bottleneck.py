@@ -102,15 +102,20 @@ def node_load_arrays(p: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return used, n * t.node_overhead_ns[used], n
 
 
-def _resources(t, links, nodes) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Links then nodes as (label, kind, flows, busy ns, sort key): links are (edges, busy, flows), nodes
-    (nodes, busy, transfers)."""
+def _resources(t, links, nodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Links then nodes as (flows, busy ns, sort key): links are (edges, busy, flows), nodes (nodes, busy,
+    transfers); the key puts a link before a node on a tie, then the lower id."""
     (e, e_busy, e_flows), (v, v_busy, v_n) = links, nodes
-    labels = [link_label(t, int(x)) for x in e] + [node_name(t, int(x)) for x in v]
-    kinds = ([EdgeKind(int(k)).name.lower() for k in t.edge_kind[e]]
-             + [NodeKind(int(k)).name.lower() for k in t.node_kind[v]])
-    key = np.concatenate([e, t.n_edges + v]).astype(np.int64)     # links first on a tie, then by id
-    return labels, kinds, np.concatenate([e_flows, v_n]), np.concatenate([e_busy, v_busy]), key
+    key = np.concatenate([e, t.n_edges + v]).astype(np.int64)
+    return np.concatenate([e_flows, v_n]), np.concatenate([e_busy, v_busy]), key
+
+
+def _name(t, key: int) -> tuple[str, str]:
+    """(label, kind) of the resource with sort key ``key`` (a link's edge id, or n_edges + a node id)."""
+    if key < t.n_edges:
+        return link_label(t, key), EdgeKind(int(t.edge_kind[key])).name.lower()
+    v = key - t.n_edges
+    return node_name(t, v), NodeKind(int(t.node_kind[v])).name.lower()
 
 
 def top_resources(p: Program, span_ns: float, pcs: pd.DataFrame | None = None, n: int = TOP) -> pd.DataFrame:
@@ -120,11 +125,12 @@ def top_resources(p: Program, span_ns: float, pcs: pd.DataFrame | None = None, n
     (``sip0-5.cube10 r0c0 -> ucie-N.conn0``)."""
     t = p.tables
     edges, load, flows = link_load_arrays(p)
-    labels, kinds, flows, busy, key = _resources(t, (edges, busy_ns(t, edges, load), flows), node_load_arrays(p))
+    flows, busy, key = _resources(t, (edges, busy_ns(t, edges, load), flows), node_load_arrays(p))
     groups: dict[tuple, list[int]] = {}
     for i in np.lexsort((key, -busy)).tolist():
-        sip, _, local = labels[i].partition(".") if labels[i].startswith("sip") else ("", "", labels[i])
-        k = (local, kinds[i], int(flows[i]), float(busy[i]))
+        label, kind = _name(t, int(key[i]))
+        sip, _, local = label.partition(".") if label.startswith("sip") else ("", "", label)
+        k = (local, kind, int(flows[i]), float(busy[i]))
         if k not in groups and len(groups) == n:
             break
         groups.setdefault(k, []).append(int(sip[3:]) if sip else -1)
@@ -147,12 +153,13 @@ def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
     """The busiest link or node worker as result fields ``bottleneck_*``: resource, kind, flows (transfers
     through it), busy_ns, utilization (busy / ``span_ns``); a link before a node, then the lowest id, on a
     tie; empty when nothing moved.  ``links`` = (edges, busy, flows), ``nodes`` = (nodes, busy, transfers)."""
-    labels, kinds, flows, busy, key = _resources(t, links, nodes)
+    flows, busy, key = _resources(t, links, nodes)
     if len(busy) == 0 or busy.max() <= 0:
         return {"bottleneck_resource": None, "bottleneck_kind": None, "bottleneck_flows": np.nan,
                 "bottleneck_busy_ns": 0.0, "bottleneck_utilization": 0.0}
     i = int(np.lexsort((key, -busy))[0])
-    return {"bottleneck_resource": labels[i], "bottleneck_kind": kinds[i], "bottleneck_flows": float(flows[i]),
+    label, kind = _name(t, int(key[i]))          # only the busiest is named: a sweep asks this of every point
+    return {"bottleneck_resource": label, "bottleneck_kind": kind, "bottleneck_flows": float(flows[i]),
             "bottleneck_busy_ns": float(busy[i]),
             "bottleneck_utilization": float(busy[i] / span_ns) if span_ns > 0 else float("nan")}
 
