@@ -132,11 +132,10 @@ def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarr
     route_key = data_route[flows] * n_keys + hbm[flows] + 1
     keys, op_cls = np.unique(route_key * n_chan + chan[flows] + 1, return_inverse=True)
     route_key = keys // n_chan
-    cls_ptr, res, kind, base = _resource_entries(route_key // n_keys, route_key % n_keys - 1, p.route_ptr,
-                                                 c.route_edges, e_bw, e_dst, n_flit, n_ovh.astype(np.float64),
-                                                 len(c.edges), len(c.nodes), commit + sw)
     seq = _server_sequences(route_key // n_keys, p.route_ptr, c.route_edges, e_bw, e_dst, n_flit,
                             n_ovh.astype(np.float64), len(c.edges))
+    cls_ptr, res, kind, base = _resource_entries(route_key // n_keys, route_key % n_keys - 1, *seq[:4],
+                                                 len(c.edges), len(c.nodes), commit + sw)
     users_ptr, users = _users(cls_ptr, res, len(c.edges) + len(c.nodes) + len(c.hbm_ctrls))
     order = np.argsort(op_cls, kind="stable")
     ops_ptr = np.concatenate([[0], np.cumsum(np.bincount(op_cls, minlength=len(keys)))])
@@ -151,41 +150,31 @@ def _dma_controller(p: Program, c: Compact, ops: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def _resource_entries(cls_route, cls_hbm, route_ptr, route_edges, e_bw, e_dst, n_flit, n_ovh, n_e, n_n,
+def _resource_entries(cls_route, cls_hbm, seq_ptr, seq_res, seq_c, seq_o, n_e, n_n,
                       commit):  # pragma: no cover - jitted
-    """Kernel of :func:`_bound_tables`: per class (route ``cls_route``, controller ``cls_hbm``, or -1), count
-    (``res_ptr``), then fill."""
-    n_cls = len(cls_route)
+    """Kernel of :func:`_bound_tables`: per class with a route (``cls_route`` >= 0; its servers ``seq_*`` from
+    :func:`_server_sequences`, its controller ``cls_hbm`` or -1) its finite wires, then its flit-aware node
+    workers, both in route order, then its controller; counted (``res_ptr``), then filled."""
+    n_cls = len(cls_hbm)
     res_ptr = np.zeros(n_cls + 1, np.int64)
     for x in range(n_cls):
-        r = cls_route[x]
         c = 0
-        if r >= 0:
-            for k in range(route_ptr[r], route_ptr[r + 1]):
-                e = route_edges[k]
-                c += np.isfinite(e_bw[e]) + n_flit[e_dst[e]]
-            c += cls_hbm[x] >= 0
-        res_ptr[x + 1] = res_ptr[x] + c
+        for i in range(seq_ptr[x], seq_ptr[x + 1]):
+            c += seq_res[i] >= 0
+        res_ptr[x + 1] = res_ptr[x] + c + (cls_hbm[x] >= 0 and cls_route[x] >= 0)
     n = res_ptr[n_cls]
     res = np.empty(n, np.int64)
     kind = np.empty(n, np.int8)
     base = np.empty(n)
     i = 0
     for x in range(n_cls):
-        r = cls_route[x]
-        if r < 0:
-            continue
-        for k in range(route_ptr[r], route_ptr[r + 1]):
-            e = route_edges[k]
-            if np.isfinite(e_bw[e]):
-                res[i], kind[i], base[i] = e, 0, 1.0 / e_bw[e]
-                i += 1
-        for k in range(route_ptr[r], route_ptr[r + 1]):
-            v = e_dst[route_edges[k]]
-            if n_flit[v]:
-                res[i], kind[i], base[i] = n_e + v, 1, n_ovh[v]
-                i += 1
-        if cls_hbm[x] >= 0:
+        for w in range(2):                   # wires (resource < n_e), then node workers
+            for j in range(seq_ptr[x], seq_ptr[x + 1]):
+                r = seq_res[j]
+                if r >= 0 and (r < n_e) == (w == 0):
+                    res[i], kind[i], base[i] = r, w, seq_c[j] if w == 0 else seq_o[j]
+                    i += 1
+        if cls_hbm[x] >= 0 and cls_route[x] >= 0:
             res[i], kind[i], base[i] = n_e + n_n + cls_hbm[x], 2, commit
             i += 1
     return res_ptr, res, kind, base
