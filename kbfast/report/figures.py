@@ -10,10 +10,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def save_figure(fig, out: Path) -> Path:
-    """Lay out ``fig``, write it to ``out`` (its folder created) at 110 dpi, and close it."""
+def save_figure(fig, out: Path, dpi: int = 110) -> Path:
+    """Lay out ``fig``, write it to ``out`` (its folder created) at ``dpi``, and close it."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out

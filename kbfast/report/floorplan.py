@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from kbfast.config.schema import SystemSpec  # noqa: E402
+from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.topology.floorplan import CORNERS, build_floorplan  # noqa: E402
 
 
@@ -62,9 +63,4 @@ def plot_floorplan(spec: SystemSpec, out: Path) -> Path:
     ax.set_ylabel("y [mm]")
     ax.set_title(f"{spec.name}: one cube ({len(plan.routers)} routers, UCIe connections in orange)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=4, fontsize=8)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=130)

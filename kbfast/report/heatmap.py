@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 
+from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
 from kbfast.topology.floorplan import build_floorplan  # noqa: E402
 from kbfast.topology.names import node_name  # noqa: E402
@@ -101,9 +102,4 @@ def plot_link_heatmap(t: Tables, edges: pd.DataFrame, out: Path, label: str, sip
     ax.set_ylabel("y on the SIP (mm)")
     ax.set_title(f"{t.spec.name}, SIP {sip}: link utilisation\n{label}", fontsize=10)
     fig.colorbar(lc, ax=ax, shrink=0.8, label="link utilisation (% of the span, busier direction)")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out, dpi=120)
