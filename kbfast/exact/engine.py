@@ -143,19 +143,15 @@ def _scratch(n_ops, n_nodes, n_edges, n_pc_all, vc_w, heap_capacity):  # pragma:
 
 # No NRT (here and in _start_dma): the loop allocates nothing, and without NRT the inlined
 # runtime helpers pay no atomic reference counting on the many arrays of P and S.
-# Allocation happens in replay().
+# Allocation happens in replay().  One handler per event kind, inlined into the loop (a call would
+# pass dozens of arrays per event): each takes the event's fields and the tables it reads, and returns
+# the queue counters it moved.
 @njit(cache=True, error_model="numpy", _nrt=False)
 def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no cover - jitted
     """The event loop of :func:`replay` (same parameters, plus the agents' state ``S`` and the scratch
     arrays ``W``); returns (status, n_events)."""
-    n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, _, e_prop, r_ptr, r_edges = fabric
-    n_pcs, pc_shift, burst_bytes, flit_bytes, commit_ns, burst_commit_ns, switch_penalty, read_accept = hbm
-    op_addr, op_route, op_rroute, ch_route = routes
-    (pend, t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, t_count, t_last, t_aux, t_train_hop,
-     t_train_dep0, t_sent, t_qnext, t_qhop, q_head, q_tail, vc_turn, vc_left, vc_busy, q_bytes, node_free, avail,
-     e_bytes, e_busy, e_peak, pc_avail, pc_dir, pc_commits, pc_busy, pc_backlog, heap, vheap) = W
+    heap, vheap = W.heap, W.vheap
     n_agents = len(P.a_start)
-    op_nbytes = P.op_nbytes
     n_txn = np.int64(0)
     size = np.int64(0)
     seq = np.int64(0)
@@ -177,237 +173,297 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
         if n_events > max_events:
             status = BUDGET
             break
-
         if kind == EV_FLIT:
-            txn, i, hop = x, y, z
-            r = t_route[txn]
-            lo = r_ptr[r]
-            last_hop = lo + hop == r_ptr[r + 1] - 1
-            e = r_edges[lo + hop]
-            v = e_dst[e]
-            nfl = t_nflits[txn]
-            if hop == t_train_hop[txn] and i + 1 < nfl:
-                # Next flit of the train on this edge (departures are back to back from dep0).
-                dep = t_train_dep0[txn] + (i + 1) * (flit_bytes / e_bw[e])
-                arr = dep + _flit_size(i + 1, nfl, t_nbytes[txn], flit_bytes) / e_bw[e] + e_prop[e]
-                size, seq = push(heap, size, seq, arr, EV_FLIT, txn, i + 1, hop)
-            if last_hop and n_hbm[v] >= 0:
-                s = max(now, node_free[v])
-                if i == 0:
-                    s += n_ovh[v]
-                node_free[v] = s
-                g = n_hbm[v] * n_pcs + pc_of(t_addr[txn] + i * flit_bytes, pc_shift, n_pcs)
-                sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != t_dir[txn]) else 0.0
-                if pc_avail[g] - s > pc_backlog[g]:
-                    pc_backlog[g] = pc_avail[g] - s
-                fin = max(s, pc_avail[g]) + sw + commit_ns
-                pc_avail[g] = fin
-                pc_dir[g] = t_dir[txn]
-                pc_commits[g] += 1
-                pc_busy[g] += commit_ns
-                t_last[txn] = fin if i == 0 else max(t_last[txn], fin)
-                if i == nfl - 1:
-                    # A PE read may free its channel, and send its response, once its last flit is taken.
-                    read = t_kind[txn] == K_PE_REQ and t_dir[txn] == 1
-                    if read and P.read_release_early:
-                        size, seq = push(heap, size, seq, s, EV_CHAN_FREE, t_op[txn], 0, 0)
-                    done = s if (read and read_accept) else max(t_last[txn], s)
-                    size, seq = push(heap, size, seq, done, EV_TXN_DONE, txn, 0, 0)
-            elif n_flit[v]:
-                s = max(now, node_free[v])
-                if i == 0:
-                    s += n_ovh[v]
-                node_free[v] = s
-                if last_hop:
-                    if i == nfl - 1:
-                        size, seq = push(heap, size, seq, s, EV_TXN_DONE, txn, 0, 0)
-                else:
-                    e2 = r_edges[lo + hop + 1]
-                    nb = _flit_size(i, nfl, t_nbytes[txn], flit_bytes)
-                    if avail[e2] > s:
-                        e_peak[e2] = max(e_peak[e2], (avail[e2] - s) * e_bw[e2])
-                    avail[e2] = max(s, avail[e2]) + nb / e_bw[e2]
-                    e_bytes[e2] += nb
-                    e_busy[e2] += nb / e_bw[e2]
-                    size, seq = push(heap, size, seq, avail[e2] + e_prop[e2], EV_FLIT, txn, i, hop + 1)
-            else:
-                t_count[txn] += 1
-                if t_count[txn] == nfl:
-                    t_count[txn] = 0
-                    if last_hop:
-                        size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
-                    else:
-                        size, seq = push(heap, size, seq, now + n_ovh[v], EV_PUT, txn, 0, hop + 1)
-            continue
-
-        if kind == EV_PUT:
-            # The whole transaction is put on edge ``hop`` now: reserve the wire for the train.
-            txn, hop = x, z
-            e = r_edges[r_ptr[t_route[txn]] + hop]
-            nfl = t_nflits[txn]
-            nbytes = t_nbytes[txn]
-            if vc_edge[e]:
-                c = VC_COMM if t_kind[txn] == K_IPCQ else VC_COMPUTE
-                e_peak[e] = max(e_peak[e], q_bytes[e] + max(avail[e] - now, 0.0) * e_bw[e])
-                q_bytes[e] += nbytes
-                t_sent[txn] = 0
-                t_qnext[txn] = -1
-                t_qhop[txn] = hop
-                t_train_hop[txn] = -1
-                if q_tail[e, c] < 0:
-                    q_head[e, c] = txn
-                else:
-                    t_qnext[q_tail[e, c]] = txn
-                q_tail[e, c] = txn
-                if not vc_busy[e]:
-                    vc_busy[e] = True
-                    vsize, seq = push(vheap, vsize, seq, max(now, avail[e]), EV_VC_SERVE, e, 0, 0)
-                continue
-            if avail[e] > now:
-                e_peak[e] = max(e_peak[e], (avail[e] - now) * e_bw[e])
-            dep0 = max(now, avail[e])
-            avail[e] = dep0 + nbytes / e_bw[e]
-            e_bytes[e] += nbytes
-            e_busy[e] += nbytes / e_bw[e]
-            if np.isinf(e_bw[e]):
-                # No serialization: every flit arrives at once; push them all now so that
-                # they keep the wire's FIFO order against other trains arriving at that time.
-                t_train_hop[txn] = -1
-                for i in range(nfl):
-                    size, seq = push(heap, size, seq, dep0 + e_prop[e], EV_FLIT, txn, i, hop)
-                continue
-            t_train_hop[txn] = hop
-            t_train_dep0[txn] = dep0
-            arr = dep0 + _flit_size(0, nfl, nbytes, flit_bytes) / e_bw[e] + e_prop[e]
-            size, seq = push(heap, size, seq, arr, EV_FLIT, txn, 0, hop)
-            continue
-
-        if kind == EV_VC_SERVE:
-            # Weighted round robin: keep the turn while its channel has flits and quota, else switch.
-            e = x
-            c = vc_turn[e]
-            if q_head[e, c] < 0 or vc_left[e] <= 0:
-                if q_head[e, 1 - c] >= 0:
-                    c = 1 - c
-                    vc_turn[e] = c
-                vc_left[e] = vc_w[c]
-            txn = q_head[e, c]
-            i = t_sent[txn]
-            t_sent[txn] = i + 1
-            vc_left[e] -= 1
-            nb = _flit_size(i, t_nflits[txn], t_nbytes[txn], flit_bytes)
-            avail[e] = now + nb / e_bw[e]
-            q_bytes[e] -= nb
-            e_bytes[e] += nb
-            e_busy[e] += nb / e_bw[e]
-            size, seq = push(heap, size, seq, avail[e] + e_prop[e], EV_FLIT, txn, i, t_qhop[txn])
-            if i + 1 == t_nflits[txn]:
-                q_head[e, c] = t_qnext[txn]
-                if q_head[e, c] < 0:
-                    q_tail[e, c] = -1
-            if q_head[e, 0] >= 0 or q_head[e, 1] >= 0:
-                vsize, seq = push(vheap, vsize, seq, avail[e], EV_VC_SERVE, e, 0, 0)
-            else:
-                vc_busy[e] = False
-            continue
-
-        if kind == EV_CTRL_ARRIVE:
-            txn = x
-            r = t_route[txn]
-            v = e_dst[r_edges[r_ptr[r + 1] - 1]]
-            if t_kind[txn] == K_D2H_CMD:
-                # Chunk loop (spec_memory §3.7): chunks drain/n apart after the overhead.
-                t_aux[txn] = now + n_ovh[v]
-                t_last[txn] = t_aux[txn]
-                nch = (op_nbytes[t_op[txn]] + burst_bytes - 1) // burst_bytes
-                delta = 0.0 if nch == 0 else op_nbytes[t_op[txn]] / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], e_bw) / nch
-                size, seq = push(heap, size, seq, t_aux[txn] + delta, EV_CHUNK, txn, 0, 0)
-            else:
-                if t_kind[txn] == K_PE_REQ and t_dir[txn] == 1 and P.read_release_early:
-                    size, seq = push(heap, size, seq, now + n_ovh[v], EV_CHAN_FREE, t_op[txn], 0, 0)
-                size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
-            continue
-
-        if kind == EV_CHUNK:
-            txn, i = x, y
-            r = t_route[txn]
-            v = e_dst[r_edges[r_ptr[r + 1] - 1]]
-            o = t_op[txn]
-            nch = (op_nbytes[o] + burst_bytes - 1) // burst_bytes
-            if i < nch:
-                g = n_hbm[v] * n_pcs + pc_of(op_addr[o] + i * burst_bytes, pc_shift, n_pcs)
-                sw = switch_penalty if (pc_dir[g] >= 0 and pc_dir[g] != 1) else 0.0
-                if pc_avail[g] - now > pc_backlog[g]:
-                    pc_backlog[g] = pc_avail[g] - now
-                fin = max(now, pc_avail[g]) + sw + burst_commit_ns
-                pc_avail[g] = fin
-                pc_dir[g] = 1
-                pc_commits[g] += 1
-                pc_busy[g] += burst_commit_ns
-                t_last[txn] = max(t_last[txn], fin)
-            if i + 1 < nch:
-                delta = op_nbytes[o] / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], e_bw) / nch
-                size, seq = push(heap, size, seq, t_aux[txn] + (i + 2) * delta, EV_CHUNK, txn, i + 1, 0)
-            else:
-                # Data streams back on the reverse route from the controller (overhead already paid).
-                d = n_txn
-                n_txn += 1
-                t_route[d] = op_rroute[o]
-                t_nbytes[d] = op_nbytes[o]
-                t_nflits[d] = (op_nbytes[o] + flit_bytes - 1) // flit_bytes
-                t_addr[d] = op_addr[o]
-                t_dir[d] = 1
-                t_kind[d] = K_D2H_DATA
-                t_op[d] = o
-                when = max(now, t_last[txn])
-                if t_nflits[d] == 0:
-                    when += ctrl_latency(r_edges, r_ptr[t_route[d]], r_ptr[t_route[d] + 1], e_dst, e_prop, n_ovh)
-                    size, seq = push(heap, size, seq, when, EV_CTRL_ARRIVE, d, 0, 0)
-                else:
-                    size, seq = push(heap, size, seq, when, EV_PUT, d, 0, 0)
-            continue
-
-        if kind == EV_TXN_DONE:
-            txn = x
-            o = t_op[txn]
-            if t_kind[txn] == K_IPCQ:
-                size, seq = ipcq_arrive_call(o, now, P, S, heap, size, seq)
-            elif t_kind[txn] == K_PE_REQ:
-                rr = op_rroute[o]
-                pe = e_dst[r_edges[r_ptr[rr + 1] - 1]]
-                arrive = now + ctrl_latency(r_edges, r_ptr[rr], r_ptr[rr + 1], e_dst, e_prop, n_ovh) + n_ovh[pe]
-                size, seq = push(heap, size, seq, arrive, EV_OP_DONE, o, 0, 0)
-            else:
-                size, seq = push(heap, size, seq, now, EV_OP_DONE, o, 0, 0)
-            continue
-
-        # Agents, DMA channels and IPCQ (kbfast.sim.agents); then begin what they released.
-        size, seq, n_pend = handle_call(kind, x, y, now, P, S, heap, size, seq, pend, 0)
-        for k in range(n_pend):
-            o = pend[k]
-            d = n_txn
-            n_txn += 1
-            if P.op_code[o] == OP_SEND:
-                t_route[d] = ch_route[P.op_target[o]]
-                t_nbytes[d] = op_nbytes[o]
-                t_nflits[d] = (op_nbytes[o] + flit_bytes - 1) // flit_bytes
-                t_addr[d] = 0
-                t_dir[d] = 0
-                t_kind[d] = K_IPCQ
-                t_op[d] = o
-                ev_t = now + n_ovh[e_src[r_edges[r_ptr[t_route[d]]]]]
-                ev_k = EV_PUT
-            else:
-                ev_t, ev_k = _start_dma(o, now, d, P.a_host[S.op_agent[o]], P.op_code, op_nbytes, op_addr, op_route,
-                                        t_route, t_nbytes, t_nflits, t_addr, t_dir, t_kind, t_op, r_ptr, r_edges,
-                                        e_src, e_dst, e_prop, n_ovh, flit_bytes)
-            size, seq = push(heap, size, seq, ev_t, ev_k, d, 0, 0)
+            size, seq = _on_flit(now, x, y, z, fabric, hbm, P, W, size, seq)
+        elif kind == EV_PUT:
+            size, seq, vsize = _on_put(now, x, z, fabric, hbm, W, vc_edge, size, seq, vsize)
+        elif kind == EV_VC_SERVE:
+            size, seq, vsize = _on_vc_serve(now, x, fabric, hbm, W, vc_w, size, seq, vsize)
+        elif kind == EV_CTRL_ARRIVE:
+            size, seq = _on_ctrl_arrive(now, x, fabric, hbm, P, W, size, seq)
+        elif kind == EV_CHUNK:
+            size, seq, n_txn = _on_chunk(now, x, y, fabric, hbm, P, W, routes, size, seq, n_txn)
+        elif kind == EV_TXN_DONE:
+            size, seq = _on_txn_done(now, x, fabric, P, S, W, routes, size, seq)
+        else:
+            # Agents, DMA channels and IPCQ (kbfast.sim.agents; it raises on a kind nobody handles), then
+            # begin what they released.
+            size, seq, n_pend = handle_call(kind, x, y, now, P, S, heap, size, seq, W.pend, 0)
+            for k in range(n_pend):
+                size, seq, n_txn = _begin(now, W.pend[k], fabric, hbm, P, S, W, routes, size, seq, n_txn)
 
     if status == OK:
         for a in range(n_agents):
             if S.a_finish[a] < 0:
                 status = DEADLOCK
     return status, n_events
+
+
+@njit(cache=True, inline="always")
+def _on_flit(now, txn, i, hop, fabric, hbm, P, W, size, seq):  # pragma: no cover - jitted
+    """``EV_FLIT``: flit ``i`` of ``txn`` reaches the end of its route's edge ``hop``.  Sends the train's next
+    flit on that edge; then the node takes it: an HBM controller commits it to its PC, a flit-aware node
+    forwards it through its serial worker, a store-and-forward node counts it and re-streams the whole
+    transaction after the last.  Returns (size, seq)."""
+    e_dst, e_bw, e_prop, n_ovh, r_ptr, r_edges = fabric.e_dst, fabric.e_bw, fabric.e_prop, fabric.n_ovh, \
+        fabric.r_ptr, fabric.r_edges
+    flit_bytes = hbm.flit_bytes
+    node_free, heap = W.node_free, W.heap
+    r = W.t_route[txn]
+    lo = r_ptr[r]
+    last_hop = lo + hop == r_ptr[r + 1] - 1
+    e = r_edges[lo + hop]
+    v = e_dst[e]
+    nfl = W.t_nflits[txn]
+    if hop == W.t_train_hop[txn] and i + 1 < nfl:
+        # Next flit of the train on this edge (departures are back to back from dep0).
+        dep = W.t_train_dep0[txn] + (i + 1) * (flit_bytes / e_bw[e])
+        arr = dep + _flit_size(i + 1, nfl, W.t_nbytes[txn], flit_bytes) / e_bw[e] + e_prop[e]
+        size, seq = push(heap, size, seq, arr, EV_FLIT, txn, i + 1, hop)
+    if last_hop and fabric.n_hbm[v] >= 0:
+        s = max(now, node_free[v])
+        if i == 0:
+            s += n_ovh[v]
+        node_free[v] = s
+        n_pcs = hbm.n_pcs
+        g = fabric.n_hbm[v] * n_pcs + pc_of(W.t_addr[txn] + i * flit_bytes, hbm.pc_shift, n_pcs)
+        pc_avail, pc_dir = W.pc_avail, W.pc_dir
+        sw = hbm.switch_penalty_ns if (pc_dir[g] >= 0 and pc_dir[g] != W.t_dir[txn]) else 0.0
+        if pc_avail[g] - s > W.pc_backlog[g]:
+            W.pc_backlog[g] = pc_avail[g] - s
+        fin = max(s, pc_avail[g]) + sw + hbm.commit_ns
+        pc_avail[g] = fin
+        pc_dir[g] = W.t_dir[txn]
+        W.pc_commits[g] += 1
+        W.pc_busy[g] += hbm.commit_ns
+        W.t_last[txn] = fin if i == 0 else max(W.t_last[txn], fin)
+        if i == nfl - 1:
+            # A PE read may free its channel, and send its response, once its last flit is taken.
+            read = W.t_kind[txn] == K_PE_REQ and W.t_dir[txn] == 1
+            if read and P.read_release_early:
+                size, seq = push(heap, size, seq, s, EV_CHAN_FREE, W.t_op[txn], 0, 0)
+            done = s if (read and hbm.read_accept) else max(W.t_last[txn], s)
+            size, seq = push(heap, size, seq, done, EV_TXN_DONE, txn, 0, 0)
+    elif fabric.n_flit[v]:
+        s = max(now, node_free[v])
+        if i == 0:
+            s += n_ovh[v]
+        node_free[v] = s
+        if last_hop:
+            if i == nfl - 1:
+                size, seq = push(heap, size, seq, s, EV_TXN_DONE, txn, 0, 0)
+        else:
+            avail = W.avail
+            e2 = r_edges[lo + hop + 1]
+            nb = _flit_size(i, nfl, W.t_nbytes[txn], flit_bytes)
+            if avail[e2] > s:
+                W.e_peak[e2] = max(W.e_peak[e2], (avail[e2] - s) * e_bw[e2])
+            avail[e2] = max(s, avail[e2]) + nb / e_bw[e2]
+            W.e_bytes[e2] += nb
+            W.e_busy[e2] += nb / e_bw[e2]
+            size, seq = push(heap, size, seq, avail[e2] + e_prop[e2], EV_FLIT, txn, i, hop + 1)
+    else:
+        W.t_count[txn] += 1
+        if W.t_count[txn] == nfl:
+            W.t_count[txn] = 0
+            if last_hop:
+                size, seq = push(heap, size, seq, now + n_ovh[v], EV_TXN_DONE, txn, 0, 0)
+            else:
+                size, seq = push(heap, size, seq, now + n_ovh[v], EV_PUT, txn, 0, hop + 1)
+    return size, seq
+
+
+@njit(cache=True, inline="always")
+def _on_put(now, txn, hop, fabric, hbm, W, vc_edge, size, seq, vsize):  # pragma: no cover - jitted
+    """``EV_PUT``: the whole of ``txn`` is put on its route's edge ``hop`` now.  On a PE egress link it joins
+    its virtual channel's queue (and wakes the arbiter); elsewhere it reserves the wire for the train.
+    Returns (size, seq, vsize)."""
+    e_bw, e_prop = fabric.e_bw, fabric.e_prop
+    avail, e_peak = W.avail, W.e_peak
+    e = fabric.r_edges[fabric.r_ptr[W.t_route[txn]] + hop]
+    nfl = W.t_nflits[txn]
+    nbytes = W.t_nbytes[txn]
+    if vc_edge[e]:
+        q_head, q_tail, q_bytes = W.q_head, W.q_tail, W.q_bytes
+        c = VC_COMM if W.t_kind[txn] == K_IPCQ else VC_COMPUTE
+        e_peak[e] = max(e_peak[e], q_bytes[e] + max(avail[e] - now, 0.0) * e_bw[e])
+        q_bytes[e] += nbytes
+        W.t_sent[txn] = 0
+        W.t_qnext[txn] = -1
+        W.t_qhop[txn] = hop
+        W.t_train_hop[txn] = -1
+        if q_tail[e, c] < 0:
+            q_head[e, c] = txn
+        else:
+            W.t_qnext[q_tail[e, c]] = txn
+        q_tail[e, c] = txn
+        if not W.vc_busy[e]:
+            W.vc_busy[e] = True
+            vsize, seq = push(W.vheap, vsize, seq, max(now, avail[e]), EV_VC_SERVE, e, 0, 0)
+        return size, seq, vsize
+    if avail[e] > now:
+        e_peak[e] = max(e_peak[e], (avail[e] - now) * e_bw[e])
+    dep0 = max(now, avail[e])
+    avail[e] = dep0 + nbytes / e_bw[e]
+    W.e_bytes[e] += nbytes
+    W.e_busy[e] += nbytes / e_bw[e]
+    if np.isinf(e_bw[e]):
+        # No serialization: every flit arrives at once; push them all now so that
+        # they keep the wire's FIFO order against other trains arriving at that time.
+        W.t_train_hop[txn] = -1
+        for i in range(nfl):
+            size, seq = push(W.heap, size, seq, dep0 + e_prop[e], EV_FLIT, txn, i, hop)
+        return size, seq, vsize
+    W.t_train_hop[txn] = hop
+    W.t_train_dep0[txn] = dep0
+    arr = dep0 + _flit_size(0, nfl, nbytes, hbm.flit_bytes) / e_bw[e] + e_prop[e]
+    size, seq = push(W.heap, size, seq, arr, EV_FLIT, txn, 0, hop)
+    return size, seq, vsize
+
+
+@njit(cache=True, inline="always")
+def _on_vc_serve(now, e, fabric, hbm, W, vc_w, size, seq, vsize):  # pragma: no cover - jitted
+    """``EV_VC_SERVE``: PE egress link ``e`` sends one flit, by weighted round robin between its virtual
+    channels: keep the turn while its channel has flits and quota, else switch.  Returns (size, seq, vsize)."""
+    e_bw = fabric.e_bw
+    q_head, q_tail, vc_turn, vc_left, avail = W.q_head, W.q_tail, W.vc_turn, W.vc_left, W.avail
+    c = vc_turn[e]
+    if q_head[e, c] < 0 or vc_left[e] <= 0:
+        if q_head[e, 1 - c] >= 0:
+            c = 1 - c
+            vc_turn[e] = c
+        vc_left[e] = vc_w[c]
+    txn = q_head[e, c]
+    i = W.t_sent[txn]
+    W.t_sent[txn] = i + 1
+    vc_left[e] -= 1
+    nb = _flit_size(i, W.t_nflits[txn], W.t_nbytes[txn], hbm.flit_bytes)
+    avail[e] = now + nb / e_bw[e]
+    W.q_bytes[e] -= nb
+    W.e_bytes[e] += nb
+    W.e_busy[e] += nb / e_bw[e]
+    size, seq = push(W.heap, size, seq, avail[e] + fabric.e_prop[e], EV_FLIT, txn, i, W.t_qhop[txn])
+    if i + 1 == W.t_nflits[txn]:
+        q_head[e, c] = W.t_qnext[txn]
+        if q_head[e, c] < 0:
+            q_tail[e, c] = -1
+    if q_head[e, 0] >= 0 or q_head[e, 1] >= 0:
+        vsize, seq = push(W.vheap, vsize, seq, avail[e], EV_VC_SERVE, e, 0, 0)
+    else:
+        W.vc_busy[e] = False
+    return size, seq, vsize
+
+
+@njit(cache=True, inline="always")
+def _on_ctrl_arrive(now, txn, fabric, hbm, P, W, size, seq):  # pragma: no cover - jitted
+    """``EV_CTRL_ARRIVE``: a zero-byte message reaches its last node.  A host read's command starts the
+    chunk loop (spec_memory §3.7: chunks drain/n apart after the overhead); anything else is done after the
+    node's overhead.  Returns (size, seq)."""
+    r_ptr, r_edges = fabric.r_ptr, fabric.r_edges
+    r = W.t_route[txn]
+    v = fabric.e_dst[r_edges[r_ptr[r + 1] - 1]]
+    ovh = fabric.n_ovh[v]
+    if W.t_kind[txn] == K_D2H_CMD:
+        W.t_aux[txn] = now + ovh
+        W.t_last[txn] = W.t_aux[txn]
+        nbytes = P.op_nbytes[W.t_op[txn]]
+        nch = (nbytes + hbm.burst_bytes - 1) // hbm.burst_bytes
+        delta = 0.0 if nch == 0 else nbytes / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], fabric.e_bw) / nch
+        size, seq = push(W.heap, size, seq, W.t_aux[txn] + delta, EV_CHUNK, txn, 0, 0)
+    else:
+        if W.t_kind[txn] == K_PE_REQ and W.t_dir[txn] == 1 and P.read_release_early:
+            size, seq = push(W.heap, size, seq, now + ovh, EV_CHAN_FREE, W.t_op[txn], 0, 0)
+        size, seq = push(W.heap, size, seq, now + ovh, EV_TXN_DONE, txn, 0, 0)
+    return size, seq
+
+
+@njit(cache=True, inline="always")
+def _on_chunk(now, txn, i, fabric, hbm, P, W, routes, size, seq, n_txn):  # pragma: no cover - jitted
+    """``EV_CHUNK``: chunk ``i`` of a host read commits one burst to its PC; after the last, the data streams
+    back on the reverse route from the controller (its overhead already paid).  Returns (size, seq, n_txn)."""
+    r_ptr, r_edges = fabric.r_ptr, fabric.r_edges
+    burst_bytes = hbm.burst_bytes
+    r = W.t_route[txn]
+    v = fabric.e_dst[r_edges[r_ptr[r + 1] - 1]]
+    o = W.t_op[txn]
+    nbytes = P.op_nbytes[o]
+    nch = (nbytes + burst_bytes - 1) // burst_bytes
+    if i < nch:
+        pc_avail, pc_dir = W.pc_avail, W.pc_dir
+        g = fabric.n_hbm[v] * hbm.n_pcs + pc_of(routes.op_addr[o] + i * burst_bytes, hbm.pc_shift, hbm.n_pcs)
+        sw = hbm.switch_penalty_ns if (pc_dir[g] >= 0 and pc_dir[g] != 1) else 0.0
+        if pc_avail[g] - now > W.pc_backlog[g]:
+            W.pc_backlog[g] = pc_avail[g] - now
+        fin = max(now, pc_avail[g]) + sw + hbm.burst_commit_ns
+        pc_avail[g] = fin
+        pc_dir[g] = 1
+        W.pc_commits[g] += 1
+        W.pc_busy[g] += hbm.burst_commit_ns
+        W.t_last[txn] = max(W.t_last[txn], fin)
+    if i + 1 < nch:
+        delta = nbytes / bottleneck(r_edges, r_ptr[r], r_ptr[r + 1], fabric.e_bw) / nch
+        size, seq = push(W.heap, size, seq, W.t_aux[txn] + (i + 2) * delta, EV_CHUNK, txn, i + 1, 0)
+        return size, seq, n_txn
+    d = n_txn
+    rr = routes.op_rroute[o]
+    W.t_route[d] = rr
+    W.t_nbytes[d] = nbytes
+    W.t_nflits[d] = (nbytes + hbm.flit_bytes - 1) // hbm.flit_bytes
+    W.t_addr[d] = routes.op_addr[o]
+    W.t_dir[d] = 1
+    W.t_kind[d] = K_D2H_DATA
+    W.t_op[d] = o
+    when = max(now, W.t_last[txn])
+    if W.t_nflits[d] == 0:
+        when += ctrl_latency(r_edges, r_ptr[rr], r_ptr[rr + 1], fabric.e_dst, fabric.e_prop, fabric.n_ovh)
+        size, seq = push(W.heap, size, seq, when, EV_CTRL_ARRIVE, d, 0, 0)
+    else:
+        size, seq = push(W.heap, size, seq, when, EV_PUT, d, 0, 0)
+    return size, seq, n_txn + 1
+
+
+@njit(cache=True, inline="always")
+def _on_txn_done(now, txn, fabric, P, S, W, routes, size, seq):  # pragma: no cover - jitted
+    """``EV_TXN_DONE``: a transaction has finished.  IPCQ data has reassembled at the receiver; a PE request
+    returns its zero-byte response on the reverse route (then the op is done); a host transfer's op is done
+    now.  Returns (size, seq)."""
+    o = W.t_op[txn]
+    if W.t_kind[txn] == K_IPCQ:
+        return ipcq_arrive_call(o, now, P, S, W.heap, size, seq)
+    if W.t_kind[txn] == K_PE_REQ:
+        r_ptr, r_edges = fabric.r_ptr, fabric.r_edges
+        rr = routes.op_rroute[o]
+        pe = fabric.e_dst[r_edges[r_ptr[rr + 1] - 1]]
+        arrive = now + ctrl_latency(r_edges, r_ptr[rr], r_ptr[rr + 1], fabric.e_dst, fabric.e_prop,
+                                    fabric.n_ovh) + fabric.n_ovh[pe]
+        return push(W.heap, size, seq, arrive, EV_OP_DONE, o, 0, 0)
+    return push(W.heap, size, seq, now, EV_OP_DONE, o, 0, 0)
+
+
+@njit(cache=True, inline="always")
+def _begin(now, o, fabric, hbm, P, S, W, routes, size, seq, n_txn):  # pragma: no cover - jitted
+    """Begin op ``o``, which an agent released at ``now``, as transaction ``n_txn``: a SEND's data towards the
+    receiver's ``pe_dma`` after the source's overhead, or a DMA (:func:`_start_dma`).
+    Returns (size, seq, n_txn)."""
+    r_ptr, r_edges = fabric.r_ptr, fabric.r_edges
+    d = n_txn
+    if P.op_code[o] == OP_SEND:
+        W.t_route[d] = routes.ch_route[P.op_target[o]]
+        W.t_nbytes[d] = P.op_nbytes[o]
+        W.t_nflits[d] = (P.op_nbytes[o] + hbm.flit_bytes - 1) // hbm.flit_bytes
+        W.t_addr[d] = 0
+        W.t_dir[d] = 0
+        W.t_kind[d] = K_IPCQ
+        W.t_op[d] = o
+        ev_t = now + fabric.n_ovh[fabric.e_src[r_edges[r_ptr[W.t_route[d]]]]]
+        ev_k = EV_PUT
+    else:
+        ev_t, ev_k = _start_dma(o, now, d, P.a_host[S.op_agent[o]], P.op_code, P.op_nbytes, routes.op_addr,
+                                routes.op_route, W.t_route, W.t_nbytes, W.t_nflits, W.t_addr, W.t_dir, W.t_kind,
+                                W.t_op, r_ptr, r_edges, fabric.e_src, fabric.e_dst, fabric.e_prop, fabric.n_ovh,
+                                hbm.flit_bytes)
+    size, seq = push(W.heap, size, seq, ev_t, ev_k, d, 0, 0)
+    return size, seq, n_txn + 1
 
 
 @njit(cache=True, _nrt=False)
