@@ -347,17 +347,12 @@ def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes)
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without
 # NRT the inlined runtime helpers pay no atomic reference counting on the many arrays of
 # P and S, which otherwise took most of the loop's time.  Allocation happens in schedule().
+# One handler per event kind, inlined into the loop (a call would pass dozens of arrays per event).
 @njit(cache=True, _nrt=False)
 def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing):  # pragma: no cover - jitted
     """The event loop of :func:`schedule` (same parameters, plus the agents' state ``S`` and the scratch
     arrays ``W``)."""
-    n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_c, e_prop, r_ptr, r_edges = fabric
-    n_pcs, pc_shift, burst, F, commit, burst_commit, switch_penalty, read_accept = hbm
-    op_addr, op_route, op_rroute, ch_route = routes
-    sh_span, sh_res, _, res_cap, res_ovh, ch_iso_route = sharing
-    (pc_dir, pc_avail, pcs, buf, lat, start, rem, rate, bn, fixed, join_t, ver, solo, in_fluid, active, users, holder,
-     cap_rem, weight, r_contended, o_contended, eg_last, eg_waiter, drained, heap, pend, mr, mw, m_ptr, k_bn, k_rate,
-     k_frozen, route_nbytes, route_iso, route_bn, uf, res_first, order, c_ptr, rel, lat_free) = W
+    heap, active, rem, rate = W.heap, W.active, W.rem, W.rate
     n_active = np.int64(0)
     size = np.int64(0)
     seq = np.int64(0)
@@ -374,8 +369,9 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
         t_heap = heap[0][0] if size > 0 else np.inf
         if dirty and t_heap > now:
             dirty = False
-            _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, P.op_nbytes, res_cap, cap_rem, weight,
-                   r_contended, o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen, uf, res_first, order, c_ptr)
+            _rates(active, n_active, rate, W.bn, sharing.sh_span, sharing.sh_res, sharing.res_ovh, P.op_nbytes,
+                   sharing.res_cap, W.cap_rem, W.weight, W.r_contended, W.o_contended, W.users, W.mr, W.mw,
+                   W.m_ptr, W.k_bn, W.k_rate, W.k_frozen, W.uf, W.res_first, W.order, W.c_ptr)
             t_drain = np.inf
             for k in range(n_active):
                 o = active[k]
@@ -383,19 +379,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
         if n_active > 0 and not dirty and t_drain <= t_heap:
             t_rem = _advance(active, n_active, rem, rate, t_rem, t_drain)
             now = t_drain
-            k = 0
-            while k < n_active:
-                o = active[k]
-                # Drained: nothing left, or less than ``now`` can resolve (late in a long run, a tiny
-                # remainder's drain time rounds to ``now``, and the loop would make no progress).
-                if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1) or now + rem[o] / rate[o] <= now:
-                    n_active -= 1
-                    active[k] = active[n_active]
-                    in_fluid[o] = False
-                    size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
-                                         sh_span, sh_res, drained, eg_waiter, start, head, ver, rel)
-                else:
-                    k += 1
+            size, seq, n_active = _on_fluid_drain(now, P, W, sharing, head, size, seq, n_active)
             dirty = True
             continue
         t, payload = heap_pop(heap, size)
@@ -404,154 +388,198 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
         kind, x, y, z = unpack(payload)
         n_pend = 0
         if kind == EV_JOIN:
-            o = x
-            join_t[o] = now
-            # One pass over o's resources: count the users; o holds those it is alone on (read
-            # only while o is solo: a stale holder that is not solo is skipped).  At its first
-            # shared resource o enters the fluid set, and every solo flow holding one of its
-            # resources follows it (a solo flow is the only user of each of its resources).
-            contended = False
-            for j in range(sh_span[o, 0], sh_span[o, 1]):
-                r = sh_res[j]
-                users[r] += 1
-                if users[r] == 1:
-                    holder[r] = o
-                    continue
-                if not contended:
-                    contended = True
-                    t_rem = _advance(active, n_active, rem, rate, t_rem, now)
-                    in_fluid[o] = True
-                    active[n_active] = o
-                    n_active += 1
-                g = holder[r]
-                if g >= 0 and solo[g]:
-                    n_active = _pull(g, now, P, solo, in_fluid, rem, bn, join_t, ver, active, n_active)
-            if not contended:
-                solo[o] = True
-                size, seq = push(heap, size, seq, now + P.op_nbytes[o] / bn[o], EV_SOLO_DRAIN, o, ver[o], 0)
-                continue
-            dirty = True
+            size, seq, n_active, t_rem, joined = _on_join(now, x, P, W, sharing, size, seq, n_active, t_rem)
+            dirty = dirty or joined
             continue
         if kind == EV_SOLO_DRAIN:
-            o = x
-            if y != ver[o] or not solo[o]:
-                continue
-            solo[o] = False
-            size, seq = _drained(o, now, max(start[o] + lat[o], now + fixed[o]), heap, size, seq, users, holder,
-                                 sh_span, sh_res, drained, eg_waiter, start, head, ver, rel)
+            if y == W.ver[x] and W.solo[x]:
+                W.solo[x] = False
+                size, seq = _drained(x, now, max(W.start[x] + W.lat[x], now + W.fixed[x]), heap, size, seq,
+                                     W.users, W.holder, sharing.sh_span, sharing.sh_res, W.drained, W.eg_waiter,
+                                     W.start, head, W.ver, W.rel)
             continue
         if kind == EV_FLOW_DONE:
-            if y != ver[x]:
+            if y != W.ver[x]:
                 continue
             if P.op_code[x] == OP_SEND:
                 size, seq = ipcq_arrive(x, now, P, S, heap, size, seq)
             else:
-                size, seq, n_pend = op_done(x, now, P, S, heap, size, seq, pend, 0)
+                size, seq, n_pend = op_done(x, now, P, S, heap, size, seq, W.pend, 0)
         else:
-            size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, pend, 0)
-        # Begin the flows released by this event.
+            # kbfast.sim.agents; it raises on a kind nobody handles
+            size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, W.pend, 0)
         for k in range(n_pend):
-            o = pend[k]
-            start[o] = now
-            if P.op_code[o] == OP_SEND:
-                # Data to the receiver's pe_dma: source overhead, train, reassembly + its overhead.
-                r = ch_route[P.op_target[o]]
-                if np.isnan(iso[o, 0]):
-                    q = ch_iso_route[P.op_target[o]]             # the first route of r's shape
-                    if route_nbytes[q] != P.op_nbytes[o]:      # else: a SEND of this size on that shape
-                        t_src = n_ovh[e_src[r_edges[r_ptr[q]]]]
-                        last, _, _ = train_exit_last(r_edges, r_ptr[q], r_ptr[q + 1], e_dst, e_c, e_prop, n_ovh,
-                                                     n_flit, t_src, P.op_nbytes[o], F, buf, 0)
-                        route_nbytes[q] = P.op_nbytes[o]
-                        route_iso[q] = last + n_ovh[e_dst[r_edges[r_ptr[q + 1] - 1]]]
-                    iso[o, 0] = route_iso[q]
-                lat[o] = iso[o, 0]
-                route = r
-            else:
-                a = S.op_agent[o]
-                write = P.op_code[o] == OP_DMA_WRITE
-                if P.a_host[a]:
-                    kind_t = H2D if write else D2H
-                else:
-                    kind_t = PE_READ if (read_accept and not write) else PE_REQ
-                fwd = op_route[o]
-                rev = op_rroute[o]
-                hbm = n_hbm[e_dst[r_edges[r_ptr[fwd + 1] - 1]]]
-                d = 0 if write else 1
-                # POINT follows each controller's history: PC read/write direction (switch penalty) and
-                # when each PC is free after a read whose bursts outlive it (PE_READ; concurrent flows'
-                # commits are the fluid's business); LOWER and UPPER take none.  Without any of it the
-                # isolated latency (and a read's per-PC finishes) are computed once per op.
-                history = mode == POINT and hbm >= 0
-                busy = False
-                waits = False
+            size, seq = _begin_flow(now, W.pend[k], mode, extra, share, head, iso, fabric, hbm, P, S, W, routes,
+                                    sharing, size, seq)
+
+
+@njit(cache=True, inline="always")
+def _on_fluid_drain(now, P, W, sharing, head, size, seq, n_active):  # pragma: no cover - jitted
+    """The fluid set has drained to ``now``: every flow with nothing left (or less than ``now`` can resolve:
+    late in a long run, a tiny remainder's drain time rounds to ``now``, and the loop would make no
+    progress) leaves it and ends (:func:`_drained`).  Returns (size, seq, n_active)."""
+    active, rem, rate = W.active, W.rem, W.rate
+    k = 0
+    while k < n_active:
+        o = active[k]
+        if rem[o] <= 1e-9 * max(P.op_nbytes[o], 1) or now + rem[o] / rate[o] <= now:
+            n_active -= 1
+            active[k] = active[n_active]
+            W.in_fluid[o] = False
+            size, seq = _drained(o, now, max(W.start[o] + W.lat[o], now + W.fixed[o]), W.heap, size, seq, W.users,
+                                 W.holder, sharing.sh_span, sharing.sh_res, W.drained, W.eg_waiter, W.start, head,
+                                 W.ver, W.rel)
+        else:
+            k += 1
+    return size, seq, n_active
+
+
+@njit(cache=True, inline="always")
+def _on_join(now, o, P, W, sharing, size, seq, n_active, t_rem):  # pragma: no cover - jitted
+    """``EV_JOIN``: flow ``o``'s head reaches its first shared resource.  One pass over its resources counts
+    the users; ``o`` holds those it is alone on (read only while ``o`` is solo: a stale holder that is not
+    solo is skipped).  At its first shared resource ``o`` enters the fluid set, and every solo flow holding
+    one of its resources follows it (a solo flow is the only user of each of its resources).  Alone on
+    all of them, it runs solo at its bottleneck rate with a scheduled drain.
+    Returns (size, seq, n_active, t_rem, whether the fluid set changed)."""
+    sh_span, sh_res, users, holder, solo = sharing.sh_span, sharing.sh_res, W.users, W.holder, W.solo
+    W.join_t[o] = now
+    contended = False
+    for j in range(sh_span[o, 0], sh_span[o, 1]):
+        r = sh_res[j]
+        users[r] += 1
+        if users[r] == 1:
+            holder[r] = o
+            continue
+        if not contended:
+            contended = True
+            t_rem = _advance(W.active, n_active, W.rem, W.rate, t_rem, now)
+            W.in_fluid[o] = True
+            W.active[n_active] = o
+            n_active += 1
+        g = holder[r]
+        if g >= 0 and solo[g]:
+            n_active = _pull(g, now, P, solo, W.in_fluid, W.rem, W.bn, W.join_t, W.ver, W.active, n_active)
+    if not contended:
+        solo[o] = True
+        size, seq = push(W.heap, size, seq, now + P.op_nbytes[o] / W.bn[o], EV_SOLO_DRAIN, o, W.ver[o], 0)
+    return size, seq, n_active, t_rem, contended
+
+
+@njit(cache=True, inline="always")
+def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing, size,
+                seq):  # pragma: no cover - jitted
+    """Begin flow ``o``, which an agent released at ``now``: its isolated latency (a SEND's data to the
+    receiver's ``pe_dma``: source overhead, train, reassembly and its overhead; a DMA's from the closed
+    form, with the PC history in ``POINT``), plus ``extra`` in ``UPPER``; then either its end is scheduled,
+    or (``POINT``, on a shared resource) its head joins the fluid, FIFO behind the previous train of its
+    source's virtual channel.  Returns (size, seq)."""
+    n_ovh, n_flit, e_src, e_dst, e_c, e_prop, r_ptr, r_edges = fabric.n_ovh, fabric.n_flit, fabric.e_src, \
+        fabric.e_dst, fabric.e_c, fabric.e_prop, fabric.r_ptr, fabric.r_edges
+    n_pcs, F = hbm.n_pcs, hbm.flit_bytes
+    lat, iso_pcs, buf = W.lat, W.pcs, W.buf
+    nbytes = P.op_nbytes[o]
+    W.start[o] = now
+    if P.op_code[o] == OP_SEND:
+        r = routes.ch_route[P.op_target[o]]
+        if np.isnan(iso[o, 0]):
+            q = sharing.ch_iso_route[P.op_target[o]]             # the first route of r's shape
+            if W.route_nbytes[q] != nbytes:                      # else: a SEND of this size on that shape
+                t_src = n_ovh[e_src[r_edges[r_ptr[q]]]]
+                last, _, _ = train_exit_last(r_edges, r_ptr[q], r_ptr[q + 1], e_dst, e_c, e_prop, n_ovh, n_flit,
+                                             t_src, nbytes, F, buf, 0)
+                W.route_nbytes[q] = nbytes
+                W.route_iso[q] = last + n_ovh[e_dst[r_edges[r_ptr[q + 1] - 1]]]
+            iso[o, 0] = W.route_iso[q]
+        lat[o] = iso[o, 0]
+        route = r
+    else:
+        pc_dir, pc_avail, op_addr = W.pc_dir, W.pc_avail, routes.op_addr
+        write = P.op_code[o] == OP_DMA_WRITE
+        if P.a_host[S.op_agent[o]]:
+            kind_t = H2D if write else D2H
+        else:
+            kind_t = PE_READ if (hbm.read_accept and not write) else PE_REQ
+        fwd = routes.op_route[o]
+        rev = routes.op_rroute[o]
+        ctrl = fabric.n_hbm[e_dst[r_edges[r_ptr[fwd + 1] - 1]]]
+        d = 0 if write else 1
+        # POINT follows each controller's history: PC read/write direction (switch penalty) and
+        # when each PC is free after a read whose bursts outlive it (PE_READ; concurrent flows'
+        # commits are the fluid's business); LOWER and UPPER take none.  Without any of it the
+        # isolated latency (and a read's per-PC finishes) are computed once per op.
+        history = mode == POINT and ctrl >= 0
+        busy = False
+        waits = False
+        for q in range(n_pcs):
+            g = ctrl * n_pcs + q
+            iso_pcs[0, q] = hbm.switch_penalty_ns if (history and pc_dir[g] >= 0 and pc_dir[g] != d) else 0.0
+            iso_pcs[1, q] = pc_avail[g] - now if (history and pc_avail[g] > now) else -np.inf
+            waits = waits or iso_pcs[1, q] > -np.inf
+            busy = busy or waits or iso_pcs[0, q] > 0.0
+        record = history and kind_t == PE_READ and nbytes > 0
+        if busy or np.isnan(iso[o, 0]):
+            lat[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1], r_edges,
+                                  r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, fabric.e_bw, e_prop, n_ovh, n_flit,
+                                  F, hbm.burst_bytes, hbm.pc_shift, n_pcs, hbm.commit_ns, hbm.burst_commit_ns,
+                                  iso_pcs, buf, 0)      # memo 0: one set of tables per run
+            if not busy:
+                iso[o, 0] = lat[o]
                 for q in range(n_pcs):
-                    g = hbm * n_pcs + q
-                    pcs[0, q] = switch_penalty if (history and pc_dir[g] >= 0 and pc_dir[g] != d) else 0.0
-                    pcs[1, q] = pc_avail[g] - now if (history and pc_avail[g] > now) else -np.inf
-                    waits = waits or pcs[1, q] > -np.inf
-                    busy = busy or waits or pcs[0, q] > 0.0
-                record = history and kind_t == PE_READ and P.op_nbytes[o] > 0
-                if busy or np.isnan(iso[o, 0]):
-                    lat[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
-                                          r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, e_bw,
-                                          e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit,
-                                          pcs, buf, 0)      # memo 0: one set of tables per run
-                    if not busy:
-                        iso[o, 0] = lat[o]
-                        for q in range(n_pcs):
-                            iso[o, 1 + q] = pcs[2, q]
-                else:
-                    lat[o] = iso[o, 0]
-                    if record:
-                        for q in range(n_pcs):
-                            pcs[2, q] = iso[o, 1 + q]
-                if record:
-                    for q in range(n_pcs):
-                        if pcs[2, q] > -np.inf:
-                            pc_avail[hbm * n_pcs + q] = now + pcs[2, q]
-                # The part after the drain (the fluid's ``fixed``) excludes waiting for busy PCs: that wait
-                # overlaps the drain; ``lat`` keeps it as the flow's earliest end.
-                lat_free[o] = lat[o]
-                if waits and share[o]:
-                    for q in range(n_pcs):
-                        pcs[1, q] = -np.inf
-                    lat_free[o] = transfer_end(kind_t, 0.0, P.op_nbytes[o], op_addr[o], r_edges, r_ptr[fwd],
-                                               r_ptr[fwd + 1], r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst,
-                                               e_c, e_bw, e_prop, n_ovh, n_flit, F, burst, pc_shift, n_pcs,
-                                               commit, burst_commit, pcs, buf, 0)
-                if mode == POINT:
-                    unit = burst if kind_t == D2H else F
-                    nunits = (P.op_nbytes[o] + unit - 1) // unit
-                    for q in range(min(n_pcs, nunits)):
-                        pc = pc_of(op_addr[o] + q * burst, pc_shift, n_pcs)   # flit = burst here
-                        pc_dir[hbm * n_pcs + pc] = d
-                route = rev if kind_t == D2H else fwd
-                if P.read_release_early and not write and not P.a_host[a]:
-                    # The channel is free when the controller took the last flit: the end less the response.
-                    rel[o] = ctrl_latency(r_edges, r_ptr[rev], r_ptr[rev + 1], e_dst, e_prop, n_ovh) + \
-                        n_ovh[e_dst[r_edges[r_ptr[rev + 1] - 1]]]
-            if mode == UPPER:
-                lat[o] += extra[o]
-            if mode == POINT and share[o] and P.op_nbytes[o] > 0:
-                if np.isnan(route_bn[route]):
-                    route_bn[route] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], e_bw)
-                bn[o] = route_bn[route]
-                fixed[o] = (lat_free[o] if P.op_code[o] != OP_SEND else lat[o]) - head[o] - P.op_nbytes[o] / bn[o]
-                rem[o] = P.op_nbytes[o]
-                # A source's trains leave in FIFO order per virtual channel; a PE's DMA (vc_compute)
-                # and IPCQ (vc_comm) trains share its egress link (spec_ccl §2.8).
-                vc = 2 * r_edges[r_ptr[route]] + (1 if P.op_code[o] == OP_SEND else 0)
-                prev = eg_last[vc]
-                eg_last[vc] = o
-                if prev >= 0 and not drained[prev]:
-                    eg_waiter[prev] = o          # FIFO behind the previous train of this channel
-                else:
-                    size, seq = push(heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
-            else:
-                size, seq = push(heap, size, seq, now + lat[o], EV_FLOW_DONE, o, ver[o], 0)
-                if rel[o] >= 0.0:
-                    size, seq = push(heap, size, seq, now + lat[o] - rel[o], EV_CHAN_FREE, o, 0, 0)
+                    iso[o, 1 + q] = iso_pcs[2, q]
+        else:
+            lat[o] = iso[o, 0]
+            if record:
+                for q in range(n_pcs):
+                    iso_pcs[2, q] = iso[o, 1 + q]
+        if record:
+            for q in range(n_pcs):
+                if iso_pcs[2, q] > -np.inf:
+                    pc_avail[ctrl * n_pcs + q] = now + iso_pcs[2, q]
+        # The part after the drain (the fluid's ``fixed``) excludes waiting for busy PCs: that wait
+        # overlaps the drain; ``lat`` keeps it as the flow's earliest end.
+        W.lat_free[o] = lat[o]
+        if waits and share[o]:
+            for q in range(n_pcs):
+                iso_pcs[1, q] = -np.inf
+            W.lat_free[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1],
+                                         r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, fabric.e_bw, e_prop,
+                                         n_ovh, n_flit, F, hbm.burst_bytes, hbm.pc_shift, n_pcs, hbm.commit_ns,
+                                         hbm.burst_commit_ns, iso_pcs, buf, 0)
+        if mode == POINT:
+            unit = hbm.burst_bytes if kind_t == D2H else F
+            nunits = (nbytes + unit - 1) // unit
+            for q in range(min(n_pcs, nunits)):
+                pc = pc_of(op_addr[o] + q * hbm.burst_bytes, hbm.pc_shift, n_pcs)   # flit = burst here
+                pc_dir[ctrl * n_pcs + pc] = d
+        route = rev if kind_t == D2H else fwd
+        if P.read_release_early and not write and not P.a_host[S.op_agent[o]]:
+            # The channel is free when the controller took the last flit: the end less the response.
+            W.rel[o] = ctrl_latency(r_edges, r_ptr[rev], r_ptr[rev + 1], e_dst, e_prop, n_ovh) + \
+                n_ovh[e_dst[r_edges[r_ptr[rev + 1] - 1]]]
+    if mode == UPPER:
+        lat[o] += extra[o]
+    if mode == POINT and share[o] and nbytes > 0:
+        bn = W.bn
+        if np.isnan(W.route_bn[route]):
+            W.route_bn[route] = bottleneck(r_edges, r_ptr[route], r_ptr[route + 1], fabric.e_bw)
+        bn[o] = W.route_bn[route]
+        W.fixed[o] = (W.lat_free[o] if P.op_code[o] != OP_SEND else lat[o]) - head[o] - nbytes / bn[o]
+        W.rem[o] = nbytes
+        # A source's trains leave in FIFO order per virtual channel; a PE's DMA (vc_compute)
+        # and IPCQ (vc_comm) trains share its egress link (spec_ccl §2.8).
+        vc = 2 * r_edges[r_ptr[route]] + (1 if P.op_code[o] == OP_SEND else 0)
+        prev = W.eg_last[vc]
+        W.eg_last[vc] = o
+        if prev >= 0 and not W.drained[prev]:
+            W.eg_waiter[prev] = o          # FIFO behind the previous train of this channel
+        else:
+            size, seq = push(W.heap, size, seq, now + head[o], EV_JOIN, o, 0, 0)
+    else:
+        size, seq = push(W.heap, size, seq, now + lat[o], EV_FLOW_DONE, o, W.ver[o], 0)
+        if W.rel[o] >= 0.0:
+            size, seq = push(W.heap, size, seq, now + lat[o] - W.rel[o], EV_CHAN_FREE, o, 0, 0)
+    return size, seq
 
 
 @njit(cache=True, _nrt=False)
