@@ -5,13 +5,22 @@ core; the machine kbfast targets has 2.  So a command whose kernels are not cach
 group (:func:`split`) in a second process and the rest in its own, each on a tiny Program of the same
 types, waits, and then loads every kernel from the cache.  ``python -m kbfast.warmup points`` runs one
 such compile.
+
+The fast group compiles from stored inputs (``warm_inputs.pkl``: the arguments of the schedule's and the
+points kernel's calls on that tiny Program), so that it starts at once instead of first compiling the
+routing and planning kernels that build the Program, which the command's own process compiles anyway.
+``python -m kbfast.warmup --save-inputs`` records them again; a test checks that their Numba types are
+those of today's calls.  Inputs that do not load fall back to building the Program.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
+import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 # kernel -> (module, jitted function, about how many seconds its compile adds to a first run on the
 # 2-core reference machine; "points" calls "fast" and adds its own share only)
@@ -24,6 +33,9 @@ KERNELS = {
     "runs": ("kbfast.fast.bounds", "run_coefficients", 25),   # with run_charges and interference
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
+# kernel -> (the module that calls it, the name it calls): where record_inputs() listens
+CALL_SITES = {"fast": ("kbfast.fast.evaluate", "schedule"), "points": ("kbfast.fast.points", "points_kernel")}
+INPUTS = Path(__file__).with_name("warm_inputs.pkl")
 
 
 def cached(kernel: str) -> bool:
@@ -54,9 +66,53 @@ def split(kernels: list[str]) -> tuple[list[str], list[str]]:
 
 
 def warm(kernel: str) -> None:
-    """Compile ``kernel`` by evaluating a 64-byte PE-to-PE transfer on the default system (``collectives``:
-    by building a 4 KiB all-reduce on ring6, which runs the symbolic check and the route composition;
-    ``pipeline``: one one-tile GEMM recurrence)."""
+    """Compile ``kernel`` by evaluating a 64-byte PE-to-PE transfer on the default system (``fast`` and
+    ``points``: by calling the kernel on the stored inputs of that transfer, see the module notes;
+    ``collectives``: by building a 4 KiB all-reduce on ring6, which runs the symbolic check and the route
+    composition; ``pipeline``: one one-tile GEMM recurrence)."""
+    if kernel in CALL_SITES and _warm_from_inputs(kernel):
+        return
+    _warm_by_program(kernel)
+
+
+def _warm_from_inputs(kernel: str) -> bool:
+    """Call ``kernel`` on its stored inputs; False when they do not load (missing, or from other code)."""
+    try:
+        args = load_inputs()[kernel]
+    except Exception:       # noqa: BLE001 - unreadable or stale inputs: build the Program instead
+        return False
+    module, name, _ = KERNELS[kernel]
+    getattr(importlib.import_module(module), name)(*args)
+    return True
+
+
+def load_inputs() -> dict[str, tuple]:
+    """The stored inputs of the fast group's kernels (``INPUTS``)."""
+    with open(INPUTS, "rb") as f:
+        return pickle.load(f)
+
+
+def record_inputs() -> dict[str, tuple]:
+    """The arguments of the first call of each kernel of ``CALL_SITES`` while the Program path warms it."""
+    seen: dict[str, tuple] = {}
+    for kernel, (module, name) in CALL_SITES.items():
+        site = importlib.import_module(module)
+        kernel_fn = getattr(site, name)
+
+        def spy(*args, _kernel=kernel, _fn=kernel_fn):
+            seen.setdefault(_kernel, copy.deepcopy(args))   # before the kernel updates its memo
+            return _fn(*args)
+
+        setattr(site, name, spy)
+        try:
+            _warm_by_program(kernel)
+        finally:
+            setattr(site, name, kernel_fn)
+    return seen
+
+
+def _warm_by_program(kernel: str) -> None:
+    """Compile ``kernel`` by building and evaluating its warm-up Program (:func:`warm`)."""
     from kbfast import Router, allreduce, build_tables, load_system, pe2pe
 
     if kernel == "collectives":
@@ -112,5 +168,10 @@ def start(kernels: list[str]) -> subprocess.Popen | None:
 
 
 if __name__ == "__main__":
-    for k in sys.argv[1:]:
-        warm(k)
+    if sys.argv[1:] == ["--save-inputs"]:
+        with open(INPUTS, "wb") as out:
+            pickle.dump(record_inputs(), out, protocol=pickle.HIGHEST_PROTOCOL)
+        print(f"written to {INPUTS}")
+    else:
+        for k in sys.argv[1:]:
+            warm(k)

@@ -31,3 +31,24 @@ def test_the_fast_group_compiles_in_the_second_process_when_there_is_more() -> N
     assert warmup.split(["fast", "points", "exact"]) == (["exact"], ["fast", "points"])
     assert warmup.split(["fast", "points"]) == (["fast", "points"], [])
     assert warmup.split(["exact", "collectives"]) == (["exact", "collectives"], [])
+
+
+def test_the_stored_inputs_have_the_numba_types_of_todays_calls() -> None:
+    """The fast group compiles from warm_inputs.pkl: stale inputs would compile a signature no run uses, and a
+    first run would then compile the kernels twice."""
+    from numba import typeof
+
+    stored, fresh = warmup.load_inputs(), warmup.record_inputs()
+    assert stored.keys() == fresh.keys() == warmup.CALL_SITES.keys()
+    for kernel, args in fresh.items():
+        assert [typeof(a) for a in stored[kernel]] == [typeof(a) for a in args], (
+            f"{warmup.INPUTS.name} is stale for {kernel}: run python -m kbfast.warmup --save-inputs")
+
+
+def test_missing_inputs_fall_back_to_building_the_program(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(warmup, "INPUTS", tmp_path / "none.pkl")
+    assert not warmup._warm_from_inputs("fast")
+    called = []
+    monkeypatch.setattr(warmup, "_warm_by_program", called.append)
+    warmup.warm("points")
+    assert called == ["points"]
