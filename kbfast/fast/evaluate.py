@@ -25,6 +25,7 @@ BOUND_PASSES = 4
 RUN_PARTNERS = 64    # a class with more co-user classes keeps the per-server interference (cost: pairs of classes)
 RUN_MAX_FLOWS = 50_000   # a larger Program keeps the per-server bound and SEND windows to the receiver's finish:
                          # the run bound costs 0.3 s a pass at 1024 SIPs, arrival windows 40 % more passes
+FIXPOINT_ROUNDS = 64  # most rounds of the windows' least fixpoint (_least_fixpoint)
 BOUND_GAIN = 1e-3     # stop refining once no agent's upper bound moved by 0.1 % of its span
 
 
@@ -481,11 +482,12 @@ def _lower(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray):
 
 
 def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes: int = BOUND_PASSES):
-    """The upper-bound schedule: interference added to every flow, tightened over up to ``passes`` passes."""
+    """The upper-bound schedule: interference added to every flow.  A Program of at most ``RUN_MAX_FLOWS``
+    flows takes the least fixpoint of its windows (:func:`_least_fixpoint`); a larger one, or one whose
+    fixpoint does not settle, tightens the window-free bound over up to ``passes`` passes."""
     args, share, flit = plan.kernel_inputs, plan.share, plan.lowered.hbm.flit_bytes
     own, posted, begin_lo = _own_penalty(p, plan), _posted(p), lo[0].op_begin
-
-    by_runs = len(plan.bounds.ops) <= RUN_MAX_FLOWS
+    small = len(plan.bounds.ops) <= RUN_MAX_FLOWS
     runs = run_bound(plan.bounds)
 
     def bound(end_hi: np.ndarray, windows: bool) -> np.ndarray:
@@ -494,18 +496,40 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         return (interference(plan.bounds, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, runs.done)
                 + run_charges(plan.bounds, runs, p.op_nbytes, flit, begin_lo, end_hi, windows))
 
+    def run(extra: np.ndarray):
+        return _checked(p, schedule(UPPER, extra, share, head, iso, *args))
+
+    if small:
+        hi = _least_fixpoint(p, iso, bound, run)
+        if hi is not None:
+            return hi
     extra = bound(begin_lo, False)
-    hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
+    hi = run(extra)
     for _ in range(passes):
-        tighter = bound(_flow_end(p, hi[0], iso, extra, by_runs), True)
+        tighter = bound(_flow_end(p, hi[0], iso, extra, small), True)
         if np.array_equal(tighter, extra):
             break
         extra = tighter
         before = hi[0].a_finish
-        hi = _checked(p, schedule(UPPER, extra, share, head, iso, *args))
+        hi = run(extra)
         if _bound_gain(before, hi[0].a_finish, p.agent_start_ns) < BOUND_GAIN:
             break
     return hi
+
+
+def _least_fixpoint(p: Program, iso: np.ndarray, bound, run):
+    """The upper schedule whose windows are its own (docs/fast_path.md §4, "The least fixpoint of the
+    windows"): from no interference, ``extra <- bound(flow ends of run(extra))`` rises until it stops.
+    Returns that schedule, or None when it has not stopped after ``FIXPOINT_ROUNDS`` rounds (a schedule
+    below the fixpoint bounds nothing)."""
+    extra = np.zeros(p.n_ops)
+    for _ in range(FIXPOINT_ROUNDS):
+        hi = run(extra)
+        rise = bound(_flow_end(p, hi[0], iso, extra, True), True)
+        if np.array_equal(rise, extra):
+            return hi
+        extra = rise
+    return None
 
 
 def run_bound(B: BoundTables) -> RunCoefs:
