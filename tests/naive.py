@@ -8,6 +8,8 @@
   demands);
 * :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
   pair of flows;
+* :func:`causal_before`: the flows that end before others begin in every schedule
+  (``kbfast.fast.causal.knowledge``), by search over a graph of events;
 * :func:`pairwise_runs`: its run bound (``run_coefficients`` and ``run_charges``): every pair of classes' runs of shared
   servers from Python lists, nested by cutting, and every pair of flows charged per piece;
 * :func:`naive_pipeline`: the GEMM tile pipeline's recurrence (``kbfast.fast.pipeline``), tile by tile with
@@ -126,10 +128,12 @@ def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[flo
     return rate
 
 
-def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None):
+def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None, before=None):
     """extra[o] = own + the work of every other op on o's resources whose window overlaps o's; on wires and
     node workers (kinds 0 and 1) not that of an op of o's own serial class (one PE DMA channel); on a
-    controller (kind 2) nothing for a ``posted`` op."""
+    controller (kind 2) nothing for a ``posted`` op.  With ``before`` (a set of (g, o): flow g ends before
+    flow o begins, :func:`causal_before`), not an op that ends before o begins (but on a controller a posted
+    read, whose commits outlive it) nor one that begins after o ends."""
     cls = np.full(len(nbytes), -1)
     for c in range(len(B.cls_ptr) - 1):
         cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
@@ -150,8 +154,74 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                     continue
                 if posted is not None and posted[o] and B.kind[k] == 2:
                     continue
+                if before is not None and ((o, g) in before or (
+                        (g, o) in before and not (posted[g] and B.kind[k] == 2))):
+                    continue
                 extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
     return extra
+
+
+def causal_before(p, flows) -> set[tuple[int, int]]:
+    """The pairs (g, o) of ``flows`` where flow g ends before flow o begins in every schedule, by search
+    over an explicit graph of events: per op its issue and its return (a SEND is issued when accepted),
+    per SEND its data's arrival.  Edges: an op's return to the next op's issue (program order), issue to
+    return, a SEND's issue to its arrival, the k-th SEND's arrival on a channel to the k-th RECV's return,
+    RECV k - n_slots's return to SEND k's issue (the credit).  A channel into an agent that also receives
+    from any channel has neither of the last two.  A flow ends at its arrival (SEND) or its return (a
+    blocking DMA); an asynchronous DMA's end is in no edge."""
+    from kbfast.ir import Op, RECV_ANY
+
+    issue = lambda o: ("issue", int(o))      # noqa: E731
+    ret = lambda o: ("return", int(o))       # noqa: E731
+    arrive = lambda o: ("arrive", int(o))    # noqa: E731
+    edges: dict = {}
+
+    def edge(a, b):
+        edges.setdefault(a, []).append(b)
+
+    unordered = set()
+    for a in range(p.n_agents):
+        ops = p.agent_ops[p.op_ptr[a]:p.op_ptr[a + 1]]
+        if any(p.op_code[o] == Op.RECV and p.op_target[o] == RECV_ANY for o in ops):
+            unordered.add(a)
+        for x, y in zip(ops[:-1], ops[1:]):
+            edge(ret(x), issue(y))
+        for o in ops:
+            edge(issue(o), ret(o))
+    sends = {c: [] for c in range(len(p.channels.src))}
+    recvs = {c: [] for c in range(len(p.channels.src))}
+    for a in range(p.n_agents):
+        for o in p.agent_ops[p.op_ptr[a]:p.op_ptr[a + 1]]:
+            if p.op_code[o] == Op.SEND:
+                sends[p.op_target[o]].append(o)
+                edge(issue(o), arrive(o))
+            elif p.op_code[o] == Op.RECV and p.op_target[o] != RECV_ANY:
+                recvs[p.op_target[o]].append(o)
+    for c in sends:
+        if p.channels.dst[c] in unordered:
+            continue
+        for k, s in enumerate(sends[c]):
+            if k < len(recvs[c]):
+                edge(arrive(s), ret(recvs[c][k]))
+            n = p.channels.n_slots[c]
+            if k >= n and k - n < len(recvs[c]):
+                edge(ret(recvs[c][k - n]), issue(s))
+    before = set()
+    for g in flows:
+        if p.op_code[g] == Op.SEND:
+            start = arrive(g)
+        elif not p.op_async[g]:
+            start = ret(g)
+        else:
+            continue
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), []):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        before.update((int(g), int(o)) for o in flows if o != g and issue(o) in seen)
+    return before
 
 
 def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners):

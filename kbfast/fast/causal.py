@@ -1,0 +1,215 @@
+"""Flows that can never be in flight together, whatever the timing (docs/fast_path.md §4, "Causal order").
+
+A flow that ends before another begins in *every* schedule cannot delay it, so the upper bound may leave
+it out as a co-user, however wide the two flows' windows.  The Program's own order proves it:
+
+* program order: an agent issues an op once the one before it returned; a blocking DMA returns at its end;
+* a message: the k-th RECV on a channel returns after the k-th SEND's data arrived (channels are first in,
+  first out), so after everything the sender knew when it sent;
+* a credit: SEND k on a channel of ``n`` slots is accepted (its data leaves) only after RECV ``k - n``
+  returned (spec_ccl §4: ``head - tail_cache < n_slots``).
+
+:func:`knowledge` runs these rules as vector clocks: at the issue of each flow, per agent how many of its
+ops have returned and per channel how many messages were delivered.  Flow ``g`` has ended before flow
+``o`` begins when ``o``'s clock counts it: a SEND as its message, a blocking DMA as its op (an asynchronous
+DMA's end is never counted).  A RECV of an agent that also receives from any channel (``RECV_ANY``) takes
+messages in an order only the timing decides: its channels give no message or credit rule.
+
+:func:`causal_interference` is :func:`kbfast.fast.bounds.interference` charged per server and pair by
+pair, without the co-users that are causally apart.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from kbfast.fast.bounds import _unit
+
+OP_SEND, OP_RECV, OP_DMA_WRITE, OP_DMA_READ = 5, 6, 1, 2     # kbfast.ir.Op
+RECV_ANY = -1
+
+# per flow row (rows[o] for op o, -1 for an op that is no flow): its clock at its begin, and how another
+# flow's clock counts its end (component, least count; component -1: never)
+Causal = namedtuple("Causal", ["rows", "clock", "comp", "need"])
+
+
+@njit(cache=True)
+def knowledge(op_ptr, agent_ops, op_code, op_target, op_async, ch_src, ch_dst, ch_nslots, flows):  # pragma: no cover
+    """Vector clocks of the flows ``flows`` (op ids) at their begin: a :class:`Causal`.
+
+    ``clock[rows[o], a]`` (``a`` < A) counts agent ``a``'s ops known to have returned when flow ``o``
+    begins; ``clock[rows[o], A + c]`` the messages of channel ``c`` known to have arrived.  Agents advance
+    in program order as far as their messages and credits allow (a worklist); an op that can never run
+    (a RECV without its SEND) stops its agent, and its flows keep an empty clock (nothing is apart).
+    """
+    n_ag = len(op_ptr) - 1
+    n_ch = len(ch_src)
+    n_ops = len(op_code)
+    width = n_ag + n_ch
+    rows = np.full(n_ops, -1, np.int64)
+    for i in range(len(flows)):
+        rows[flows[i]] = i
+    clock = np.zeros((len(flows), width), np.int32)
+    comp = np.full(len(flows), -1, np.int64)
+    need = np.zeros(len(flows), np.int32)
+    # an agent that receives from any channel: its inbound channels give no message or credit rule
+    anyrecv = np.zeros(n_ag, np.bool_)
+    for a in range(n_ag):
+        for i in range(op_ptr[a], op_ptr[a + 1]):
+            o = agent_ops[i]
+            if op_code[o] == OP_RECV and op_target[o] == RECV_ANY:
+                anyrecv[a] = True
+    ordered = np.zeros(n_ch, np.bool_)
+    for c in range(n_ch):
+        ordered[c] = not anyrecv[ch_dst[c]]
+    # each op's agent and place in it; the message index of each SEND and RECV on its channel
+    agent = np.empty(n_ops, np.int64)
+    place = np.empty(n_ops, np.int64)
+    for a in range(n_ag):
+        for i in range(op_ptr[a], op_ptr[a + 1]):
+            agent[agent_ops[i]] = a
+            place[agent_ops[i]] = i - op_ptr[a]
+    msg = np.full(n_ops, -1, np.int64)
+    n_send = np.zeros(n_ch, np.int64)
+    n_recv = np.zeros(n_ch, np.int64)
+    for a in range(n_ag):
+        for i in range(op_ptr[a], op_ptr[a + 1]):
+            o = agent_ops[i]
+            c = op_target[o]
+            if op_code[o] == OP_SEND:
+                msg[o] = n_send[c]
+                n_send[c] += 1
+            elif op_code[o] == OP_RECV and c >= 0 and ordered[c]:
+                msg[o] = n_recv[c]
+                n_recv[c] += 1
+    s_ptr = np.zeros(n_ch + 1, np.int64)
+    r_ptr = np.zeros(n_ch + 1, np.int64)
+    for c in range(n_ch):
+        s_ptr[c + 1] = s_ptr[c] + n_send[c]
+        r_ptr[c + 1] = r_ptr[c] + n_recv[c]
+    send_clock = np.zeros((s_ptr[n_ch], width), np.int32)   # the sender's clock when its data leaves
+    recv_clock = np.zeros((r_ptr[n_ch], width), np.int32)   # the receiver's clock when the RECV returns
+    sent = np.zeros(s_ptr[n_ch], np.bool_)
+    received = np.zeros(r_ptr[n_ch], np.bool_)
+    cur = np.zeros((n_ag, width), np.int32)                 # per agent: its clock after its last op
+    nxt = np.zeros(n_ag, np.int64)                          # per agent: its next op (index into its ops)
+    stack = np.empty(n_ag + 2 * n_ops + 1, np.int64)
+    top = 0
+    for a in range(n_ag):
+        stack[top] = a
+        top += 1
+    while top > 0:
+        top -= 1
+        a = stack[top]
+        while op_ptr[a] + nxt[a] < op_ptr[a + 1]:
+            o = agent_ops[op_ptr[a] + nxt[a]]
+            c = op_target[o]
+            m = msg[o]
+            k = cur[a].copy()
+            if op_code[o] == OP_SEND:
+                n = ch_nslots[c]
+                if ordered[c] and m >= n and m - n < n_recv[c]:
+                    if not received[r_ptr[c] + m - n]:
+                        break                        # waits for the credit of RECV m - n
+                    np.maximum(k, recv_clock[r_ptr[c] + m - n], k)
+                send_clock[s_ptr[c] + m] = k
+                sent[s_ptr[c] + m] = True
+                if ordered[c] and m < n_recv[c]:
+                    stack[top] = ch_dst[c]
+                    top += 1
+            if rows[o] >= 0:
+                clock[rows[o]] = k
+            if op_code[o] == OP_RECV and m >= 0:
+                if m < n_send[c]:
+                    if not sent[s_ptr[c] + m]:
+                        break                        # waits for its message
+                    np.maximum(k, send_clock[s_ptr[c] + m], k)
+                    k[n_ag + c] = max(k[n_ag + c], m + 1)
+                recv_clock[r_ptr[c] + m] = k
+                received[r_ptr[c] + m] = True
+                stack[top] = ch_src[c]
+                top += 1
+            nxt[a] += 1
+            k[a] = nxt[a]                            # ops 0 .. nxt - 1 of a have returned
+            cur[a] = k
+    for o in flows:
+        i = rows[o]
+        if op_code[o] == OP_SEND:
+            comp[i] = n_ag + op_target[o]
+            need[i] = msg[o] + 1
+        elif (op_code[o] == OP_DMA_WRITE or op_code[o] == OP_DMA_READ) and not op_async[o]:
+            comp[i] = agent[o]
+            need[i] = place[o] + 1
+    return Causal(rows=rows, clock=clock, comp=comp, need=need)
+
+
+@njit(cache=True)
+def pair_count(B):  # pragma: no cover - jitted
+    """The pairs :func:`causal_interference` visits: the sum over resources of (its flows)^2."""
+    total = 0
+    for r in range(len(B.users_ptr) - 1):
+        n = 0
+        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
+            c = B.users[j, 0]
+            n += B.ops_ptr[c + 1] - B.ops_ptr[c]
+        total += n * n
+    return total
+
+
+@njit(cache=True)
+def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz):  # pragma: no cover - jitted
+    """extra[o] = own_extra[o] + per server of ``o``, the work of each co-user ``g`` whose window
+    ``[begin_lo, end_hi]`` overlaps ``o``'s and that is not causally apart from ``o`` (``cz``, a
+    :class:`Causal`): neither has ended, in every schedule, before the other begins.  As in
+    :func:`kbfast.fast.bounds.interference`: not a serial class's own co-users on its wires and node
+    workers, no controller work for a ``posted`` op.  A posted read's commits outlive its end, so on a
+    controller it stays a co-user of the flows that begin after it.  Every pair of flows on each server:
+    O(sum U^2)."""
+    extra = own_extra.copy()
+    max_u = 0
+    for r in range(len(B.users_ptr) - 1):
+        n = 0
+        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
+            c = B.users[j, 0]
+            n += B.ops_ptr[c + 1] - B.ops_ptr[c]
+        max_u = max(max_u, n)
+    u_op = np.empty(max_u, np.int64)
+    u_cls = np.empty(max_u, np.int64)
+    u_k = np.empty(max_u, np.int64)
+    for r in range(len(B.users_ptr) - 1):
+        n = 0
+        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
+            c, k = B.users[j, 0], B.users[j, 1]
+            for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+                u_op[n] = B.ops[i]
+                u_cls[n] = c
+                u_k[n] = k
+                n += 1
+        if n < 2:
+            continue
+        for a in range(n):
+            o, k = u_op[a], u_k[a]
+            if posted[o] and B.kind[k] == 2:
+                continue
+            ro = cz.rows[o]
+            co, no = cz.comp[ro], cz.need[ro]
+            mine = B.serial[u_cls[a]] and B.kind[k] <= 1
+            x = 0.0
+            for b in range(n):
+                g = u_op[b]
+                if g == o or end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g]:
+                    continue
+                if mine and u_cls[b] == u_cls[a]:
+                    continue
+                rg = cz.rows[g]
+                if cz.comp[rg] >= 0 and cz.clock[ro, cz.comp[rg]] >= cz.need[rg] and not (
+                        posted[g] and B.kind[k] == 2):
+                    continue                 # g ended before o began (a posted read's commits outlive it)
+                if co >= 0 and cz.clock[rg, co] >= no:
+                    continue                 # o ended before g began
+                x += B.base[u_k[b]] * _unit(B.kind[u_k[b]], nbytes[g], flit)
+            extra[o] += x
+    return extra

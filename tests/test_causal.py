@@ -1,0 +1,98 @@
+"""Causal order of flows (kbfast.fast.causal) against the event-graph search in tests/naive.py, a hand-derived
+chain, and the causal interference kernel against the pairwise reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kbfast.config import load_system
+from kbfast.fast.causal import causal_interference
+from kbfast.fast.evaluate import causal_order, plan_fast
+from kbfast.ir import Op, ProgramBuilder
+from kbfast.topology.builder import build_tables
+from kbfast.topology.names import node_id
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import allreduce, pe2pe
+from naive import causal_before, pairwise_interference
+
+
+def _before(p, cz, flows) -> set[tuple[int, int]]:
+    """(g, o): the kernel's clocks say flow g has ended when flow o begins."""
+    out = set()
+    for g in flows:
+        rg = cz.rows[g]
+        if cz.comp[rg] < 0:
+            continue
+        for o in flows:
+            if o != g and cz.clock[cz.rows[o], cz.comp[rg]] >= cz.need[rg]:
+                out.add((int(g), int(o)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def small(tables, router):
+    """Programs small enough for the pairwise reference: lrab on one SIP of 3x2 cubes and on the default
+    two SIPs, and a PE-to-PE IPCQ transfer."""
+    mesh = build_tables(load_system(overrides={"sips.count": 1, "sip.cube_mesh.w": 3, "sip.cube_mesh.h": 2}))
+    return [allreduce(mesh, Router(mesh), 4096).program, allreduce(tables, router, 4096).program,
+            pe2pe(tables, router, "h3", 4096).program]
+
+
+@pytest.fixture(scope="module")
+def programs(small, torus6_tables):
+    """Besides ``small``: lrab on torus6 with and without tile loads and stores, and on ring6 with rings of
+    one slot (up to 5 messages a channel: every SEND after the first waits for a credit)."""
+    ring1 = build_tables(load_system("ring6", {"ipcq.n_slots": 1}))
+    r6 = Router(torus6_tables)
+    return small + [allreduce(torus6_tables, r6, 4096).program, allreduce(torus6_tables, r6, 16, tile_io=False).program,
+                    allreduce(ring1, Router(ring1), 3000).program]
+
+
+def test_clocks_match_the_event_graph(programs) -> None:
+    for p in programs:
+        B = plan_fast(p).bounds
+        want = causal_before(p, B.ops)
+        assert want or len(B.ops) < 2, p.name          # a case with two flows or more has causal pairs
+        assert _before(p, causal_order(p, B), B.ops) == want, p.name
+
+
+def test_a_relayed_message_is_apart_from_the_one_before_it(tables, router) -> None:
+    """A sends to B; B receives, then sends to C.  The first SEND's data has arrived before B's RECV
+    returns, so before B's SEND begins; a SEND of A that is not waited for stays a co-user of both."""
+    b = ProgramBuilder(tables, router, "relay")
+    a0, a1, a2 = (b.pe_agent(node_id(tables, f"sip0.cube0.pe{i}.pe_dma")) for i in range(3))
+    ab, bc = b.channel(a0, a1), b.channel(a1, a2)
+    ac = b.channel(a0, a2)
+    first = b.send(a0, ab, 4096)
+    other = b.send(a0, ac, 4096)
+    b.recv(a1, ab, 4096)
+    second = b.send(a1, bc, 4096)
+    b.recv(a2, bc, 4096)
+    b.recv(a2, ac, 4096)
+    p = b.build()
+    flows = plan_fast(p).bounds.ops
+    before = _before(p, causal_order(p, plan_fast(p).bounds), flows)
+    assert (first, second) in before
+    assert not {(other, second), (second, other), (first, other), (other, first)} & before
+    assert before == causal_before(p, flows)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None:
+    rng = np.random.default_rng(seed)
+    for p in small:
+        plan = plan_fast(p)
+        B, flit = plan.bounds, plan.lowered.hbm.flit_bytes
+        begin = rng.random(p.n_ops) * 3000
+        end = begin + rng.random(p.n_ops) * 2000
+        own = rng.random(p.n_ops)
+        posted = rng.random(p.n_ops) < 0.3
+        cz = causal_order(p, B)
+        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz)
+        want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
+                                     before=causal_before(p, B.ops))
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
