@@ -146,16 +146,22 @@ def knowledge(op_ptr, agent_ops, op_code, op_target, op_async, ch_src, ch_dst, c
     return Causal(rows=rows, clock=clock, comp=comp, need=need)
 
 
+@njit(cache=True, inline="always")
+def _n_flows(B, r):  # pragma: no cover - jitted
+    """The flows on resource ``r`` (each class's ops, once per entry of the class there)."""
+    n = 0
+    for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
+        c = B.users[j, 0]
+        n += B.ops_ptr[c + 1] - B.ops_ptr[c]
+    return n
+
+
 @njit(cache=True)
 def pair_count(B):  # pragma: no cover - jitted
     """The pairs :func:`causal_interference` visits: the sum over resources of (its flows)^2."""
     total = 0
     for r in range(len(B.users_ptr) - 1):
-        n = 0
-        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
-            c = B.users[j, 0]
-            n += B.ops_ptr[c + 1] - B.ops_ptr[c]
-        total += n * n
+        total += _n_flows(B, r) ** 2
     return total
 
 
@@ -171,11 +177,7 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
     extra = own_extra.copy()
     max_u = 0
     for r in range(len(B.users_ptr) - 1):
-        n = 0
-        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
-            c = B.users[j, 0]
-            n += B.ops_ptr[c + 1] - B.ops_ptr[c]
-        max_u = max(max_u, n)
+        max_u = max(max_u, _n_flows(B, r))
     u_op = np.empty(max_u, np.int64)
     u_cls = np.empty(max_u, np.int64)
     u_k = np.empty(max_u, np.int64)
