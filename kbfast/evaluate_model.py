@@ -218,7 +218,7 @@ def _point(p: Program, method: str):
             return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), "exact replay"
         except ReplayBudgetExceeded:
             pass
-    return run_fast(p), "fluid"
+    return run_fast(p, tight=False), "fluid"    # a stand-in: GEMM tile DMAs are no flows of it
 
 
 def critical_path(p: Program, res, piece: Piece, lower) -> dict[str, float]:
