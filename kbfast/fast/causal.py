@@ -27,9 +27,8 @@ import numpy as np
 from numba import njit
 
 from kbfast.fast.bounds import _unit
-
-OP_SEND, OP_RECV, OP_DMA_WRITE, OP_DMA_READ = 5, 6, 1, 2     # kbfast.ir.Op
-RECV_ANY = -1
+from kbfast.ir import RECV_ANY
+from kbfast.sim.agents import OP_DMA_READ, OP_DMA_WRITE, OP_RECV, OP_SEND
 
 # per flow row (rows[o] for op o, -1 for an op that is no flow): its clock at its begin, and how another
 # flow's clock counts its end (component, least count; component -1: never)
