@@ -123,7 +123,7 @@ def _warm_by_program(kernel: str) -> None:
         # the upper bound's kernels, which the fast path and the points kernel call: compiled here, beside
         # the fast group's second process, they are cached by the time that process needs them
         import numpy as np
-        from kbfast.fast.bounds import interference, run_charges
+        from kbfast.fast.bounds import interference, run_charges, window_offsets
         from kbfast.fast.causal import causal_interference
         from kbfast.fast.evaluate import causal_order, plan_fast, run_bound
         t = build_tables(load_system())
@@ -132,10 +132,11 @@ def _warm_by_program(kernel: str) -> None:
         R = run_bound(B)
         z = np.zeros(p.n_ops)
         posted = np.zeros(p.n_ops, np.bool_)
+        pre, post, seq_pre, seq_post = window_offsets(B, p.op_nbytes, 256)
         for windows in (True, False):
-            run_charges(B, R, p.op_nbytes, 256, z, z, windows)
-            interference(B, p.op_nbytes, 256, z, z, windows, z, posted, R.done)
-        causal_interference(B, p.op_nbytes, 256, z, z, z, posted, causal_order(p, B))
+            run_charges(B, R, p.op_nbytes, 256, z, z, windows, seq_pre, seq_post)
+            interference(B, p.op_nbytes, 256, z, z, windows, z, posted, R.done, pre, post)
+        causal_interference(B, p.op_nbytes, 256, z, z, z, posted, causal_order(p, B), pre, post)
         return
     if kernel == "pipeline":
         import numpy as np

@@ -128,15 +128,45 @@ def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[flo
     return rate
 
 
-def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None, before=None):
+def window_offsets(B, nbytes, flit):
+    """(pre, post) per entry of ``B.res`` and (seq_pre, seq_post) per position of ``B.seq_res`` of
+    ``kbfast.fast.bounds.window_offsets``, from lists: along a class's route, ``pre`` sums the servers before
+    (overhead + 1/bw x the class's smallest first flit) and ``post`` the servers after (1/bw x the smallest last
+    flit, + the overhead if every op of the class is one flit); zeros on serial classes and controllers."""
+    pre, post = np.zeros(len(B.res)), np.zeros(len(B.res))
+    seq_pre, seq_post = np.zeros(len(B.seq_res)), np.zeros(len(B.seq_res))
+    for c in range(len(B.cls_ptr) - 1):
+        sizes = [int(nbytes[g]) for g in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]]
+        if B.serial[c] or not sizes:
+            continue
+        flits = [max(1, -(-n // flit)) for n in sizes]
+        s0 = min(min(n, flit) for n in sizes)
+        last = min(n - (f - 1) * flit for n, f in zip(sizes, flits))
+        single = max(flits) == 1
+        seq = list(range(B.seq_ptr[c], B.seq_ptr[c + 1]))
+        for i in seq:
+            seq_pre[i] = sum(B.seq_o[j] + B.seq_c[j] * s0 for j in seq if j < i)
+            seq_post[i] = sum(B.seq_c[j] * last + (B.seq_o[j] if single else 0.0) for j in seq if j > i)
+        for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
+            at = [i for i in seq if B.seq_res[i] == B.res[k]]
+            if B.kind[k] <= 1 and at:
+                pre[k], post[k] = seq_pre[at[0]], seq_post[at[0]]
+    return pre, post, seq_pre, seq_post
+
+
+def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None, before=None,
+                          pre=None, post=None):
     """extra[o] = own + the work of every other op on o's resources whose window overlaps o's; on wires and
     node workers (kinds 0 and 1) not that of an op of o's own serial class (one PE DMA channel); on a
     controller (kind 2) nothing for a ``posted`` op.  With ``before`` (a set of (g, o): flow g ends before
     flow o begins, :func:`causal_before`), not an op that ends before o begins (but on a controller a posted
-    read, whose commits outlive it) nor one that begins after o ends."""
+    read, whose commits outlive it) nor one that begins after o ends.  With ``pre`` and ``post`` (per entry),
+    each window is narrowed to the entry: ``[begin + pre, max(end - post, begin + pre)]``."""
     cls = np.full(len(nbytes), -1)
     for c in range(len(B.cls_ptr) - 1):
         cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
+    pre = np.zeros(len(B.res)) if pre is None else pre
+    post = np.zeros(len(B.res)) if post is None else post
 
     def work(k, g):
         return B.base[k] * (nbytes[g], 1, -(-nbytes[g] // flit))[B.kind[k]]
@@ -144,11 +174,16 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
     def entries(o):
         return range(B.cls_ptr[cls[o]], B.cls_ptr[cls[o] + 1]) if cls[o] >= 0 else range(0)
 
+    def window(o, k):
+        b = begin_lo[o] + pre[k]
+        return b, max(end_hi[o] - post[k], b)
+
     extra = own_extra.copy()
     for o in range(len(nbytes)):
         for k in entries(o):
+            b_o, e_o = window(o, k)
             for g in range(len(nbytes)):
-                if g == o or (use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g])):
+                if g == o:
                     continue
                 if B.serial[cls[o]] and cls[g] == cls[o] and B.kind[k] <= 1:
                     continue
@@ -157,7 +192,10 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                 if before is not None and ((o, g) in before or (
                         (g, o) in before and not (posted[g] and B.kind[k] == 2))):
                     continue
-                extra[o] += sum(work(j, g) for j in entries(g) if B.res[j] == B.res[k])
+                for j in entries(g):
+                    b_g, e_g = window(g, j)
+                    if B.res[j] == B.res[k] and not (use_windows and (e_g < b_o or e_o < b_g)):
+                        extra[o] += work(j, g)
     return extra
 
 
@@ -224,12 +262,14 @@ def causal_before(p, flows) -> set[tuple[int, int]]:
     return before
 
 
-def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners):
+def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners, seq_pre=None, seq_post=None):
     """(extra, done) of ``kbfast.fast.bounds.run_charges`` and ``run_coefficients``, from lists: a class's partners are the classes
     on any of its servers (itself if it has 2+ ops and is not serial); a run is a stretch of servers that
     follow each other on both routes; crossing runs are cut, longest first, at the crossing until every two
     nest or are apart; flow ``g`` pays ``sum o + s0 * sum c + (N - s0) * max c`` per piece, ``N * c`` per solo
-    server shared."""
+    server shared.  With ``seq_pre`` and ``seq_post``, both windows are narrowed to the servers the two classes
+    share, from ``seq_pre`` at the first to ``seq_post`` at the last; the partner's shift capped at its
+    shortest window (``kbfast.fast.bounds.run_charges``)."""
     n_cls = len(B.cls_ptr) - 1
     seqs = [[(int(B.seq_res[i]), float(B.seq_c[i]), float(B.seq_o[i]), bool(B.seq_solo[i]))
              for i in range(B.seq_ptr[c], B.seq_ptr[c + 1])] for c in range(n_cls)]
@@ -242,9 +282,10 @@ def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners):
                     and not (d == c and (B.serial[c] or len(ops[c]) < 2))]
         if len(partners) > max_partners:
             continue
-        runs, solo = [], {d: 0.0 for d in partners}
+        runs, solo, at = [], {d: 0.0 for d in partners}, {d: [] for d in partners}
         for q, d in enumerate(partners):
             where = {r: j for j, (r, *_) in enumerate(seqs[d]) if r >= 0}
+            at[d] = [(i, where[r]) for i, (r, *_) in enumerate(seqs[c]) if r >= 0 and r in where]
             i = 0
             while i < len(seqs[c]):
                 r, cc, _, alone = seqs[c][i]
@@ -276,8 +317,18 @@ def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners):
         done[c] = True
         for o in ops[c]:
             for q, d in enumerate(partners):
+                pc = qc = pd = qd = 0.0
+                if seq_pre is not None:
+                    first_i, last_i = min(i for i, _ in at[d]), max(i for i, _ in at[d])
+                    first_j, last_j = min(j for _, j in at[d]), max(j for _, j in at[d])
+                    pc, qc = seq_pre[B.seq_ptr[c] + first_i], seq_post[B.seq_ptr[c] + last_i]
+                    room = max(0.999999 * min(end_hi[g] - begin_lo[g] for g in ops[d]), 0.0)
+                    pd = min(seq_pre[B.seq_ptr[d] + first_j], room)
+                    qd = min(seq_post[B.seq_ptr[d] + last_j], room - pd)
+                b_o = begin_lo[o] + pc
+                e_o = max(end_hi[o] - qc, b_o)
                 for g in ops[d]:
-                    if g == o or (use_windows and (end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g])):
+                    if g == o or (use_windows and (end_hi[g] - qd < b_o or e_o < begin_lo[g] + pd)):
                         continue
                     s0 = min(nbytes[g], flit)
                     extra[o] += solo[d] * nbytes[g]

@@ -7,10 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbfast.fast.bounds import BoundTables, interference, run_charges, run_coefficients
+from kbfast.fast.bounds import BoundTables, interference, run_charges, run_coefficients, window_offsets
 from kbfast.fast.evaluate import plan_fast
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
+import naive
 from naive import pairwise_interference, pairwise_runs
 
 FLIT = 64
@@ -37,8 +38,8 @@ def random_tables(rng: np.random.Generator, n_ops: int, n_cls: int, n_res: int) 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_ops=st.integers(1, 30), n_cls=st.integers(1, 10), n_res=st.integers(1, 8),
-       windows=st.booleans(), ties=st.booleans())
-def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, windows, ties) -> None:
+       windows=st.booleans(), ties=st.booleans(), narrowed=st.booleans())
+def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, windows, ties, narrowed) -> None:
     rng = np.random.default_rng(seed)
     B = random_tables(rng, n_ops, n_cls, n_res)
     nbytes = rng.integers(1, 1000, n_ops)
@@ -46,8 +47,14 @@ def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, 
     end = begin + (rng.integers(0, 10, n_ops).astype(float) if ties else rng.random(n_ops) * 300)
     own = rng.random(n_ops)
     posted = rng.random(n_ops) < 0.3
-    got = interference(B, nbytes, FLIT, begin, end, windows, own, posted, np.zeros(n_cls, np.bool_))
-    want = pairwise_interference(B, nbytes, begin, end, windows, own, FLIT, posted)
+    # per-server windows: random offsets, some larger than a window (it then shrinks to its begin)
+    # (as window_offsets gives them: none on a serial class's entries, whose own co-users are taken back by
+    # whole windows, nor on a controller)
+    pre, post = (rng.random((2, len(B.res))) * 200) if narrowed else np.zeros((2, len(B.res)))
+    whole = (B.kind == 2) | np.repeat(B.serial, np.diff(B.cls_ptr))
+    pre[whole] = post[whole] = 0.0
+    got = interference(B, nbytes, FLIT, begin, end, windows, own, posted, np.zeros(n_cls, np.bool_), pre, post)
+    want = pairwise_interference(B, nbytes, begin, end, windows, own, FLIT, posted, pre=pre, post=post)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
 
 
@@ -64,16 +71,33 @@ def bound_programs(tables, router, torus6_tables):
     return [(p, plan_fast(p)) for p in progs]
 
 
+def test_window_offsets_match_the_reference(bound_programs) -> None:
+    narrowed = 0
+    for p, plan in bound_programs:
+        for flit in (FLIT, plan.lowered.hbm.flit_bytes):
+            got = window_offsets(plan.bounds, p.op_nbytes, flit)
+            want = naive.window_offsets(plan.bounds, p.op_nbytes, flit)
+            for a, b in zip(got, want):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+            narrowed += int(got[0].any() and got[1].any())
+    assert narrowed >= 2          # the probes' DMAs are serial classes; the all-reduce's messages are not
+
+
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1), windows=st.booleans(), partners=st.sampled_from([2, 8, 64]))
-def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partners) -> None:
+@given(seed=st.integers(0, 2**32 - 1), windows=st.booleans(), partners=st.sampled_from([2, 8, 64]),
+       narrowed=st.booleans())
+def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partners, narrowed) -> None:
     rng = np.random.default_rng(seed)
     for p, plan in bound_programs:
         begin = rng.random(p.n_ops) * 2000
         end = begin + rng.random(p.n_ops) * 500
         runs = run_coefficients(plan.bounds, partners)
-        got = run_charges(plan.bounds, runs, p.op_nbytes, FLIT, begin, end, windows)
-        want, want_done = pairwise_runs(plan.bounds, p.op_nbytes, begin, end, windows, FLIT, partners)
+        _, _, seq_pre, seq_post = window_offsets(plan.bounds, p.op_nbytes, FLIT)
+        if not narrowed:
+            seq_pre, seq_post = np.zeros_like(seq_pre), np.zeros_like(seq_post)
+        got = run_charges(plan.bounds, runs, p.op_nbytes, FLIT, begin, end, windows, seq_pre, seq_post)
+        want, want_done = pairwise_runs(plan.bounds, p.op_nbytes, begin, end, windows, FLIT, partners,
+                                        seq_pre, seq_post)
         np.testing.assert_array_equal(runs.done, want_done)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
 
@@ -83,11 +107,12 @@ def test_runs_never_charge_more_than_each_server(bound_programs) -> None:
     for p, plan in bound_programs:
         B, flit = plan.bounds, plan.lowered.hbm.flit_bytes
         zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
+        no_k, no_s = np.zeros(len(B.res)), np.zeros(len(B.seq_res))
         per_server = interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted,
-                                  np.zeros(len(B.cls_ptr) - 1, np.bool_))
+                                  np.zeros(len(B.cls_ptr) - 1, np.bool_), no_k, no_k)
         R = run_coefficients(B, 64)
-        mixed = (interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted, R.done)
-                 + run_charges(B, R, p.op_nbytes, flit, zero, zero, False))
+        mixed = (interference(B, p.op_nbytes, flit, zero, zero, False, zero, posted, R.done, no_k, no_k)
+                 + run_charges(B, R, p.op_nbytes, flit, zero, zero, False, no_s, no_s))
         assert R.done.any()
         assert np.all(mixed <= per_server * (1 + 1e-12) + 1e-9)
         assert mixed.sum() < per_server.sum()

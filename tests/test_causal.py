@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kbfast.config import load_system
+from kbfast.fast.bounds import window_offsets
 from kbfast.fast.causal import causal_interference
 from kbfast.fast.evaluate import causal_order, plan_fast
 from kbfast.ir import Op, ProgramBuilder
@@ -92,7 +93,8 @@ def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None
         own = rng.random(p.n_ops)
         posted = rng.random(p.n_ops) < 0.3
         cz = causal_order(p, B)
-        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz)
+        pre, post, _, _ = window_offsets(B, p.op_nbytes, flit)
+        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post)
         want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
-                                     before=causal_before(p, B.ops))
+                                     before=causal_before(p, B.ops), pre=pre, post=post)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

@@ -54,8 +54,9 @@ BoundTables = namedtuple("BoundTables", [
     "seq_ptr", "seq_res", "seq_c", "seq_o", "seq_solo"])
 
 # The run bound's coefficients (run_coefficients): per class, CSR over its partner classes ``p_cls`` with the
-# work per unit of each run_units column ``p_coef``; ``done``: the class is charged by runs.
-RunCoefs = namedtuple("RunCoefs", ["p_ptr", "p_cls", "p_coef", "done"])
+# work per unit of each run_units column ``p_coef``, and ``p_span``: the first and last positions (in B.seq_*)
+# of the servers the two share, on the class's route and on the partner's; ``done``: the class is charged by runs.
+RunCoefs = namedtuple("RunCoefs", ["p_ptr", "p_cls", "p_coef", "p_span", "done"])
 
 
 @njit(cache=True, inline="always")
@@ -68,8 +69,58 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
+def window_offsets(B, nbytes, flit):  # pragma: no cover - jitted
+    """Where on its window a flow can be at each server of its route (docs/fast_path.md §4, "Windows per
+    server").  A flow's first flit reaches its route's server ``i`` no earlier than ``pre`` after the flow
+    begins: every server before ``i`` holds it for its node overhead or its wire time.  After the last flit
+    leaves server ``i`` the flow needs at least ``post`` more to end: every later wire's time for the last
+    flit, and when every flow of the class is one flit (head and tail alike), every later node's overhead.
+    Per class from its smallest first and last flits:
+
+        pre_i  = sum_{j < i} (o_j + c_j * min s0),   post_i = sum_{j > i} (c_j * min sL + [one flit] o_j).
+
+    Returns ``(pre, post)`` per entry of ``B.res`` and ``(seq_pre, seq_post)`` per position of
+    ``B.seq_res``.  A serial class keeps zeros (its own co-users are taken back by whole windows), and so
+    does the controller (a posted read's commits outlive its flow)."""
+    n_cls = len(B.cls_ptr) - 1
+    seq_pre = np.zeros(len(B.seq_res))
+    seq_post = np.zeros(len(B.seq_res))
+    pre = np.zeros(len(B.res))
+    post = np.zeros(len(B.res))
+    for c in range(n_cls):
+        if B.serial[c] or B.ops_ptr[c + 1] == B.ops_ptr[c]:
+            continue
+        s0 = np.inf
+        s_last = np.inf
+        single = True
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            n = nbytes[B.ops[i]]
+            n_flits = max(1, (n + flit - 1) // flit)
+            s0 = min(s0, float(min(n, flit)))
+            s_last = min(s_last, float(n - (n_flits - 1) * flit))
+            single = single and n_flits == 1
+        lo, hi = B.seq_ptr[c], B.seq_ptr[c + 1]
+        acc = 0.0
+        for i in range(lo, hi):
+            seq_pre[i] = acc
+            acc += B.seq_o[i] + B.seq_c[i] * s0
+        acc = 0.0
+        for i in range(hi - 1, lo - 1, -1):
+            seq_post[i] = acc
+            acc += B.seq_c[i] * s_last + (B.seq_o[i] if single else 0.0)
+        k = B.cls_ptr[c]                     # the entries: wires, then node workers, in route order
+        for w in range(2):
+            for i in range(lo, hi):
+                if B.seq_res[i] >= 0 and (B.seq_c[i] > 0.0) == (w == 0):
+                    assert B.res[k] == B.seq_res[i] and B.kind[k] == w
+                    pre[k], post[k] = seq_pre[i], seq_post[i]
+                    k += 1
+    return pre, post, seq_pre, seq_post
+
+
+@njit(cache=True)
 def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted,
-                 skip_wn):  # pragma: no cover - jitted
+                 skip_wn, pre, post):  # pragma: no cover - jitted
     """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
 
     A class with ``skip_wn`` set is charged its controller entries only (its wires and node workers are
@@ -78,7 +129,10 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
     A ``posted`` op (a PE read whose response leaves when its last flit is taken) waits for no PC commit:
     the controller entries (kind 2) add nothing to it.
 
-    Co-user ``g`` overlaps ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]``.  A
+    Co-user ``g`` overlaps ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]``, on
+    each entry ``k`` with its windows narrowed to the server: ``[begin_lo + pre[k], end_hi - post[k]]``
+    (:func:`window_offsets`; zeros: the flows' whole windows; they must be zero on a serial class's
+    entries, whose own co-users are taken back below by whole windows).  A
     resource whose windows all contain one instant (latest begin <= earliest end) overlaps entirely:
     its co-users bring ``total - own work``, and summed over a class's such entries that is
     ``A - (B0 * bytes + B1 + B2 * flits)`` per op, O(1) per op.  On the other (*windowed*) resources
@@ -113,8 +167,8 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
             c, k = B.users[j, 0], B.users[j, 1]
             n_on[r] += B.ops_ptr[c + 1] - B.ops_ptr[c]
             total[r] += B.base[k] * units[c, B.kind[k]]
-            lb = max(lb, last_b[c])
-            fe = min(fe, first_e[c])
+            lb = max(lb, last_b[c] + pre[k])
+            fe = min(fe, first_e[c] - post[k])
         windowed[r] = use_windows and n_on[r] >= 2 and lb > fe
         w_ptr[r + 1] = w_ptr[r] + (n_on[r] if windowed[r] else 0)
         if windowed[r]:
@@ -136,8 +190,8 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
             for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
                 g = B.ops[i]
                 tw[u] = B.base[k] * _unit(B.kind[k], nbytes[g], flit)
-                tb[u] = begin_lo[g]
-                te[u] = end_hi[g]
+                tb[u] = begin_lo[g] + pre[k]
+                te[u] = max(end_hi[g] - post[k], tb[u])
                 u += 1
         ob = np.argsort(tb[:u], kind="mergesort")
         oe = np.argsort(te[:u], kind="mergesort")
@@ -210,8 +264,9 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
                 if posted[o] and B.kind[k] == 2:
                     continue
                 lo, hi = w_ptr[r], w_ptr[r + 1]
-                started = np.searchsorted(by_b[lo:hi], end_hi[o], side="right")     # begin_lo[g] <= end_hi[o]
-                ended = np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")      # end_hi[g] < begin_lo[o]
+                b_o = begin_lo[o] + pre[k]
+                started = np.searchsorted(by_b[lo:hi], max(end_hi[o] - post[k], b_o), side="right")
+                ended = np.searchsorted(by_e[lo:hi], b_o, side="left")
                 own = B.base[k] * _unit(B.kind[k], nbytes[o], flit)
                 x += max(cum_b[lo + r + started] - cum_e[lo + r + ended] - own, 0.0)
             if serial:
@@ -295,6 +350,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     p_ptr = np.zeros(n_cls + 1, np.int64)
     p_cls = np.empty(max(16, n_cls), np.int64)           # grown by doubling
     p_coef = np.empty((max(16, n_cls), 4))
+    p_span = np.empty((max(16, n_cls), 4), np.int64)
     # per resource, the (class, sequence index) pairs of the servers on it: one pass over a class's servers
     # finds its partners and their runs together
     su_ptr = np.zeros(n_res + 1, np.int64)
@@ -321,6 +377,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     found = np.empty(max_partners, np.int64)   # partners in discovery order
     rank = np.empty(max_partners, np.int64)    # discovery slot -> rank in class order
     solo = np.zeros((max_partners, 2))         # per slot: solo servers' overhead and 1 / bw sums
+    span = np.zeros((max_partners, 4), np.int64)   # per slot: first and last shared server, on c's and on d's
     max_len = 0
     for c in range(n_cls):
         max_len = max(max_len, B.seq_ptr[c + 1] - B.seq_ptr[c])
@@ -355,9 +412,13 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
                     slot[d] = n_p
                     found[n_p] = d
                     solo[n_p] = 0.0
+                    span[n_p, 0], span[n_p, 1], span[n_p, 2], span[n_p, 3] = i, i, j, j
                     last_i[d] = -2
                     n_p += 1
                 q = slot[d]
+                span[q, 1] = i                 # c's servers come in route order
+                span[q, 2] = min(span[q, 2], j)
+                span[q, 3] = max(span[q, 3], j)
                 if B.seq_solo[i]:
                     solo[q, 0] += B.seq_o[i]
                     solo[q, 1] += B.seq_c[i]
@@ -440,13 +501,18 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
             grow = max(2 * len(p_cls), m + n_p)
             p_cls2 = np.empty(grow, np.int64)
             p_coef2 = np.empty((grow, 4))
+            p_span2 = np.empty((grow, 4), np.int64)
             p_cls2[:m] = p_cls[:m]
             p_coef2[:m] = p_coef[:m]
-            p_cls, p_coef = p_cls2, p_coef2
+            p_span2[:m] = p_span[:m]
+            p_cls, p_coef, p_span = p_cls2, p_coef2, p_span2
         p_cls[m:m + n_p] = partners[:n_p]
         p_coef[m:m + n_p] = coef[:n_p]
+        for q in range(n_p):
+            p_span[m + rank[q]] = span[q]
         p_ptr[c + 1] = m + n_p
-    return RunCoefs(p_ptr=p_ptr, p_cls=p_cls[:p_ptr[n_cls]].copy(), p_coef=p_coef[:p_ptr[n_cls]].copy(), done=done)
+    return RunCoefs(p_ptr=p_ptr, p_cls=p_cls[:p_ptr[n_cls]].copy(), p_coef=p_coef[:p_ptr[n_cls]].copy(),
+                    p_span=p_span[:p_ptr[n_cls]].copy(), done=done)
 
 
 @njit(cache=True)
@@ -492,11 +558,14 @@ def run_charges_all(B, R, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: no cover - jitted
+def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows, seq_pre, seq_post):  # pragma: no cover - jitted
     """Per op of a class that ``R`` (:func:`run_coefficients`) has ``done``: the work its overlapping
     co-users bring to its wires and node workers, paid once per run; 0 for the other ops.  Co-user ``g``
     overlaps op ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]`` (every co-user
-    without ``use_windows``: :func:`run_charges_all`)."""
+    without ``use_windows``: :func:`run_charges_all`), with both windows narrowed to the servers the two
+    share (``R.p_span``): from ``seq_pre`` at the first to ``seq_post`` at the last (:func:`window_offsets`).
+    A partner's shift is one constant for all its ops, so its windows stay sorted; it is capped at the
+    partner's shortest window, so that no co-user's window turns empty (the prefix sums need ``begin <= end``)."""
     if not use_windows:
         return run_charges_all(B, R, nbytes, flit)
     n_cls = len(B.cls_ptr) - 1
@@ -505,6 +574,11 @@ def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: n
         return extra
     units = run_units(B, nbytes, flit)
     by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
+    shortest = np.full(n_cls, np.inf)
+    for c in range(n_cls):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            g = B.ops[i]
+            shortest[c] = min(shortest[c], end_hi[g] - begin_lo[g])
     for c in range(n_cls):
         if not R.done[c]:
             continue
@@ -513,11 +587,17 @@ def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows):  # pragma: n
             x = 0.0
             for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
                 d = R.p_cls[j]
+                b_o = begin_lo[o] + seq_pre[R.p_span[j, 0]]
+                e_o = max(end_hi[o] - seq_post[R.p_span[j, 1]], b_o)
+                room = max(0.999999 * shortest[d], 0.0)
+                pre_d = min(seq_pre[R.p_span[j, 2]], room)
+                post_d = min(seq_post[R.p_span[j, 3]], room - pre_d)
                 lo, hi = B.ops_ptr[d], B.ops_ptr[d + 1]
-                b_row = lo + d + np.searchsorted(by_b[lo:hi], end_hi[o], side="right")   # begin_lo[g] <= end_hi[o]
-                e_row = lo + d + np.searchsorted(by_e[lo:hi], begin_lo[o], side="left")  # end_hi[g] < begin_lo[o]
+                b_row = lo + d + np.searchsorted(by_b[lo:hi], e_o - pre_d, side="right")   # begin[g] <= end[o]
+                e_row = lo + d + np.searchsorted(by_e[lo:hi], b_o + post_d, side="left")   # end[g] < begin[o]
+                mine = d == c and begin_lo[o] + pre_d <= e_o and end_hi[o] - post_d >= b_o     # o overlaps itself
                 for u in range(4):
-                    w = cum_b[b_row, u] - cum_e[e_row, u] - (units[o, u] if d == c else 0.0)   # o overlaps itself
+                    w = cum_b[b_row, u] - cum_e[e_row, u] - (units[o, u] if mine else 0.0)
                     x += R.p_coef[j, u] * max(w, 0.0)
             extra[o] = x
     return extra

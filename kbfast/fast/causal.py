@@ -165,9 +165,11 @@ def pair_count(B):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz):  # pragma: no cover - jitted
+def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz, pre,
+                        post):  # pragma: no cover - jitted
     """extra[o] = own_extra[o] + per server of ``o``, the work of each co-user ``g`` whose window
-    ``[begin_lo, end_hi]`` overlaps ``o``'s and that is not causally apart from ``o`` (``cz``, a
+    ``[begin_lo, end_hi]`` there (narrowed by ``pre`` and ``post``, as in
+    :func:`kbfast.fast.bounds.interference`) overlaps ``o``'s and that is not causally apart from ``o`` (``cz``, a
     :class:`Causal`): neither has ended, in every schedule, before the other begins.  As in
     :func:`kbfast.fast.bounds.interference`: not a serial class's own co-users on its wires and node
     workers, no controller work for a ``posted`` op.  A posted read's commits outlive its end, so on a
@@ -198,10 +200,13 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
             ro = cz.rows[o]
             co, no = cz.comp[ro], cz.need[ro]
             mine = B.serial[u_cls[a]] and B.kind[k] <= 1
+            b_o = begin_lo[o] + pre[k]
+            e_o = max(end_hi[o] - post[k], b_o)
             x = 0.0
             for b in range(n):
-                g = u_op[b]
-                if g == o or end_hi[g] < begin_lo[o] or end_hi[o] < begin_lo[g]:
+                g, kg = u_op[b], u_k[b]
+                b_g = begin_lo[g] + pre[kg]
+                if g == o or max(end_hi[g] - post[kg], b_g) < b_o or e_o < b_g:
                     continue
                 if mine and u_cls[b] == u_cls[a]:
                     continue

@@ -11,7 +11,7 @@ from numba import njit
 
 from kbfast import budget
 from kbfast.errors import KbfastError
-from kbfast.fast.bounds import BoundTables, RunCoefs, interference, run_charges, run_coefficients
+from kbfast.fast.bounds import BoundTables, RunCoefs, interference, run_charges, run_coefficients, window_offsets
 from kbfast.fast.causal import Causal, causal_interference, knowledge, pair_count
 from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, schedule
 from kbfast.ir import Op, Program
@@ -506,16 +506,20 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
     tight = tight and small and bool(np.any(p.op_code == Op.SEND))
     runs = run_bound(plan.bounds)
     cz = causal_order(p, plan.bounds) if tight else None
+    # windows narrowed to each server (tight only: the model pieces' bound stays as it was)
+    B = plan.bounds
+    pre, post, seq_pre, seq_post = (window_offsets(B, p.op_nbytes, flit) if tight else
+                                    (np.zeros(len(B.res)),) * 2 + (np.zeros(len(B.seq_res)),) * 2)
 
     def bound(end_hi: np.ndarray, windows: bool) -> np.ndarray:
         # co-users paid once per run of shared servers where a class has few enough partners; the
         # controller's commits, and the other classes' wires and workers, per server
-        extra = (interference(plan.bounds, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, runs.done)
-                 + run_charges(plan.bounds, runs, p.op_nbytes, flit, begin_lo, end_hi, windows))
+        extra = (interference(B, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, runs.done, pre, post)
+                 + run_charges(B, runs, p.op_nbytes, flit, begin_lo, end_hi, windows, seq_pre, seq_post))
         if cz is not None:
             # or per server without the causally apart co-users, where that is less (both bound the delay)
             b, e = (begin_lo, end_hi) if windows else (np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf))
-            np.minimum(extra, causal_interference(plan.bounds, p.op_nbytes, flit, b, e, own, posted, cz), out=extra)
+            np.minimum(extra, causal_interference(B, p.op_nbytes, flit, b, e, own, posted, cz, pre, post), out=extra)
         return extra
 
     def run(extra: np.ndarray):
@@ -573,7 +577,7 @@ def run_bound(B: BoundTables) -> RunCoefs:
         return run_coefficients(B, RUN_PARTNERS)
     n_cls = len(B.cls_ptr) - 1
     return RunCoefs(p_ptr=np.zeros(n_cls + 1, np.int64), p_cls=np.empty(0, np.int64), p_coef=np.empty((0, 4)),
-                    done=np.zeros(n_cls, np.bool_))
+                    p_span=np.empty((0, 4), np.int64), done=np.zeros(n_cls, np.bool_))
 
 
 def _posted(p: Program) -> np.ndarray:

@@ -79,6 +79,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
     zero = np.zeros(n_ops)
     no_posted = np.zeros(n_ops, np.bool_)   # reads charged for commits too: valid, looser
     no_windows = np.bool_(False)            # not the literal False: one compiled interference for both callers
+    no_offsets = np.zeros(len(bounds.res))  # whole windows (none are used here)
     iso = np.full((n_ops, 1 + hbm.n_pcs), np.nan)
     ch_nslots = np.empty(n_ch, np.int64)
     ch_setup = np.empty(n_ch)
@@ -92,7 +93,8 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
             iso[:] = np.nan
             nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
             head = head_offsets(data_route, nbytes, fabric, shared_edge, shared_node, hbm.flit_bytes)
-            extra = (interference(bounds, nbytes, hbm.flit_bytes, zero, zero, no_windows, zero, no_posted, runs.done)
+            extra = (interference(bounds, nbytes, hbm.flit_bytes, zero, zero, no_windows, zero, no_posted, runs.done,
+                                  no_offsets, no_offsets)
                      + run_charges_all(bounds, runs, nbytes, hbm.flit_bytes))                    # window-free
         k = kinds[i]
         if new_size or k != kinds[i - 1]:
