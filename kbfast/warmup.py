@@ -126,13 +126,14 @@ def _warm_by_program(kernel: str) -> None:
         from kbfast.fast.bounds import interference, run_charges, window_offsets
         from kbfast.fast.causal import causal_interference
         from kbfast.fast.evaluate import causal_order, plan_fast, run_bound
+        from kbfast.ir import Op
         t = build_tables(load_system())
         p = pe2pe(t, Router(t), "h1", 64).program
         B = plan_fast(p).bounds
         R = run_bound(B)
         z = np.zeros(p.n_ops)
         posted = np.zeros(p.n_ops, np.bool_)
-        pre, post, seq_pre, seq_post = window_offsets(B, p.op_nbytes, 256)
+        pre, post, seq_pre, seq_post = window_offsets(B, p.op_nbytes, 256, p.op_code == Op.SEND)
         for windows in (True, False):
             run_charges(B, R, p.op_nbytes, 256, z, z, windows, seq_pre, seq_post)
             interference(B, p.op_nbytes, 256, z, z, windows, z, posted, R.done, pre, post)

@@ -128,16 +128,17 @@ def max_min_fair(flows: list[list[int]], capacity: list[float], demand: list[flo
     return rate
 
 
-def window_offsets(B, nbytes, flit):
+def window_offsets(B, nbytes, flit, message):
     """(pre, post) per entry of ``B.res`` and (seq_pre, seq_post) per position of ``B.seq_res`` of
     ``kbfast.fast.bounds.window_offsets``, from lists: along a class's route, ``pre`` sums the servers before
     (overhead + 1/bw x the class's smallest first flit) and ``post`` the servers after (1/bw x the smallest last
-    flit, + the overhead if every op of the class is one flit); zeros on serial classes and controllers."""
+    flit, + the overhead if every op of the class is one flit); zeros on classes with an op that is not a
+    ``message``, on serial classes and on controllers."""
     pre, post = np.zeros(len(B.res)), np.zeros(len(B.res))
     seq_pre, seq_post = np.zeros(len(B.seq_res)), np.zeros(len(B.seq_res))
     for c in range(len(B.cls_ptr) - 1):
         sizes = [int(nbytes[g]) for g in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]]
-        if B.serial[c] or not sizes:
+        if B.serial[c] or not sizes or not all(message[g] for g in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]):
             continue
         flits = [max(1, -(-n // flit)) for n in sizes]
         s0 = min(min(n, flit) for n in sizes)

@@ -93,7 +93,7 @@ def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None
         own = rng.random(p.n_ops)
         posted = rng.random(p.n_ops) < 0.3
         cz = causal_order(p, B)
-        pre, post, _, _ = window_offsets(B, p.op_nbytes, flit)
+        pre, post, _, _ = window_offsets(B, p.op_nbytes, flit, p.op_code == Op.SEND)
         got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post)
         want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
                                      before=causal_before(p, B.ops), pre=pre, post=post)

@@ -69,7 +69,7 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def window_offsets(B, nbytes, flit):  # pragma: no cover - jitted
+def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
     """Where on its window a flow can be at each server of its route (docs/fast_path.md §4, "Windows per
     server").  A flow's first flit reaches its route's server ``i`` no earlier than ``pre`` after the flow
     begins: every server before ``i`` holds it for its node overhead or its wire time.  After the last flit
@@ -80,8 +80,9 @@ def window_offsets(B, nbytes, flit):  # pragma: no cover - jitted
         pre_i  = sum_{j < i} (o_j + c_j * min s0),   post_i = sum_{j > i} (c_j * min sL + [one flit] o_j).
 
     Returns ``(pre, post)`` per entry of ``B.res`` and ``(seq_pre, seq_post)`` per position of
-    ``B.seq_res``.  A serial class keeps zeros (its own co-users are taken back by whole windows), and so
-    does the controller (a posted read's commits outlive its flow)."""
+    ``B.seq_res``.  Only classes of IPCQ messages (``message`` per op: one transaction along the route) are
+    narrowed; the others keep zeros (a serial class's own co-users are taken back by whole windows, a host
+    DMA moves in chunks), and so does the controller (a posted read's commits outlive its flow)."""
     n_cls = len(B.cls_ptr) - 1
     seq_pre = np.zeros(len(B.seq_res))
     seq_post = np.zeros(len(B.seq_res))
@@ -89,6 +90,11 @@ def window_offsets(B, nbytes, flit):  # pragma: no cover - jitted
     post = np.zeros(len(B.res))
     for c in range(n_cls):
         if B.serial[c] or B.ops_ptr[c + 1] == B.ops_ptr[c]:
+            continue
+        narrow = True
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            narrow = narrow and message[B.ops[i]]
+        if not narrow:
             continue
         s0 = np.inf
         s_last = np.inf

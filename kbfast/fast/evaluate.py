@@ -508,7 +508,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
     cz = causal_order(p, plan.bounds) if tight else None
     # windows narrowed to each server (tight only: the model pieces' bound stays as it was)
     B = plan.bounds
-    pre, post, seq_pre, seq_post = (window_offsets(B, p.op_nbytes, flit) if tight else
+    pre, post, seq_pre, seq_post = (window_offsets(B, p.op_nbytes, flit, p.op_code == Op.SEND) if tight else
                                     (np.zeros(len(B.res)),) * 2 + (np.zeros(len(B.seq_res)),) * 2)
 
     def bound(end_hi: np.ndarray, windows: bool) -> np.ndarray:
