@@ -148,6 +148,29 @@ def window_offsets(B, nbytes, flit, message):
         for i in seq:
             seq_pre[i] = sum(B.seq_o[j] + B.seq_c[j] * s0 for j in seq if j < i)
             seq_post[i] = sum(B.seq_c[j] * last + (B.seq_o[j] if single else 0.0) for j in seq if j > i)
+        # or, where more, the last flit's way to its segment's end alone (the lattice of flits x servers,
+        # filled cell by cell), least over the sizes, plus the above from the segment's end
+        segments, run = [], []
+        for i in seq:
+            if B.seq_res[i] >= 0:
+                run.append(i)
+            elif run:
+                segments, run = segments + [run], []
+        segments += [run] if run else []
+        for part in segments:
+            tails = []
+            for n in set(sizes):
+                k = max(1, -(-n // flit))
+                size = [min(n, flit)] + [flit] * (k - 2) + ([n - (k - 1) * flit] if k > 1 else [])
+                V = [[0.0] * len(part) for _ in range(k)]
+                for f in range(k):
+                    for x, i in enumerate(part):
+                        cell = B.seq_c[i] * size[f] + (B.seq_o[i] if f == 0 else 0.0)
+                        V[f][x] = max(V[f - 1][x] if f else 0.0, V[f][x - 1] if x else 0.0) + cell
+                tails.append([V[-1][-1] - v for v in V[-1]])
+            base = seq_post[part[-1]]
+            for x, i in enumerate(part):
+                seq_post[i] = max(seq_post[i], min(t[x] for t in tails) + base)
         for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
             at = [i for i in seq if B.seq_res[i] == B.res[k]]
             if B.kind[k] <= 1 and at:
@@ -156,13 +179,14 @@ def window_offsets(B, nbytes, flit, message):
 
 
 def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None, before=None,
-                          pre=None, post=None):
+                          pre=None, post=None, behind=None):
     """extra[o] = own + the work of every other op on o's resources whose window overlaps o's; on wires and
     node workers (kinds 0 and 1) not that of an op of o's own serial class (one PE DMA channel); on a
     controller (kind 2) nothing for a ``posted`` op.  With ``before`` (a set of (g, o): flow g ends before
     flow o begins, :func:`causal_before`), not an op that ends before o begins (but on a controller a posted
     read, whose commits outlive it) nor one that begins after o ends.  With ``pre`` and ``post`` (per entry),
-    each window is narrowed to the entry: ``[begin + pre, max(end - post, begin + pre)]``."""
+    each window is narrowed to the entry: ``[begin + pre, max(end - post, begin + pre)]``.  With ``behind``
+    (a set of (g, o), :func:`fifo_behind`), not an op g of o's own class that is behind o at every server."""
     cls = np.full(len(nbytes), -1)
     for c in range(len(B.cls_ptr) - 1):
         cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
@@ -193,11 +217,23 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                 if before is not None and ((o, g) in before or (
                         (g, o) in before and not (posted[g] and B.kind[k] == 2))):
                     continue
+                if behind is not None and (g, o) in behind and cls[g] == cls[o]:
+                    continue
                 for j in entries(g):
                     b_g, e_g = window(g, j)
                     if B.res[j] == B.res[k] and not (use_windows and (e_g < b_o or e_o < b_g)):
                         extra[o] += work(j, g)
     return extra
+
+
+def fifo_behind(p) -> set[tuple[int, int]]:
+    """The pairs (g, o) of SENDs on one channel where g is sent after o: its sender puts it into the same
+    first-in first-out queue later, so on the same route it stays behind o."""
+    from kbfast.ir import Op
+
+    sends = [o for a in range(p.n_agents) for o in p.agent_ops[p.op_ptr[a]:p.op_ptr[a + 1]]
+             if p.op_code[o] == Op.SEND]
+    return {(g, o) for i, o in enumerate(sends) for g in sends[i + 1:] if p.op_target[g] == p.op_target[o]}
 
 
 def causal_before(p, flows) -> set[tuple[int, int]]:

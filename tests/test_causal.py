@@ -17,7 +17,7 @@ from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, pe2pe
-from naive import causal_before, pairwise_interference
+from naive import causal_before, fifo_behind, pairwise_interference
 
 
 def _before(p, cz, flows) -> set[tuple[int, int]]:
@@ -60,6 +60,28 @@ def test_clocks_match_the_event_graph(programs) -> None:
         assert _before(p, causal_order(p, B), B.ops) == want, p.name
 
 
+def test_a_later_message_of_a_channel_does_not_delay_the_one_before_it(tables, router) -> None:
+    """Two messages of one channel leave through the same first-in first-out queue on the same route: the
+    second is behind the first at every server.  With every window overlapping, the first is charged
+    nothing and the second the first's work on every server of the route."""
+    b = ProgramBuilder(tables, router, "fifo")
+    a0, a1 = (b.pe_agent(node_id(tables, f"sip0.cube{i}.pe0.pe_dma")) for i in (0, 5))
+    ch = b.channel(a0, a1, n_slots=4)
+    first, second = b.send(a0, ch, 4096), b.send(a0, ch, 4096)
+    b.recv(a1, ch, 4096)
+    b.recv(a1, ch, 4096)
+    p = b.build()
+    B = plan_fast(p).bounds
+    everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
+    zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
+    no_k = np.zeros(len(B.res))
+    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k)
+    (c,) = {c for c in range(len(B.cls_ptr) - 1) if first in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
+    work = sum(B.base[k] * (4096, 1, 16)[B.kind[k]] for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]))
+    assert extra[first] == 0.0
+    assert extra[second] == pytest.approx(work) and work > 0
+
+
 def test_a_relayed_message_is_apart_from_the_one_before_it(tables, router) -> None:
     """A sends to B; B receives, then sends to C.  The first SEND's data has arrived before B's RECV
     returns, so before B's SEND begins; a SEND of A that is not waited for stays a co-user of both."""
@@ -96,5 +118,5 @@ def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None
         pre, post, _, _ = window_offsets(B, p.op_nbytes, flit, p.op_code == Op.SEND)
         got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post)
         want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
-                                     before=causal_before(p, B.ops), pre=pre, post=post)
+                                     before=causal_before(p, B.ops), pre=pre, post=post, behind=fifo_behind(p))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

@@ -69,15 +69,70 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
+def _tail_to_segment_end(B, lo, hi, n, flit, out):  # pragma: no cover - jitted
+    """``out[k]`` = the time the last flit of an ``n``-byte flow alone takes from leaving server ``k``
+    (positions ``lo .. hi-1`` of ``B.seq_*``) to leaving the last server of its segment (up to the next
+    store-and-forward break): ``V(n-1, end) - V(n-1, k)`` in the lattice of docs/fast_path.md §1.1.
+    ``V(n-1, k)`` is the closed form of §1.2 on the columns up to ``k``; with ``j <= b`` it is a running
+    maximum, O(1) per column:
+
+        V(i, k) = max_{j <= b <= k} (A_j + Z_b) + s * C(k),   A_j = (i - 2) F c_j + max_{a <= j} (R0(a) - F C(a-1)),
+        Z_b = F C(b) - s C(b-1)   (i >= 2; i = 1: max_{a <= k} (R0(a) - s C(a-1)) + s C(k); i = 0: R0(k))
+
+    with ``R0`` the first flit's prefix (``o`` or ``s0 c`` per column), ``C`` the prefix of ``c`` and
+    ``s`` the last flit's bytes.  Props are left out: they only lengthen the tail."""
+    n_flits = max(1, (n + flit - 1) // flit)
+    i = n_flits - 1
+    s0 = float(min(n, flit))
+    s = float(n - i * flit)
+    F = float(flit)
+    start = lo
+    while start < hi:
+        if B.seq_res[start] < 0:
+            start += 1
+            continue
+        end = start
+        while end + 1 < hi and B.seq_res[end + 1] >= 0:
+            end += 1
+        r0 = 0.0
+        c_prev = 0.0                          # C(k - 1)
+        best_x = -np.inf                      # max_{a <= k} X(a)
+        best_a = -np.inf                      # max_{j <= k} A_j
+        m = -np.inf
+        for k in range(start, end + 1):
+            c = B.seq_c[k]
+            r0 += B.seq_o[k] + c * s0
+            c_k = c_prev + c
+            if i == 0:
+                v = r0
+            elif i == 1:
+                best_x = max(best_x, r0 - s * c_prev)
+                v = best_x + s * c_k
+            else:
+                best_x = max(best_x, r0 - F * c_prev)
+                best_a = max(best_a, (i - 2) * F * c + best_x)
+                m = max(m, best_a + F * c_k - s * c_prev)
+                v = m + s * c_k
+            out[k] = v
+            c_prev = c_k
+        for k in range(start, end + 1):
+            out[k] = out[end] - out[k]
+        start = end + 1
+
+
+@njit(cache=True)
 def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
     """Where on its window a flow can be at each server of its route (docs/fast_path.md §4, "Windows per
     server").  A flow's first flit reaches its route's server ``i`` no earlier than ``pre`` after the flow
     begins: every server before ``i`` holds it for its node overhead or its wire time.  After the last flit
-    leaves server ``i`` the flow needs at least ``post`` more to end: every later wire's time for the last
-    flit, and when every flow of the class is one flit (head and tail alike), every later node's overhead.
-    Per class from its smallest first and last flits:
+    leaves server ``i``, the flow alone needs at least ``post`` more to end: every later wire's time for the
+    last flit, and when every flow of the class is one flit (head and tail alike), every later node's
+    overhead.  Per class from its smallest first and last flits:
 
-        pre_i  = sum_{j < i} (o_j + c_j * min s0),   post_i = sum_{j > i} (c_j * min sL + [one flit] o_j).
+        pre_i  = sum_{j < i} (o_j + c_j * min s0),   post_i = sum_{j > i} (c_j * min sL + [one flit] o_j),
+
+    or, where more, the last flit's way to the end of its segment alone (:func:`_tail_to_segment_end`, the
+    least over the class's sizes) plus ``post`` from there.
 
     Returns ``(pre, post)`` per entry of ``B.res`` and ``(seq_pre, seq_post)`` per position of
     ``B.seq_res``.  Only classes of IPCQ messages (``message`` per op: one transaction along the route) are
@@ -88,6 +143,7 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
     seq_post = np.zeros(len(B.seq_res))
     pre = np.zeros(len(B.res))
     post = np.zeros(len(B.res))
+    tail = np.empty(len(B.seq_res))
     for c in range(n_cls):
         if B.serial[c] or B.ops_ptr[c + 1] == B.ops_ptr[c]:
             continue
@@ -114,6 +170,19 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
         for i in range(hi - 1, lo - 1, -1):
             seq_post[i] = acc
             acc += B.seq_c[i] * s_last + (B.seq_o[i] if single else 0.0)
+        # the last flit's way to its segment's end, the least over the class's sizes
+        sizes = np.unique(nbytes[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]])
+        least = np.full(hi - lo, np.inf)
+        for n in sizes:
+            _tail_to_segment_end(B, lo, hi, n, flit, tail)
+            for i in range(lo, hi):
+                least[i - lo] = min(least[i - lo], tail[i])
+        end = hi - 1
+        for i in range(hi - 1, lo - 1, -1):
+            if B.seq_res[i] < 0:
+                end = i - 1
+            elif i <= end:
+                seq_post[i] = max(seq_post[i], least[i - lo] + seq_post[end])
         k = B.cls_ptr[c]                     # the entries: wires, then node workers, in route order
         for w in range(2):
             for i in range(lo, hi):

@@ -15,6 +15,10 @@ ops have returned and per channel how many messages were delivered.  Flow ``g`` 
 DMA's end is never counted).  A RECV of an agent that also receives from any channel (``RECV_ANY``) takes
 messages in an order only the timing decides: its channels give no message or credit rule.
 
+Two messages of one channel are ordered in space, too: the sender puts them into its PE's IPCQ virtual
+channel, a first-in first-out queue, and they take the same route, so the later one is behind the earlier
+at every server and cannot delay it (``Causal.chan`` and ``Causal.nth``).
+
 :func:`causal_interference` is :func:`kbfast.fast.bounds.interference` charged per server and pair by
 pair, without the co-users that are causally apart.
 """
@@ -31,8 +35,9 @@ from kbfast.ir import RECV_ANY
 from kbfast.sim.agents import OP_DMA_READ, OP_DMA_WRITE, OP_RECV, OP_SEND
 
 # per flow row (rows[o] for op o, -1 for an op that is no flow): its clock at its begin, and how another
-# flow's clock counts its end (component, least count; component -1: never)
-Causal = namedtuple("Causal", ["rows", "clock", "comp", "need"])
+# flow's clock counts its end (component, least count; component -1: never); a SEND's channel (else -1)
+# and its place among the channel's messages
+Causal = namedtuple("Causal", ["rows", "clock", "comp", "need", "chan", "nth"])
 
 
 @njit(cache=True)
@@ -134,15 +139,18 @@ def knowledge(op_ptr, agent_ops, op_code, op_target, op_async, ch_src, ch_dst, c
             nxt[a] += 1
             k[a] = nxt[a]                            # ops 0 .. nxt - 1 of a have returned
             cur[a] = k
+    chan = np.full(len(flows), -1, np.int64)
+    nth = np.zeros(len(flows), np.int64)
     for o in flows:
         i = rows[o]
         if op_code[o] == OP_SEND:
             comp[i] = n_ag + op_target[o]
             need[i] = msg[o] + 1
+            chan[i], nth[i] = op_target[o], msg[o]
         elif (op_code[o] == OP_DMA_WRITE or op_code[o] == OP_DMA_READ) and not op_async[o]:
             comp[i] = agent[o]
             need[i] = place[o] + 1
-    return Causal(rows=rows, clock=clock, comp=comp, need=need)
+    return Causal(rows=rows, clock=clock, comp=comp, need=need, chan=chan, nth=nth)
 
 
 @njit(cache=True, inline="always")
@@ -211,6 +219,9 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
                 if mine and u_cls[b] == u_cls[a]:
                     continue
                 rg = cz.rows[g]
+                if cz.chan[rg] >= 0 and cz.chan[rg] == cz.chan[ro] and cz.nth[rg] > cz.nth[ro] and \
+                        u_cls[b] == u_cls[a]:
+                    continue                 # a later message of o's channel: behind o at every server
                 if cz.comp[rg] >= 0 and cz.clock[ro, cz.comp[rg]] >= cz.need[rg] and not (
                         posted[g] and B.kind[k] == 2):
                     continue                 # g ended before o began (a posted read's commits outlive it)
