@@ -181,8 +181,9 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
     :class:`Causal`): neither has ended, in every schedule, before the other begins.  As in
     :func:`kbfast.fast.bounds.interference`: not a serial class's own co-users on its wires and node
     workers, no controller work for a ``posted`` op.  A posted read's commits outlive its end, so on a
-    controller it stays a co-user of the flows that begin after it.  Every pair of flows on each server:
-    O(sum U^2)."""
+    controller it stays a co-user of the flows that begin after it.  Per server, each flow scans the flows
+    sorted by window begin up to its own window's end: O(sum U^2) at worst, the overlapping pairs once the
+    windows are narrow."""
     extra = own_extra.copy()
     max_u = 0
     for r in range(len(B.users_ptr) - 1):
@@ -190,17 +191,23 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
     u_op = np.empty(max_u, np.int64)
     u_cls = np.empty(max_u, np.int64)
     u_k = np.empty(max_u, np.int64)
+    u_b = np.empty(max_u)
+    u_e = np.empty(max_u)
     for r in range(len(B.users_ptr) - 1):
         n = 0
         for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
             c, k = B.users[j, 0], B.users[j, 1]
             for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
-                u_op[n] = B.ops[i]
+                g = B.ops[i]
+                u_op[n] = g
                 u_cls[n] = c
                 u_k[n] = k
+                u_b[n] = begin_lo[g] + pre[k]
+                u_e[n] = max(end_hi[g] - post[k], u_b[n])
                 n += 1
         if n < 2:
             continue
+        by_begin = np.argsort(u_b[:n], kind="mergesort")
         for a in range(n):
             o, k = u_op[a], u_k[a]
             if posted[o] and B.kind[k] == 2:
@@ -208,13 +215,14 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
             ro = cz.rows[o]
             co, no = cz.comp[ro], cz.need[ro]
             mine = B.serial[u_cls[a]] and B.kind[k] <= 1
-            b_o = begin_lo[o] + pre[k]
-            e_o = max(end_hi[o] - post[k], b_o)
+            b_o, e_o = u_b[a], u_e[a]
             x = 0.0
-            for b in range(n):
-                g, kg = u_op[b], u_k[b]
-                b_g = begin_lo[g] + pre[kg]
-                if g == o or max(end_hi[g] - post[kg], b_g) < b_o or e_o < b_g:
+            for q in range(n):
+                b = by_begin[q]
+                if u_b[b] > e_o:
+                    break                    # this one and the rest begin after o's window ends
+                g = u_op[b]
+                if g == o or u_e[b] < b_o:
                     continue
                 if mine and u_cls[b] == u_cls[a]:
                     continue
