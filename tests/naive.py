@@ -148,8 +148,8 @@ def window_offsets(B, nbytes, flit, message):
         for i in seq:
             seq_pre[i] = sum(B.seq_o[j] + B.seq_c[j] * s0 for j in seq if j < i)
             seq_post[i] = sum(B.seq_c[j] * last + (B.seq_o[j] if single else 0.0) for j in seq if j > i)
-        # or, where more, the last flit's way to its segment's end alone (the lattice of flits x servers,
-        # filled cell by cell), least over the sizes, plus the above from the segment's end
+        # or, where more, from the segments' whole trains (the lattice of flits x servers, filled cell by
+        # cell): the trains before and the head's way in its segment; its tail's way and the trains after
         segments, run = [], []
         for i in seq:
             if B.seq_res[i] >= 0:
@@ -157,20 +157,28 @@ def window_offsets(B, nbytes, flit, message):
             elif run:
                 segments, run = segments + [run], []
         segments += [run] if run else []
-        for part in segments:
-            tails = []
-            for n in set(sizes):
-                k = max(1, -(-n // flit))
-                size = [min(n, flit)] + [flit] * (k - 2) + ([n - (k - 1) * flit] if k > 1 else [])
+        pre_n, post_n = {}, {}
+        for n in set(sizes):
+            k = max(1, -(-n // flit))
+            size = [min(n, flit)] + [flit] * (k - 2) + ([n - (k - 1) * flit] if k > 1 else [])
+            lattices = []
+            for part in segments:
                 V = [[0.0] * len(part) for _ in range(k)]
                 for f in range(k):
                     for x, i in enumerate(part):
                         cell = B.seq_c[i] * size[f] + (B.seq_o[i] if f == 0 else 0.0)
                         V[f][x] = max(V[f - 1][x] if f else 0.0, V[f][x - 1] if x else 0.0) + cell
-                tails.append([V[-1][-1] - v for v in V[-1]])
-            base = seq_post[part[-1]]
-            for x, i in enumerate(part):
-                seq_post[i] = max(seq_post[i], min(t[x] for t in tails) + base)
+                lattices.append(V[-1])
+            for m, part in enumerate(segments):
+                trains_before = sum(last[-1] for last in lattices[:m])
+                trains_after = sum(last[-1] for last in lattices[m + 1:])
+                for x, i in enumerate(part):
+                    head = sum(B.seq_o[j] + B.seq_c[j] * size[0] for j in part[:x])
+                    pre_n[i] = min(pre_n.get(i, np.inf), trains_before + head)
+                    post_n[i] = min(post_n.get(i, np.inf), lattices[m][-1] - lattices[m][x] + trains_after)
+        for i in pre_n:
+            seq_pre[i] = max(seq_pre[i], pre_n[i])
+            seq_post[i] = max(seq_post[i], post_n[i])
         for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
             at = [i for i in seq if B.seq_res[i] == B.res[k]]
             if B.kind[k] <= 1 and at:

@@ -69,10 +69,11 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def _tail_to_segment_end(B, lo, hi, n, flit, out):  # pragma: no cover - jitted
+def _tail_to_segment_end(B, lo, hi, n, flit, out, total):  # pragma: no cover - jitted
     """``out[k]`` = the time the last flit of an ``n``-byte flow alone takes from leaving server ``k``
     (positions ``lo .. hi-1`` of ``B.seq_*``) to leaving the last server of its segment (up to the next
-    store-and-forward break): ``V(n-1, end) - V(n-1, k)`` in the lattice of docs/fast_path.md §1.1.
+    store-and-forward break): ``V(n-1, end) - V(n-1, k)`` in the lattice of docs/fast_path.md §1.1;
+    ``total[k]`` = ``V(n-1, end)``, the whole segment's time alone, from the train's put to its last flit.
     ``V(n-1, k)`` is the closed form of §1.2 on the columns up to ``k``; with ``j <= b`` it is a running
     maximum, O(1) per column:
 
@@ -117,6 +118,7 @@ def _tail_to_segment_end(B, lo, hi, n, flit, out):  # pragma: no cover - jitted
             c_prev = c_k
         for k in range(start, end + 1):
             out[k] = out[end] - out[k]
+            total[k] = v
         start = end + 1
 
 
@@ -131,8 +133,11 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
 
         pre_i  = sum_{j < i} (o_j + c_j * min s0),   post_i = sum_{j > i} (c_j * min sL + [one flit] o_j),
 
-    or, where more, the last flit's way to the end of its segment alone (:func:`_tail_to_segment_end`, the
-    least over the class's sizes) plus ``post`` from there.
+    or, where more, from the whole trains of the segments (:func:`_tail_to_segment_end`; a store-and-forward
+    node puts the next segment's train only once the last flit has arrived), the least over the class's sizes:
+
+        pre_i  = sum_{earlier segments} V_seg + sum_{j < i in i's segment} (o_j + c_j * s0),
+        post_i = (the last flit's way from i to its segment's end) + sum_{later segments} V_seg.
 
     Returns ``(pre, post)`` per entry of ``B.res`` and ``(seq_pre, seq_post)`` per position of
     ``B.seq_res``.  Only classes of IPCQ messages (``message`` per op: one transaction along the route) are
@@ -144,6 +149,7 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
     pre = np.zeros(len(B.res))
     post = np.zeros(len(B.res))
     tail = np.empty(len(B.seq_res))
+    total = np.empty(len(B.seq_res))
     for c in range(n_cls):
         if B.serial[c] or B.ops_ptr[c + 1] == B.ops_ptr[c]:
             continue
@@ -170,19 +176,34 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
         for i in range(hi - 1, lo - 1, -1):
             seq_post[i] = acc
             acc += B.seq_c[i] * s_last + (B.seq_o[i] if single else 0.0)
-        # the last flit's way to its segment's end, the least over the class's sizes
+        # from the segments' whole trains, the least over the class's sizes
         sizes = np.unique(nbytes[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]])
-        least = np.full(hi - lo, np.inf)
+        least_pre = np.full(hi - lo, np.inf)
+        least_post = np.full(hi - lo, np.inf)
         for n in sizes:
-            _tail_to_segment_end(B, lo, hi, n, flit, tail)
+            _tail_to_segment_end(B, lo, hi, n, flit, tail, total)
+            s0_n = float(min(n, flit))
+            before = 0.0                     # the whole trains of the segments before, then the head's way
+            head = 0.0
             for i in range(lo, hi):
-                least[i - lo] = min(least[i - lo], tail[i])
-        end = hi - 1
-        for i in range(hi - 1, lo - 1, -1):
-            if B.seq_res[i] < 0:
-                end = i - 1
-            elif i <= end:
-                seq_post[i] = max(seq_post[i], least[i - lo] + seq_post[end])
+                if B.seq_res[i] < 0:
+                    if i > lo and B.seq_res[i - 1] >= 0:
+                        before += total[i - 1]
+                    head = 0.0
+                    continue
+                least_pre[i - lo] = min(least_pre[i - lo], before + head)
+                head += B.seq_o[i] + B.seq_c[i] * s0_n
+            after = 0.0                      # the whole trains of the segments after
+            for i in range(hi - 1, lo - 1, -1):
+                if B.seq_res[i] < 0:
+                    if i + 1 < hi and B.seq_res[i + 1] >= 0:
+                        after += total[i + 1]
+                    continue
+                least_post[i - lo] = min(least_post[i - lo], tail[i] + after)
+        for i in range(lo, hi):
+            if B.seq_res[i] >= 0:
+                seq_pre[i] = max(seq_pre[i], least_pre[i - lo])
+                seq_post[i] = max(seq_post[i], least_post[i - lo])
         k = B.cls_ptr[c]                     # the entries: wires, then node workers, in route order
         for w in range(2):
             for i in range(lo, hi):
