@@ -124,7 +124,7 @@ def _warm_by_program(kernel: str) -> None:
         # the fast group's second process, they are cached by the time that process needs them
         import numpy as np
         from kbfast.fast.bounds import interference, run_charges, window_offsets
-        from kbfast.fast.causal import causal_interference
+        from kbfast.fast.causal import causal_interference, fifo_order
         from kbfast.fast.evaluate import causal_order, plan_fast, run_bound
         from kbfast.ir import Op
         t = build_tables(load_system())
@@ -137,7 +137,7 @@ def _warm_by_program(kernel: str) -> None:
         for windows in (True, False):
             run_charges(B, R, p.op_nbytes, 256, z, z, windows, seq_pre, seq_post)
             interference(B, p.op_nbytes, 256, z, z, windows, z, posted, R.done, pre, post)
-        causal_interference(B, p.op_nbytes, 256, z, z, z, posted, causal_order(p, B), pre, post)
+        causal_interference(B, p.op_nbytes, 256, z, z, z, posted, causal_order(p, B), pre, post, fifo_order(B))
         return
     if kernel == "pipeline":
         import numpy as np

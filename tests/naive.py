@@ -187,14 +187,17 @@ def window_offsets(B, nbytes, flit, message):
 
 
 def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None, before=None,
-                          pre=None, post=None, behind=None):
+                          pre=None, post=None, behind=None, crossing=None):
     """extra[o] = own + the work of every other op on o's resources whose window overlaps o's; on wires and
     node workers (kinds 0 and 1) not that of an op of o's own serial class (one PE DMA channel); on a
     controller (kind 2) nothing for a ``posted`` op.  With ``before`` (a set of (g, o): flow g ends before
     flow o begins, :func:`causal_before`), not an op that ends before o begins (but on a controller a posted
     read, whose commits outlive it) nor one that begins after o ends.  With ``pre`` and ``post`` (per entry),
     each window is narrowed to the entry: ``[begin + pre, max(end - post, begin + pre)]``.  With ``behind``
-    (a set of (g, o), :func:`fifo_behind`), not an op g of o's own class that is behind o at every server."""
+    (a set of (g, o), :func:`fifo_behind`), not an op g of o's own class that is behind o at every server.
+    With ``crossing`` (``(order, flit)``: per entry its server's place on its route, -1 for none), a pair of
+    one-flit ops pays, over the entries with a place, only the heaviest set of servers that both visit in the
+    same order."""
     cls = np.full(len(nbytes), -1)
     for c in range(len(B.cls_ptr) - 1):
         cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
@@ -212,6 +215,7 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
         return b, max(end_hi[o] - post[k], b)
 
     extra = own_extra.copy()
+    placed = {}                               # (o, g) -> [(place on o's route, place on g's, work)]
     for o in range(len(nbytes)):
         for k in entries(o):
             b_o, e_o = window(o, k)
@@ -230,7 +234,17 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                 for j in entries(g):
                     b_g, e_g = window(g, j)
                     if B.res[j] == B.res[k] and not (use_windows and (e_g < b_o or e_o < b_g)):
-                        extra[o] += work(j, g)
+                        if crossing is not None and crossing[0][k] >= 0 and crossing[0][j] >= 0 and \
+                                max(nbytes[o], nbytes[g]) <= crossing[1]:
+                            placed.setdefault((o, g), []).append((crossing[0][k], crossing[0][j], work(j, g)))
+                        else:
+                            extra[o] += work(j, g)
+    for (o, g), servers in placed.items():
+        servers.sort()
+        best = []
+        for i, (_, place_g, w) in enumerate(servers):
+            best.append(w + max([best[j] for j in range(i) if servers[j][1] < place_g], default=0.0))
+        extra[o] += max(best)
     return extra
 
 

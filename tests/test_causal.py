@@ -3,6 +3,8 @@ chain, and the causal interference kernel against the pairwise reference."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.fast.bounds import window_offsets
-from kbfast.fast.causal import causal_interference
+from kbfast.fast.causal import causal_interference, fifo_order
 from kbfast.fast.evaluate import causal_order, plan_fast
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.builder import build_tables
@@ -75,11 +77,42 @@ def test_a_later_message_of_a_channel_does_not_delay_the_one_before_it(tables, r
     everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
     zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
     no_k = np.zeros(len(B.res))
-    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k)
+    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k,
+                                np.full(len(B.res), -1, np.int64))
     (c,) = {c for c in range(len(B.cls_ptr) - 1) if first in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
     work = sum(B.base[k] * (4096, 1, 16)[B.kind[k]] for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]))
     assert extra[first] == 0.0
     assert extra[second] == pytest.approx(work) and work > 0
+
+
+def test_one_flit_messages_crossing_each_other_delay_each_other_at_one_server(tables, router) -> None:
+    """A -> B and B -> A at 16 B: the two routes share node workers, in opposite order.  A one-flit message
+    can only be delayed by the other along servers both visit in the same order: one server here.  With
+    every window overlapping, each is charged the other's largest work on one shared server, not the sum."""
+    b = ProgramBuilder(tables, router, "crossing")
+    a0, a1 = (b.pe_agent(node_id(tables, f"sip0.cube{i}.pe0.pe_dma")) for i in (0, 5))
+    there_ch, back_ch = b.channel(a0, a1), b.channel(a1, a0)
+    there, back = b.send(a0, there_ch, 16), b.send(a1, back_ch, 16)
+    b.recv(a1, there_ch, 16)
+    b.recv(a0, back_ch, 16)
+    p = b.build()
+    B = plan_fast(p).bounds
+    order = fifo_order(B)
+    cls = {g: c for c in range(len(B.cls_ptr) - 1) for g in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
+    entries = {o: {B.res[k]: k for k in range(B.cls_ptr[cls[o]], B.cls_ptr[cls[o] + 1])} for o in (there, back)}
+    shared = sorted(set(entries[there]) & set(entries[back]), key=lambda r: order[entries[there][r]])
+    assert len(shared) >= 3 and all(order[entries[o][r]] >= 0 for o in (there, back) for r in shared)
+    assert all(order[entries[back][r]] > order[entries[back][q]] for r, q in zip(shared, shared[1:]))  # reversed
+    everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
+    zero, posted, no_k = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_), np.zeros(len(B.res))
+    cz = causal_order(p, B)
+    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k, order)
+    every = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k,
+                                np.full(len(B.res), -1, np.int64))
+    for o, g in ((there, back), (back, there)):
+        work = [B.base[entries[g][r]] * (16, 1)[B.kind[entries[g][r]]] for r in shared]
+        assert extra[o] == pytest.approx(max(work))
+        assert every[o] == pytest.approx(sum(work)) and max(work) < sum(work)
 
 
 def test_a_relayed_message_is_apart_from_the_one_before_it(tables, router) -> None:
@@ -107,16 +140,17 @@ def test_a_relayed_message_is_apart_from_the_one_before_it(tables, router) -> No
 @given(seed=st.integers(0, 2**32 - 1))
 def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None:
     rng = np.random.default_rng(seed)
-    for p in small:
+    for p, flit in itertools.product(small, (256, 8192)):    # at 8 KiB a flit, every message is one flit
         plan = plan_fast(p)
-        B, flit = plan.bounds, plan.lowered.hbm.flit_bytes
+        B = plan.bounds
         begin = rng.random(p.n_ops) * 3000
         end = begin + rng.random(p.n_ops) * 2000
         own = rng.random(p.n_ops)
         posted = rng.random(p.n_ops) < 0.3
         cz = causal_order(p, B)
         pre, post, _, _ = window_offsets(B, p.op_nbytes, flit, p.op_code == Op.SEND)
-        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post)
+        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post, fifo_order(B))
         want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
-                                     before=causal_before(p, B.ops), pre=pre, post=post, behind=fifo_behind(p))
+                                     before=causal_before(p, B.ops), pre=pre, post=post, behind=fifo_behind(p),
+                                     crossing=(fifo_order(B), flit))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

@@ -173,8 +173,42 @@ def pair_count(B):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz, pre,
-                        post):  # pragma: no cover - jitted
+def fifo_order(B):  # pragma: no cover - jitted
+    """Per entry of ``B.res``: its server's place on its class's route, for the crossing rule of
+    :func:`causal_interference`; -1 where that rule does not hold: the controller, and the route's first wire,
+    which a PE's two virtual channels share by round robin, not first in first out."""
+    order = np.full(len(B.res), -1, np.int64)
+    for c in range(len(B.cls_ptr) - 1):
+        lo, hi = B.seq_ptr[c], B.seq_ptr[c + 1]
+        k = B.cls_ptr[c]                     # the entries: wires, then node workers, in route order
+        for w in range(2):
+            for i in range(lo, hi):
+                if B.seq_res[i] >= 0 and (B.seq_c[i] > 0.0) == (w == 0):
+                    if not B.seq_solo[i]:
+                        order[k] = i - lo
+                    k += 1
+    return order
+
+
+@njit(cache=True)
+def _heaviest_common_order(pos_g, work):  # pragma: no cover - jitted
+    """The heaviest subsequence of servers (given in the order of o's route) whose places ``pos_g`` on g's
+    route also increase: O(m^2) for m shared servers."""
+    m = len(pos_g)
+    best = np.empty(m)
+    top = 0.0
+    for i in range(m):
+        best[i] = work[i]
+        for j in range(i):
+            if pos_g[j] < pos_g[i]:
+                best[i] = max(best[i], best[j] + work[i])
+        top = max(top, best[i])
+    return top
+
+
+@njit(cache=True)
+def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz, pre, post,
+                        order):  # pragma: no cover - jitted
     """extra[o] = own_extra[o] + per server of ``o``, the work of each co-user ``g`` whose window
     ``[begin_lo, end_hi]`` there (narrowed by ``pre`` and ``post``, as in
     :func:`kbfast.fast.bounds.interference`) overlaps ``o``'s and that is not causally apart from ``o`` (``cz``, a
@@ -183,8 +217,21 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
     workers, no controller work for a ``posted`` op.  A posted read's commits outlive its end, so on a
     controller it stays a co-user of the flows that begin after it.  Per server, each flow scans the flows
     sorted by window begin up to its own window's end: O(sum U^2) at worst, the overlapping pairs once the
-    windows are narrow."""
+    windows are narrow.
+
+    Crossing: a one-flit ``g`` delays a one-flit ``o`` at a first-in first-out server only if it arrived
+    first and is still there when ``o`` arrives, so only along servers that both visit in the same order
+    (docs/fast_path.md §4).  On the servers with an ``order`` (:func:`fifo_order`; all -1: none), such a
+    pair is charged its heaviest common-order subsequence (:func:`_heaviest_common_order`), not every
+    shared server."""
     extra = own_extra.copy()
+    # the crossing pairs' charges, gathered per (o, g, o's server): grown by doubling
+    n_x = 0
+    x_o = np.empty(1024, np.int64)
+    x_g = np.empty(1024, np.int64)
+    x_po = np.empty(1024, np.int64)
+    x_pg = np.empty(1024, np.int64)
+    x_w = np.empty(1024)
     max_u = 0
     for r in range(len(B.users_ptr) - 1):
         max_u = max(max_u, _n_flows(B, r))
@@ -235,6 +282,29 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
                     continue                 # g ended before o began (a posted read's commits outlive it)
                 if co >= 0 and cz.clock[rg, co] >= no:
                     continue                 # o ended before g began
-                x += B.base[u_k[b]] * _unit(B.kind[u_k[b]], nbytes[g], flit)
+                w = B.base[u_k[b]] * _unit(B.kind[u_k[b]], nbytes[g], flit)
+                if order[k] >= 0 and order[u_k[b]] >= 0 and nbytes[o] <= flit and nbytes[g] <= flit:
+                    if n_x == len(x_o):
+                        x_o, x_g = np.concatenate((x_o, x_o)), np.concatenate((x_g, x_g))
+                        x_po, x_pg = np.concatenate((x_po, x_po)), np.concatenate((x_pg, x_pg))
+                        x_w = np.concatenate((x_w, x_w))
+                    x_o[n_x], x_g[n_x], x_po[n_x], x_pg[n_x], x_w[n_x] = o, g, order[k], order[u_k[b]], w
+                    n_x += 1
+                else:
+                    x += w
             extra[o] += x
+    if n_x > 0:
+        n_ops = len(nbytes)
+        span = max(np.max(x_po[:n_x]), np.max(x_pg[:n_x])) + 1
+        key = (x_o[:n_x] * n_ops + x_g[:n_x]) * span + x_po[:n_x]
+        by = np.argsort(key, kind="mergesort")
+        start = 0
+        while start < n_x:
+            end = start + 1
+            a0 = by[start]
+            while end < n_x and x_o[by[end]] == x_o[a0] and x_g[by[end]] == x_g[a0]:
+                end += 1
+            rows = by[start:end]
+            extra[x_o[a0]] += _heaviest_common_order(x_pg[rows], x_w[rows])
+            start = end
     return extra

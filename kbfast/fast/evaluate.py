@@ -12,7 +12,7 @@ from numba import njit
 from kbfast import budget
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import BoundTables, RunCoefs, interference, run_charges, run_coefficients, window_offsets
-from kbfast.fast.causal import Causal, causal_interference, knowledge, pair_count
+from kbfast.fast.causal import Causal, causal_interference, fifo_order, knowledge, pair_count
 from kbfast.fast.schedule import LOWER, POINT, UPPER, Sharing, head_offsets, schedule
 from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
@@ -510,6 +510,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
     B = plan.bounds
     pre, post, seq_pre, seq_post = (window_offsets(B, p.op_nbytes, flit, p.op_code == Op.SEND) if tight else
                                     (np.zeros(len(B.res)),) * 2 + (np.zeros(len(B.seq_res)),) * 2)
+    order = fifo_order(B) if tight else np.full(len(B.res), -1, np.int64)
 
     def bound(end_hi: np.ndarray, windows: bool) -> np.ndarray:
         # co-users paid once per run of shared servers where a class has few enough partners; the
@@ -519,7 +520,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         if cz is not None:
             # or per server without the causally apart co-users, where that is less (both bound the delay)
             b, e = (begin_lo, end_hi) if windows else (np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf))
-            np.minimum(extra, causal_interference(B, p.op_nbytes, flit, b, e, own, posted, cz, pre, post), out=extra)
+            np.minimum(extra, causal_interference(B, p.op_nbytes, flit, b, e, own, posted, cz, pre, post, order), out=extra)
         return extra
 
     def run(extra: np.ndarray):
