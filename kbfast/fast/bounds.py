@@ -69,6 +69,22 @@ def _unit(kind, nbytes, flit):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
+def entry_servers(B):  # pragma: no cover - jitted
+    """Per entry of ``B.res``: its server's position in ``B.seq_*`` (-1 for a controller).  A class's entries
+    are its route's wires, then its node workers, each in route order (``_resource_entries``)."""
+    at = np.full(len(B.res), -1, np.int64)
+    for c in range(len(B.cls_ptr) - 1):
+        k = B.cls_ptr[c]
+        for w in range(2):
+            for i in range(B.seq_ptr[c], B.seq_ptr[c + 1]):
+                if B.seq_res[i] >= 0 and (B.seq_c[i] > 0.0) == (w == 0):
+                    assert B.res[k] == B.seq_res[i] and B.kind[k] == w
+                    at[k] = i
+                    k += 1
+    return at
+
+
+@njit(cache=True)
 def _tail_to_segment_end(B, lo, hi, n, flit, out, total):  # pragma: no cover - jitted
     """``out[k]`` = the time the last flit of an ``n``-byte flow alone takes from leaving server ``k``
     (positions ``lo .. hi-1`` of ``B.seq_*``) to leaving the last server of its segment (up to the next
@@ -150,6 +166,7 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
     post = np.zeros(len(B.res))
     tail = np.empty(len(B.seq_res))
     total = np.empty(len(B.seq_res))
+    at = entry_servers(B)
     for c in range(n_cls):
         if B.serial[c] or B.ops_ptr[c + 1] == B.ops_ptr[c]:
             continue
@@ -204,13 +221,9 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
             if B.seq_res[i] >= 0:
                 seq_pre[i] = max(seq_pre[i], least_pre[i - lo])
                 seq_post[i] = max(seq_post[i], least_post[i - lo])
-        k = B.cls_ptr[c]                     # the entries: wires, then node workers, in route order
-        for w in range(2):
-            for i in range(lo, hi):
-                if B.seq_res[i] >= 0 and (B.seq_c[i] > 0.0) == (w == 0):
-                    assert B.res[k] == B.seq_res[i] and B.kind[k] == w
-                    pre[k], post[k] = seq_pre[i], seq_post[i]
-                    k += 1
+        for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
+            if at[k] >= 0:
+                pre[k], post[k] = seq_pre[at[k]], seq_post[at[k]]
     return pre, post, seq_pre, seq_post
 
 

@@ -30,7 +30,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from kbfast.fast.bounds import _unit
+from kbfast.fast.bounds import _unit, entry_servers
 from kbfast.ir import RECV_ANY
 from kbfast.sim.agents import OP_DMA_READ, OP_DMA_WRITE, OP_RECV, OP_SEND
 
@@ -177,16 +177,12 @@ def fifo_order(B):  # pragma: no cover - jitted
     """Per entry of ``B.res``: its server's place on its class's route, for the crossing rule of
     :func:`causal_interference`; -1 where that rule does not hold: the controller, and the route's first wire,
     which a PE's two virtual channels share by round robin, not first in first out."""
+    at = entry_servers(B)
     order = np.full(len(B.res), -1, np.int64)
     for c in range(len(B.cls_ptr) - 1):
-        lo, hi = B.seq_ptr[c], B.seq_ptr[c + 1]
-        k = B.cls_ptr[c]                     # the entries: wires, then node workers, in route order
-        for w in range(2):
-            for i in range(lo, hi):
-                if B.seq_res[i] >= 0 and (B.seq_c[i] > 0.0) == (w == 0):
-                    if not B.seq_solo[i]:
-                        order[k] = i - lo
-                    k += 1
+        for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
+            if at[k] >= 0 and not B.seq_solo[at[k]]:
+                order[k] = at[k] - B.seq_ptr[c]
     return order
 
 
