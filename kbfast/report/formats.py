@@ -3,8 +3,12 @@
 * A relative error is a signed percent with two decimals (``+0.04 %``); one that rounds to zero prints
   ``0.00 %`` with no sign, never ``-0.00 %``.
 * A count is a whole number with thousands separators (``3``, ``15,360``), never ``3.000``.
-* A time or bandwidth keeps its unit in the column header and prints with separators and a fixed number
-  of decimals (``1,394.4``).
+* A time is scaled to its value: ns, µs, ms or s (:func:`duration`, ``20.05 ms``, never ``20,054,080.0 ns``
+  or ``0.004 ms``).  A column of times takes one unit for all its rows, named in its header
+  (:func:`time_unit`, :func:`in_unit`), so the rows stay comparable.  Always ``µs``, never ``us``.
+* A fraction of a whole (a utilisation, a share) prints as a percent: ``91.9 %`` (:func:`percent`).
+* A bandwidth keeps its unit in the column header and prints with separators and a fixed number of
+  decimals (``1,394.4``).
 * Files (JSON, CSV, Parquet) keep full precision; :func:`clean` drops only the last-bit noise of a float
   sum (``524856.9999999999`` -> ``524857.0``) by rounding to 12 significant digits, far below any
   modelled effect (1e-12 relative).
@@ -41,6 +45,54 @@ def num(x: float | None, digits: int = 1) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     return f"{x:,.{digits}f}"
+
+
+TIME_UNITS = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
+TIME_DIGITS = 4          # significant digits of a single time (duration)
+
+
+def time_unit(ns: Any) -> tuple[str, float]:
+    """(unit, ns per unit) for one time or a column of times: the largest unit in which the largest finite
+    magnitude is at least 1 (``ns`` for an empty or all-zero column)."""
+    x = np.abs(np.asarray(ns, dtype=float).ravel())
+    x = x[np.isfinite(x)]
+    top = float(x.max()) if x.size else 0.0
+    unit = TIME_UNITS[0]
+    for u in TIME_UNITS:
+        if top >= u[1]:
+            unit = u
+    return unit
+
+
+def in_unit(ns: float | None, unit: str, digits: int | None = None) -> str:
+    """A time in ``unit`` for a column whose header names the unit: ``29.142``; ``-`` when unknown.
+    Decimals: ``digits``, else 1 for ns and 3 for the larger units."""
+    if ns is None or not math.isfinite(ns):
+        return "-"
+    scale = dict(TIME_UNITS)[unit]
+    d = digits if digits is not None else (1 if unit == "ns" else 3)
+    return f"{ns / scale:,.{d}f}"
+
+
+def duration(ns: float | None) -> str:
+    """One time with its unit scaled to the value, ``TIME_DIGITS`` significant digits: ``403.0 ns``,
+    ``4.213 µs``, ``20.05 ms``, ``1.234 s``; ``-`` when unknown."""
+    if ns is None or not math.isfinite(ns):
+        return "-"
+    if ns == 0:
+        return "0 ns"
+    ns = float(f"{ns:.{TIME_DIGITS}g}")             # rounded first, so 999.96 ns reads 1.000 µs
+    unit, scale = time_unit(ns)
+    v = ns / scale
+    whole = len(str(int(abs(v))))
+    return f"{v:,.{max(TIME_DIGITS - whole, 0)}f} {unit}"
+
+
+def percent(frac: float | None, digits: int = 1) -> str:
+    """A fraction of a whole (utilisation, share) as a percent: ``91.9 %``; ``-`` when unknown."""
+    if frac is None or not math.isfinite(frac):
+        return "-"
+    return f"{100 * frac:.{digits}f} %"
 
 
 def clean(x: Any) -> Any:
