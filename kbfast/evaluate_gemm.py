@@ -58,7 +58,10 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
 def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:
     """The figures of every case by the max-plus recurrence, in one batched call, with ``method`` (maxplus
     where that equals exact mode, else maxplus_estimate) and the bounds where it is exact.  One batch of
-    isolated latencies serves every tile transfer and up-front load (kbfast.fast.gemm.dma_times)."""
+    isolated latencies serves every tile transfer and up-front load (kbfast.fast.gemm.dma_times).  No cases,
+    no rows (a batch whose GEMMs all take the fluid schedule)."""
+    if not cases:
+        return []
     memo: dict[tuple[str, str], tuple[int, int, int]] = {}
     nodes = []
     for c in cases:

@@ -319,6 +319,18 @@ def test_gemm_sweep_checks_and_plots(tmp_path: Path) -> None:
     assert list(summary_table(df).columns) == SUMMARY_COLUMNS
 
 
+def test_gemm_batch_without_a_maxplus_point(tmp_path: Path) -> None:
+    """A GEMM batch whose shapes all take the fluid schedule (no max-plus point) evaluates every point, in the
+    batch and one by one (a cross-checked point is its own batch in ``kbfast check``)."""
+    s = spec({"name": "fluid", "topology": "ahbm_2sip", "workload": {"kind": "gemm"},
+              "axes": [{"zip": {"workload.m": [1024, 4096], "workload.n": [16, 64], "workload.k": [4096, 64],
+                                "workload.staging": ["load_ref", "ref_ref"]}}]}, "fluid.yaml")
+    df = run_sweep(s, tmp_path, check=2).results
+    assert df["error"].isna().all(), df["error"].tolist()
+    assert list(df["method"]) == ["fluid", "fluid"] and (df["latency_ns"] > 0).all()
+    assert (df["rel_error"].abs() < 0.05).all()
+
+
 def test_results_floats_have_no_noise(reference: SweepOutcome) -> None:
     """Files keep full precision but no last-bit float noise: every float is its own 12-digit rounding."""
     df = reference.results
