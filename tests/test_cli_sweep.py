@@ -129,6 +129,48 @@ def test_check_prints_parity_table(runner: CliRunner, tiny_spec: Path, tmp_path:
     assert len(df) == 2 and df["exact_latency_ns"].notna().all() and (df["rel_error"].abs() < 0.05).all()
 
 
+HALF_BAD = """\
+name: half_bad
+topology: torus6
+workload: {kind: allreduce, size: 1KiB}
+axes:
+  - grid: {sips.topology: [torus_2d, ring_1d]}
+"""
+
+
+def test_sweep_with_failed_points_exits_1(runner: CliRunner, tmp_path: Path) -> None:
+    """A point that fails (ring_1d keeps torus6's sips.w) fails the run: exit 1 with the count and the first
+    error, after the results, summary and the other point are written."""
+    spec = tmp_path / "half_bad.yaml"
+    spec.write_text(HALF_BAD)
+    res = invoke(runner, "sweep", spec, "--out", tmp_path / "o", "--no-plots")
+    assert res.exit_code == 1, res.output
+    err = flat(res.stderr)
+    assert "error: 1 of 2 points failed; the first, point 1:" in err and "sips.w" in err
+    assert "'error' column" in err and "Traceback" not in res.output
+    df = pd.read_parquet(tmp_path / "o" / "results.parquet")
+    assert df["error"].isna().tolist() == [True, False] and df.loc[0, "latency_ns"] > 0
+    assert (tmp_path / "o" / "summary.md").is_file()
+
+
+@pytest.mark.parametrize("axis", ["[torus_2d, ring_1d]", "[ring_1d]"], ids=["one-fails", "all-fail"])
+def test_check_with_failed_points_exits_1(runner: CliRunner, tmp_path: Path, axis: str) -> None:
+    """check prints every point, failed or not, writes --out, and exits 1 with the count and the first error
+    (every point failing had ended in a KeyError traceback)."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text(HALF_BAD.replace("[torus_2d, ring_1d]", axis))
+    csv = tmp_path / "parity.csv"
+    res = invoke(runner, "check", spec, "--sample", "2", "--out", csv)
+    assert res.exit_code == 1, res.output
+    n = axis.count(",") + 1
+    assert f"error: 1 of {n} points failed; the first, point {n - 1}:" in flat(res.stderr)
+    assert "Traceback" not in res.output and "fast vs exact" in res.stdout
+    df = pd.read_csv(csv)
+    assert len(df) == n and df["error"].notna().sum() == 1
+    if n == 2:
+        assert df.loc[0, "exact_latency_ns"] > 0 and "checked points 1" in flat(res.stdout)
+
+
 @pytest.mark.parametrize(("body", "expected", "hint"), [
     (TINY.replace("axes:", "axis:"), "axis: unknown key", "did you mean 'axes'?"),
     (TINY.replace("workload.size", "workload.sise"), "workload.sise: unknown allreduce field 'sise'",

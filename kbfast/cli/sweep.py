@@ -11,18 +11,20 @@ from typing import Annotated
 
 import pandas as pd
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
-from kbfast.errors import KbfastError, did_you_mean
+from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import count, num, pct
 from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, plot_xy, series_columns,
                                  summary_table, table_view, wrap_name, write_summary)
 from kbfast.sweep.batches import make_batches
-from kbfast.sweep.runner import (check_out_dir, check_sample, ignored_axes, order_columns, read_table, run_local,
-                                 run_sweep)
+from kbfast.sweep.batches import CHECK_COLUMNS
+from kbfast.sweep.runner import (check_out_dir, check_sample, failed_points, ignored_axes, order_columns, read_table,
+                                 run_local, run_sweep)
 from kbfast.sweep.spec import CONFIRM_POINTS, example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
@@ -100,6 +102,21 @@ def _warn_ignored(s, points) -> None:
                           "cross-check draws one of them", highlight=False, soft_wrap=True)
 
 
+FAILED_EXIT = 1     # a run whose points failed (a usage error exits 2)
+
+
+def _exit_if_failed(df: pd.DataFrame, kept: str) -> None:
+    """When any point failed (kbfast.sweep.runner.failed_points): say how many and the first error on stderr,
+    then exit with ``FAILED_EXIT``.  Called once everything that succeeded is written (``kept`` says where)."""
+    failed = failed_points(df)
+    if failed.empty:
+        return
+    point, message = next(iter(failed.items()))
+    err_console.print(f"[bold red]error:[/] {count(len(failed))} of {count(len(df))} points failed; the first, "
+                      f"point {point}: {escape(clip(message))}\n  {kept}", highlight=False, soft_wrap=True)
+    raise typer.Exit(FAILED_EXIT)
+
+
 def _print_check(df: pd.DataFrame) -> None:
     chk = check_summary(df)
     if chk:
@@ -148,10 +165,10 @@ def sweep(
     summary = write_summary(df, out / "summary.md", s.name, facts, pngs)
     _print_summary(df, s.name)
     _print_check(df)
-    if res.n_errors:
-        err_console.print(f"[yellow]{res.n_errors} point(s) failed; their errors are in the 'error' column[/]")
     console.print(f"{count(res.n_points)} points ({count(res.n_evaluated)} evaluated) in {num(res.wall_s, 2)} s; "
                   f"written: {', '.join(str(f) for f in [*res.files, summary, *pngs])}")
+    _exit_if_failed(df, f"every point's row is saved in {res.files[0]}, a failed point's message in its 'error' "
+                        "column ('check_error' for its exact replay)")
 
 
 @user_errors
@@ -180,14 +197,16 @@ def check(
             rows.append(res.rows)
             update(sum(len(r) for r in rows), len(picked))
     df = order_columns(pd.concat(rows, ignore_index=True).sort_values("point"), s).set_index("point")
+    for c in ("latency_ns", *CHECK_COLUMNS):    # absent when every point failed
+        if c not in df:
+            df[c] = float("nan")
     view = df[[c for c in [*series_columns(df, x="size"), "size"] if c in df]].copy()
     if "size" in view:
         view["size"] = [format_size(v) for v in view["size"]]
     view["fast (ns)"] = [num(v) for v in df["latency_ns"]]
-    view["exact (ns)"] = [num(v) for v in df["exact_latency_ns"]] if "exact_latency_ns" in df else "-"
-    view["error"] = [pct(v) for v in df["rel_error"]] if "rel_error" in df else "-"
-    if "exact_in_bounds" in df:
-        view["in bounds"] = ["-" if v is None or v != v else "yes" if v else "no" for v in df["exact_in_bounds"]]
+    view["exact (ns)"] = [num(v) for v in df["exact_latency_ns"]]
+    view["error"] = [pct(v) for v in df["rel_error"]]
+    view["in bounds"] = ["-" if v is None or v != v else "yes" if v else "no" for v in df["exact_in_bounds"]]
     for c in ("error", "check_error"):
         if c in df and df[c].notna().any():
             view[f"{c} message" if c == "error" else c] = df[c].fillna("")
@@ -197,6 +216,7 @@ def check(
     if out is not None:
         df.reset_index().to_csv(out, index=False)
         console.print(f"parity table written to {out}", soft_wrap=True)
+    _exit_if_failed(df.reset_index(), "the table above shows every point" + (f", saved in {out}" if out else ""))
 
 
 @user_errors

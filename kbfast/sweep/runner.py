@@ -66,6 +66,18 @@ class SweepOutcome:
         return int(self.results["error"].notna().sum()) if "error" in self.results else 0
 
 
+def failed_points(df: pd.DataFrame) -> pd.Series:
+    """The points of a results table that failed, in point order: point -> message.  A point fails when its
+    evaluation does (``error``) or when the exact replay that checks it does (``check_error``, marked so)."""
+    failed: dict[int, str] = {}
+    for col, tag in (("error", ""), ("check_error", "exact replay: ")):
+        if col in df:
+            rows = df[df[col].notna()]
+            for point, message in zip(rows["point"] if "point" in rows else rows.index, rows[col]):
+                failed.setdefault(int(point), f"{tag}{message}")
+    return pd.Series(dict(sorted(failed.items())), dtype=object)
+
+
 def atomic_write(df: pd.DataFrame, path: Path) -> None:
     """Write ``df`` as Parquet or CSV (by suffix) to a temp file beside ``path``, then rename it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
