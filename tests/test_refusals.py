@@ -120,6 +120,47 @@ def test_spec_topology_must_read(runner, tmp_path):
             f"{p}: topology: topology 't.yaml' cannot be read:", "base: unknown topology preset (got 'nosuch')")
 
 
+@pytest.mark.parametrize("body,words", [
+    ("set: {ipcq.n_slots: 0}\n", ["set.ipcq.n_slots: Input should be greater than 0 (got 0)", "whole number >= 1"]),
+    ("set: {param_set: nosuch}\n", ["set.param_set: no parameter set nosuch.yaml", "save one with kbfast calibrate"]),
+    ("name: ../../escape\n", ["name: a sweep name is a plain file name", "(got '../../escape')", "give --out"]),
+    ("seed: -1\n", ["seed: a seed is a whole number >= 0 (got -1)", "hint: e.g. seed: 0"]),
+], ids=["set-value", "set-param-set", "name", "seed"])
+@pytest.mark.parametrize("command", ["sweep", "check"])
+def test_spec_refused_at_load(runner, tmp_path, body, words, command):
+    """A spec whose every point would fail (a bad value in set:), that would write outside results/ (a name
+    with folders) or whose sampling would crash (a negative seed) is refused before any point runs."""
+    p = write(tmp_path, "s.yaml", ONE_POINT.replace("name: one\n", "") + body)
+    out = ["--out", tmp_path / ("out" if command == "sweep" else "c.csv")]
+    refused(invoke(runner, command, p, *out), f"{p}: ", *words)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "c.csv").exists()
+
+
+@pytest.mark.parametrize("model,words", [
+    ("nosuch", ["workload.model: the model cannot be read: unknown model (got 'nosuch')"]),
+    ("missing.yaml", ["workload.model: the model cannot be read: no such model file (got 'missing.yaml')"]),
+    ("BAD", ["workload.model: model", "cannot be read:", "bad.yaml: name: required key is missing"]),
+    ("[tp_mlp, llama3_7b]", ["axes.0.grid.workload.model: the model cannot be read: unknown model (got 'llama3_7b')",
+                             "did you mean 'llama3_70b'"]),
+], ids=["unknown", "missing", "invalid", "axis"])
+def test_spec_model_must_read(runner, tmp_path, model, words):
+    """A model workload whose model is unknown, missing or invalid ran every point into the same error and
+    exited 0: refused at load, for the fixed model and for each value of a model axis."""
+    if model == "BAD":
+        model = str(write(tmp_path, "bad.yaml", "kind: transformer\n"))
+    body = "name: m\ntopology: ring6\nworkload: {kind: model, model: %s}\n" % model
+    if model.startswith("["):
+        body = f"name: m\ntopology: ring6\nworkload: {{kind: model}}\naxes:\n  - grid: {{workload.model: {model}}}\n"
+    p = write(tmp_path, "s.yaml", body)
+    refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: ", *words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_seed_flag_must_be_whole(runner, tmp_path):
+    p = write(tmp_path, "s.yaml", ONE_POINT)
+    refused(invoke(runner, "check", p, "--seed", "-1"), "--seed -1: give a sample seed, 0 or more")
+
+
 @pytest.mark.parametrize("args,words", [
     (["--check", "-1"], "--check -1: give how many points to replay exactly (0: none), 0 or more"),
     (["--resume", "--overwrite"], "--resume and --overwrite exclude each other"),

@@ -234,6 +234,13 @@ W = {"kind": "allreduce"}
                  "tile_io: false", id="tile-io-axis-value"),
     pytest.param({"workload": {"kind": "pe2pe", "tile_io": False}}, "workload.tile_io", "unknown pe2pe field",
                  id="tile-io-not-pe2pe"),
+    pytest.param({"workload": W, "name": "../../escape"}, "name", "give --out", id="name-with-folders"),
+    pytest.param({"workload": W, "name": "/tmp/abs"}, "name", "a plain file name", id="name-absolute"),
+    pytest.param({"workload": W, "name": ".."}, "name", "a plain file name", id="name-dots"),
+    pytest.param({"workload": W, "seed": -1}, "seed", "whole number >= 0", id="seed-negative"),
+    pytest.param({"workload": W, "seed": True}, "seed", "whole number >= 0", id="seed-bool"),
+    pytest.param({"workload": W, "axes": [{"random": {"n": 2, "seed": -4, "axes": {"ipcq.n_slots": [1]}}}]},
+                 "axes.0.random.seed", "whole number >= 0", id="random-seed-negative"),
 ])
 def test_validation_errors(data: dict[str, Any], key: str, hint: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -182,6 +182,8 @@ def check(
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
     check_count(sample, "--sample", 1, "how many points to cross-check")
+    if seed is not None:
+        check_count(seed, "--seed", 0, "a sample seed")
     writable(out, "--out")
     s = load_spec(spec)
     s.check_size(yes)

@@ -242,9 +242,11 @@ def _field_type(loc: list[str], root: type[BaseModel]) -> Any:
     return None if field is None else field.annotation
 
 
-def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec) -> ConfigError:
-    """The first problem of ``err`` as a ConfigError naming file, key and value, with a hint."""
-    first = err.errors()[0]
+def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec,
+                      first: dict[str, Any] | None = None) -> ConfigError:
+    """The first problem of ``err`` (or ``first``, one of ``err.errors()``) as a ConfigError naming file, key
+    and value, with a hint."""
+    chosen, first = first is not None, first or err.errors()[0]
     loc = [str(p) for p in first["loc"]]
     key = ".".join(loc)
     value = first.get("input")
@@ -268,7 +270,7 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
             hint = "'mm' is now 'balanced' (the previous default); the default is 'kernbench', the original router"
     elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):
         hint = _TYPE_HINTS.get(kind.split("_")[0], "")
-    more = len(err.errors()) - 1
+    more = 0 if chosen else len(err.errors()) - 1
     if more:
         hint = (hint + "; " if hint else "") + f"{more} more problem(s) after this one"
     return ConfigError(label, key, value, first["msg"], hint)
@@ -481,6 +483,26 @@ def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None =
         return validate(label, data)
     except ConfigError as err:
         raise blame(err, label, layers, flags) from None
+
+
+def override_error(label: str, data: dict[str, Any], overrides: dict[str, Any]) -> ConfigError | None:
+    """The first of ``overrides`` whose own value the schema refuses (its type or its limits) when applied to the
+    raw topology ``data`` of file ``label``, as a ConfigError keyed by the failing path (a ``param_set`` that
+    names no saved set included); None when every value passes.  Rules that tie keys together, and keys left
+    missing, are not judged: other overrides may still set them."""
+    try:
+        applied_param_set(label, data, overrides, label)
+        raw = apply_overrides(data, overrides, label)
+    except ConfigError as err:
+        return err
+    try:
+        SystemSpec.model_validate(raw)
+    except ValidationError as err:
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"])
+            if e["type"] != "missing" and any(loc == k or loc.startswith(k + ".") for k in overrides):
+                return format_validation(label, err, first=e)
+    return None
 
 
 def _value_text(value: Any) -> str:

@@ -16,8 +16,10 @@ Axis groups combine as a cartesian product, in order; inside a group, ``grid``
 is cartesian, ``zip`` pairs equal-length lists and ``random`` draws ``n``
 samples (``uniform``, ``log_uniform`` or a list to choose from) from a seeded
 generator.  An axis key is ``topology``, ``workload.<field>`` or any key path of
-the system schema.  Values that make a point invalid are not checked here: the
-point is evaluated and records its error.
+the system schema.  An axis value that makes a point invalid is not checked here:
+the point is evaluated and records its error.  What would fail every point is
+refused when the spec is loaded (:func:`load_spec`): a topology or model that
+cannot be read, a value in ``set:`` outside its key's type or limits.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -35,8 +38,9 @@ import numpy as np
 
 from kbfast import __version__, budget
 from kbfast.config import DEFAULT_TOPOLOGY
-from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, param_set_path,
-                                  parse_yaml, read_param_set, read_text)
+from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, override_error,
+                                  param_set_path, parse_yaml, read_param_set, read_text)
+from kbfast.config.models import load_model
 from kbfast.config.units import _GEOM, MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
@@ -49,6 +53,7 @@ CONFIRM_POINTS = 1_000_000      # a sweep with more points runs only with --yes
 POINT_BYTES = 2048              # an expanded point and its rows (about 1.2 KB measured for mixed_1e5's points)
 POINT_SECONDS = 25e-6           # to expand one point (2.4 s for mixed_1e5's 10^5)
 DISTRIBUTIONS = ("uniform", "log_uniform")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")    # a spec name is one plain file-name component
 
 
 @dataclass(frozen=True)
@@ -375,6 +380,8 @@ def _check_group(label: str, gi: int, group: Any, workload_kind: str) -> None:
                               "a random group takes n, seed and axes")
         if not isinstance(body.get("n"), int) or body["n"] <= 0:
             raise ConfigError(label, f"{where}.random.n", body.get("n"), "the sample count must be a whole number > 0")
+        if "seed" in body:
+            _seed(label, f"{where}.random.seed", body["seed"])
         if not isinstance(body.get("axes"), dict) or not body["axes"]:
             raise ConfigError(label, f"{where}.random.axes", body.get("axes"), "expected a mapping of axis key -> values")
         keys = body["axes"]
@@ -423,12 +430,29 @@ def parse_spec(data: Any, label: str = "<spec>") -> SweepSpec:
     mode = data.get("mode", "fast")
     if mode not in MODES:
         raise ConfigError(label, "mode", mode, "unknown mode", did_you_mean(str(mode), MODES))
-    seed = data.get("seed", 0)
-    if not isinstance(seed, int):
-        raise ConfigError(label, "seed", seed, "the seed must be a whole number")
-    return SweepSpec(label=label, name=str(data.get("name") or Path(label).stem), description=str(data.get("description", "")),
+    seed = _seed(label, "seed", data.get("seed", 0))
+    return SweepSpec(label=label, name=_name(label, data.get("name")), description=str(data.get("description", "")),
                      topology=_topology_name(label, data.get("topology", DEFAULT_TOPOLOGY)),
                      workload={**WORKLOADS[kind].fields, **workload}, fixed=dict(fixed), axes=axes, seed=seed, mode=mode)
+
+
+def _seed(label: str, key: str, value: Any) -> int:
+    """A seed is a whole number >= 0 (numpy's generators take no negative seed)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(label, key, value, "a seed is a whole number >= 0", f"e.g. {key.split('.')[-1]}: 0")
+    return value
+
+
+def _name(label: str, value: Any) -> str:
+    """The spec's name (default: the file name without its suffix): one plain file-name component, as it
+    names the output folder ``results/<name>``."""
+    if value is None or value == "":
+        return Path(label).stem
+    if not NAME.fullmatch(str(value)):
+        raise ConfigError(label, "name", value, "a sweep name is a plain file name: letters, digits, '.', '_' "
+                          "and '-', starting with a letter or digit",
+                          "the name picks the output folder results/<name>; to write elsewhere, give --out")
+    return str(value)
 
 
 def _topology_name(label: str, value: Any) -> str:
@@ -451,46 +475,79 @@ def load_spec(path: str | Path) -> SweepSpec:
     data = parse_yaml(str(path), read_text(path, str(path)), "sweep spec")
     spec = parse_spec(data, str(path))
     check_topologies(spec)
+    check_set(spec)
+    check_models(spec)
     return spec
 
 
-def _topology_axes(spec: SweepSpec) -> list[tuple[str, list[Any]]]:
-    """(key path, values) of every place the spec names topologies: ``topology`` and each topology axis."""
-    out: list[tuple[str, list[Any]]] = [("topology", [spec.topology])]
+def _axis_values(spec: SweepSpec, axis: str) -> list[tuple[str, list[Any]]]:
+    """(key path, values) of every axis of ``spec`` that sets ``axis`` (a zip row gives one value)."""
+    out: list[tuple[str, list[Any]]] = []
     for gi, group in enumerate(spec.axes):
         kind, body = next(iter(group.items()))
         if kind == "zip" and isinstance(body, list):
-            out += [(f"axes.{gi}.zip.{ri}.topology", [row["topology"]]) for ri, row in enumerate(body)
-                    if "topology" in row]
+            out += [(f"axes.{gi}.zip.{ri}.{axis}", [row[axis]]) for ri, row in enumerate(body) if axis in row]
             continue
         values = body.get("axes", {}) if kind == "random" else body
-        if "topology" in values:
-            raw = values["topology"]
-            where = f"axes.{gi}.{kind}{'.axes' if kind == 'random' else ''}.topology"
+        if axis in values:
+            raw = values[axis]
+            where = f"axes.{gi}.{kind}{'.axes' if kind == 'random' else ''}.{axis}"
             out.append((where, raw if isinstance(raw, list) else [raw]))
     return out
 
 
+def _readable(spec: SweepSpec, key: str, value: str, what: str, read) -> None:
+    """``read(value)`` succeeds, else a ConfigError naming the spec, ``key`` and the ``what`` (topology, model)
+    that cannot be read, with the reader's problem and hint."""
+    try:
+        read(value)
+    except ConfigError as err:
+        missing = err.file == value and err.key in ("<file>", "<preset>", "<model>") and err.problem.startswith(
+            ("no such", "unknown"))
+        if missing:
+            raise ConfigError(spec.label, key, value, f"the {what} cannot be read: {err.problem}", err.hint) from None
+        raise ConfigError(spec.label, key, None, f"{what} {value!r} cannot be read: " + str(err).split("\n")[0],
+                          err.hint) from None
+
+
 def check_topologies(spec: SweepSpec) -> None:
-    """Every topology the spec names exists and reads (its file, YAML and base chain); else a ConfigError
-    naming the spec, the key and the topology, before any point runs.  (A topology whose values are bad
-    still reaches its points, which record the error.)"""
+    """Every topology the spec names (``topology`` and each topology axis) exists and reads (its file, YAML and
+    base chain); else a ConfigError naming the spec, the key and the topology, before any point runs.  (A
+    topology whose values are bad still reaches its points, which record the error.)"""
     folder = str(Path(spec.label).parent)
-    for key, values in _topology_axes(spec):
+    for key, values in [("topology", [spec.topology]), *_axis_values(spec, "topology")]:
         for value in values:
             if not isinstance(value, str) or not value.strip():
                 raise ConfigError(spec.label, key, value, "a topology is a preset name or a topology YAML path",
                                   f"e.g. {DEFAULT_TOPOLOGY} or my_topology.yaml")
-            try:
-                load_raw(resolve_topology(value, folder))
-            except ConfigError as err:
-                missing = err.file == value and err.key in ("<file>", "<preset>") and err.problem.startswith(
-                    ("no such", "unknown"))
-                if missing:
-                    raise ConfigError(spec.label, key, value, f"the topology cannot be read: {err.problem}",
-                                      err.hint) from None
-                raise ConfigError(spec.label, key, None, f"topology {value!r} cannot be read: "
-                                  + str(err).split("\n")[0], err.hint) from None
+            _readable(spec, key, value, "topology", lambda v: load_raw(resolve_topology(v, folder)))
+
+
+def check_set(spec: SweepSpec) -> None:
+    """Every value of the spec's ``set:`` passes its key's type and limits (``ipcq.n_slots: 0`` does not), and
+    a ``param_set`` there names a saved set; else a ConfigError naming the spec and ``set.<key>``, before any
+    point runs.  Rules that tie several keys together are left to the points, whose axes may still change
+    the other keys."""
+    if not spec.fixed:
+        return
+    label, data = load_raw(resolve_topology(spec.topology, str(Path(spec.label).parent)))
+    err = override_error(label, data, spec.fixed)
+    if err is not None:
+        raise ConfigError(spec.label, f"set.{err.key}", err.value, err.problem, err.hint)
+
+
+def check_models(spec: SweepSpec) -> None:
+    """A model workload's model (``workload.model``, unless an axis sets it, and every value of a model axis) is
+    a bundled model or a model YAML that reads and validates; else a ConfigError naming the spec, the key and
+    the model, before any point runs."""
+    if spec.workload["kind"] != "model":
+        return
+    places = _axis_values(spec, "workload.model")
+    if "workload.model" not in spec.axis_keys:
+        places.insert(0, ("workload.model", [spec.workload["model"]]))
+    for key, values in places:
+        for value in values:
+            _readable(spec, key, str(value), "model", load_model)
 
 
 def example_specs() -> list[str]:
