@@ -364,8 +364,70 @@ def test_stray_results_need_overwrite(runner, tmp_path, name):
     out.mkdir()
     stray = write(out, name, "mine")
     p = write(tmp_path, "s.yaml", ONE_POINT)
-    refused(invoke(runner, "sweep", p, "--out", out), f"{out} already holds {name}", "--resume", "--overwrite")
+    for resume in ([], ["--resume"]):    # not a sweep's table: nothing to resume either
+        refused(invoke(runner, "sweep", p, "--out", out, *resume), f"{out} already holds {name}, which no sweep "
+                "recorded", "pass --overwrite to replace it")
     assert stray.read_text() == "mine"
+
+
+def test_second_sweep_on_a_locked_folder(runner, tmp_path):
+    """Two sweeps on one folder mixed their parts: while one holds the folder's lock, a second is refused with
+    the holder's pid; once the holder is gone (killed: its lock file stays behind), the lock is taken over."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    hold = ("import sys, time; from pathlib import Path; from kbfast.sweep.runner import sweep_lock\n"
+            "with sweep_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        p = write(tmp_path, "s.yaml", ONE_POINT)
+        for flags in ([], ["--resume"], ["--overwrite"]):
+            refused(invoke(runner, "sweep", p, "--out", out, *flags),
+                    f"--out {out}: another sweep (pid {holder.pid}) is writing this folder", "choose another --out")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (out / "sweep.lock").read_text().strip() == str(holder.pid)        # left behind by the dead holder
+    res = invoke(runner, "sweep", p, "--out", out, "--no-plots")
+    assert res.exit_code == 0, res.output
+    assert not (out / "sweep.lock").exists() and (out / "results.parquet").is_file()
+
+
+def test_resume_with_another_spec(runner, tmp_path):
+    """--resume with another spec replaced a finished sweep: the folder records its spec's digest, and a
+    different spec is refused, naming both; the results stay as they were."""
+    out = tmp_path / "out"
+    first = write(tmp_path, "first.yaml", ONE_POINT)
+    assert invoke(runner, "sweep", first, "--out", out, "--no-plots").exit_code == 0
+    before = (out / "results.parquet").read_bytes()
+    other = write(tmp_path, "other.yaml", ONE_POINT.replace("1KiB", "2KiB"))
+    err = refused(invoke(runner, "sweep", other, "--out", out, "--resume", "--no-plots"),
+                  f"--resume: {out} holds the sweep of spec {first} (digest ", f"not of {other} (digest ",
+                  "pass --overwrite to replace its results")
+    digests = re.findall(r"digest ([0-9a-f]{16})", err)
+    assert len(digests) == 2 and digests[0] != digests[1]
+    assert (out / "results.parquet").read_bytes() == before
+    (tmp_path / "elsewhere").mkdir()
+    moved = write(tmp_path / "elsewhere", "same.yaml", ONE_POINT)
+    again = invoke(runner, "sweep", moved, "--out", out, "--resume", "--no-plots")   # the same spec, moved
+    assert again.exit_code == 0 and "1 points (0 evaluated)" in flat(again.stdout), again.output
+
+
+def test_summary_of_the_user_needs_overwrite(runner, tmp_path):
+    """A summary.md in --out that no sweep wrote was overwritten: refused without --overwrite (--resume too)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = write(out, "summary.md", "# my notes\n")
+    p = write(tmp_path, "s.yaml", ONE_POINT)
+    for flags in ([], ["--resume"]):
+        refused(invoke(runner, "sweep", p, "--out", out, *flags),
+                f"--out {out} already holds summary.md, which no sweep recorded", "pass --overwrite to replace it")
+    assert mine.read_text() == "# my notes\n" and not (out / "results.parquet").exists()
+    res = invoke(runner, "sweep", p, "--out", out, "--overwrite", "--no-plots")
+    assert res.exit_code == 0 and mine.read_text().startswith("# Sweep one"), res.output
 
 
 # ------------------------------------------------------------------ smaller ones

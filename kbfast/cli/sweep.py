@@ -23,9 +23,9 @@ from kbfast.report.sweep import (check_summary, check_text, default_plots, detai
                                  summary_table, table_view, wrap_name, write_summary)
 from kbfast.sweep.batches import make_batches
 from kbfast.sweep.batches import CHECK_COLUMNS
-from kbfast.sweep.runner import (check_out_dir, check_sample, failed_points, ignored_axes, order_columns, read_table,
-                                 run_local, run_sweep)
-from kbfast.sweep.spec import CONFIRM_POINTS, example_specs, load_spec
+from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
+                                 order_columns, read_table, run_local, run_sweep, sweep_lock)
+from kbfast.sweep.spec import CONFIRM_POINTS, SweepSpec, example_specs, load_spec
 from kbfast.workloads.registry import WORKLOADS
 
 
@@ -142,16 +142,24 @@ def sweep(
 ) -> None:
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
     check_count(check, "--check", 0, "how many points to replay exactly (0: none)")
-    s = load_spec(spec)
+    check_flags(resume, overwrite)
+    s = load_spec(spec).evaluated(exact)
     s.check_size(yes)
     out = out or Path("results") / s.name
-    check_out_dir(out, resume, overwrite)
     writable(out, "--out", folder=True)
-    first_run(*_kernels(s, exact, check > 0))
+    with sweep_lock(out):   # held until the summary and plots are written
+        check_out_dir(out, resume, overwrite, s)
+        _sweep(s, out, fmt, jobs, scheduler, check, resume, overwrite, links, pcs, plots)
+
+
+def _sweep(s: SweepSpec, out: Path, fmt: Fmt, jobs: int, scheduler: str | None, check: int, resume: bool,
+           overwrite: bool, links: bool, pcs: bool, plots: bool) -> None:
+    """The sweep command once its folder is locked and checked: run, write the summary and plots, print."""
+    first_run(*_kernels(s, s.mode == "exact", check > 0))
     if check > 0:
         _warn_ignored(s, s.points())
     with _progress(f"sweep {s.name}") as update:
-        res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, exact, links, pcs,
+        res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, links=links, pcs=pcs,
                         progress=update)
     for f in res.corrupt:   # --resume found a part it could not read: its points were evaluated again
         err_console.print(f"[yellow]warning: {f.with_suffix('')} was unreadable; set aside as {f.name}, its points "

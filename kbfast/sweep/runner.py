@@ -5,12 +5,18 @@ atomic rename), so Ctrl-C or a kill loses only batches still running.
 ``resume`` reads the parts, skips the points whose config hash is there and
 evaluates the rest.  At the end the parts are joined, in point order, into
 ``DIR/results.<fmt>`` (and ``links``/``pcs`` tables when asked for).
+
+One sweep at a time writes a folder (:func:`sweep_lock`), and ``DIR/sweep.json``
+records the spec its results come from, so that ``resume`` continues only that
+spec (:func:`check_out_dir`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -18,13 +24,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kbfast import __version__
 from kbfast.errors import KbfastError
 from kbfast.report.formats import clean_columns
 from kbfast.sweep.batches import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
@@ -318,69 +326,171 @@ def assemble(spec: SweepSpec, points: list[Point], parts: Path) -> pd.DataFrame:
     return order_columns(df.sort_values("point", kind="stable").reset_index(drop=True), spec)
 
 
-def check_out_dir(out_dir: Path, resume: bool, overwrite: bool) -> None:
-    """A folder that holds a sweep's results (its parts, or a results, links or pcs table) is continued only
-    with ``--resume`` and discarded only with ``--overwrite``; the two exclude each other."""
+LOCK = "sweep.lock"        # held (flock) while a sweep writes its folder; the file holds the writer's pid
+RECORD = "sweep.json"      # the spec whose results the folder holds: its file and digest (SweepSpec.digest)
+SUMMARY = "summary.md"
+_HELD: dict[Path, int] = {}   # folders whose lock this process holds, with how many holders (reentrant)
+
+
+@contextmanager
+def sweep_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``DIR/sweep.lock`` while writing ``out_dir``: a second sweep on the folder is refused with the
+    holder's pid.  The lock is an exclusive ``flock``, which the system releases when its process ends, so a
+    lock file left by a process that died (a kill, a crash) is taken over.  Reentrant in one process (the
+    ``kbfast sweep`` command holds it around ``run_sweep``, which takes it too); the file is removed on release."""
+    key = out_dir.resolve()
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _lock_holder(path)
+            raise KbfastError(f"--out {out_dir}: another sweep ({holder}) is writing this folder (it holds "
+                              f"{path}); wait for it to finish, or choose another --out") from None
+        try:   # the holder before us may have removed the file between our open and our flock: lock afresh
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[key] = 1
+    try:
+        yield
+    finally:
+        del _HELD[key]
+        try:
+            path.unlink()
+        finally:
+            os.close(fd)
+
+
+def _lock_holder(path: Path) -> str:
+    """``pid N`` of the process named in a lock file (or that it is not known yet)."""
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "pid not written yet"
+
+
+def _record(out_dir: Path) -> dict | None:
+    """The spec recorded in ``DIR/sweep.json`` (None when there is none, or it does not read)."""
+    try:
+        data = json.loads((out_dir / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_flags(resume: bool, overwrite: bool) -> None:
+    """``--resume`` and ``--overwrite`` exclude each other."""
     if resume and overwrite:
         raise KbfastError("--resume and --overwrite exclude each other: --resume keeps the saved points, "
                           "--overwrite discards them; drop one")
-    if resume or overwrite:
+
+
+def check_out_dir(out_dir: Path, resume: bool, overwrite: bool, spec: SweepSpec) -> None:
+    """A folder that holds a sweep's output (its parts, record, summary.md, or a results, links or pcs table) is
+    replaced only with ``--overwrite``.  ``--resume`` continues it only for the same ``spec`` (the digest
+    recorded in ``sweep.json``; a folder of an older kbfast has no record and resumes from its parts), and
+    does not take over a results table or summary.md that no sweep recorded (:func:`check_flags` first)."""
+    check_flags(resume, overwrite)
+    if overwrite:
         return
     parts = out_dir / "parts"
-    held = ["sweep results"] if parts.is_dir() and any(parts.iterdir()) else []
+    saved = parts.is_dir() and any(parts.iterdir())
+    held = [RECORD] if (out_dir / RECORD).exists() else []
+    held += ["sweep results (parts/)"] if saved else []
     held += [f.name for kind in ("results", "links", "pcs") for f in sorted(out_dir.glob(f"{kind}.*"))
              if f.suffix in (".parquet", ".csv")]
-    if held:
-        raise KbfastError(f"{out_dir} already holds {held[0]}: pass --resume to finish that sweep, --overwrite to "
-                          "start again, or choose another --out")
+    held += [SUMMARY] if (out_dir / SUMMARY).exists() else []
+    record = _record(out_dir)
+    if held and record is None and not saved:     # not a sweep's: nothing to resume
+        raise KbfastError(f"--out {out_dir} already holds {held[0]}, which no sweep recorded (no {RECORD}, no "
+                          "saved parts): pass --overwrite to replace it, or choose another --out")
+    if held and not resume:
+        raise KbfastError(f"--out {out_dir} already holds {held[0]}: pass --resume to finish that sweep, "
+                          "--overwrite to start again, or choose another --out")
+    if resume and record is not None and record.get("digest") != spec.digest:
+        raise KbfastError(f"--resume: {out_dir} holds the sweep of spec {record.get('spec')} (digest "
+                          f"{record.get('digest')}), not of {spec.label} (digest {spec.digest}); resume with that "
+                          "spec, pass --overwrite to replace its results, or choose another --out")
+
+
+def _start(spec: SweepSpec, out_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Check the folder (:func:`check_out_dir`); with ``overwrite``, remove the output it held (parts, tables,
+    summary.md); record ``spec`` in ``sweep.json``."""
+    check_out_dir(out_dir, resume, overwrite, spec)
+    if overwrite:
+        shutil.rmtree(out_dir / "parts", ignore_errors=True)
+        for f in [out_dir / SUMMARY, *(out_dir / f"{kind}.{fmt}" for kind in ("results", "links", "pcs")
+                                       for fmt in FORMATS)]:
+            f.unlink(missing_ok=True)
+    tmp = out_dir / f".{RECORD}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"spec": spec.label, "digest": spec.digest, "kbfast_version": __version__}) + "\n")
+    os.replace(tmp, out_dir / RECORD)
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, fmt: str = "parquet", jobs: int = 1, scheduler: str | None = None,
               check: int = 0, resume: bool = False, overwrite: bool = False, exact: bool = False,
               links: bool = False, pcs: bool = False, max_batch: int = 4096,
               progress: Callable[[int, int], None] | None = None) -> SweepOutcome:
-    """Evaluate every point of ``spec`` and write the results; ``progress(done, total)`` after each batch."""
+    """Evaluate every point of ``spec`` and write the results; ``progress(done, total)`` after each batch.
+    The folder is locked meanwhile (:func:`sweep_lock`) and records the spec (:func:`check_out_dir`)."""
     if fmt not in FORMATS:
         raise KbfastError(f"--format {fmt!r}: use parquet or csv")
     if jobs < 1:
         raise KbfastError(f"--jobs {jobs}: use 1 or more")
     t0 = time.perf_counter()
-    spec = replace(spec, mode="exact" if exact else spec.mode)
+    spec = spec.evaluated(exact)
     points = spec.points()
     parts = out_dir / "parts"
-    check_out_dir(out_dir, resume, overwrite)
-    if overwrite and parts.exists():
-        shutil.rmtree(parts)
-    parts.mkdir(parents=True, exist_ok=True)
-    corrupt = set_aside_corrupt(parts) if resume else []
-    saved = _read_parts(parts, "results")
-    done = set(saved["config_hash"]) if saved is not None else set()
-    pending = [p for p in points if p.config_hash not in done]
-    batches = make_batches(pending, spec.mode, check_sample(len(points), check, spec.seed, points), max_batch, links, pcs)
-    if progress:
-        progress(len(points) - len(pending), len(points))
-    finished, eval_s = len(points) - len(pending), 0.0
-    runner = _run_dask(batches, scheduler, jobs) if scheduler else run_local(batches, jobs)
-    try:
-        for batch, res in runner:
-            _save(parts, batch, res)
-            finished += len(batch.points)
-            eval_s += res.eval_s
-            if progress:
-                progress(finished, len(points))
-    except KeyboardInterrupt:
-        raise SweepInterrupted(f"interrupted: {finished} of {len(points)} points are saved in {parts}; "
-                               "run the same command with --resume to finish") from None
-    finally:
-        runner.close()
-    results = assemble(spec, points, parts)
-    files = [out_dir / f"results.{fmt}"]
-    atomic_write(results, files[0])
-    for kind, wanted in (("links", links), ("pcs", pcs)):
-        table = _read_parts(parts, kind) if wanted else None
-        if table is not None:
-            files.append(out_dir / f"{kind}.{fmt}")
-            atomic_write(table[table["config_hash"].isin(set(results["config_hash"]))].reset_index(drop=True),
-                         files[-1])
+    with sweep_lock(out_dir):
+        _start(spec, out_dir, resume, overwrite)
+        parts.mkdir(parents=True, exist_ok=True)
+        corrupt = set_aside_corrupt(parts) if resume else []
+        saved = _read_parts(parts, "results")
+        done = set(saved["config_hash"]) if saved is not None else set()
+        pending = [p for p in points if p.config_hash not in done]
+        batches = make_batches(pending, spec.mode, check_sample(len(points), check, spec.seed, points), max_batch,
+                               links, pcs)
+        if progress:
+            progress(len(points) - len(pending), len(points))
+        finished, eval_s = len(points) - len(pending), 0.0
+        runner = _run_dask(batches, scheduler, jobs) if scheduler else run_local(batches, jobs)
+        try:
+            for batch, res in runner:
+                _save(parts, batch, res)
+                finished += len(batch.points)
+                eval_s += res.eval_s
+                if progress:
+                    progress(finished, len(points))
+        except KeyboardInterrupt:
+            raise SweepInterrupted(f"interrupted: {finished} of {len(points)} points are saved in {parts}; "
+                                   "run the same command with --resume to finish") from None
+        finally:
+            runner.close()
+        results = assemble(spec, points, parts)
+        files = [out_dir / f"results.{fmt}"]
+        atomic_write(results, files[0])
+        for kind, wanted in (("links", links), ("pcs", pcs)):
+            table = _read_parts(parts, kind) if wanted else None
+            if table is not None:
+                files.append(out_dir / f"{kind}.{fmt}")
+                atomic_write(table[table["config_hash"].isin(set(results["config_hash"]))].reset_index(drop=True),
+                             files[-1])
     return SweepOutcome(spec, out_dir, results, files, len(points), len(pending), time.perf_counter() - t0, eval_s,
                         corrupt)

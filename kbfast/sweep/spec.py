@@ -29,7 +29,7 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,18 @@ class SweepSpec:
     @property
     def axis_keys(self) -> list[str]:
         return [k for group in self.axes for k in _group_values(group)]
+
+    @property
+    def digest(self) -> str:
+        """16 hex digits of what decides the points and how they are evaluated: the topology, workload,
+        ``set``, axes, seed and mode (not the name, the description or where the file is)."""
+        text = json.dumps([self.topology, self.workload, self.fixed, self.axes, self.seed, self.mode],
+                          sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def evaluated(self, exact: bool) -> SweepSpec:
+        """The spec as a run evaluates it: in exact mode with ``exact`` (``--exact``), else as written."""
+        return replace(self, mode="exact") if exact else self
 
     def count_points(self) -> int:
         """How many points :meth:`points` gives, counted from the axes without expanding them."""
