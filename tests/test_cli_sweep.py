@@ -171,6 +171,46 @@ def test_check_with_failed_points_exits_1(runner: CliRunner, tmp_path: Path, axi
         assert df.loc[0, "exact_latency_ns"] > 0 and "checked points 1" in flat(res.stdout)
 
 
+def test_progress_lines_when_stderr_is_no_terminal(runner: CliRunner, tiny_spec: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redirected to a log, a sweep and a check print plain progress lines on stderr (here at every update:
+    the interval set to 0), no bar; a long run had printed nothing until its end."""
+    import kbfast.cli.sweep as cli_sweep
+
+    monkeypatch.setattr(cli_sweep, "PROGRESS_EVERY_S", 0)
+    res = invoke(runner, "sweep", tiny_spec, "--out", tmp_path / "o", "--no-plots")
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stderr.splitlines() if line.startswith("sweep tiny: ")]
+    assert lines[0].startswith("sweep tiny: 0 / 4 points (0.0 %), ") and "━" not in res.stderr
+    assert re.fullmatch(r"sweep tiny: 4 / 4 points \(100\.0 %\), [\d.,]+ points/s, \d+ s elapsed", lines[-1])
+    res = invoke(runner, "check", tiny_spec, "--sample", "2")
+    assert res.exit_code == 0, res.output
+    assert "check tiny: 0 / 2 points (0.0 %)" in res.stderr and "check tiny: 2 / 2 points (100.0 %)" in res.stderr
+
+
+def test_progress_lines_are_spaced_by_the_interval() -> None:
+    """Between the first and the last update, one line per interval at most; a timer tick prints the latest
+    state when an interval passed without one (a long batch), with the rate and the time left."""
+    from kbfast.cli.sweep import ProgressLines
+
+    now, lines = [100.0], []
+    p = ProgressLines("sweep x", 5.0, clock=lambda: now[0], write=lines.append)
+    p.update(2, 12)                       # 2 points saved before (--resume): not in the rate
+    now[0] += 1
+    p.update(4, 12)                       # within the interval: no line
+    p.tick()
+    now[0] += 4
+    p.tick()                              # 5 s since the last line
+    now[0] += 2
+    p.update(6, 12)
+    p.update(12, 12)                      # the last update always prints
+    now[0] += 10
+    p.tick()                              # done: no more lines
+    assert lines == ["sweep x: 2 / 12 points (16.7 %), 0.00 points/s, 0 s elapsed",
+                     "sweep x: 4 / 12 points (33.3 %), 0.40 points/s, 5 s elapsed, about 20 s left",
+                     "sweep x: 12 / 12 points (100.0 %), 1.43 points/s, 7 s elapsed"]
+
+
 @pytest.mark.parametrize(("body", "expected", "hint"), [
     (TINY.replace("axes:", "axis:"), "axis: unknown key", "did you mean 'axes'?"),
     (TINY.replace("workload.size", "workload.sise"), "workload.sise: unknown allreduce field 'sise'",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -18,7 +19,7 @@ from rich.table import Table
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
-from kbfast.report.formats import count, num, pct
+from kbfast.report.formats import count, num, pct, percent
 from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, plot_xy, series_columns,
                                  summary_table, table_view, wrap_name, write_summary)
 from kbfast.sweep.batches import make_batches
@@ -41,13 +42,79 @@ YesOpt = Annotated[bool, typer.Option("--yes", help=f"Run a spec of more than {C
                                                     "(refused without it).")]
 
 
+PROGRESS_EVERY_S = 5.0   # seconds between two plain progress lines (stderr is a log file or a pipe)
+
+
+def _rate(per_s: float) -> str:
+    """Points per second: whole from 10 up, else two decimals."""
+    return f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2f}"
+
+
+class ProgressLines:
+    """Progress as plain lines, for a stderr that is no terminal (a log file, a pipe), where a bar would print
+    nothing readable: the first update, the last, and in between at most one line per ``every`` seconds.
+    :meth:`tick` (called by a timer) prints the latest state when ``every`` seconds passed without a line,
+    so a long batch still shows that the run goes on.  ``clock`` and ``write`` are injectable for tests."""
+
+    def __init__(self, label: str, every: float, clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[str], None] | None = None) -> None:
+        self.label, self.every, self.clock = label, every, clock
+        self.write = write or (lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
+        self.lock = threading.Lock()            # update (the run) and tick (the timer) come from two threads
+        self.t0, self.last = clock(), None
+        self.start = self.done = self.total = 0
+
+    def update(self, done: int, total: int) -> None:
+        with self.lock:
+            if self.last is None:
+                self.start = done               # points saved before (--resume) do not count in the rate
+            self.done, self.total = done, total
+            if self.last is None or done >= total or self.clock() - self.last >= self.every:
+                self._line()
+
+    def tick(self) -> None:
+        with self.lock:
+            if self.last is not None and self.done < self.total and self.clock() - self.last >= self.every:
+                self._line()
+
+    def _line(self) -> None:
+        now = self.clock()
+        elapsed = now - self.t0
+        per_s = (self.done - self.start) / elapsed if elapsed > 0 else 0.0
+        text = (f"{self.label}: {count(self.done)} / {count(self.total)} points "
+                f"({percent(self.done / self.total if self.total else 1.0)}), {_rate(per_s)} points/s, "
+                f"{count(elapsed)} s elapsed")
+        if per_s > 0 and self.done < self.total:
+            text += f", about {count((self.total - self.done) / per_s)} s left"
+        self.write(text)
+        self.last = now
+
+
 @contextmanager
 def _progress(label: str) -> Iterator:
-    """A rich progress bar (points done / total, points per second, ETA) on stderr; yields the update callback."""
+    """Progress on stderr; yields the update callback ``(done, total)``.  On a terminal a rich bar (points
+    done / total, points per second, elapsed, ETA) that is gone before the results print; otherwise plain
+    lines (:class:`ProgressLines`), at least every ``PROGRESS_EVERY_S`` seconds from a timer thread."""
+    if not err_console.is_terminal:
+        every = PROGRESS_EVERY_S
+        lines, stop = ProgressLines(label, every), threading.Event()
+
+        def ticks() -> None:
+            while not stop.wait(every):
+                lines.tick()
+        timer = threading.Thread(target=ticks, name="kbfast-progress", daemon=True)
+        if every > 0:
+            timer.start()
+        try:
+            yield lines.update
+        finally:
+            stop.set()
+            if timer.is_alive():
+                timer.join()
+        return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                   console=err_console, transient=True,           # gone before the results print
-                   disable=not err_console.is_terminal)           # and none in a log file
+                   console=err_console, transient=True)           # gone before the results print
     state = {"task": None, "t0": time.perf_counter(), "start": 0}
 
     def update(done: int, total: int) -> None:
@@ -56,7 +123,7 @@ def _progress(label: str) -> Iterator:
             state["start"] = done
             return
         rate = (done - state["start"]) / max(time.perf_counter() - state["t0"], 1e-9)
-        bar.update(state["task"], completed=done, rate=f"{rate:,.0f} pts/s" if rate >= 10 else f"{rate:.2f} pts/s")
+        bar.update(state["task"], completed=done, rate=f"{_rate(rate)} pts/s")
 
     with bar:
         yield update
