@@ -22,8 +22,7 @@ from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import count, num, pct, percent
 from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, plot_xy, series_columns,
                                  summary_table, table_view, wrap_name, write_summary)
-from kbfast.sweep.batches import make_batches
-from kbfast.sweep.batches import CHECK_COLUMNS
+from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
 from kbfast.sweep.spec import CONFIRM_POINTS, SweepSpec, example_specs, load_spec
@@ -73,8 +72,8 @@ class ProgressLines:
                 self._line()
 
     def tick(self) -> None:
-        with self.lock:
-            if self.last is not None and self.done < self.total and self.clock() - self.last >= self.every:
+        with self.lock:   # (a timer's wait may end a hair before ``every`` has passed on ``clock``)
+            if self.last is not None and self.done < self.total and self.clock() - self.last >= 0.95 * self.every:
                 self._line()
 
     def _line(self) -> None:
@@ -94,7 +93,7 @@ class ProgressLines:
 def _progress(label: str) -> Iterator:
     """Progress on stderr; yields the update callback ``(done, total)``.  On a terminal a rich bar (points
     done / total, points per second, elapsed, ETA) that is gone before the results print; otherwise plain
-    lines (:class:`ProgressLines`), at least every ``PROGRESS_EVERY_S`` seconds from a timer thread."""
+    lines (:class:`ProgressLines`), about every ``PROGRESS_EVERY_S`` seconds from a timer thread."""
     if not err_console.is_terminal:
         every = PROGRESS_EVERY_S
         lines, stop = ProgressLines(label, every), threading.Event()
