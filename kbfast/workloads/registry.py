@@ -134,7 +134,8 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None,
                   "epilogues": ""},
                  _gemm, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"), batched=True,
-                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("runs", "fast", "pipeline"), ignores=("ipcq.",)),
+                 batch_fields=("m", "n", "k", "staging"), fast_kernels=("runs", "fast", "pipeline"), ignores=("ipcq.",),
+                 max_batch=25),   # a fluid GEMM takes up to seconds: progress and workers move every few seconds
     WorkloadKind("model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the "
                           "attention panels (kbfast run model)",
                  {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
