@@ -331,6 +331,16 @@ def test_gemm_batch_without_a_maxplus_point(tmp_path: Path) -> None:
     assert (df["rel_error"].abs() < 0.05).all()
 
 
+def test_gemm_batches_are_small() -> None:
+    """A GEMM batch holds 25 points at most (a fluid GEMM takes up to seconds: the progress moves)."""
+    from kbfast.sweep.batches import make_batches
+
+    s = spec({"topology": "ahbm_2sip", "workload": {"kind": "gemm"},
+              "axes": [{"grid": {"workload.m": [16, 64, 256, 1024], "workload.n": [16, 64, 256, 1024]}},
+                       {"grid": {"workload.staging": ["ref_ref", "load_ref", "load_load"]}}]}, "g.yaml")
+    assert [len(b.points) for b in make_batches(s.points(), "fast")] == [25, 23]
+
+
 def test_results_floats_have_no_noise(reference: SweepOutcome) -> None:
     """Files keep full precision but no last-bit float noise: every float is its own 12-digit rounding."""
     df = reference.results
