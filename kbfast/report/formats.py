@@ -137,11 +137,6 @@ WALL_KEY = re.compile(r"(?<!_per)_s$")
 FRACTION_KEY = re.compile(r"(^|_)util(_|$)|utilization|^busy\[")
 
 
-def is_fraction_key(key: str) -> bool:
-    """Whether a figure named ``key`` is a fraction of a whole (printed with :func:`percent`)."""
-    return bool(FRACTION_KEY.search(key))
-
-
 def figure(key: str, value: Any) -> tuple[str, str]:
     """A named figure for a metric / value table, as (label, text), its unit read from the name: a time as
     :func:`duration` (the label loses ``_ns`` / ``_s``: ``latency_ns`` -> ``latency``), a fraction of a
@@ -153,7 +148,7 @@ def figure(key: str, value: Any) -> tuple[str, str]:
         return key, str(value)
     if key == "rel_error":
         return key, pct(value)
-    if is_fraction_key(key):
+    if FRACTION_KEY.search(key):
         return key, percent(value)
     if TIME_KEY.search(key):
         return TIME_KEY.sub("", key, count=1), duration(value)
