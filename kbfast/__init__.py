@@ -10,7 +10,7 @@ The public API, loaded on first use (``import kbfast`` stays light):
 >>> import kbfast
 >>> t = kbfast.build_tables(kbfast.load_system("ring6"))
 >>> c = kbfast.allreduce(t, kbfast.Router(t), 16384)
->>> f"{kbfast.run_fast(c.program).makespan_ns / 1e3:.1f} us" != ""
+>>> kbfast.run_fast(c.program).makespan_ns > 0
 True
 """
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from kbfast.config import load_system
 from kbfast.exact import run_exact
+from kbfast.report.formats import duration
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import build_catalogue, random_pe_flows
@@ -117,7 +118,7 @@ def bench_gemm(n_points: int = 100_000) -> list[BenchRow]:
     args = (16384, 64, 2, 773.0, 0.0, 0.0, 19.0, 21.0, 16.0, 16.0, 16.0, 4.0, 21.0, 21.0)
     pipeline(*args)
     kernel = _best_of(lambda: pipeline(*args), 20)
-    rows = [BenchRow("fast: the 4096^3 recurrence alone (steady state in closed form)", kernel * 1e6, "us", "", None),
+    rows = [BenchRow("fast: the 4096^3 recurrence alone (steady state in closed form)", kernel * 1e6, "µs", "", None),
             BenchRow("fast: one GEMM 4096^3 load_ref (2^20 tiles, closed forms included)", one * 1e3, "ms",
                      "<= 1 ms", one <= 1e-3, f"latency {maxplus_rows(t, router, [big])[0]['latency_ns'] / 1e6:.3f} ms"),
             BenchRow(f"fast: GEMM points per minute, {n_points:,} random shapes x stagings, one core", rate / 1e6,
@@ -298,9 +299,9 @@ def bench_model() -> list[BenchRow]:
     exact_s = time.perf_counter() - t0
     lat = step.results["fast"][0].latency_ns
     return [BenchRow("Llama-3-70B decode step (80 layers), fast", fast_s, "s", "<= 1 s", fast_s <= 1.0,
-                     f"step {step.latency_ns() / 1e6:.3f} ms, 256 PEs, model compiled and GEMMs timed"),
+                     f"step {duration(step.latency_ns())}, 256 PEs, model compiled and GEMMs timed"),
             BenchRow("Llama-3-70B decode layer, exact", exact_s, "s", "<= 60 s", exact_s <= 60.0,
-                     f"layer {ex.latency_ns / 1e3:.2f} us exact vs {lat / 1e3:.2f} us fast")]
+                     f"layer {duration(ex.latency_ns)} exact vs {duration(lat)} fast")]
 
 
 def bench_model_sweep() -> list[BenchRow]:

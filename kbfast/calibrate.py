@@ -9,7 +9,7 @@ in one mode (``fast`` path or ``exact`` replay) and what passes:
 * **centre vs corner** (spec_ccl §8.1): ``change = centre / corner - 1`` of the lrab all-reduce at 96 KiB,
   ok when ``centre < corner`` and ``0.02 <= -change <= 0.30``.  The reference fractions come from an older
   model, so only the sign and a magnitude band are checked;
-* **upper bound**: the torus6 96 KiB all-reduce lies between the older model's 17.2 us and the 30 us guard;
+* **upper bound**: the torus6 96 KiB all-reduce lies between the older model's 17.2 µs and the 30 µs guard;
 * **buffer kinds**: at 64 KiB on torus6, ``tcm < hbm < sram``, each ratio to tcm within +-25 % of the
   reference ratio (1.8 and 2.0);
 * **IPCQ overhead** (spec_ccl §8.2, ADR-0023 T5): IPCQ send/recv minus one DMA write of the same size, below
@@ -55,6 +55,7 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
+from kbfast.report.formats import column_unit, duration, in_unit
 from kbfast.tiling import plan_gemm
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
@@ -247,12 +248,13 @@ class LatencyRow(Row):
         return Outcome(got, err, abs(err) <= TOL)
 
 
-def chain_text(values: list[float], unit: str = "ns") -> str:
-    """``77.0 < 82.0 < 127.0 ns``: each pair joined by the relation that holds."""
-    out = f"{values[0]:.1f}"
+def chain_text(values: list[float]) -> str:
+    """``77.0 < 82.0 < 127.0 ns``: times in one unit, each pair joined by the relation that holds."""
+    unit = column_unit(values)
+    out = in_unit(values[0], unit)
     for a, b in zip(values, values[1:]):
-        out += f" {'<' if a < b else '=' if a == b else '>'} {b:.1f}"
-    return f"{out} {unit}"
+        out += f" {'<' if a < b else '=' if a == b else '>'} {in_unit(b, unit)}"
+    return f"{out} {unit}" if unit else out
 
 
 @dataclass(frozen=True)
@@ -295,7 +297,8 @@ class CentreCornerRow(Row):
 
 
 def older_torus_ns(ref: pd.DataFrame) -> float:
-    """The older model's torus6 96 KiB latency, from the centre-vs-corner row's note ("-> 17.2 us")."""
+    """The older model's torus6 96 KiB latency in ns, read from the "-> 17.2" figure (µs) of the centre-vs-corner
+    row's note."""
     return float(re.search(r"-> ([0-9.]+) us", ref.loc["allreduce_center_vs_corner_torus", "note"]).group(1)) * 1e3
 
 
@@ -312,7 +315,7 @@ class WindowRow(Row):
 
 
 def buffer_kind_targets(ref: pd.DataFrame, case: str = "allreduce_buffer_kind_64k") -> dict[str, float]:
-    """The reference per-kind figures (us) of the buffer-kind row, e.g. ``{"tcm": 12.0, ...}``."""
+    """The reference per-kind figures (µs) of the buffer-kind row, e.g. ``{"tcm": 12.0, ...}``."""
     return {k: float(v) for k, v in re.findall(r"(tcm|hbm|sram) ([0-9.]+)", ref.loc[case, "value"])}
 
 
@@ -325,7 +328,7 @@ class BufferKindRow(Row):
     criterion: str = "tcm < hbm < sram; hbm/tcm, sram/tcm within 25 % of 1.8, 2.0"
 
     def reference(self, ref: pd.Series) -> str:
-        return str(ref["value"])
+        return f"{ref['value']} µs"
 
     def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
         us = buffer_kind_targets(ref, self.case)
@@ -333,7 +336,7 @@ class BufferKindRow(Row):
         ratios = {k: got[k] / got["tcm"] for k in ("hbm", "sram")}
         holds = got["tcm"] < got["hbm"] < got["sram"] and all(
             abs(ratios[k] / round(us[k] / us["tcm"], 1) - 1) <= 0.25 for k in ratios)
-        text = "; ".join(f"{k} {got[k] / 1e3:.2f}" for k in got) + " us (" + ", ".join(
+        text = "; ".join(f"{k} {duration(got[k])}" for k in got) + " (" + ", ".join(
             f"{k}/tcm {ratios[k]:.3f}" for k in ratios) + ")"
         return Outcome(text, holds, holds)
 
@@ -421,7 +424,7 @@ ROWS: dict[str, Row] = {r.case: r for r in (
     CentreCornerRow("allreduce_center_vs_corner_torus", sips="torus6"),
     CentreCornerRow("allreduce_center_vs_corner_ring", sips="ring6"),
     CentreCornerRow("allreduce_center_vs_corner_mesh", sips="mesh6"),
-    WindowRow("allreduce_torus_96k_latest", criterion="17.2 us < latency < 30 us"),
+    WindowRow("allreduce_torus_96k_latest", criterion="17.2 µs < latency < 30 µs"),
     BufferKindRow("allreduce_buffer_kind_64k"),
     RetiredIpcqRow("ipcq_vs_dma_intercube", claim="IPCQ >= raw DMA"),
     IpcqOverheadRow("ipcq_overhead_target"),

@@ -7,6 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from typer.testing import CliRunner
+
 from kbfast.config import load_system
 from kbfast.config.schema import SystemSpec
 from kbfast.topology.builder import Tables, build_tables
@@ -74,3 +76,18 @@ def route_names(tables: Tables, router: Router) -> Callable[[str, str, str], lis
 def check_route() -> Callable[[Tables, int, int, np.ndarray], None]:
     """The :func:`check_route_shape` helper, as a fixture for the test modules."""
     return check_route_shape
+
+
+@pytest.fixture
+def terminal(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], CliRunner]:
+    """``terminal(columns)`` -> a CliRunner whose commands print at that width, as ``COLUMNS`` sets it when a
+    command starts.  The CLI's consoles read ``COLUMNS`` once, at import, and pytest-xdist workers import
+    them with ``COLUMNS=80``; so the width is set on them too (and restored after the test)."""
+    from kbfast.cli import common
+
+    def at(columns: int) -> CliRunner:
+        for console in (common.console, common.err_console):
+            monkeypatch.setattr(console, "_width", columns)
+        return CliRunner(env={"COLUMNS": str(columns)})
+
+    return at

@@ -156,9 +156,37 @@ def test_table_reads_at_80_columns() -> None:
     assert max(len(line) for line in lines) <= 80
     text = res.stdout
     for case in ROWS:
-        assert re.search(rf"^ {case} ", text, re.M), case       # whole ids, never cut
-    assert "+2.97 %" in text and "-1.47 %" in text and "retired" in text
+        assert re.search(rf"^{case} ", text, re.M), case       # whole ids, never cut
+    assert "+2.97 %" in text and "-1.47 %" in text
     assert "590.0 ns" in text and "77.0 < 82.0 < 127.0 < 204.5 < 590.0 ns" in flat(text)
+    assert re.search(r"^case\s+reference\s+fast\s+exact\s+status\s*$", text, re.M)
+    for case, status in (("ipcq_vs_dma_intercube", "retired"), ("pe_dma_local_16k", "ok")):
+        assert re.search(rf"^{case}\s.*\s{status}\s*$", text, re.M), case          # a status is never cut
+    assert re.search(r"^allreduce_torus_96k_latest\s+< 30\.00 µs\s+21\.85 µs\s+21\.88 µs\s+ok\s*$", text, re.M)
+    assert re.search(r"^allreduce_center_vs_corner_torus\s+-22\.0 %\s+-19\.4 %", text, re.M)   # a fraction: %
+    assert " us" not in text and "1.765 µs" in text
+
+
+def test_table_stacks_at_60_columns(terminal) -> None:
+    """Too narrow for the columns side by side: one block per row, a status and a figure always whole."""
+    res = terminal(60).invoke(app, ["calibrate"], catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
+    assert max(len(line) for line in text.splitlines()) <= 60
+    block = text[text.index("\nipcq_vs_dma_intercube\n"):]
+    assert re.search(r"^  status\s+retired\s*$", block, re.M)
+    assert re.search(r"^  fast\s+-12\.38 ns\s*$", block, re.M)
+    for case in ROWS:
+        assert re.search(rf"^{case}\s*$", text, re.M), case
+
+
+def test_fit_tables_at_80_columns(sets_dir: Path) -> None:
+    res = invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", columns=80)
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert re.search(r"^pe_dma_remote_sip_16k\s+409\.0 ns\s+-1\.47 %\s+[-+]\d+\.\d\d %\s*$", text, re.M)
+    assert re.search(r"^link\.io_conn\.bw_gbs\s+128\s+\d+\.\d+\s+32\.\.1024\s*$", text, re.M)
 
 
 def test_csv_and_json(rows: pd.DataFrame) -> None:

@@ -99,6 +99,34 @@ def test_table_format(runner: CliRunner) -> None:
     assert "probe (exact replay, 16 KiB per issuer)" in flat(res.stdout) and "77.0" in flat(res.stdout)
 
 
+@pytest.mark.parametrize("columns", [80, 60])
+def test_table_shows_bounds_breakdown_and_method(terminal, columns: int) -> None:
+    """The screen shows what csv has: the fast path's bounds and method per row, and the latency breakdown of
+    the single-issuer cases (docs/probes.md section 3), each table within the terminal's width."""
+    res = invoke(terminal(columns), "--case", "REMOTE_SIP", "--case", "ctrl_hot_2")
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert max(map(len, out.splitlines())) <= columns
+    bounds = out[out.index("fast path bounds (ns) and method"):out.index("latency breakdown")]
+    assert re.search(r"^ctrl_hot_2\s+(92\.0\s+670\.0\s+)?102\.0\s+680\.0\s+replay$", bounds, re.M)
+    assert re.search(r"^REMOTE_SIP\s+(403\.0\s+){2,4}closed$", bounds, re.M)
+    assert "closed = closed form, replay = exact replay" in flat(bounds)
+    breakdown = out[out.index("latency breakdown (ns)"):]
+    assert re.search(r"^case\s+setup\s+mesh\s+ucie\s+fabric\s+wire\s+hbm\s+rest$", breakdown, re.M)
+    assert re.search(r"^REMOTE_SIP\s+0\.0\s+27\.0\s+51\.0\s+195\.0\s+126\.0\s+8\.0\s+-4\.0$", breakdown, re.M)
+    assert "ctrl_hot_2" not in breakdown.split("busiest link")[0]          # two issuers: no breakdown
+
+
+def test_default_table_fits_80_columns_with_numbers_whole(terminal) -> None:
+    wide = invoke(terminal(200))
+    res = invoke(terminal(80))
+    assert res.exit_code == 0 == wide.exit_code, res.stderr
+    assert max(map(len, res.stdout.splitlines())) <= 80
+    numbers = re.compile(r"-?[\d,]+\.\d+(?: %)?")
+    assert sorted(numbers.findall(res.stdout)) == sorted(numbers.findall(wide.stdout))
+    assert "sip_hotspot_pe0" in res.stdout and "288.314" in res.stdout       # the widest bound, whole
+
+
 def test_compare_columns(runner: CliRunner) -> None:
     res = invoke(runner, "--case", "ctrl_hot_2", "--case", "REMOTE_SIP", "--compare", "--format", "csv")
     assert res.exit_code == 0, res.stderr

@@ -130,9 +130,40 @@ def test_allreduce_ring_algorithm(runner: CliRunner) -> None:
 def test_allreduce_table_output(runner: CliRunner) -> None:
     res = run(runner, "allreduce", "--topology", "ahbm_2sip", "--size", "4KiB")
     assert res.exit_code == 0, res.stderr
-    assert "lrab (fast)" in res.stdout and "latency_ns" in res.stdout and "busbw_gbps" in res.stdout
-    assert "phase_end_ns[tile load]" in res.stdout and "phase_end_ns[tile store]" in res.stdout   # not markup
-    assert re.search(r"tile_io\s+.\s+True", res.stdout)
+    assert "lrab (fast)" in res.stdout and "busbw_gbps" in res.stdout
+    assert re.search(r"^latency\s+\d+\.\d+ µs$", res.stdout, re.M)               # the unit with the value
+    assert "phase_end[tile load]" in res.stdout and "phase_end[tile store]" in res.stdout   # not markup
+    assert re.search(r"tile_io\s+True", res.stdout)
+
+
+def cells(text: str) -> list[str]:
+    """The numbers of ``text``, each with its unit or percent sign, but the wall times (they vary)."""
+    return re.findall(r"-?[\d,]+\.\d+(?: (?:ns|µs|ms|s|%))?", "\n".join(
+        line for line in text.splitlines() if not line.startswith(("fast_wall", "exact_wall"))))
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("args", [("allreduce",), ("pe2pe", "--hop", "h5", "--raw-dma"),
+                                  ("gemm", "--m", "4096", "--n", "4096", "--k", "4096")])
+def test_run_tables_fit_and_keep_numbers_whole(terminal, args: tuple[str, ...], columns: int) -> None:
+    """Every table of kbfast run at 80 and 60 columns: no line wider, the same numbers as on a wide terminal
+    (none split or cut), times scaled to their value and fractions of a whole as percents."""
+    wide = run(terminal(200), *args)
+    res = run(terminal(columns), *args)
+    assert res.exit_code == 0 == wide.exit_code, res.stderr
+    assert max(map(len, res.stdout.splitlines())) <= columns
+    assert sorted(cells(res.stdout)) == sorted(cells(wide.stdout))
+    assert " us" not in res.stdout and "(us)" not in res.stdout
+
+
+def test_gemm_prints_times_scaled_and_fractions_as_percents(terminal) -> None:
+    """A 4096^3 GEMM: 20.05 ms, not 20,054,080.0 ns; mac_util and busy[...] in percent, as every command."""
+    res = run(terminal(80), "gemm", "--m", "4096", "--n", "4096", "--k", "4096")
+    assert res.exit_code == 0, res.stderr
+    rows = dict(re.findall(r"^(\S+)\s+(\S.*?)\s*$", res.stdout, re.M))
+    assert rows["latency"] == "20.05 ms" and rows["window"] == "19.92 ms" and "20,054,080" not in res.stdout
+    assert rows["mac_util"] == "84.2 %" and rows["busy[dma_read]"].endswith(" %")
+    assert all(rows[f"busy[{r}]"].endswith(" %") for r in ("tcm_read", "compute", "tcm_write", "dma_write"))
 
 
 def test_unknown_algorithm(runner: CliRunner) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -202,8 +203,20 @@ def test_topo_route_json_d7_path(runner):
 def test_topo_route_table(runner):
     out = flat(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2").stdout)
     assert "pe_dma route sip0.cube0.pe0.pe_dma -> sip0.cube0.hbm_ctrl.pe2" in out
-    assert "7 edges, transit overhead 12 ns, 11.5 mm" in out
+    assert "7 edges, transit overhead 12.00 ns, 11.5 mm (0 ns propagation)" in out      # one time formatter
     assert "router_to_hbm" in out
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("args", [("list",), ("show",), ("route", "ahbm_2sip", "sip0.cube0.pe0", "sip1.cube3.pe2")])
+def test_topo_tables_fit_with_numbers_whole(runner, monkeypatch, args, columns):
+    """At 80 and 60 columns every line fits, and a count or bandwidth is never cut or split."""
+    wide = run(runner, "topo", *args).stdout
+    monkeypatch.setattr(common.console, "width", columns)
+    out = run(runner, "topo", *args).stdout
+    assert out and max(len(line) for line in out.splitlines()) <= columns and "…" not in out
+    cells = re.compile(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?![\w.,])")
+    assert sorted(cells.findall(out)) == sorted(cells.findall(wide))
 
 
 def test_topo_route_pe_shorthand_as_destination(runner, monkeypatch):

@@ -1,13 +1,26 @@
-"""The one number format (kbfast.report.formats): times scaled to their value, fractions as percents."""
+"""The one number format (kbfast.report.formats): times scaled to their value, fractions as percents; and
+tables that fit the terminal without cutting a number (kbfast.report.explain.fit)."""
 
 from __future__ import annotations
 
+import ast
+import io
 import math
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
+from rich.console import Console
+from rich.table import Table
 
-from kbfast.report.formats import duration, in_unit, percent, time_unit
+from kbfast.bench import BenchRow
+from kbfast.cli.bench import bench_table
+from kbfast.report.explain import fit, narrow_table
+from kbfast.report.formats import (column_unit, duration, figure, figures, in_unit, percent, time_unit,
+                                   with_unit)
+
+PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
 
 
 @pytest.mark.parametrize("ns, text", [
@@ -43,3 +56,94 @@ def test_duration_reads_back_within_its_digits(ns):
     back = float(value.replace(",", "")) * scale
     assert math.isclose(back, ns, rel_tol=1e-3)
     assert unit == "s" or float(value.replace(",", "")) < 1000
+
+
+# ---------------------------------------------------------------------------------------------------- figures
+@pytest.mark.parametrize("key, value, label, text", [
+    ("latency_ns", 20_054_080.0, "latency", "20.05 ms"),
+    ("phase_end_ns[tile load]", 389.0, "phase_end[tile load]", "389.0 ns"),
+    ("fast_wall_s", 0.357, "fast_wall", "357.0 ms"),
+    ("mac_util", 0.8421, "mac_util", "84.2 %"),
+    ("busy[dma_read]", 0.9993, "busy[dma_read]", "99.9 %"),
+    ("bottleneck_utilization", 0.919, "bottleneck_utilization", "91.9 %"),
+    ("macs_per_ns", 3449.27, "macs_per_ns", "3,449.3"),           # a rate, not a time
+    ("tokens_per_s", 1234.5, "tokens_per_s", "1,234.5"),
+    ("rel_error", -0.0147, "rel_error", "-1.47 %"),
+    ("n_tiles", 1048576, "n_tiles", "1,048,576"),
+    ("staging", "load_ref", "staging", "load_ref"),
+    ("under_tile", False, "under_tile", "False"),
+    ("latency_lo_ns", float("nan"), "latency_lo", "-"),
+])
+def test_figure_reads_its_unit_from_its_name(key, value, label, text):
+    assert figure(key, value) == (label, text)
+
+
+def test_figures_keep_a_name_that_another_key_holds():
+    assert figures({"contention_ns": 0.0, "contention": False, "latency_ns": 16.0}) == [
+        ("contention_ns", "0 ns"), ("contention", "False"), ("latency", "16.00 ns")]
+
+
+def test_a_column_unit_keeps_every_value_readable():
+    assert column_unit([77.0, 15_626.5]) == "µs"                 # 0.077 µs keeps two digits
+    assert column_unit([8.0, 8_259.0, -4.0]) == "ns"             # 0.008 µs would not: ns, still short
+    assert column_unit([29.0, 288e6]) is None                   # no unit shows both: each cell its own
+    assert column_unit([0.0, 0.0]) == "ns" and column_unit([]) == "ns"
+    assert in_unit(29.0, None) == "29.00 ns" and in_unit(288e6, None) == "288.0 ms"
+    assert with_unit("busy", "µs") == "busy µs" and with_unit("busy", None) == "busy"
+    assert with_unit("latency", "ns", "\n") == "latency\nns"
+
+
+def test_no_us_for_microseconds_anywhere_in_the_package():
+    """Every string the package prints says µs; ``us`` only where a reference file's own text is parsed."""
+    parsed = {r"-> ([0-9.]+) us"}                  # kbfast.calibrate reads the reference CSV's note
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value not in parsed \
+                    and re.search(r"[\d}]\s?us\b|\(us\)|\bus/|\bin us\b", node.value):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert not found, found
+
+
+# ------------------------------------------------------------------------------------------------------ fit
+def _wide_table() -> Table:
+    t = narrow_table("probe", "case", "n", "latency\nµs", "makespan\nµs", "eff\nGB/s", "util\nsingle", "status")
+    for i in range(3):
+        t.add_row(f"REMOTE_CUBE_PE_REMOTE_WORST_{i}", "128", "15,626.512", "215,626.512", "27,235.7", "83.1 %",
+                  "retired")
+    return t
+
+
+def _render(renderable, width: int) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [200, 80, 60, 40])
+def test_fit_never_cuts_a_number_or_a_status(width):
+    console = Console(width=width, file=io.StringIO())
+    text = _render(fit(console, _wide_table(), drop=["util single"]), width)
+    assert max(map(len, text.splitlines())) <= width
+    for cell in ("REMOTE_CUBE_PE_REMOTE_WORST_", "15,626.512", "215,626.512", "27,235.7", "retired"):
+        assert len(re.findall(rf"(?<![\d,]){re.escape(cell)}", text)) == 3, (width, cell, text)
+    if width == 80:                                  # one column left out, and said so
+        assert "83.1 %" not in text and "left out at 80 columns: util single" in " ".join(text.split())
+    if width <= 60:                                  # stacked: one block per row, a column per line
+        assert re.search(r"^\s+makespan µs\s+215,626\.512\s*$", text, re.M) and "83.1 %" in text
+
+
+def test_fit_leaves_a_fitting_table_alone_and_wraps_only_text():
+    console = Console(width=40, file=io.StringIO())
+    t = narrow_table(None, "resource", "busy")
+    t.add_row("sip0-1.cube10 r0c0 -> ucie-N.conn0 and a longer name", "18.9 %")
+    text = _render(fit(console, t, wrap=("resource",)), 40)
+    assert max(map(len, text.splitlines())) <= 40 and "18.9 %" in text and "resource" in text
+
+
+def test_bench_table_scales_times():
+    rows = [BenchRow("fast: the 4096^3 recurrence alone", 123.4, "µs", "", None),
+            BenchRow("Llama-3-70B decode step, fast", 0.0234, "s", "<= 1 s", True),
+            BenchRow("exact event rate", 23.456, "M events/s", ">= 10", True)]
+    text = _render(bench_table(rows), 120)
+    assert "123.4 µs" in text and "23.40 ms" in text and "23.46 M events/s" in text

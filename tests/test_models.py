@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -231,6 +232,29 @@ def test_cli_run_model_json():
     rep = json.loads(res.output[res.output.index("{"):])
     assert rep["inputs"]["layers"] == 2 and rep["step"]["tokens_per_s"] > 0
     assert set(rep["critical_path_ns"]) >= {"gemm_compute", "hbm_stream", "math", "collective"}
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_cli_run_model_tables_scale_times(terminal, columns):
+    """tp_mlp's step is 2.5 µs: the step prints it in µs (not 0.003 ms), the critical path in a unit that
+    shows each part (not 0.000 everywhere), and every table fits the terminal."""
+    res = terminal(columns).invoke(app, ["run", "model", "tp_mlp"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert max(map(len, out.splitlines())) <= columns and "(us)" not in out
+    assert re.search(r"^latency\s+2\.510 µs$", out, re.M)
+    crit = out[out.index("critical path"):out.index("one layer")]
+    assert "time µs" in crit and re.search(r"^collective and fabric wait\s+1\.815\s+72\.3 %$", crit, re.M)
+    assert re.search(r"^GEMM compute\s+0\.384\s+15\.3 %$", crit, re.M)
+    assert re.search(r"^all-reduce\s+2\.510\s+1\.841$", out, re.M)          # stage ends at / takes, µs
+
+
+def test_cli_run_model_prefill_prints_times_scaled(terminal):
+    res = terminal(80).invoke(app, ["run", "model", "llama32_1b", "--layers", "1",
+                                                        "--kv-len", "512"])
+    assert res.exit_code == 0, res.output
+    assert re.search(r"^latency\s+\d[\d.,]* (µs|ms)$", res.stdout, re.M) and "(us)" not in res.stdout
+    assert re.search(r"^MAC utilisation\s+\d+\.\d\d %$", res.stdout, re.M)
 
 
 @pytest.mark.parametrize("args, words", [

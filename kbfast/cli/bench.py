@@ -9,9 +9,23 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from kbfast.bench import BENCHMARKS
+from kbfast.bench import BENCHMARKS, BenchRow
 from kbfast.cli.common import console, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
+from kbfast.report.explain import fit, narrow_table
+from kbfast.report.formats import TIME_UNITS, duration
+
+
+def bench_table(rows: list[BenchRow]) -> Table:
+    """The figures, a time scaled to its value (``12.30 ms``), any other figure with its unit."""
+    table = narrow_table("kbfast bench", "benchmark", "value", "target", "met", "detail")
+    table.columns[2].justify = table.columns[4].justify = "left"
+    scale = dict(TIME_UNITS)
+    for r in rows:
+        met = "-" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
+        value = duration(r.value * scale[r.unit]) if r.unit in scale else f"{r.value:,.4g} {r.unit}"
+        table.add_row(r.name, value, r.target, met, r.detail)
+    return table
 
 
 @user_errors
@@ -30,10 +44,6 @@ def bench(
         for n in names:
             status.update(f"benchmark: {n}")
             rows += BENCHMARKS[n]()
-    table = Table("benchmark", "value", "unit", "target", "met", "detail", title="kbfast bench")
-    for r in rows:
-        met = "-" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
-        table.add_row(r.name, f"{r.value:,.4g}", r.unit, r.target, met, r.detail)
-    console.print(table)
+    console.print(fit(console, bench_table(rows), wrap=("benchmark", "target", "detail")))
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console.print(f"figures written to {out}", soft_wrap=True)

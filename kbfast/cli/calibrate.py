@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import pandas as pd
 import typer
-from rich import box
 from rich.table import Table
 
 from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
@@ -17,6 +16,8 @@ from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit
 from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
+from kbfast.report.explain import fit as fit_table, narrow_table
+from kbfast.report.formats import duration, pct
 
 
 class Mode(str, Enum):
@@ -26,17 +27,19 @@ class Mode(str, Enum):
 
 
 def _num(value: float, unit: str) -> str:
+    """A figure in its row's unit: a time scaled to its value, a (signed) fraction as a percent."""
     if unit == "ns":
-        return f"{value / 1e3:,.2f} us" if abs(value) >= 1e4 else f"{value:,.1f} ns"
+        return duration(value)
     if unit == "fraction":
-        return f"{value:+.3f}"
+        return pct(value, 1)
     return f"{value:g} {unit}".strip()
 
 
 def _reference_cell(r: pd.Series) -> str:
+    """The reference figure; a text one that the checks table prints as the row's check says so."""
     ref = r["reference"]
     if not isinstance(ref, float):
-        return str(ref)
+        return "see checks" if ref == r["criterion"] else str(ref)
     text = _num(ref, r["unit"]) if r["unit"] in ("ns", "fraction") else f"{ref:g}"
     return f"< {text}" if str(r["metric"]).endswith(("upper_bound", "_max")) else text
 
@@ -55,18 +58,15 @@ def _cell(r: pd.Series, mode: str) -> str:
     if isinstance(err, bool):
         return f"{text}\n{_red('holds' if err else 'fails', not err)}"
     if isinstance(err, float) and err == err:
-        return f"{text}\n{_red(f'{100 * err:+.2f} %', abs(err) > TOL)}"
+        return f"{text}\n{_red(pct(err), abs(err) > TOL)}"
     return text
 
 
 def rows_table(df: pd.DataFrame, modes: list[str], title: str) -> Table:
-    """The rows at 80 columns: case, reference, each mode's figure over its error, status."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("case", no_wrap=True)
-    table.add_column("reference", min_width=10, max_width=12, overflow="fold")   # wraps, never cut
-    for m in modes:
-        table.add_column(m, min_width=8, max_width=10, overflow="fold")
-    table.add_column("status", no_wrap=True)
+    """The rows: case, reference (a text figure wraps between words), each mode's figure over its error, and
+    status; print it through ``fit`` (``wrap=("reference",)``): a number or a status is never cut."""
+    table = narrow_table(title, "case", "reference", *modes, "status")
+    table.columns[1].justify = table.columns[-1].justify = "left"
     for _, r in df.iterrows():
         status = {"ok": "[green]ok[/]", "off": "[red]off[/]"}.get(r["status"], r["status"])
         table.add_row(r["case"], _reference_cell(r), *[_cell(r, m) for m in modes], status)
@@ -75,8 +75,8 @@ def rows_table(df: pd.DataFrame, modes: list[str], title: str) -> Table:
 
 def checks_table(df: pd.DataFrame, modes: list[str]) -> Table:
     """What the rows without a +-3 % error check, and the text figures the main table leaves out."""
-    table = Table("case", "check, and what was measured", title="checks", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.columns[0].no_wrap = True
+    table = narrow_table("checks", "case", "check, and what was measured")
+    table.columns[1].justify = "left"
     for _, r in df.iterrows():
         if isinstance(r[f"{modes[0]}_err"], float) and not r["status"] == "retired":
             continue
@@ -90,19 +90,20 @@ def checks_table(df: pd.DataFrame, modes: list[str]) -> Table:
     return table
 
 
+FIT_WRAP = (("parameter",), ("row",), ("parameter", "row"))    # the columns of fit_tables that may wrap (names)
+
+
 def fit_tables(res: FitResult) -> list[Table]:
     """Fitted values, residuals before and after, sensitivities (d err / d relative change of the key)."""
-    values = Table("parameter", "start", "fitted", "bounds", title="fit (fast path, least squares)",
-                   box=box.SIMPLE_HEAD, pad_edge=False)
+    values = narrow_table("fit (fast path, least squares)", "parameter", "start", "fitted", "bounds")
     for p in res.params:
         fitted = f"{res.values[p.key]:.6g}" if p.key in res.fitted else "not fitted: no sensitivity"
         values.add_row(p.key, f"{p.start:g}", fitted, f"{p.lo:g}..{p.hi:g}")
-    resid = Table("row", "reference", "error before", "error after", title="residuals (relative error)",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
+    resid = narrow_table("residuals (relative error)", "row", "reference", "error before", "error after")
     for c in res.cases:
-        resid.add_row(c, f"{res.reference[c]:g} ns", f"{100 * res.before[c]:+.2f} %", f"{100 * res.after[c]:+.2f} %")
-    sens = Table("parameter", "row", "d err / d(dp/p)", title="sensitivity at the solution",
-                 box=box.SIMPLE_HEAD, pad_edge=False)
+        resid.add_row(c, duration(res.reference[c]), pct(res.before[c]), pct(res.after[c]))
+    sens = narrow_table("sensitivity at the solution", "parameter", "row", "d err / d(dp/p)")
+    sens.columns[1].justify = "left"
     for p in res.params:
         per_row = res.sensitivity[p.key]
         if per_row is None or not any(per_row.values()):
@@ -193,14 +194,14 @@ def calibrate(
                           "fit": fit_json(res) if res else None}, indent=2))
     if res is not None and fmt is not OutputFormat.json:
         out = console if fmt is OutputFormat.table else err_console
-        for table in fit_tables(res):
-            out.print(table)
+        for table, wrap in zip(fit_tables(res), FIT_WRAP):
+            out.print(fit_table(out, table, wrap=wrap))
         for note in fit_notes(res):
             out.print(note, highlight=False)
     if fmt is OutputFormat.table:
         title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
-        console.print(rows_table(df, modes, title))
-        console.print(checks_table(df, modes))
+        console.print(fit_table(console, rows_table(df, modes, title), wrap=("reference",)))
+        console.print(fit_table(console, checks_table(df, modes), wrap=("case", "check, and what was measured")))
     if not all_ok(df):
         off = df.loc[df["status"] == "off", "case"]
         err_console.print(f"[red]{len(off)} reference row(s) off[/]: " + ", ".join(off))

@@ -10,20 +10,19 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich import box
-from rich.table import Table
 
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors)
 from kbfast.config.units import format_size
-from kbfast.report.formats import num, pct
+from kbfast.report.explain import fit, narrow_table
+from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, with_unit
 from kbfast.errors import KbfastError
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.trace import write_trace
-from kbfast.probe import ProbesStopped, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
+from kbfast.probe import ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
@@ -36,63 +35,85 @@ class FastMethod(str, Enum):
 
 # The fast path's method per row (kbfast.hybrid), short enough for the table.
 METHOD_SHORT = {"closed form": "closed", "exact replay": "replay", "fluid": "fluid"}
+# The breakdown categories (kbfast.metrics.BREAKDOWN) by their short headers, and what each holds.
+BREAKDOWN_SHORT = {"pe_setup": "setup", "noc_mesh": "mesh", "ucie": "ucie", "fabric": "fabric",
+                   "wire_transfer": "wire", "hbm_ctrl": "hbm", "contention": "rest"}
+BREAKDOWN_LEGEND = ("setup: channel wait; mesh: cube NoC; ucie: UCIe; fabric: IO chiplet, PCIe, switch, "
+                    "store-and-forward; wire: the last segment's stream; hbm: controller and PC commit; rest: what "
+                    "is left (queueing; a few ns below 0 when alone) - docs/probes.md section 3")
 
 
-def _short_ns(x: float) -> str:
-    """A bound in the compare table: ``516``, ``78.9k``, ``17.9M`` (full values in csv/json)."""
-    return f"{x:.0f}" if x < 1e4 else f"{x / 1e3:.1f}k" if x < 1e6 else f"{x / 1e6:.1f}M"
-
-
-def _table(title: str, *columns: str) -> Table:
-    """A probe table at 80 columns: one space between columns, numbers right-aligned and whole, a case name
-    never cut (the longest is 27 characters)."""
-    t = Table(*columns, title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
-    t.columns[0].no_wrap = True
-    for col in t.columns[1:]:
-        col.no_wrap, col.justify = True, "right"
-    return t
+def _unit(df: pd.DataFrame, columns: list[str]) -> str | None:
+    """One time unit for these columns of ``df`` (:func:`~kbfast.report.formats.column_unit`)."""
+    return column_unit(df[[c for c in columns if c in df]].to_numpy(dtype=float))
 
 
 def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
-    """The probe table (or, with --compare, fast vs exact), then the busiest link of each case that has
-    more than one issuer or lost time to contention.  One probe size goes in the title, several in a
-    column."""
+    """The probe table (or, with --compare, fast vs exact); the fast path's bounds and method per row; the
+    latency breakdown of the single-issuer cases; then the busiest link of each case that has more than one
+    issuer or lost time to contention.  One probe size goes in the titles, several in a column.  Times take
+    one unit per column (or per table), named in the header; every table fits the terminal (``fit``)."""
     mode = "exact replay" if exact else ("fast path vs exact" if compare else "fast path")
     sizes = df["nbytes"].unique()
     one = len(sizes) == 1
-    title = f"probe ({mode}" + (f", {format_size(int(sizes[0]))} per issuer)" if one else ")")
+    per = f", {format_size(int(sizes[0]))} per issuer" if one else ""
     size_col = () if one else ("size",)
     size_of = (lambda r: ()) if one else (lambda r: (format_size(r["nbytes"]),))  # noqa: E731
     if compare and not exact:   # the fast/exact comparison only; latency and utilisation are in the plain view
-        table = _table(title, "case", *size_col, "n", "fast ns", "exact ns", "error", "lo..hi ns", "method")
+        unit = _unit(df, ["makespan_ns", "exact_makespan_ns"])
+        table = narrow_table(f"probe ({mode}{per})", "case", *size_col, "n", with_unit("fast", unit, "\n"),
+                             with_unit("exact", unit, "\n"), "error")
         for _, r in df.iterrows():
-            has_bounds = "makespan_lo_ns" in r and r["makespan_lo_ns"] == r["makespan_lo_ns"]
-            table.add_row(r["case"], *size_of(r), str(r["n_issuers"]), num(r["makespan_ns"]),
-                          num(r["exact_makespan_ns"]), pct(r["rel_error"]),
-                          f"{_short_ns(r['makespan_lo_ns'])}..{_short_ns(r['makespan_hi_ns'])}" if has_bounds else "-",
-                          METHOD_SHORT.get(r.get("method"), "-"))
+            table.add_row(r["case"], *size_of(r), count(r["n_issuers"]), in_unit(r["makespan_ns"], unit),
+                          in_unit(r["exact_makespan_ns"], unit), pct(r["rel_error"]))
+        console.print(fit(console, table))
     else:
-        table = _table(title, "case", *size_col, "n", "latency\nns", "makespan\nns", "eff\nGB/s", "util\nsingle",
-                       "util\naggr")
+        lat, span = _unit(df, ["latency_ns"]), _unit(df, ["makespan_ns"])
+        table = narrow_table(f"probe ({mode}{per})", "case", *size_col, "n", with_unit("latency", lat, "\n"),
+                             with_unit("makespan", span, "\n"), "eff\nGB/s", "util\nsingle", "util\naggr")
         for _, r in df.iterrows():
-            single = f"{100 * r['util_single']:.1f} %" if r["n_issuers"] == 1 else "-"
-            table.add_row(r["case"], *size_of(r), str(r["n_issuers"]), num(r["latency_ns"]), num(r["makespan_ns"]),
-                          num(r["effective_bw_gbps"]), single, f"{100 * r['util_aggregate']:.1f} %")
-    console.print(table)
+            single = percent(r["util_single"]) if r["n_issuers"] == 1 else "-"
+            table.add_row(r["case"], *size_of(r), count(r["n_issuers"]), in_unit(r["latency_ns"], lat),
+                          in_unit(r["makespan_ns"], span), num(r["effective_bw_gbps"]), single,
+                          percent(r["util_aggregate"]))
+        console.print(fit(console, table, drop=("util single", "eff GB/s")))
+    if "makespan_lo_ns" in df and df["makespan_lo_ns"].notna().any():
+        bounds = ["latency_lo_ns", "latency_hi_ns", "makespan_lo_ns", "makespan_hi_ns"]
+        unit = _unit(df, bounds)
+        table = narrow_table(with_unit("fast path bounds", unit and f"({unit})") + f" and method{per}", "case",
+                             *size_col, "latency\nlo", "latency\nhi", "makespan\nlo", "makespan\nhi", "method",
+                             caption="method: closed = closed form, replay = exact replay, fluid = fluid estimate "
+                                     "(docs/fast_path.md)")
+        for _, r in df[df["makespan_lo_ns"].notna()].iterrows():
+            table.add_row(r["case"], *size_of(r), *(in_unit(r[c], unit) for c in bounds),
+                          METHOD_SHORT.get(r.get("method"), "-"))
+        console.print(fit(console, table, drop=[("latency lo", "latency hi")]))
+    parts = [c for c in (breakdown_column(k) for k in BREAKDOWN_SHORT) if c in df]
+    rows = df[df[parts].notna().any(axis=1)] if parts else df.iloc[:0]
+    for nbytes, part in rows.groupby("nbytes", sort=False):     # one table per size: each fits 80 columns
+        unit = _unit(part, parts)
+        table = narrow_table(with_unit("latency breakdown", unit and f"({unit})")
+                             + f", single-issuer cases, {format_size(int(nbytes))} per issuer",
+                             "case", *(BREAKDOWN_SHORT[c[3:-3]] for c in parts))
+        for _, r in part.iterrows():
+            table.add_row(r["case"], *(in_unit(r[c], unit) for c in parts))
+        console.print(fit(console, table))
+    if len(rows):
+        console.print(BREAKDOWN_LEGEND, highlight=False)
     shown = df[(df["n_issuers"] > 1) & df["bottleneck_resource"].notna()]
     if len(shown):
         has_cont = "contention_ns" in shown
-        table = _table("busiest link per multi-issuer case (busy: share of the makespan)",
-                       "case", *size_col, "busiest link", "flows", "busy", *(("lost ns",) if has_cont else ()))
+        unit = _unit(shown, ["contention_ns"])
+        table = narrow_table("busiest link per multi-issuer case (busy: share of the makespan)", "case", *size_col,
+                             "busiest link", "flows", "busy", *((with_unit("lost", unit),) if has_cont else ()))
         table.columns[len(size_col) + 1].justify = "left"
-        table.columns[len(size_col) + 1].no_wrap = False
         for _, r in shown.iterrows():
-            table.add_row(r["case"], *size_of(r), r["bottleneck_resource"], f"{int(r['bottleneck_flows'])}",
-                          f"{100 * r['bottleneck_utilization']:.1f} %",
-                          *((num(r["contention_ns"]),) if has_cont else ()))
-        console.print(table)
+            table.add_row(r["case"], *size_of(r), r["bottleneck_resource"], count(r["bottleneck_flows"]),
+                          percent(r["bottleneck_utilization"]),
+                          *((in_unit(r["contention_ns"], unit),) if has_cont else ()))
+        console.print(fit(console, table, wrap=("busiest link",)))
         if has_cont:
-            console.print("lost ns: the fast makespan minus its contention-free lower bound "
+            console.print("lost: the fast makespan minus its contention-free lower bound "
                           "(docs/bottlenecks.md)", highlight=False)
 
 

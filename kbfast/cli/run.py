@@ -9,9 +9,7 @@ from typing import Annotated
 
 import pandas as pd
 import typer
-from rich import box
 from rich.markup import escape
-from rich.table import Table
 
 from kbfast.bottleneck import bottleneck, critical_fields, critical_path, top_resources
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
@@ -22,8 +20,8 @@ from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
-from kbfast.report.explain import print_critical_path, print_resources
-from kbfast.report.formats import clean, count, num, pct, to_json
+from kbfast.report.explain import fit, narrow_table, print_critical_path, print_resources
+from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.results import contended, contention_ns, rel_error
 from kbfast.sim.result import Result
@@ -106,19 +104,6 @@ def evaluate(c: Collective, t, exact: bool, compare: bool, trace: Path | None, b
     return row, res
 
 
-def _value(key: str, v) -> str:
-    """A run table's cell: counts whole, relative errors in percent, times and bandwidths with separators."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    if key == "rel_error":
-        return pct(v)
-    if isinstance(v, int) or key in ("nbytes", "n_ranks", "n_ops", "n_slots", "bottleneck_flows"):
-        return count(v)
-    if key.endswith("_utilization"):
-        return f"{100 * v:.1f} %"
-    return num(v, 3 if key.endswith("_s") else 1)
-
-
 def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
     """JSON, CSV or tables: inputs and metrics, then (with ``res``) the busiest resources and the critical
     path."""
@@ -129,12 +114,10 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
     else:
         shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_"))} \
             if res is not None else row
-        table = Table("metric", "value", title=f"{row['workload']} ({row['mode']})", box=box.SIMPLE_HEAD,
-                      show_edge=False, pad_edge=False)
-        table.columns[1].justify = "right"
-        for k, v in shown.items():
-            table.add_row(escape(k), _value(k, v))   # "[tile load]" is no markup
-        console.print(table)
+        table = narrow_table(f"{row['workload']} ({row['mode']})", "metric", "value")
+        for label, text in figures(shown):
+            table.add_row(escape(label), text)   # "[tile load]" is no markup
+        console.print(fit(console, table))
         if res is not None:
             span = row["latency_ns"]
             print_resources(console, top_resources(res.program, span, res.pcs), "latency")

@@ -21,6 +21,8 @@ from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.loader import load_raw
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
+from kbfast.report.explain import fit, narrow_table
+from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
 from kbfast.topology.routing import ROUTE_KINDS, Router
@@ -46,11 +48,9 @@ def _fmt_bw(values: list[float | None]) -> str:
 def list_presets() -> None:
     """List the topology presets shipped with kbfast, with their descriptions."""
     table = Table("preset", "description", box=box.SIMPLE_HEAD, show_edge=False)
-    table.columns[0].no_wrap = True
-    table.columns[1].overflow = "fold"
     for name in preset_names():
         table.add_row(name, preset_description(name))
-    console.print(table)
+    console.print(fit(console, table, wrap=("description",)))
     console.print("kbfast topo show NAME summarizes one; kbfast topo export NAME writes its YAML to copy from",
                   highlight=False)
 
@@ -126,12 +126,12 @@ def show(
     edges = Table("edge kind", "count", "bw GB/s", title="Directed edges")
     for kind, count in summary["edges_by_kind"].items():
         edges.add_row(kind, f"{count:,}", _fmt_bw(summary["edge_bw_gbs_by_kind"][kind]))
-    console.print(nodes)
-    console.print(edges)
+    console.print(fit(console, nodes))
+    console.print(fit(console, edges, wrap=("bw GB/s",)))
     unc = Table("key", "value", title="Uncalibrated parameters (chosen defaults, see docs/calibration.md)")
     for key, value in summary["uncalibrated"].items():
         unc.add_row(key, str(value))
-    console.print(unc)
+    console.print(fit(console, unc, wrap=("value",)))
     if plot is not None:
         console.print(f"floor plan written to {plot}", soft_wrap=True)
 
@@ -163,17 +163,15 @@ def route(
         return
     # one row per node (a hop's end is the next hop's start): the edge to the next node, its bandwidth, length
     table = Table("#", "node", "edge to the next node", "bw GB/s", "mm", title=f"{kind} route {src} -> {dst}")
-    for col in table.columns:
-        col.overflow = "fold"          # a node name wraps, never cut
     for i, hop in enumerate(info["hops"]):
         table.add_row(str(i), hop["src"], hop["kind"], "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}",
                       f"{hop['mm']:g}")
     if info["hops"]:
         table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], "", "", "")
-    console.print(table)
+    console.print(fit(console, table, wrap=("node",)))      # a node name wraps, never cut
     bn = info["bottleneck_bw_gbs"]
-    console.print(f"{info['n_edges']} edges, transit overhead {info['transit_overhead_ns']:g} ns, "
-                  f"{info['total_mm']:g} mm ({info['propagation_ns']:g} ns propagation), "
+    console.print(f"{info['n_edges']} edges, transit overhead {duration(info['transit_overhead_ns'])}, "
+                  f"{info['total_mm']:g} mm ({duration(info['propagation_ns'])} propagation), "
                   f"bottleneck {'-' if bn is None else f'{bn:g}'} GB/s"
                   + (f", store-and-forward at {', '.join(info['store_and_forward'])}"
                      if info["store_and_forward"] else ""))
@@ -210,10 +208,6 @@ def compare_routing_cmd(
         _print_comparison(df)
 
 
-def _pct(x: float) -> str:
-    return "-" if x != x else f"{100 * x:+.1f}%"
-
-
 def _pack(items: list[str], first: str, indent: str, width: int, sep: str = ",") -> list[str]:
     """Lines of at most ``width`` characters: ``first`` then the items, ``sep``-separated, packed greedily;
     continuation lines start with ``indent``.  An item is never split across lines (one longer than the
@@ -243,22 +237,21 @@ def _print_comparison(df: pd.DataFrame) -> None:
         n = int(first["n_issuers"])
         console.print(Text(f"{name}  ({first['group']}, {n} flow{'' if n == 1 else 's'})", style="bold"),
                       overflow="fold")
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False)
-        table.add_column("size", no_wrap=True)
-        table.add_column("policy", no_wrap=True)
-        for col in ("exact ns", f"vs {REFERENCE_POLICY}", "fast ns", "fast err", "fluid err"):
-            table.add_column(col, justify="right", no_wrap=True)
+        unit = column_unit(sub[["exact_makespan_ns", "fast_makespan_ns"]].to_numpy(dtype=float))
+        table = narrow_table(None, "size", "policy", with_unit("exact", unit), f"vs {REFERENCE_POLICY}",
+                             with_unit("fast", unit), "fast err", "fluid err")
+        table.columns[1].justify = "left"
         for nbytes, rows in sub.groupby("nbytes", sort=False):
             for k, (_, r) in enumerate(rows.iterrows()):
                 errs = []
                 for err in (r["fast_rel_error"], r["fluid_rel_error"]):
                     off = abs(err) > 0.05
                     flagged |= off
-                    errs.append(Text(_pct(err) + ("!" if off else " "), style="yellow" if off else ""))
-                table.add_row(format_size(nbytes) if k == 0 else "", r["policy"], f"{r['exact_makespan_ns']:,.1f}",
-                              "ref" if r["policy"] == REFERENCE_POLICY else _pct(r["exact_vs_kernbench"]),
-                              f"{r['fast_makespan_ns']:,.1f}", *errs)
-        console.print(table)
+                    errs.append(Text(pct(err, 1) + ("!" if off else " "), style="yellow" if off else ""))
+                table.add_row(format_size(nbytes) if k == 0 else "", r["policy"], in_unit(r["exact_makespan_ns"], unit),
+                              "ref" if r["policy"] == REFERENCE_POLICY else pct(r["exact_vs_kernbench"], 1),
+                              in_unit(r["fast_makespan_ns"], unit), *errs)
+        console.print(fit(console, table))
         for _, r in sub.drop_duplicates("policy").iterrows():
             head = f"  {r['policy']:<10}"
             indent = " " * len(head)
@@ -284,9 +277,9 @@ def _print_comparison(df: pd.DataFrame) -> None:
             for line in lines:
                 console.print(Text(line), overflow="fold")
         console.print()
-    notes = ["exact ns: makespan of the exact replay",
+    notes = ["exact: makespan of the exact replay",
              f"vs {REFERENCE_POLICY}: change of the exact makespan against the {REFERENCE_POLICY} routes",
-             "fast ns, fast err: kbfast probe's fast evaluator, (fast - exact) / exact",
+             "fast, fast err: kbfast probe's fast evaluator, (fast - exact) / exact",
              "fluid err: the same for the fast path's fluid estimate (never replayed)"]
     for note in notes + (["!: more than 5 % off the exact replay"] if flagged else []):
         console.print(note, highlight=False)

@@ -5,7 +5,10 @@
 * A count is a whole number with thousands separators (``3``, ``15,360``), never ``3.000``.
 * A time is scaled to its value: ns, µs, ms or s (:func:`duration`, ``20.05 ms``, never ``20,054,080.0 ns``
   or ``0.004 ms``).  A column of times takes one unit for all its rows, named in its header
-  (:func:`time_unit`, :func:`in_unit`), so the rows stay comparable.  Always ``µs``, never ``us``.
+  (:func:`column_unit`, :func:`in_unit`), so the rows stay comparable, unless the column spans too many
+  orders of magnitude for one unit; then each cell carries its own.  Always ``µs``, never ``us``.
+* A metric / value table reads each figure's unit from its name (:func:`figure`: ``latency_ns`` prints as
+  ``latency  20.05 ms``, ``mac_util`` as ``84.2 %``).
 * A fraction of a whole (a utilisation, a share) prints as a percent: ``91.9 %`` (:func:`percent`).
 * A bandwidth keeps its unit in the column header and prints with separators and a fixed number of
   decimals (``1,394.4``).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -64,14 +68,45 @@ def time_unit(ns: Any) -> tuple[str, float]:
     return unit
 
 
-def in_unit(ns: float | None, unit: str, digits: int | None = None) -> str:
-    """A time in ``unit`` for a column whose header names the unit: ``29.142``; ``-`` when unknown.
+COLUMN_TOP = 1e5         # a column's largest value stays below this in its unit (``99,999.9`` at most)
+
+
+def column_unit(ns: Any) -> str | None:
+    """The unit of a column of times, for its header: :func:`time_unit`'s, or a smaller one when a non-zero
+    value would show fewer than two significant digits in it (``0.008`` µs: ns then), as long as the
+    largest value stays below ``COLUMN_TOP`` in it.  None when no unit shows every value: each cell then
+    carries its own (``in_unit(ns, None)``)."""
+    x = np.abs(np.asarray(ns, dtype=float).ravel())
+    x = x[np.isfinite(x) & (x > 0)]
+    unit = time_unit(x)
+    if not x.size:
+        return unit[0]
+    top, low = float(x.max()), float(x.min())
+    for name, scale in reversed(TIME_UNITS[:TIME_UNITS.index(unit) + 1]):
+        if top / scale >= COLUMN_TOP:
+            break
+        if low / scale >= (0.1 if name == "ns" else 0.01):
+            return name
+    return None
+
+
+def in_unit(ns: float | None, unit: str | None, digits: int | None = None) -> str:
+    """A time in ``unit`` for a column whose header names the unit: ``29.142``; ``-`` when unknown; with
+    ``unit`` None (:func:`column_unit` found none), the time with its own unit (:func:`duration`).
     Decimals: ``digits``, else 1 for ns and 3 for the larger units."""
     if ns is None or not math.isfinite(ns):
         return "-"
+    if unit is None:
+        return duration(ns)
     scale = dict(TIME_UNITS)[unit]
     d = digits if digits is not None else (1 if unit == "ns" else 3)
     return f"{ns / scale:,.{d}f}"
+
+
+def with_unit(name: str, unit: str | None, sep: str = " ") -> str:
+    """A column header naming its unit (``busy µs``, or ``latency\\nµs`` with ``sep="\\n"``); the name alone
+    when ``unit`` is None (the cells carry their units)."""
+    return f"{name}{sep}{unit}" if unit else name
 
 
 def duration(ns: float | None) -> str:
@@ -93,6 +128,45 @@ def percent(frac: float | None, digits: int = 1) -> str:
     if frac is None or not math.isfinite(frac):
         return "-"
     return f"{100 * frac:.{digits}f} %"
+
+
+# A figure's unit, read from its name (the JSON / CSV key): a time ends in ``_ns`` (``phase_end_ns[P1]``), a wall
+# time in ``_s``, but never ``_per_ns`` / ``_per_s`` (a rate); a fraction of a whole is a utilisation or a busy share.
+TIME_KEY = re.compile(r"(?<!_per)_ns(?=$|\[)")
+WALL_KEY = re.compile(r"(?<!_per)_s$")
+FRACTION_KEY = re.compile(r"(^|_)util(_|$)|utilization|^busy\[")
+
+
+def figure(key: str, value: Any) -> tuple[str, str]:
+    """A named figure for a metric / value table, as (label, text), its unit read from the name: a time as
+    :func:`duration` (the label loses ``_ns`` / ``_s``: ``latency_ns`` -> ``latency``), a fraction of a
+    whole as :func:`percent`, ``rel_error`` as :func:`pct`, a whole number or ``n_*`` / ``nbytes`` /
+    ``*_flows`` as :func:`count`, any other number as :func:`num`, anything else as text."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return key, str(value)
+    if key == "rel_error":
+        return key, pct(value)
+    if FRACTION_KEY.search(key):
+        return key, percent(value)
+    if TIME_KEY.search(key):
+        return TIME_KEY.sub("", key, count=1), duration(value)
+    if WALL_KEY.search(key):
+        return WALL_KEY.sub("", key), duration(value * 1e9)
+    if isinstance(value, int) or key.startswith("n_") or key == "nbytes" or key.endswith("_flows"):
+        return key, count(value) if math.isfinite(value) else "-"
+    return key, num(value)
+
+
+def figures(row: dict[str, Any]) -> list[tuple[str, str]]:
+    """:func:`figure` of every item of ``row``; a label that would equal another key keeps its full name
+    (``contention_ns`` stays so beside ``contention``)."""
+    out = []
+    for key, value in row.items():
+        label, text = figure(key, value)
+        out.append((key if label != key and label in row else label, text))
+    return out
 
 
 def clean(x: Any) -> Any:

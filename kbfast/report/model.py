@@ -18,10 +18,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
 from kbfast.evaluate_model import CATEGORIES, StepResult  # noqa: E402
+from kbfast.report.explain import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.report.formats import column_unit, count, duration, in_unit, num, pct, percent, with_unit  # noqa: E402
 from kbfast.results import rel_error  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
 from kbfast.workloads.commands import COUNTED  # noqa: E402
@@ -73,12 +74,9 @@ def model_report(step: StepResult, t: Tables) -> dict:
     return out
 
 
-def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.2f}"
-
-
 def print_model_report(rep: dict, console: Console) -> None:
-    """The report as three or four narrow tables."""
+    """The report as narrow tables (each fits the terminal: :func:`~kbfast.report.explain.fit`), times scaled
+    to their values: one unit per column, named in its header."""
     inp = rep["inputs"]
     what = ", ".join(f"{k} {inp[k]}" for k in ("phase", "batch", "seq", "kv_len", "layers") if k in inp)
     layout = f", layout {inp['layout']}" if inp["kind"] != "attention_panels" else ""
@@ -87,48 +85,51 @@ def print_model_report(rep: dict, console: Console) -> None:
                   f"{' and '.join(inp['modes'])} modes (the step from {inp['mode']})")
                   + (f"\n{what}" if what else ""), highlight=False)
     modes = [k[:-len("_latency_ns")] for k in rep["pieces"][0] if k.endswith("_latency_ns")]
-    table = Table("piece", "runs", *(f"{mode} (us)" for mode in modes),
-                  *(("error",) if len(modes) == 2 else ()), "wall (s)", title="pieces (latency of one run)",
-                  caption="fast: " + ", ".join(sorted({row["fast_method"] for row in rep["pieces"]}))
-                  + " (docs/models.md)" if "fast" in modes else None)
+    unit = column_unit([row[f"{mode}_latency_ns"] for row in rep["pieces"] for mode in modes])
+    table = narrow_table("pieces (latency of one run)", "piece", "runs", *(with_unit(mode, unit) for mode in modes),
+                         *(("error",) if len(modes) == 2 else ()), "wall",
+                         caption="fast: " + ", ".join(sorted({row["fast_method"] for row in rep["pieces"]}))
+                         + " (docs/models.md)" if "fast" in modes else None)
     for row in rep["pieces"]:
-        table.add_row(row["piece"], str(row["repeat"]), *(_us(row[f"{mode}_latency_ns"]) for mode in modes),
-                      *((f"{100 * row['rel_error']:+.2f} %",) if len(modes) == 2 else ()),
-                      " / ".join(f"{row[f'{mode}_wall_s']:.2f}" for mode in modes))
-    console.print(table)
+        table.add_row(row["piece"], count(row["repeat"]), *(in_unit(row[f"{mode}_latency_ns"], unit) for mode in modes),
+                      *((pct(row["rel_error"]),) if len(modes) == 2 else ()),
+                      " / ".join(duration(row[f"{mode}_wall_s"] * 1e9) for mode in modes))
+    console.print(fit(console, table, wrap=("piece",)))
     if "step" in rep:
         st = rep["step"]
-        tot = Table("step", "value", title="the step")
-        tot.add_row("latency", f"{st['latency_ns'] / 1e6:,.3f} ms")
+        tot = narrow_table("the step", "step", "value")
+        tot.add_row("latency", duration(st["latency_ns"]))
         if "exact_latency_ns" in st:
-            tot.add_row("exact latency", f"{st['exact_latency_ns'] / 1e6:,.3f} ms ({100 * st['rel_error']:+.2f} %)")
+            tot.add_row("exact latency", f"{duration(st['exact_latency_ns'])} ({pct(st['rel_error'])})")
         if "tokens_per_s" in st:
-            tot.add_row("tokens/s", f"{st['tokens_per_s']:,.1f}")
+            tot.add_row("tokens/s", num(st["tokens_per_s"]))
         if "time_to_first_token_ns" in st:
-            tot.add_row("time to first token", f"{st['time_to_first_token_ns'] / 1e6:,.3f} ms")
-        tot.add_row("MAC utilisation", f"{100 * st['mac_util']:.2f} %")
+            tot.add_row("time to first token", duration(st["time_to_first_token_ns"]))
+        tot.add_row("MAC utilisation", percent(st["mac_util"], 2))
         tot.add_row("useful MACs", f"{st['macs']:.3e}")
-        console.print(tot)
+        console.print(fit(console, tot))
         cp = rep["critical_path_ns"]
         whole = sum(cp.values()) or 1.0
-        crit = Table("category", "ms", "share", title="critical path (last PE to finish)")
+        unit = column_unit(list(cp.values()))
+        crit = narrow_table("critical path (last PE to finish)", "category", with_unit("time", unit), "share")
         for k in CATEGORIES:
-            crit.add_row(CATEGORY_NAMES[k], f"{cp[k] / 1e6:,.3f}", f"{100 * cp[k] / whole:.1f} %")
-        console.print(crit)
+            crit.add_row(CATEGORY_NAMES[k], in_unit(cp[k], unit), percent(cp[k] / whole))
+        console.print(fit(console, crit, wrap=("category",)))
     ends = rep["stage_end_ns"].get("layer") or rep["stage_end_ns"].get("mlp")
     if ends:
-        stages = Table("stage", "ends at (us)", "takes (us)", title="one layer, stage by stage (from launch)")
+        unit = column_unit([*ends.values(), *np.diff([0.0, *ends.values()])])
+        stages = narrow_table("one layer, stage by stage (from launch)", "stage", with_unit("ends at", unit),
+                              with_unit("takes", unit))
         before = 0.0
         for name, end in ends.items():
-            stages.add_row(name, _us(end), _us(end - before))
+            stages.add_row(name, in_unit(end, unit), in_unit(end - before, unit))
             before = end
-        console.print(stages)
-    counts = Table("piece", *(SHORT.get(k, k) for k in COUNTED), title="op counts per run (commands, all PEs)",
-                   caption="send / recv: IPCQ; read / write: DMA commands (a GEMM's tile DMAs are its own)")
-    counts.columns[0].no_wrap = True
+        console.print(fit(console, stages, wrap=("stage",)))
+    counts = narrow_table("op counts per run (commands, all PEs)", "piece", *(SHORT.get(k, k) for k in COUNTED),
+                          caption="send / recv: IPCQ; read / write: DMA commands (a GEMM's tile DMAs are its own)")
     for row in rep["pieces"]:
-        counts.add_row(row["piece"], *(f"{row[f'count[{k}]']:,}" for k in COUNTED))
-    console.print(counts)
+        counts.add_row(row["piece"], *(count(row[f"count[{k}]"]) for k in COUNTED))
+    console.print(fit(console, counts))
 
 
 # -- sweeps ------------------------------------------------------------------------------------------------

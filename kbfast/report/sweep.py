@@ -138,8 +138,9 @@ def check_text(chk: dict[str, float]) -> dict[str, str]:
 
 
 def latency_unit(ns: pd.Series) -> tuple[str, float]:
-    """(unit, ns per unit) for a latency table: µs, or ms when the median latency reaches 1 ms."""
-    return ("ms", 1e6) if len(ns) and ns.median() >= 1e6 else ("µs", 1e3)
+    """(unit, ns per unit) for a latency table: the one time formatter's column unit (``formats.time_unit``)."""
+    from kbfast.report.formats import time_unit
+    return time_unit(ns)
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
