@@ -345,3 +345,68 @@ def test_echoed_values_are_capped(runner, tmp_path):
     p = write(tmp_path, "t.yaml", "base: ring6\nsips: {count: '" + "9" * 5_000_000 + "', topology: ring_1d}\n")
     err = refused(invoke(runner, "topo", "show", p), f"{p}: sips.count:", "… (5,000,002 chars)")
     assert len(err) < 1000
+
+
+# ------------------------------------------------------------------ hostile YAML
+
+def alias_bomb(levels: int) -> str:
+    """A list whose anchors each repeat the one before 9 times: 9**levels values once expanded."""
+    text = "[&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"
+    for i in range(1, levels):
+        text += f", &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]"
+    return text + "]"
+
+
+def hostile(tmp_path: Path, what: str, line: str) -> tuple[Path, list]:
+    """A topology, spec or model file with ``line`` added, and the command that reads it."""
+    if what == "topology":
+        p = write(tmp_path, "t.yaml", f"base: ring6\n{line}\n")
+        return p, ["topo", "show", p]
+    if what == "spec":
+        p = write(tmp_path, "s.yaml", f"{ONE_POINT}{line}\n")
+        return p, ["sweep", p, "--out", tmp_path / "out"]
+    p = write(tmp_path, "m.yaml", f"name: m\nkind: mlp\nbatch: 4\ndims: [64, 64, 64]\n{line}\n")
+    return p, ["run", "model", p]
+
+
+@pytest.mark.parametrize("what", ["topology", "spec", "model"])
+def test_alias_bomb_is_refused_while_parsing(runner, tmp_path, what):
+    """A 9-level alias bomb (387 million values) grew without bound: refused from the parsed nodes."""
+    p, args = hostile(tmp_path, what, f"description: {alias_bomb(9)}")
+    refused(invoke(runner, *args), f"{p}: <yaml>: the file holds", "values with its aliases expanded, more than "
+            "the limit of 1,000,000", "hint:")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("what", ["topology", "model"])
+def test_small_alias_bomb_is_echoed_cut(runner, tmp_path, what):
+    """A 5-level bomb (59,049 values) was refused after formatting its 428,103-character repr."""
+    p, args = hostile(tmp_path, what, f"description: {alias_bomb(5)}")
+    err = refused(invoke(runner, *args), f"{p}: description: Input should be a valid string",
+                  "… (a list of 5 items))")
+    assert len(err) < 1000
+
+
+@pytest.mark.parametrize("what", ["topology", "spec", "model"])
+def test_deep_nesting_is_refused(runner, tmp_path, what):
+    """A list nested 100,000 deep was a RecursionError traceback."""
+    p, args = hostile(tmp_path, what, "x: " + "[" * 100_000 + "]" * 100_000)
+    line = {"topology": 2, "spec": 4, "model": 5}[what]
+    refused(invoke(runner, *args), f"{p}: line {line}: nested more than 64 levels deep")
+
+
+def test_alias_references_are_capped(runner, tmp_path):
+    p, args = hostile(tmp_path, "topology", "description: [&a x, " + ", ".join(["*a"] * 1001) + "]")
+    refused(invoke(runner, *args), f"{p}: line 2: more than 1,000 alias references (got '*a')")
+
+
+def test_alias_cycle_is_refused(runner, tmp_path):
+    p, args = hostile(tmp_path, "topology", "description: &a [*a]")
+    refused(invoke(runner, *args), f"{p}: line 2: an alias refers to a value that contains it")
+
+
+def test_huge_whole_number_is_refused(runner, tmp_path):
+    """A 5,000-digit count was a ValueError traceback (Python's digit limit for int())."""
+    p, args = hostile(tmp_path, "topology", "sips: {count: " + "9" * 5000 + ", topology: ring_1d}")
+    err = refused(invoke(runner, *args), f"{p}: sips.count: a whole number of 5,000 characters is too large")
+    assert len(err) < 1000
