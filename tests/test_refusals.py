@@ -410,3 +410,27 @@ def test_huge_whole_number_is_refused(runner, tmp_path):
     p, args = hostile(tmp_path, "topology", "sips: {count: " + "9" * 5000 + ", topology: ring_1d}")
     err = refused(invoke(runner, *args), f"{p}: sips.count: a whole number of 5,000 characters is too large")
     assert len(err) < 1000
+
+
+@pytest.mark.parametrize("sets,blamed,words", [
+    (["sips.topology=torus_2d"], "--set sips.topology=torus_2d", "sips.count: non-square sips.count"),
+    (["hbm.burst_bytes=128"], "--set hbm.burst_bytes=128", "fabric.flit_bytes: a flit may not exceed the HBM burst"),
+    (["fabric.ns_per_mm=0.5", "sip.cube_mesh.w=1"], "--set sip.cube_mesh.w=1",
+     "sip.io_chiplets.0.cube_ports.1.cube: cube is outside the 1x4 cube mesh"),
+])
+def test_set_errors_across_keys_name_the_flag(runner, sets, blamed, words):
+    """A --set that broke a rule across keys was blamed on the preset file, at the key the file gave."""
+    err = refused(invoke(runner, "topo", "show", "ring6", *[a for s in sets for a in ("--set", s)]),
+                  f"error: {blamed}: {words}")
+    assert "ring6.yaml" not in err
+
+
+@pytest.mark.parametrize("args,words", [
+    (["topo", "show", "ring6", "--set", "sips.count=3", "--set", "sips.count=4"],
+     "--set sips.count=4: sips.count: the key is given twice, as --set sips.count=3 and --set sips.count=4"),
+    (["run", "allreduce", "--set", "ipcq.n_slots=3", "--n-slots", "4"],
+     "--n-slots 4: ipcq.n_slots: the key is given twice, as --set ipcq.n_slots=3 and --n-slots 4"),
+])
+def test_repeated_set_key_is_refused(runner, args, words):
+    """A --set key given twice was taken silently, the last value winning."""
+    refused(invoke(runner, *args), words, "hint: give each key once")

@@ -277,6 +277,29 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(err.file, where, err.value, err.problem, err.hint) from None
 
 
+def parse_overrides(texts: list[str] | None, flags: dict[str, str] | None = None) -> dict[str, Any]:
+    """``--set`` texts -> {key path: value}.  A key given twice is refused, naming both (the last would silently
+    win).  ``flags`` names the option behind a key that a command appended after the user's ``--set``s
+    (``{"ipcq.n_slots": "--n-slots 4"}``), the last text with that key."""
+    texts = [t.strip() for t in texts or []]
+    parsed = [parse_override(t) for t in texts]
+    last = {key: i for i, (key, _) in enumerate(parsed)}
+
+    def name(i: int) -> str:
+        key = parsed[i][0]
+        return flags[key] if flags and key in flags and last[key] == i else f"--set {texts[i]}"
+
+    out: dict[str, Any] = {}
+    first: dict[str, int] = {}
+    for i, (key, value) in enumerate(parsed):
+        if key in first:
+            raise ConfigError(name(i), key, None, f"the key is given twice, as {name(first[key])} and {name(i)}",
+                              "give each key once (the last would silently win)")
+        first[key] = i
+        out[key] = value
+    return out
+
+
 def check_key_path(label: str, dotted: str) -> None:
     """Raise ``ConfigError`` (with did-you-mean) unless ``dotted`` names a key of the system schema."""
     parts = dotted.split(".")
@@ -560,12 +583,13 @@ def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None =
         layers.append((str(path), read_param_set(path)))
     if overrides:
         layers.append((override_label, overrides))
+    raw = data
     for source, values in layers:
         data = apply_overrides(data, values, label=source)
     try:
         return validate(label, data)
     except ConfigError as err:
-        raise blame(err, label, layers, flags) from None
+        raise blame(err, label, layers, flags, raw) from None
 
 
 def _value_text(value: Any) -> str:
@@ -574,19 +598,42 @@ def _value_text(value: Any) -> str:
 
 
 def blame(err: ConfigError, label: str, layers: list[tuple[str, dict[str, Any]]],
-          flags: dict[str, str] | None = None) -> ConfigError:
+          flags: dict[str, str] | None = None, raw: dict[str, Any] | None = None) -> ConfigError:
     """``err`` (raised for file ``label``) blamed on the override that set its key, when one did: the last of
     ``layers`` ((source, {dotted key: value}), in the order applied) whose key is, holds or is inside the key
-    that failed.  ``--set sips.count=0`` is then named as ``--set sips.count=0``, not as the topology file."""
+    that failed.  ``--set sips.count=0`` is then named as ``--set sips.count=0``, not as the topology file.
+    A rule across keys can fail at a key no override set (``--set sips.topology=torus_2d`` makes the file's
+    ``sips.count: 6`` non-square): given the file's ``raw`` values, when they validate alone, the override after
+    which they stop validating is named."""
     if err.file != label:
         return err
+
+    def named(source: str, dotted: str, value: Any) -> ConfigError:
+        name = (flags or {}).get(dotted) if source == layers[-1][0] else None
+        return ConfigError(name or f"{source} {dotted}={_value_text(value)}", err.key, err.value, err.problem,
+                           err.hint)
+
     for source, values in reversed(layers):
         for dotted, value in values.items():
             if err.key == dotted or err.key.startswith(dotted + ".") or dotted.startswith(err.key + "."):
-                name = (flags or {}).get(dotted) if source == layers[-1][0] else None
-                return ConfigError(name or f"{source} {dotted}={_value_text(value)}", err.key, err.value,
-                                   err.problem, err.hint)
+                return named(source, dotted, value)
+    if raw is None or not layers or not _valid(label, raw):
+        return err
+    for source, values in layers:
+        for dotted, value in values.items():
+            raw = apply_overrides(raw, {dotted: value}, label=source)
+            if not _valid(label, raw):
+                return named(source, dotted, value)
     return err
+
+
+def _valid(label: str, data: dict[str, Any]) -> bool:
+    """Whether a raw topology validates."""
+    try:
+        validate(label, data)
+    except ConfigError:
+        return False
+    return True
 
 
 def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None,
