@@ -434,3 +434,13 @@ def test_set_errors_across_keys_name_the_flag(runner, sets, blamed, words):
 def test_repeated_set_key_is_refused(runner, args, words):
     """A --set key given twice was taken silently, the last value winning."""
     refused(invoke(runner, *args), words, "hint: give each key once")
+
+
+@pytest.mark.parametrize("command", [["probe", "--case", "SAME_CUBE_PE_LOCAL"], ["run", "pe2pe"]])
+def test_size_in_tib_is_read(runner, command):
+    """--size 2TiB was 'not understood' though the limit is written in TiB."""
+    refused(invoke(runner, *command, "--size", "2TiB"),
+            "--size: size '2TiB' is more than the limit of 1 TiB (1,099,511,627,776 bytes): a size is at most 1 TiB")
+    from kbfast.config.units import parse_size
+    assert parse_size("1TiB") == parse_size("1T") == 2**40 and parse_size("0.5TiB") == 2**39
+    assert parse_size("1TB") == 10**12
