@@ -279,3 +279,20 @@ def test_mutual_base_cycle_is_reported(tmp_path):
         load_system(tmp_path / "a.yaml")
     assert err.value.key == "base" and "circular base chain" in str(err.value)
     assert err.value.file == str(tmp_path / "b.yaml") and err.value.value == "a.yaml"
+
+
+@pytest.mark.parametrize("old,new,key,hint", [
+    ("  count: 2\n", "  cuont: 2\n", "sips.cuont", "did you mean 'count'?"),
+    ("fabric:", "fabirc:", "fabirc", "did you mean 'fabric'?"),
+])
+def test_misspelt_key_is_named_not_the_missing_one(tmp_path, old, new, key, hint):
+    """A complete file with ``sips.cuont`` was 'sips.count: required key is missing', never naming cuont."""
+    from importlib import resources
+
+    text = resources.files("kbfast.topologies").joinpath("ahbm_2sip.yaml").read_text()
+    assert old in text
+    p = write(tmp_path, "typo.yaml", text.replace(old, new))
+    with pytest.raises(ConfigError) as err:
+        load_system(p)
+    assert (err.value.file, err.value.key, err.value.hint) == (str(p), key, hint)
+    assert f"unknown key {key.split('.')[-1]!r}" in str(err.value)

@@ -351,8 +351,10 @@ def _field_type(loc: list[str], root: type[BaseModel]) -> Any:
 
 
 def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec) -> ConfigError:
-    """The first problem of ``err`` as a ConfigError naming file, key and value, with a hint."""
-    first = err.errors()[0]
+    """The first problem of ``err`` as a ConfigError naming file, key and value, with a hint.  An unknown key
+    comes first: a misspelt ``cuont`` also leaves ``count`` missing, and the misspelling is what to fix."""
+    errors = err.errors()
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(p) for p in first["loc"]]
     key = ".".join(loc)
     value = first.get("input")
@@ -376,7 +378,7 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
             hint = "'mm' is now 'balanced' (the previous default); the default is 'kernbench', the original router"
     elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):
         hint = _TYPE_HINTS.get(kind.split("_")[0], "")
-    more = len(err.errors()) - 1
+    more = len(errors) - 1
     if more:
         hint = (hint + "; " if hint else "") + f"{more} more problem(s) after this one"
     return ConfigError(label, key, value, first["msg"], hint)
