@@ -444,3 +444,4 @@ def test_size_in_tib_is_read(runner, command):
     from kbfast.config.units import parse_size
     assert parse_size("1TiB") == parse_size("1T") == 2**40 and parse_size("0.5TiB") == 2**39
     assert parse_size("1TB") == 10**12
+

@@ -79,9 +79,10 @@ def first_run(*kernels: str) -> None:
 
 def load(topology: str | None, sets: list[str] | None, flags: dict[str, str] | None = None) -> SystemSpec:
     """The system with ``--set`` overrides; ``flags`` names the option behind a key the command set for the
-    user (``{"ipcq.n_slots": "--n-slots 0"}``), so that a refusal names that option instead of ``--set``; a key
-    given twice is refused (:func:`kbfast.config.loader.parse_overrides`)."""
-    return load_system(topology or DEFAULT_TOPOLOGY, parse_overrides(sets, flags), flags)
+    user (``{"ipcq.n_slots": "--n-slots 0"}``), so that a refusal names that option instead of ``--set``; a refusal
+    names a ``--set`` as typed; a key given twice is refused (:func:`kbfast.config.loader.parse_overrides`)."""
+    overrides, names = parse_overrides(sets, flags)
+    return load_system(topology or DEFAULT_TOPOLOGY, overrides, names)
 
 
 def check_modes(exact: bool, compare: bool) -> None:

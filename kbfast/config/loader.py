@@ -277,10 +277,12 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(err.file, where, err.value, err.problem, err.hint) from None
 
 
-def parse_overrides(texts: list[str] | None, flags: dict[str, str] | None = None) -> dict[str, Any]:
-    """``--set`` texts -> {key path: value}.  A key given twice is refused, naming both (the last would silently
-    win).  ``flags`` names the option behind a key that a command appended after the user's ``--set``s
-    (``{"ipcq.n_slots": "--n-slots 4"}``), the last text with that key."""
+def parse_overrides(texts: list[str] | None,
+                    flags: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """``--set`` texts -> ({key path: value}, {key path: what set it, as typed: ``--set fabric.ns_per_mm=.inf``}).
+    A key given twice is refused, naming both (the last would silently win).  ``flags`` names the option behind
+    a key that a command appended after the user's ``--set``s (``{"ipcq.n_slots": "--n-slots 4"}``), the last
+    text with that key."""
     texts = [t.strip() for t in texts or []]
     parsed = [parse_override(t) for t in texts]
     last = {key: i for i, (key, _) in enumerate(parsed)}
@@ -297,7 +299,7 @@ def parse_overrides(texts: list[str] | None, flags: dict[str, str] | None = None
                               "give each key once (the last would silently win)")
         first[key] = i
         out[key] = value
-    return out
+    return out, {key: name(i) for key, i in first.items()}
 
 
 def check_key_path(label: str, dotted: str) -> None:
