@@ -445,3 +445,42 @@ def test_size_in_tib_is_read(runner, command):
     assert parse_size("1TiB") == parse_size("1T") == 2**40 and parse_size("0.5TiB") == 2**39
     assert parse_size("1TB") == 10**12
 
+
+# ------------------------------------------------------------------ infinity and NaN
+
+@pytest.mark.parametrize("args,key,value,words", [
+    (["run", "allreduce", "--set", "overhead_ns.router=inf"], "overhead_ns.router", "inf",
+     "Input should be a finite number"),
+    (["run", "pe2pe", "--set", "fabric.ns_per_mm=inf"], "fabric.ns_per_mm", "inf", "Input should be a finite number"),
+    (["probe", "--case", "SAME_CUBE_PE_LOCAL", "--set", "fabric.ns_per_mm=inf"], "fabric.ns_per_mm", "inf",
+     "Input should be a finite number"),
+    (["topo", "show", "ring6", "--set", "fabric.ns_per_mm=1e400"], "fabric.ns_per_mm", "1e400",
+     "Input is too large for a number (it would become infinity)"),
+    (["topo", "show", "ring6", "--set", "link.pcie.bw_gbs=1e400"], "link.pcie.bw_gbs", "1e400",
+     "Input is too large for a number (it would become infinity)"),
+    (["topo", "show", "ring6", "--set", "link.pcie.bw_gbs=.nan"], "link.pcie.bw_gbs", "nan",
+     "Input should be a number, not NaN"),
+    (["topo", "show", "ring6", "--set", "ipcq.tiers.tcm.bw_gbs=.inf"], "ipcq.tiers.tcm.bw_gbs", "inf",
+     "Input should be a finite number"),
+])
+def test_infinity_only_where_it_means_no_serialization(runner, args, key, value, words):
+    """--set overhead_ns.router=inf ended in 'unknown event kind' (run allreduce), or printed '-' latencies and
+    exited 0 (pe2pe, probe); 1e400 silently became infinity."""
+    err = refused(invoke(runner, *args), f"{args[-1]}: {key}: {words}", "inf is allowed only where it means no "
+                  "serialization (link.<class>.bw_gbs)")
+    assert f"(got {value!r})" in err or f"(got {value})" in err
+
+
+def test_overflowing_float_in_a_file(runner, tmp_path):
+    p = write(tmp_path, "t.yaml", "base: ring6\nfabric: {ns_per_mm: 1.0e+400}\n")
+    refused(invoke(runner, "topo", "show", p), f"{p}: fabric.ns_per_mm: the number is too large: it would become "
+            "infinity (got '1.0e+400')")
+    p = write(tmp_path, "t.yaml", "base: ring6\nfabric: {ns_per_mm: 1e400}\n")   # YAML reads this one as text
+    refused(invoke(runner, "topo", "show", p), f"{p}: fabric.ns_per_mm: Input is too large for a number")
+
+
+def test_infinite_link_bandwidth_is_no_serialization(runner):
+    """inf stays allowed where it means no serialization: a link bandwidth (link.pcie.bw_gbs: .inf by default)."""
+    from kbfast.config import load_system
+    spec = load_system("ring6", {"link.ucie_conn.bw_gbs": "inf"})
+    assert spec.link.ucie_conn.bw_gbs == float("inf") and spec.link.pcie.bw_gbs == float("inf")

@@ -374,6 +374,8 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
         hint = f"a count must be a whole number from 1 to {MAX_COUNT:,}"
     elif kind in ("greater_than", "greater_than_equal"):
         hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
+    elif kind == "finite_number":
+        hint = "write a finite number; inf is allowed only where it means no serialization (link.<class>.bw_gbs)"
     elif kind == "literal_error":
         hint = first["msg"].replace("Input should be", "use")
         if key == "routing.policy" and value == "mm":
