@@ -220,7 +220,7 @@ def test_gemm_bad_input_names_the_value(runner) -> None:
     res = run(runner, "gemm", "--staging", "load_both")
     assert res.exit_code == 2 and "staging 'load_both' is not one of ref_ref, load_ref, load_load" in res.output
     res = run(runner, "gemm", "--pe", "sip0.cube0.pe99")
-    assert res.exit_code == 2 and "unknown node 'sip0.cube0.pe99.pe_dma'" in res.output
+    assert res.exit_code == 2 and "--pe 'sip0.cube0.pe99' is not a PE of this system" in res.output
     res = run(runner, "gemm", "--k", "3x")
     assert res.exit_code == 2 and "--k '3x' is not a positive integer" in res.output
 
