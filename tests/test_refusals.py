@@ -484,3 +484,9 @@ def test_infinite_link_bandwidth_is_no_serialization(runner):
     from kbfast.config import load_system
     spec = load_system("ring6", {"link.ucie_conn.bw_gbs": "inf"})
     assert spec.link.ucie_conn.bw_gbs == float("inf") and spec.link.pcie.bw_gbs == float("inf")
+
+
+def test_unknown_set_key_names_the_set(runner):
+    """An unknown --set key was reported as '--set: sips.cuont: ...', without the --set the user typed."""
+    refused(invoke(runner, "topo", "show", "ring6", "--set", "sips.cuont=4"),
+            "error: --set sips.cuont=4: sips.cuont: unknown key 'cuont' hint: did you mean 'count'?")

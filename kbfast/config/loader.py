@@ -591,7 +591,12 @@ def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None =
         layers.append((override_label, overrides))
     raw = data
     for source, values in layers:
-        data = apply_overrides(data, values, label=source)
+        try:
+            data = apply_overrides(data, values, label=source)
+        except ConfigError as err:   # an unknown key: named as the user gave it (--set sips.cuont=4)
+            if source != override_label or err.key not in (flags or {}):
+                raise
+            raise ConfigError(flags[err.key], err.key, None, err.problem, err.hint) from None
     try:
         return validate(label, data)
     except ConfigError as err:
