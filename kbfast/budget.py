@@ -142,6 +142,17 @@ def check(what: str, need: int, shrink: str, seconds: float | None = None) -> No
         f"{ENV}=<size> (e.g. {ENV}={_suggest(have + need)}) if the machine has the memory")
 
 
+def check_hbm_slice(spec, need: int, problem: str, fix: str) -> None:
+    """Refuse (KbfastError) data that one PE keeps in its own HBM slice, ``need`` bytes, beyond the slice
+    (``spec.hbm_slice_bytes``: the cube's HBM shared by its PEs).  ``problem`` says what does not fit and what
+    the PE holds, ``fix`` how to make it smaller."""
+    have = spec.hbm_slice_bytes
+    if need > have:
+        raise KbfastError(f"{problem}, {fmt_bytes(need)} in all, and its HBM slice holds {fmt_bytes(have)} "
+                          f"(hbm.total_gib_per_cube {spec.hbm.total_gib_per_cube} GiB over "
+                          f"{spec.hbm.slices_per_cube} PEs)\n  hint: {fix}")
+
+
 def _suggest(n: int) -> str:
     """A round size at least ``n``: whole GiB, or whole TiB above 1 TiB."""
     if n > 2 ** 40:

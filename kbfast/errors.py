@@ -23,7 +23,7 @@ class ConfigError(KbfastError):
         self.file, self.key, self.value, self.problem, self.hint = file, key, value, problem, hint
         msg = f"{clip(file)}: {clip(key)}: {problem}"
         if value is not None:   # None: there is no value to show (a missing or repeated key)
-            msg += f" (got {clip(repr(value))})"
+            msg += f" (got {shown(value)})"
         if hint:
             msg += f"\n  hint: {hint}"
         super().__init__(msg)
@@ -44,6 +44,51 @@ def clip(text: str, limit: int = ECHO_LIMIT) -> str:
     """``text`` as a message repeats it: at most ``limit`` characters, then "… (N chars)"."""
     text = str(text)
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} chars)"
+
+
+_CONTAINERS = {list: "[]", tuple: "()", dict: "{}"}
+_SHOWN_DEPTH = 20   # nesting levels :func:`shown` writes out; deeper containers are written as […]
+
+
+def _pieces(value: object, limit: int, depth: int = 0):
+    """The text of ``repr(value)``, piece by piece, so that a caller can stop early; a scalar is clipped."""
+    kind = next((k for k in _CONTAINERS if isinstance(value, k)), None)
+    if kind is None:
+        try:
+            yield clip(repr(value), limit)
+        except ValueError:   # an int beyond Python's digit limit for str()
+            yield f"<a whole number of {value.bit_length():,} bits>"   # type: ignore[attr-defined]
+        return
+    left, right = _CONTAINERS[kind]
+    if depth >= _SHOWN_DEPTH:
+        yield f"{left}…{right}"
+        return
+    yield left
+    for i, item in enumerate(value.items() if kind is dict else value):   # type: ignore[attr-defined]
+        if i:
+            yield ", "
+        if kind is dict:
+            yield from _pieces(item[0], limit, depth + 1)
+            yield ": "
+            item = item[1]
+        yield from _pieces(item, limit, depth + 1)
+    if kind is tuple and len(value) == 1:   # type: ignore[arg-type]
+        yield ","
+    yield right
+
+
+def shown(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` as a message repeats it: at most ``limit`` characters, then "… (N chars)" or, for a
+    list, tuple or mapping, "… (a list of N items)".  A container is written only up to the limit, so a huge
+    value (a YAML alias bomb expands to billions of items) costs no more than a small one."""
+    out: list[str] = []
+    size = 0
+    for piece in _pieces(value, limit):
+        out.append(piece)
+        size += len(piece)
+        if size > limit and len(out) > 1:
+            return f"{''.join(out)[:limit]}… (a {type(value).__name__} of {len(value):,} items)"  # type: ignore[arg-type]
+    return "".join(out)
 
 
 def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys") -> str:

@@ -251,7 +251,7 @@ def test_gemm_bad_input_names_the_value(runner) -> None:
     res = run(runner, "gemm", "--staging", "load_both")
     assert res.exit_code == 2 and "staging 'load_both' is not one of ref_ref, load_ref, load_load" in res.output
     res = run(runner, "gemm", "--pe", "sip0.cube0.pe99")
-    assert res.exit_code == 2 and "unknown node 'sip0.cube0.pe99.pe_dma'" in res.output
+    assert res.exit_code == 2 and "--pe 'sip0.cube0.pe99' is not a PE of this system" in res.output
     res = run(runner, "gemm", "--k", "3x")
     assert res.exit_code == 2 and "--k '3x' is not a positive integer" in res.output
 
@@ -268,3 +268,44 @@ def test_zero_ring_depth_is_refused_not_replaced(runner: CliRunner) -> None:
     res = run(runner, "allreduce", "--n-slots", "0")
     err = flat(res.stderr)
     assert res.exit_code == 2 and "ipcq.n_slots" in err and "whole number >= 1" in err, res.output
+
+
+def refused(res, *fragments: str) -> str:
+    """Exit 2 with one error message holding every fragment, and no traceback."""
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    err = flat(res.stderr).strip()
+    assert err.startswith("error:"), err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    return err
+
+
+@pytest.mark.parametrize("ranks,hint", [("nosuch", ""), ("all_pe", "; did you mean 'all_pes'?")])
+def test_unknown_ranks_are_refused(runner: CliRunner, ranks: str, hint: str) -> None:
+    """--ranks nosuch ran as all PEs."""
+    refused(run(runner, "allreduce", "--algorithm", "ring", "--ranks", ranks),
+            f"ranks '{ranks}' is not a set of ranks: cube_pe0 (pe0 of every cube) or all_pes (every PE){hint}")
+    with pytest.raises(KbfastError, match="is not a set of ranks"):
+        t = build_tables(load_system("ring6"))
+        allreduce(t, Router(t), 1024, "ring", ranks)
+
+
+def test_allreduce_beyond_an_hbm_slice_is_refused(runner: CliRunner) -> None:
+    """run allreduce --size 64GiB ran, though each rank keeps its 64 GiB tile in a 6 GiB HBM slice (run model
+    refuses the same with the same check, kbfast.budget.check_hbm_slice)."""
+    refused(run(runner, "allreduce", "--size", "64GiB"),
+            "--size 64GiB: an all-reduce of 64 GiB per rank does not fit: each rank holds its tile, 64 GiB in all, "
+            "and its HBM slice holds 6 GiB", "hint: use at most 6 GiB per rank")
+    t = build_tables(load_system("ring6"))
+    with pytest.raises(KbfastError, match="an all-reduce of 7 GiB per rank does not fit"):
+        allreduce(t, Router(t), 7 << 30, "ring")
+
+
+@pytest.mark.parametrize("flag,name", [("--b-from", "nonsense"), ("--b-from", "sip0.cube0.pe9"),
+                                       ("--pe", "sip3.cube0.pe1")])
+def test_gemm_pe_names_the_flag_and_the_value(runner: CliRunner, flag: str, name: str) -> None:
+    """--b-from nonsense reported "unknown node '.hbm_ctrl.nonsense'", a name the user never wrote."""
+    err = refused(run(runner, "gemm", flag, name), f"{flag} '{name}' is not a PE of this system",
+                  "hint: a PE is sipS.cubeC.peP with S < 2, C < 16, P < 8")
+    assert "hbm_ctrl" not in err and "pe_dma" not in err

@@ -195,7 +195,8 @@ def test_override_into_a_mapping_the_file_does_not_set(tmp_path, spec):
     ({"sips.topology": "torus_3d"}, "ahbm_2sip.yaml", "sips.topology", "torus_3d", ["Input should be"],
      "'torus_2d'"),
     ({"hbm.efficiency": 1.5}, "ahbm_2sip.yaml", "hbm.efficiency", 1.5, ["less than or equal to 1"], ""),
-    ({"sip.cube_mesh.w": 1}, "ahbm_2sip.yaml", "sip.io_chiplets.0.cube_ports.1.cube", [1, 0],
+    # a rule across keys that fails at a key the file gave is blamed on the override that broke it
+    ({"sip.cube_mesh.w": 1}, "--set sip.cube_mesh.w=1", "sip.io_chiplets.0.cube_ports.1.cube", [1, 0],
      ["outside the 1x4 cube mesh"], ""),
     ({"uncalibrated": ["fabric.ns_per_mm", "link.warp.bw_gbs"]}, "ahbm_2sip.yaml", "uncalibrated",
      "link.warp.bw_gbs", ["names no parameter"], ""),
@@ -204,7 +205,7 @@ def test_validation_errors(overrides, file, key, value, fragments, hint):
     with pytest.raises(ConfigError) as err:
         load_system(overrides=overrides)
     e = err.value
-    if file != "--set" and key in overrides:   # a value the override gave is blamed on the override
+    if not file.startswith("--set") and key in overrides:   # a value the override gave is blamed on it
         v = overrides[key]
         file = f"--set {key}={v if isinstance(v, str) else json.dumps(v)}"
     assert isinstance(e, KbfastError) and e.exit_code == 2
@@ -278,3 +279,20 @@ def test_mutual_base_cycle_is_reported(tmp_path):
         load_system(tmp_path / "a.yaml")
     assert err.value.key == "base" and "circular base chain" in str(err.value)
     assert err.value.file == str(tmp_path / "b.yaml") and err.value.value == "a.yaml"
+
+
+@pytest.mark.parametrize("old,new,key,hint", [
+    ("  count: 2\n", "  cuont: 2\n", "sips.cuont", "did you mean 'count'?"),
+    ("fabric:", "fabirc:", "fabirc", "did you mean 'fabric'?"),
+])
+def test_misspelt_key_is_named_not_the_missing_one(tmp_path, old, new, key, hint):
+    """A complete file with ``sips.cuont`` was 'sips.count: required key is missing', never naming cuont."""
+    from importlib import resources
+
+    text = resources.files("kbfast.topologies").joinpath("ahbm_2sip.yaml").read_text()
+    assert old in text
+    p = write(tmp_path, "typo.yaml", text.replace(old, new))
+    with pytest.raises(ConfigError) as err:
+        load_system(p)
+    assert (err.value.file, err.value.key, err.value.hint) == (str(p), key, hint)
+    assert f"unknown key {key.split('.')[-1]!r}" in str(err.value)

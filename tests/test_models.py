@@ -54,6 +54,18 @@ def test_bad_model_names_file_key_and_value(tmp_path, text, key, hint):
     assert hint in str(err.value)
 
 
+@pytest.mark.parametrize("old, new, hint", [("layers:", "layres:", "did you mean 'layers'?"),
+                                             ("kind:", "knd:", "did you mean 'kind'")])
+def test_misspelt_model_key_is_named(tmp_path, old, new, hint):
+    """A misspelt key of a model was reported as the key it leaves missing (or as an unknown kind)."""
+    from importlib import resources
+
+    text = resources.files("kbfast.models").joinpath("llama32_1b.yaml").read_text()
+    with pytest.raises(ConfigError) as err:
+        load_model(_yaml(tmp_path, text.replace(old, new, 1)))
+    assert err.value.key == new[:-1] and f"unknown key {new[:-1]!r}" in str(err.value) and hint in err.value.hint
+
+
 def test_unknown_model_suggests():
     with pytest.raises(ConfigError, match="llama3_70b"):
         load_model("lama3_70b")

@@ -448,3 +448,148 @@ def test_echoed_values_are_capped(runner, tmp_path):
     p = write(tmp_path, "t.yaml", "base: ring6\nsips: {count: '" + "9" * 5_000_000 + "', topology: ring_1d}\n")
     err = refused(invoke(runner, "topo", "show", p), f"{p}: sips.count:", "… (5,000,002 chars)")
     assert len(err) < 1000
+
+
+# ------------------------------------------------------------------ hostile YAML
+
+def alias_bomb(levels: int) -> str:
+    """A list whose anchors each repeat the one before 9 times: 9**levels values once expanded."""
+    text = "[&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"
+    for i in range(1, levels):
+        text += f", &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]"
+    return text + "]"
+
+
+def hostile(tmp_path: Path, what: str, line: str) -> tuple[Path, list]:
+    """A topology, spec or model file with ``line`` added, and the command that reads it."""
+    if what == "topology":
+        p = write(tmp_path, "t.yaml", f"base: ring6\n{line}\n")
+        return p, ["topo", "show", p]
+    if what == "spec":
+        p = write(tmp_path, "s.yaml", f"{ONE_POINT}{line}\n")
+        return p, ["sweep", p, "--out", tmp_path / "out"]
+    p = write(tmp_path, "m.yaml", f"name: m\nkind: mlp\nbatch: 4\ndims: [64, 64, 64]\n{line}\n")
+    return p, ["run", "model", p]
+
+
+@pytest.mark.parametrize("what", ["topology", "spec", "model"])
+def test_alias_bomb_is_refused_while_parsing(runner, tmp_path, what):
+    """A 9-level alias bomb (387 million values) grew without bound: refused from the parsed nodes."""
+    p, args = hostile(tmp_path, what, f"description: {alias_bomb(9)}")
+    refused(invoke(runner, *args), f"{p}: <yaml>: the file holds", "values with its aliases expanded, more than "
+            "the limit of 1,000,000", "hint:")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("what", ["topology", "model"])
+def test_small_alias_bomb_is_echoed_cut(runner, tmp_path, what):
+    """A 5-level bomb (59,049 values) was refused after formatting its 428,103-character repr."""
+    p, args = hostile(tmp_path, what, f"description: {alias_bomb(5)}")
+    err = refused(invoke(runner, *args), f"{p}: description: Input should be a valid string",
+                  "… (a list of 5 items))")
+    assert len(err) < 1000
+
+
+@pytest.mark.parametrize("what", ["topology", "spec", "model"])
+def test_deep_nesting_is_refused(runner, tmp_path, what):
+    """A list nested 100,000 deep was a RecursionError traceback."""
+    p, args = hostile(tmp_path, what, "x: " + "[" * 100_000 + "]" * 100_000)
+    line = {"topology": 2, "spec": 4, "model": 5}[what]
+    refused(invoke(runner, *args), f"{p}: line {line}: nested more than 64 levels deep")
+
+
+def test_alias_references_are_capped(runner, tmp_path):
+    p, args = hostile(tmp_path, "topology", "description: [&a x, " + ", ".join(["*a"] * 1001) + "]")
+    refused(invoke(runner, *args), f"{p}: line 2: more than 1,000 alias references (got '*a')")
+
+
+def test_alias_cycle_is_refused(runner, tmp_path):
+    p, args = hostile(tmp_path, "topology", "description: &a [*a]")
+    refused(invoke(runner, *args), f"{p}: line 2: an alias refers to a value that contains it")
+
+
+def test_huge_whole_number_is_refused(runner, tmp_path):
+    """A 5,000-digit count was a ValueError traceback (Python's digit limit for int())."""
+    p, args = hostile(tmp_path, "topology", "sips: {count: " + "9" * 5000 + ", topology: ring_1d}")
+    err = refused(invoke(runner, *args), f"{p}: sips.count: a whole number of 5,000 characters is too large")
+    assert len(err) < 1000
+
+
+@pytest.mark.parametrize("sets,blamed,words", [
+    (["sips.topology=torus_2d"], "--set sips.topology=torus_2d", "sips.count: non-square sips.count"),
+    (["hbm.burst_bytes=128"], "--set hbm.burst_bytes=128", "fabric.flit_bytes: a flit may not exceed the HBM burst"),
+    (["fabric.ns_per_mm=0.5", "sip.cube_mesh.w=1"], "--set sip.cube_mesh.w=1",
+     "sip.io_chiplets.0.cube_ports.1.cube: cube is outside the 1x4 cube mesh"),
+])
+def test_set_errors_across_keys_name_the_flag(runner, sets, blamed, words):
+    """A --set that broke a rule across keys was blamed on the preset file, at the key the file gave."""
+    err = refused(invoke(runner, "topo", "show", "ring6", *[a for s in sets for a in ("--set", s)]),
+                  f"error: {blamed}: {words}")
+    assert "ring6.yaml" not in err
+
+
+@pytest.mark.parametrize("args,words", [
+    (["topo", "show", "ring6", "--set", "sips.count=3", "--set", "sips.count=4"],
+     "--set sips.count=4: sips.count: the key is given twice, as --set sips.count=3 and --set sips.count=4"),
+    (["run", "allreduce", "--set", "ipcq.n_slots=3", "--n-slots", "4"],
+     "--n-slots 4: ipcq.n_slots: the key is given twice, as --set ipcq.n_slots=3 and --n-slots 4"),
+])
+def test_repeated_set_key_is_refused(runner, args, words):
+    """A --set key given twice was taken silently, the last value winning."""
+    refused(invoke(runner, *args), words, "hint: give each key once")
+
+
+@pytest.mark.parametrize("command", [["probe", "--case", "SAME_CUBE_PE_LOCAL"], ["run", "pe2pe"]])
+def test_size_in_tib_is_read(runner, command):
+    """--size 2TiB was 'not understood' though the limit is written in TiB."""
+    refused(invoke(runner, *command, "--size", "2TiB"),
+            "--size: size '2TiB' is more than the limit of 1 TiB (1,099,511,627,776 bytes): a size is at most 1 TiB")
+    from kbfast.config.units import parse_size
+    assert parse_size("1TiB") == parse_size("1T") == 2**40 and parse_size("0.5TiB") == 2**39
+    assert parse_size("1TB") == 10**12
+
+
+# ------------------------------------------------------------------ infinity and NaN
+
+@pytest.mark.parametrize("args,key,value,words", [
+    (["run", "allreduce", "--set", "overhead_ns.router=inf"], "overhead_ns.router", "inf",
+     "Input should be a finite number"),
+    (["run", "pe2pe", "--set", "fabric.ns_per_mm=inf"], "fabric.ns_per_mm", "inf", "Input should be a finite number"),
+    (["probe", "--case", "SAME_CUBE_PE_LOCAL", "--set", "fabric.ns_per_mm=inf"], "fabric.ns_per_mm", "inf",
+     "Input should be a finite number"),
+    (["topo", "show", "ring6", "--set", "fabric.ns_per_mm=1e400"], "fabric.ns_per_mm", "1e400",
+     "Input is too large for a number (it would become infinity)"),
+    (["topo", "show", "ring6", "--set", "link.pcie.bw_gbs=1e400"], "link.pcie.bw_gbs", "1e400",
+     "Input is too large for a number (it would become infinity)"),
+    (["topo", "show", "ring6", "--set", "link.pcie.bw_gbs=.nan"], "link.pcie.bw_gbs", "nan",
+     "Input should be a number, not NaN"),
+    (["topo", "show", "ring6", "--set", "ipcq.tiers.tcm.bw_gbs=.inf"], "ipcq.tiers.tcm.bw_gbs", "inf",
+     "Input should be a finite number"),
+])
+def test_infinity_only_where_it_means_no_serialization(runner, args, key, value, words):
+    """--set overhead_ns.router=inf ended in 'unknown event kind' (run allreduce), or printed '-' latencies and
+    exited 0 (pe2pe, probe); 1e400 silently became infinity."""
+    err = refused(invoke(runner, *args), f"{args[-1]}: {key}: {words}", "inf is allowed only where it means no "
+                  "serialization (link.<class>.bw_gbs)")
+    assert f"(got {value!r})" in err or f"(got {value})" in err
+
+
+def test_overflowing_float_in_a_file(runner, tmp_path):
+    p = write(tmp_path, "t.yaml", "base: ring6\nfabric: {ns_per_mm: 1.0e+400}\n")
+    refused(invoke(runner, "topo", "show", p), f"{p}: fabric.ns_per_mm: the number is too large: it would become "
+            "infinity (got '1.0e+400')")
+    p = write(tmp_path, "t.yaml", "base: ring6\nfabric: {ns_per_mm: 1e400}\n")   # YAML reads this one as text
+    refused(invoke(runner, "topo", "show", p), f"{p}: fabric.ns_per_mm: Input is too large for a number")
+
+
+def test_infinite_link_bandwidth_is_no_serialization(runner):
+    """inf stays allowed where it means no serialization: a link bandwidth (link.pcie.bw_gbs: .inf by default)."""
+    from kbfast.config import load_system
+    spec = load_system("ring6", {"link.ucie_conn.bw_gbs": "inf"})
+    assert spec.link.ucie_conn.bw_gbs == float("inf") and spec.link.pcie.bw_gbs == float("inf")
+
+
+def test_unknown_set_key_names_the_set(runner):
+    """An unknown --set key was reported as '--set: sips.cuont: ...', without the --set the user typed."""
+    refused(invoke(runner, "topo", "show", "ring6", "--set", "sips.cuont=4"),
+            "error: --set sips.cuont=4: sips.cuont: unknown key 'cuont' hint: did you mean 'count'?")

@@ -228,6 +228,8 @@ W = {"kind": "allreduce"}
     pytest.param({"workload": W, "axes": [{"random": {"n": 0, "axes": {"ipcq.n_slots": [1]}}}]},
                  "axes.0.random.n", "whole number > 0", id="random-n"),
     pytest.param({"workload": W, "mode": "exakt"}, "mode", "did you mean 'exact'", id="mode"),
+    pytest.param({"workload": W, "axes": [{"random": {"n": 4, "sed": 3, "axes": {"ipcq.n_slots": [1]}}}]},
+                 "axes.0.random.sed", "did you mean 'seed'", id="random-key-typo"),
     pytest.param({"workload": {"kind": "allreduce", "tile_io": "no"}}, "workload.tile_io", "expected true or false",
                  id="tile-io-value"),
     pytest.param({"workload": W, "axes": [{"grid": {"workload.tile_io": [True, 1]}}]}, "workload.tile_io",

@@ -14,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system, parse_override
+from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system
+from kbfast.config.loader import parse_overrides
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
 from kbfast import warmup
 from kbfast.errors import KbfastError, clip
@@ -78,9 +79,10 @@ def first_run(*kernels: str) -> None:
 
 def load(topology: str | None, sets: list[str] | None, flags: dict[str, str] | None = None) -> SystemSpec:
     """The system with ``--set`` overrides; ``flags`` names the option behind a key the command set for the
-    user (``{"ipcq.n_slots": "--n-slots 0"}``), so that a refusal names that option instead of ``--set``."""
-    overrides = dict(parse_override(s) for s in (sets or []))
-    return load_system(topology or DEFAULT_TOPOLOGY, overrides, flags)
+    user (``{"ipcq.n_slots": "--n-slots 0"}``), so that a refusal names that option instead of ``--set``; a refusal
+    names a ``--set`` as typed; a key given twice is refused (:func:`kbfast.config.loader.parse_overrides`)."""
+    overrides, names = parse_overrides(sets, flags)
+    return load_system(topology or DEFAULT_TOPOLOGY, overrides, names)
 
 
 def check_modes(exact: bool, compare: bool) -> None:

@@ -27,7 +27,7 @@ from kbfast.results import contended, contention_ns, rel_error
 from kbfast.sim.result import Result
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
+from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps, check_tile_fits
 from kbfast.config.models import Transformer, load_model
 from kbfast.evaluate_gemm import evaluate_gemm
 from kbfast.evaluate_model import evaluate_step
@@ -161,8 +161,11 @@ def run_allreduce(
     resources and the critical path; --compare adds the exact error."""
     check_modes(exact, compare)
     heatmap = check_outputs(trace, links, pcs, heatmap)
-    t = build_tables(load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots)))
-    w = {"kind": "allreduce", "algorithm": algorithm, "size": positive_size(size), "ranks": ranks, "tile_io": tile_io}
+    spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
+    nbytes = positive_size(size)
+    check_tile_fits(spec, nbytes, f"--size {size}: ")
+    t = build_tables(spec)
+    w = {"kind": "allreduce", "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
     row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=True)
     _print(row, fmt, res)
     _outputs(res, links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 from importlib import resources
@@ -64,13 +65,80 @@ def read_text(path: Any, label: str) -> str:
                           "not UTF-8 text", "save the file as UTF-8 (most editors: 'Save with encoding')") from None
 
 
-def _duplicate_keys(label: str, node: yaml.Node, path: str = "", seen: set[int] | None = None) -> None:
-    """Refuse a mapping that gives a key twice (YAML would keep the last one silently)."""
+MAX_YAML_DEPTH = 64             # nesting levels of a YAML file (a description has fewer than 10)
+MAX_YAML_ALIASES = 1_000        # alias references (*name) in a YAML file
+MAX_YAML_VALUES = 1_000_000     # values a YAML file holds with its aliases expanded (an alias bomb holds billions)
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+
+
+class _CappedLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, refusing (ConfigError naming ``label``) a file nested deeper than MAX_YAML_DEPTH
+    levels (PyYAML would recurse into a RecursionError) or with more than MAX_YAML_ALIASES alias references."""
+
+    def __init__(self, text: str, label: str) -> None:
+        super().__init__(text)
+        self.label, self.depth, self.aliases = label, 0, 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        line = event.start_mark.line + 1 if event.start_mark else 0
+        if isinstance(event, yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise ConfigError(self.label, f"line {line}", f"*{event.anchor}",
+                                  f"more than {MAX_YAML_ALIASES:,} alias references",
+                                  "write the values out; aliases are refused beyond this limit")
+            return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise ConfigError(self.label, f"line {line}", None, f"nested more than {MAX_YAML_DEPTH} levels "
+                                  "deep", "a description nests a few levels; check the brackets")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _expanded_size(label: str, node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` holds once its aliases are expanded (``sizes``: memo by node id, so a shared
+    node is counted in one visit however often it is referred to); a value that contains itself is refused."""
+    known = sizes.get(id(node))
+    if known is not None:
+        if known < 0:
+            raise ConfigError(label, f"line {node.start_mark.line + 1}", None,
+                              "an alias refers to a value that contains it", "write the value out")
+        return known
+    sizes[id(node)] = -1   # in progress
+    n = 1
+    if isinstance(node, yaml.MappingNode):
+        n += sum(_expanded_size(label, k, sizes) + _expanded_size(label, v, sizes) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        n += sum(_expanded_size(label, item, sizes) for item in node.value)
+    sizes[id(node)] = n
+    return n
+
+
+def _check_nodes(label: str, node: yaml.Node, path: str = "", seen: set[int] | None = None) -> None:
+    """Refuse a mapping that gives a key twice (YAML would keep the last one silently), a float that
+    overflows to infinity (``1.0e+400``; ``.inf`` is written as such) and a whole number too long to read."""
     seen = set() if seen is None else seen
     if id(node) in seen:
         return
     seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag == _FLOAT_TAG and "inf" not in node.value.lower() and "nan" not in node.value.lower():
+            try:
+                overflow = math.isinf(float(node.value.replace("_", "")))
+            except ValueError:   # sexagesimal 1:30.5, which PyYAML reads itself
+                overflow = False
+            if overflow:
+                raise ConfigError(label, path or "<root>", node.value, "the number is too large: it would become "
+                                  "infinity", "write a smaller number (inf, written .inf, is allowed only where "
+                                  "it means no serialization: link.<class>.bw_gbs)")
+        elif node.tag == _INT_TAG and len(node.value) > 1000:
+            raise ConfigError(label, path or "<root>", node.value, f"a whole number of {len(node.value):,} "
+                              "characters is too large", "counts and sizes have at most a dozen digits")
+    elif isinstance(node, yaml.MappingNode):
         lines: dict[tuple[str, str], int] = {}
         for key, value in node.value:
             if key.tag == "tag:yaml.org,2002:merge":
@@ -83,25 +151,38 @@ def _duplicate_keys(label: str, node: yaml.Node, path: str = "", seen: set[int] 
                                   f"the key is given twice, on lines {lines[key.tag, name]} and {line}",
                                   "keep one of them (YAML would silently use the last)")
             lines[key.tag, name] = line
-            _duplicate_keys(label, value, where, seen)
+            _check_nodes(label, value, where, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _duplicate_keys(label, item, f"{path}.{i}" if path else str(i), seen)
+            _check_nodes(label, item, f"{path}.{i}" if path else str(i), seen)
+
+
+def load_yaml(label: str, text: str) -> Any:
+    """The value a YAML text holds, read with the checks of :func:`parse_yaml` (any root); a limit or a check
+    that fails is a ConfigError naming ``label``, bad YAML a ``yaml.YAMLError``."""
+    loader = _CappedLoader(text, label)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        values = _expanded_size(label, node, {})
+        if values > MAX_YAML_VALUES:
+            raise ConfigError(label, "<yaml>", None, f"the file holds {values:,} values with its aliases expanded, "
+                              f"more than the limit of {MAX_YAML_VALUES:,}",
+                              "an alias repeated inside aliases multiplies; write the values out")
+        _check_nodes(label, node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def parse_yaml(label: str, text: str, what: str = "topology") -> dict[str, Any]:
-    """The mapping a ``what`` file holds; bad YAML, a key given twice or another root is a ConfigError
-    naming ``label``."""
-    loader = yaml.SafeLoader(text)
+    """The mapping a ``what`` file holds; bad YAML, a key given twice, another root, or a file beyond the caps
+    (nesting, aliases, values with aliases expanded) is a ConfigError naming ``label``."""
     try:
-        node = loader.get_single_node()
-        if node is not None:
-            _duplicate_keys(label, node)
-        data = loader.construct_document(node) if node is not None else None
+        data = load_yaml(label, text)
     except yaml.YAMLError as err:
         raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
-    finally:
-        loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(label, "<root>", data, f"a {what} file must be a mapping")
     return data
@@ -186,10 +267,39 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError("--set", text, text, "an override must look like key.path=value",
                           "example: --set sip.cube_mesh.w=8")
     key, _, value = text.partition("=")
+    key = key.strip()
     try:
-        return key.strip(), yaml.safe_load(value)
+        return key, load_yaml(f"--set {text}", value)
     except yaml.YAMLError:
-        return key.strip(), value
+        return key, value
+    except ConfigError as err:   # a number too large, a value nested too deep: named by its key
+        where = key if err.key in ("<root>", "<yaml>") else f"{key}.{err.key}"
+        raise ConfigError(err.file, where, err.value, err.problem, err.hint) from None
+
+
+def parse_overrides(texts: list[str] | None,
+                    flags: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """``--set`` texts -> ({key path: value}, {key path: what set it, as typed: ``--set fabric.ns_per_mm=.inf``}).
+    A key given twice is refused, naming both (the last would silently win).  ``flags`` names the option behind
+    a key that a command appended after the user's ``--set``s (``{"ipcq.n_slots": "--n-slots 4"}``), the last
+    text with that key."""
+    texts = [t.strip() for t in texts or []]
+    parsed = [parse_override(t) for t in texts]
+    last = {key: i for i, (key, _) in enumerate(parsed)}
+
+    def name(i: int) -> str:
+        key = parsed[i][0]
+        return flags[key] if flags and key in flags and last[key] == i else f"--set {texts[i]}"
+
+    out: dict[str, Any] = {}
+    first: dict[str, int] = {}
+    for i, (key, value) in enumerate(parsed):
+        if key in first:
+            raise ConfigError(name(i), key, None, f"the key is given twice, as {name(first[key])} and {name(i)}",
+                              "give each key once (the last would silently win)")
+        first[key] = i
+        out[key] = value
+    return out, {key: name(i) for key, i in first.items()}
 
 
 def check_key_path(label: str, dotted: str) -> None:
@@ -245,8 +355,11 @@ def _field_type(loc: list[str], root: type[BaseModel]) -> Any:
 def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec,
                       first: dict[str, Any] | None = None) -> ConfigError:
     """The first problem of ``err`` (or ``first``, one of ``err.errors()``) as a ConfigError naming file, key
-    and value, with a hint."""
-    chosen, first = first is not None, first or err.errors()[0]
+    and value, with a hint.  An unknown key comes first: a misspelt ``cuont`` also leaves ``count`` missing,
+    and the misspelling is what to fix."""
+    errors = err.errors()
+    chosen = first is not None
+    first = first or next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = [str(p) for p in first["loc"]]
     key = ".".join(loc)
     value = first.get("input")
@@ -264,13 +377,15 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
         hint = f"a count must be a whole number from 1 to {MAX_COUNT:,}"
     elif kind in ("greater_than", "greater_than_equal"):
         hint = "bandwidths must be > 0 GB/s; lengths and overheads >= 0 (units: GB/s, ns, mm)"
+    elif kind == "finite_number":
+        hint = "write a finite number; inf is allowed only where it means no serialization (link.<class>.bw_gbs)"
     elif kind == "literal_error":
         hint = first["msg"].replace("Input should be", "use")
         if key == "routing.policy" and value == "mm":
             hint = "'mm' is now 'balanced' (the previous default); the default is 'kernbench', the original router"
     elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):
         hint = _TYPE_HINTS.get(kind.split("_")[0], "")
-    more = 0 if chosen else len(err.errors()) - 1
+    more = 0 if chosen else len(errors) - 1
     if more:
         hint = (hint + "; " if hint else "") + f"{more} more problem(s) after this one"
     return ConfigError(label, key, value, first["msg"], hint)
@@ -477,12 +592,18 @@ def resolve(label: str, data: dict[str, Any], overrides: dict[str, Any] | None =
         layers.append((str(path), read_param_set(path)))
     if overrides:
         layers.append((override_label, overrides))
+    raw = data
     for source, values in layers:
-        data = apply_overrides(data, values, label=source)
+        try:
+            data = apply_overrides(data, values, label=source)
+        except ConfigError as err:   # an unknown key: named as the user gave it (--set sips.cuont=4)
+            if source != override_label or err.key not in (flags or {}):
+                raise
+            raise ConfigError(flags[err.key], err.key, None, err.problem, err.hint) from None
     try:
         return validate(label, data)
     except ConfigError as err:
-        raise blame(err, label, layers, flags) from None
+        raise blame(err, label, layers, flags, raw) from None
 
 
 def override_error(label: str, data: dict[str, Any], overrides: dict[str, Any]) -> ConfigError | None:
@@ -511,19 +632,42 @@ def _value_text(value: Any) -> str:
 
 
 def blame(err: ConfigError, label: str, layers: list[tuple[str, dict[str, Any]]],
-          flags: dict[str, str] | None = None) -> ConfigError:
+          flags: dict[str, str] | None = None, raw: dict[str, Any] | None = None) -> ConfigError:
     """``err`` (raised for file ``label``) blamed on the override that set its key, when one did: the last of
     ``layers`` ((source, {dotted key: value}), in the order applied) whose key is, holds or is inside the key
-    that failed.  ``--set sips.count=0`` is then named as ``--set sips.count=0``, not as the topology file."""
+    that failed.  ``--set sips.count=0`` is then named as ``--set sips.count=0``, not as the topology file.
+    A rule across keys can fail at a key no override set (``--set sips.topology=torus_2d`` makes the file's
+    ``sips.count: 6`` non-square): given the file's ``raw`` values, when they validate alone, the override after
+    which they stop validating is named."""
     if err.file != label:
         return err
+
+    def named(source: str, dotted: str, value: Any) -> ConfigError:
+        name = (flags or {}).get(dotted) if source == layers[-1][0] else None
+        return ConfigError(name or f"{source} {dotted}={_value_text(value)}", err.key, err.value, err.problem,
+                           err.hint)
+
     for source, values in reversed(layers):
         for dotted, value in values.items():
             if err.key == dotted or err.key.startswith(dotted + ".") or dotted.startswith(err.key + "."):
-                name = (flags or {}).get(dotted) if source == layers[-1][0] else None
-                return ConfigError(name or f"{source} {dotted}={_value_text(value)}", err.key, err.value,
-                                   err.problem, err.hint)
+                return named(source, dotted, value)
+    if raw is None or not layers or not _valid(label, raw):
+        return err
+    for source, values in layers:
+        for dotted, value in values.items():
+            raw = apply_overrides(raw, {dotted: value}, label=source)
+            if not _valid(label, raw):
+                return named(source, dotted, value)
     return err
+
+
+def _valid(label: str, data: dict[str, Any]) -> bool:
+    """Whether a raw topology validates."""
+    try:
+        validate(label, data)
+    except ConfigError:
+        return False
+    return True
 
 
 def load_system(name_or_path: str | Path = DEFAULT_TOPOLOGY, overrides: dict[str, Any] | None = None,

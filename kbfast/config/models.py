@@ -117,8 +117,16 @@ def load_model(name_or_path: str | Path) -> Model:
         text = read_text(resources.files("kbfast.models").joinpath(label), label)
     data = parse_yaml(label, text, "model")
     kind = data.get("kind")
+    if "kind" not in data:   # a misspelt key (``knd``) is what to report, with the keys of every kind
+        keys = sorted({key for cls in _CLASSES.values() for key in cls.model_fields})
+        unknown = next((key for key in data if key not in keys), None)
+        if unknown is not None:
+            raise ConfigError(label, str(unknown), data[unknown], f"unknown key {unknown!r}",
+                              did_you_mean(str(unknown), keys))
+        raise ConfigError(label, "kind", None, "required key is missing", f"kinds: {', '.join(KINDS)}")
     if kind not in _CLASSES:
-        raise ConfigError(label, "kind", kind, "unknown model kind", did_you_mean(str(kind), KINDS))
+        raise ConfigError(label, "kind", kind, "unknown model kind",
+                          did_you_mean(kind if isinstance(kind, str) else "", KINDS, "kinds"))
     cls = _CLASSES[kind]
     try:
         model = cls.model_validate(data)

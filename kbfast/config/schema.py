@@ -8,6 +8,7 @@ nanoseconds, millimetres.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -27,20 +28,49 @@ def _no_bool_int(value: object) -> object:
     return value
 
 
-def _no_bool_float(value: object) -> object:
-    """A quantity is a number: YAML ``true`` would otherwise pass as 1.0."""
+def _number(value: object, allow_inf: bool = False) -> object:
+    """A quantity is a finite number: YAML ``true`` would otherwise pass as 1.0, NaN compares false with every
+    bound, and infinity breaks the model except where it means "not serialised" (``allow_inf``: a link
+    bandwidth).  A literal too large for a float (``1e400``) is refused rather than read as infinity."""
     if isinstance(value, bool):
         raise PydanticCustomError("float_type", "Input should be a number, not true/false")
+    if isinstance(value, (str, int, float)):
+        try:
+            x = float(value)
+        except OverflowError:   # an int beyond the float range
+            x = math.inf
+        except ValueError:      # not a number: pydantic says so
+            return value
+        if math.isnan(x):
+            raise PydanticCustomError("finite_number", "Input should be a number, not NaN")
+        if math.isinf(x):
+            spelt = isinstance(value, float) or "inf" in str(value).lower()
+            if not spelt:
+                raise PydanticCustomError("finite_number", "Input is too large for a number (it would become "
+                                          "infinity)")
+            if not allow_inf:
+                raise PydanticCustomError("finite_number", "Input should be a finite number")
     return value
 
 
-# The numbers of a description.  Unlike pydantic's own types they refuse true/false, and a count has an upper
-# limit (a number >= 2**63 does not even fit the arrays).
+def _no_bool_float(value: object) -> object:
+    """A quantity (:func:`_number`): finite."""
+    return _number(value)
+
+
+def _bandwidth(value: object) -> object:
+    """A link bandwidth (:func:`_number`): ``inf`` = no serialization."""
+    return _number(value, allow_inf=True)
+
+
+# The numbers of a description.  Unlike pydantic's own types they refuse true/false, a float is finite (but a
+# link bandwidth may be inf) and a count has an upper limit (a number >= 2**63 does not even fit the arrays).
 Int = Annotated[int, BeforeValidator(_no_bool_int), Field(ge=-MAX_COUNT, le=MAX_COUNT)]
 PositiveInt = Annotated[int, BeforeValidator(_no_bool_int), Field(gt=0, le=MAX_COUNT)]
 Float = Annotated[float, BeforeValidator(_no_bool_float)]
 PositiveFloat = Annotated[float, BeforeValidator(_no_bool_float), Field(gt=0)]
 NonNegativeFloat = Annotated[float, BeforeValidator(_no_bool_float), Field(ge=0)]
+Bandwidth = Annotated[float, BeforeValidator(_bandwidth), Field(gt=0)]   # GB/s; inf = no serialization
 
 
 class Strict(BaseModel):
@@ -50,13 +80,13 @@ class Strict(BaseModel):
 class Link(Strict):
     """A link class whose length comes from the floor plan (or is 0 mm)."""
 
-    bw_gbs: PositiveFloat
+    bw_gbs: Bandwidth
 
 
 class LongLink(Strict):
     """A link class with its own length (UCIe seam, PCIe)."""
 
-    bw_gbs: PositiveFloat
+    bw_gbs: Bandwidth
     distance_mm: NonNegativeFloat = 0.0
 
 

@@ -386,10 +386,10 @@ def _check_group(label: str, gi: int, group: Any, workload_kind: str) -> None:
     elif not isinstance(body, dict) or not body:
         raise ConfigError(label, f"{where}.{kind}", body, "expected a mapping of axis key -> values")
     elif kind == "random":
-        extra = set(body) - {"n", "seed", "axes"}
+        extra = sorted(map(str, set(body) - {"n", "seed", "axes"}))
         if extra:
-            raise ConfigError(label, f"{where}.random.{sorted(extra)[0]}", None, "unknown key",
-                              "a random group takes n, seed and axes")
+            raise ConfigError(label, f"{where}.random.{extra[0]}", None, "unknown key",
+                              did_you_mean(extra[0], ["n", "seed", "axes"], "a random group takes"))
         if not isinstance(body.get("n"), int) or body["n"] <= 0:
             raise ConfigError(label, f"{where}.random.n", body.get("n"), "the sample count must be a whole number > 0")
         if "seed" in body:

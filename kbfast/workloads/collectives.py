@@ -26,7 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kbfast.errors import KbfastError, did_you_mean
+from kbfast import budget
+from kbfast.errors import KbfastError, did_you_mean, shown
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import pe_block
@@ -46,6 +47,7 @@ from kbfast.workloads.symbolic import run_traced
 
 RS_AG_MAX_RANKS = 1024
 ALGORITHMS = ("lrab", "lrab_corner", "ring", "tree", "hier3", "rs_ag")
+RANKS = ("cube_pe0", "all_pes")
 
 
 @dataclass(frozen=True)
@@ -360,6 +362,14 @@ def kernel_info(t: Tables, corner_root: bool = False) -> dict:
             "root_row": lay.cube_h - 1 if corner_root else lay.cube_h // 2}
 
 
+def check_tile_fits(spec, nbytes: int, label: str = "") -> None:
+    """Refuse an all-reduce whose tile, ``nbytes`` per rank, exceeds a PE's HBM slice, where each rank keeps it
+    (kbfast.budget.check_hbm_slice); ``label`` names the input (``"--size 64GiB: "``)."""
+    budget.check_hbm_slice(spec, nbytes, f"{label}an all-reduce of {budget.fmt_bytes(nbytes)} per rank does not "
+                           "fit: each rank holds its tile", f"use at most {budget.fmt_bytes(spec.hbm_slice_bytes)} "
+                           "per rank, or more HBM per cube (hbm.total_gib_per_cube)")
+
+
 def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", ranks: str | None = None,
               launch: bool = True, tile_io: bool = True,
               beside: Callable[[ProgramBuilder, np.ndarray], None] | None = None) -> Collective:
@@ -386,6 +396,11 @@ def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", r
         raise KbfastError(f"all-reduce size must be > 0 bytes (got {nbytes})")
     if not isinstance(tile_io, (bool, np.bool_)):
         raise KbfastError(f"tile_io must be true or false (got {tile_io!r})")
+    if ranks is not None and ranks not in RANKS:
+        close = did_you_mean(str(ranks), RANKS)
+        raise KbfastError(f"ranks {shown(ranks)} is not a set of ranks: cube_pe0 (pe0 of every cube) or all_pes "
+                          f"(every PE){'; ' + close if close.startswith('did') else ''}")
+    check_tile_fits(t.spec, nbytes)
     lay = t.layout
     ranks = ranks or ("cube_pe0" if algorithm.startswith("lrab") else "all_pes")
     if algorithm.startswith("lrab") and ranks != "cube_pe0":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, UnknownNodeError, shown
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.tiling import Epilogue, GemmPlan, epilogue, plan_gemm
 from kbfast.topology.builder import Tables
@@ -47,10 +47,17 @@ class GemmCase:
     done: int                  # the op that ends with the GEMM's last write
 
 
-def _pe_node(t: Tables, pe: str, kind: str) -> int:
-    """``pe_dma`` or ``hbm_ctrl`` of PE ``sipS.cubeC.peP`` (an unknown name says which names exist)."""
+def _pe_node(t: Tables, pe: str, kind: str, flag: str = "--pe") -> int:
+    """``pe_dma`` or ``hbm_ctrl`` of PE ``sipS.cubeC.peP``; a name that is no PE is refused naming ``flag`` and
+    the name as given (not the node name built from it), with the names that exist."""
     cube, local = pe.rsplit(".", 1) if "." in pe else ("", pe)
-    return node_id(t, f"{pe}.pe_dma" if kind == "pe_dma" else f"{cube}.hbm_ctrl.{local}")
+    try:
+        return node_id(t, f"{pe}.pe_dma" if kind == "pe_dma" else f"{cube}.hbm_ctrl.{local}")
+    except UnknownNodeError:
+        lay = t.layout
+        raise UnknownNodeError(f"{flag} {shown(pe)} is not a PE of this system\n  hint: a PE is sipS.cubeC.peP with "
+                               f"S < {lay.n_sips}, C < {lay.n_cubes_per_sip}, P < {len(t.plan.pe_router)}, "
+                               "e.g. sip0.cube1.pe4") from None
 
 
 def parse_dim(name: str, value: int | str) -> int:
@@ -65,7 +72,8 @@ def parse_dim(name: str, value: int | str) -> int:
 
 def gemm_nodes(t: Tables, pe: str, b_from: str | None = None) -> tuple[int, int, int]:
     """(the PE's pe_dma, its HBM controller, the controller holding B) of PE ``pe``."""
-    return _pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"), _pe_node(t, b_from or pe, "hbm_ctrl")
+    return (_pe_node(t, pe, "pe_dma"), _pe_node(t, pe, "hbm_ctrl"),
+            _pe_node(t, b_from, "hbm_ctrl", "--b-from") if b_from else _pe_node(t, pe, "hbm_ctrl"))
 
 
 def parse_epilogues(t: Tables, text: str | list[str] | tuple[str, ...] | None) -> tuple[Epilogue, ...]:

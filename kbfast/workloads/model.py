@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kbfast import budget
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.config.models import AttentionPanels, Mlp, Model, Panel
@@ -145,11 +146,6 @@ def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray
     roles = np.concatenate([np.where((pe == 0)[:, None], _roles("lrab", n_cubes, info)[cube], -1), pe[:, None]],
                            axis=1)
     return labels, np.concatenate(cols, axis=1), roles, info
-
-
-def _slice_bytes(t: Tables) -> int:
-    hbm = t.spec.hbm
-    return int(hbm.total_gib_per_cube * (1 << 30)) // hbm.slices_per_cube
 
 
 def _divide(what: str, total: int, parts: int, fix: str) -> int:
@@ -468,11 +464,9 @@ def _gib(n: int) -> str:
 
 
 def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
-    have = _slice_bytes(t)
-    if per_pe > have:
-        raise KbfastError(f"{model.name} does not fit layout {layout} on {t.layout.n_sips} SIPs: each working PE "
-                          f"holds {what}, {_gib(per_pe)} in all, and its HBM slice holds {_gib(have)}; use more "
-                          "SIPs (--set sips.count=N), layout tp_pes, or a shorter --kv-len / smaller --batch")
+    budget.check_hbm_slice(t.spec, per_pe, f"{model.name} does not fit layout {layout} on {t.layout.n_sips} SIPs: "
+                           f"each working PE holds {what}", "use more SIPs (--set sips.count=N), layout tp_pes, "
+                           "or a shorter --kv-len / smaller --batch")
 
 
 def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float | None = None) -> Program:
