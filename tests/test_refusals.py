@@ -230,6 +230,36 @@ def test_huge_size_in_spec(runner, tmp_path):
     refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: workload.size:", "limit of 1 TiB")
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--k", str(2**40)], ["--k 1099511627776", "more than the limit of 16,777,216 (16Mi)"]),
+    (["--m", str(2**63)], ["--m 9223372036854775808", "more than the limit"]),
+    (["--n", "9" * 500], ["--n '9999", "chars)", "is not a positive integer"]),
+    (["--m", "65536", "--n", "65536", "--k", "65536"],
+     ["65,536 x 65,536 x 65,536 GEMM", "24.00 GiB in all", "HBM slice holds 6.00 GiB", "hbm.total_gib_per_cube"]),
+    (["--m", "65536", "--n", "65536", "--k", "65536", "--exact"], ["24.00 GiB in all"]),
+    (["--m", "65536", "--n", "65536", "--k", "131072", "--set", "hbm.total_gib_per_cube=10000"],
+     ["8,589,934,592 tiles", "limit of 4,294,967,296"]),
+])
+def test_huge_gemm_dimensions(runner, args, words):
+    """K = 2^40 was a MemoryError, m = 2^63 an OverflowError, and 65536^3 ran though its operands do not fit its
+    HBM slice (with --exact it allocated 32 GiB of tile indices first)."""
+    refused(invoke(runner, "run", "gemm", *args), *words)
+
+
+def test_huge_gemm_dimension_in_spec(runner, tmp_path):
+    p = write(tmp_path, "s.yaml", f"name: g\nworkload: {{kind: gemm, m: 32, n: 32, k: {2**40}}}\n")
+    refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: workload.k:", "16,777,216")
+
+
+def test_an_exact_gemm_is_estimated_before_it_is_built(runner):
+    """The Program of a 32 x 32 x 4Mi GEMM (393,223 ops) is refused under a tight memory limit before a tile op
+    is made, naming its estimate."""
+    from kbfast import budget
+    res = runner.invoke(app, ["run", "gemm", "--k", "4Mi", "--exact"], catch_exceptions=False,
+                        env={budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 20}MiB"})
+    refused(res, "the Program of the 32 x 32 x 4,194,304 GEMM (393,223 ops)", "drop --exact", "KBFAST_MAX_MEMORY")
+
+
 @pytest.mark.parametrize("k", ["0", "-2"])
 def test_check_sample_must_be_positive(runner, tmp_path, k):
     """check --sample 0 was 'No objects to concatenate'."""

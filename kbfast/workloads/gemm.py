@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbfast.errors import KbfastError
-from kbfast.ir import Op, Program, ProgramBuilder
-from kbfast.tiling import Epilogue, GemmPlan, epilogue, plan_gemm
+from kbfast import budget
+from kbfast.errors import KbfastError, clip
+from kbfast.ir import Op, Program, ProgramBuilder, gemm_ops_count
+from kbfast.tiling import MAX_DIM, Epilogue, GemmPlan, epilogue, plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import node_id, node_name
 from kbfast.topology.routing import Router
@@ -54,13 +55,18 @@ def _pe_node(t: Tables, pe: str, kind: str) -> int:
 
 
 def parse_dim(name: str, value: int | str) -> int:
-    """A GEMM dimension: a positive integer, or text with K / Ki (x 1024) or M / Mi (x 1024^2)."""
+    """A GEMM dimension: a positive integer up to ``MAX_DIM``, or text with K / Ki (x 1024) or M / Mi (x 1024^2)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = re.fullmatch(r"\s*(\d+)\s*(Ki|K|Mi|M)?\s*", str(value))
-    if not match or int(match[1]) == 0:
-        raise KbfastError(f"{name} {value!r} is not a positive integer; use e.g. 32, 3072 or 3Ki")
-    return int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]
+        dim = value
+    else:
+        match = re.fullmatch(r"\s*(\d{1,30})\s*(Ki|K|Mi|M)?\s*", str(value))
+        if not match or int(match[1]) == 0:
+            raise KbfastError(f"{name} {clip(repr(value))} is not a positive integer; use e.g. 32, 3072 or 3Ki")
+        dim = int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]
+    if dim > MAX_DIM:
+        raise KbfastError(f"{name} {clip(str(value))} is more than the limit of {MAX_DIM:,} (16Mi) per GEMM "
+                          "dimension; use a smaller value")
+    return dim
 
 
 def gemm_nodes(t: Tables, pe: str, b_from: str | None = None) -> tuple[int, int, int]:
@@ -91,6 +97,9 @@ def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = 
     if not program:                # the PE names are checked where they are looked up
         return GemmCase(None, plan, staging, pe, b_from, (), -1)
     dma, own, src_b = gemm_nodes(t, pe, b_from)
+    n_ops = 2 + plan.a_pinned + plan.b_pinned + gemm_ops_count(plan)
+    budget.check(f"the Program of the {m:,} x {n:,} x {k:,} GEMM ({n_ops:,} ops)", budget.program_bytes(n_ops),
+                 "use the fast path (drop --exact, --compare and --trace), or a smaller GEMM")
     b = ProgramBuilder(t, router, name=f"gemm_{m}x{n}x{k}_{staging}")
     agent = b.pe_agent(dma)
     b.start(agent)
@@ -102,8 +111,26 @@ def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tupl
     """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
     if staging not in STAGINGS:
         raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
-    return plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
+    plan = plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
                      epilogues=epilogues)
+    a, b, c = plan.operand_bytes()
+    check_slice(t, a + b + c, f"the {m:,} x {n:,} x {k:,} GEMM (m x n x k) does not fit: its PE lays out A, B and C from "
+                f"address 0 of its HBM slice in whole tiles ({gib(a)} + {gib(b)} + {gib(c)})",
+                "use smaller m, n or k, or more HBM per cube (--set hbm.total_gib_per_cube=N)")
+    return plan
+
+
+def gib(n: int) -> str:
+    """``n`` bytes in GiB, two decimals (HBM footprints)."""
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def check_slice(t: Tables, need: int, subject: str, hint: str) -> None:
+    """Refuse ``need`` bytes that one PE must hold in its HBM slice (``hbm_slice_bytes``) when they do not fit:
+    ``subject`` says what they are, ``hint`` how to shrink them."""
+    have = t.spec.hbm_slice_bytes
+    if need > have:
+        raise KbfastError(f"{subject}, {gib(need)} in all, and its HBM slice holds {gib(have)}; {hint}")
 
 
 def add_gemm(b: ProgramBuilder, agent: int, plan: GemmPlan, own: int, src_b: int) -> tuple[tuple[int, ...], int]:

@@ -51,6 +51,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import _converge, _pe_nodes, _roles, _spread, intercube_peers, kernel_info, \
     lrab_body
 from kbfast.workloads.commands import GemmCommand
+from kbfast.workloads.gemm import check_slice, gib
 from kbfast.workloads.install import ring_peers, wire
 from kbfast.workloads.kernels import Tl
 from kbfast.workloads.launch import launch_timing
@@ -145,11 +146,6 @@ def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray
     roles = np.concatenate([np.where((pe == 0)[:, None], _roles("lrab", n_cubes, info)[cube], -1), pe[:, None]],
                            axis=1)
     return labels, np.concatenate(cols, axis=1), roles, info
-
-
-def _slice_bytes(t: Tables) -> int:
-    hbm = t.spec.hbm
-    return int(hbm.total_gib_per_cube * (1 << 30)) // hbm.slices_per_cube
 
 
 def _divide(what: str, total: int, parts: int, fix: str) -> int:
@@ -403,7 +399,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         cache_rows = rows
     cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
     _fits(t, model, layout, model.layers * stride + cache, f"{model.layers} layers of weights "
-          f"({_gib(model.layers * stride)}) and the KV cache ({_gib(cache)})")
+          f"({gib(model.layers * stride)}) and the KV cache ({gib(cache)})")
     info["layer"] = {
         "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
         "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
@@ -463,16 +459,10 @@ def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:
                  table.macs * n * steps)
 
 
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
-
-
 def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
-    have = _slice_bytes(t)
-    if per_pe > have:
-        raise KbfastError(f"{model.name} does not fit layout {layout} on {t.layout.n_sips} SIPs: each working PE "
-                          f"holds {what}, {_gib(per_pe)} in all, and its HBM slice holds {_gib(have)}; use more "
-                          "SIPs (--set sips.count=N), layout tp_pes, or a shorter --kv-len / smaller --batch")
+    check_slice(t, per_pe, f"{model.name} does not fit layout {layout} on {t.layout.n_sips} SIPs: each working PE "
+                f"holds {what}", "use more SIPs (--set sips.count=N), layout tp_pes, or a shorter --kv-len / smaller "
+                "--batch")
 
 
 def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float | None = None) -> Program:
