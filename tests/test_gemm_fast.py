@@ -82,3 +82,19 @@ def test_batch_equals_one_by_one(systems) -> None:
     batch = maxplus_rows(t, r, cases)
     for c, row in zip(cases, batch):
         assert row == maxplus_rows(t, r, [c])[0]
+
+
+def test_ideal_never_exceeds_the_window(systems) -> None:
+    """The ideal pipeline is a lower bound on the window (docs/gemm.md): 256 x 256 x 1024 ref_ref with B on another
+    cube's PE is read-bound at about 90 ns a tile, and (n_tiles + 2) x T_stage had charged the fill and drain
+    at that stage time (91,857 against a window of 91,735 ns)."""
+    t, r = systems()
+    c = gemm_case(t, r, 256, 256, 1024, "ref_ref", b_from="sip0.cube1.pe4", program=False)
+    row = evaluate_gemm(t, r, c)
+    assert row["method"] == "fluid" and row["bound_stage"] == "dma_read"
+    assert row["window_ns"] * 0.99 <= row["ideal_ns"] <= row["window_ns"] <= row["latency_ns"]
+    for shape, staging in (((32, 32, 3072), "load_ref"), ((200, 200, 16), "ref_ref"), ((64, 96, 640), "ref_ref"),
+                           ((100, 64, 65), "load_load")):
+        c = gemm_case(t, r, *shape, staging)
+        for row in (evaluate_gemm(t, r, c), evaluate_gemm(t, r, c, exact=True), maxplus_rows(t, r, [c])[0]):
+            assert 0 < row["ideal_ns"] <= row["window_ns"], (shape, staging, row["method"])

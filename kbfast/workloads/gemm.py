@@ -9,8 +9,8 @@
 the last write, the composite window over the tile-stage records only (the up-front loads excluded), MAC/ns
 over the window and over the whole latency, MAC utilisation ``MACs / window / gemm_macs_per_ns``, the
 arithmetic intensity (MACs per HBM byte moved, up-front loads included), each PE resource's busy fraction of the window, the
-busiest one (the bound stage) and the ideal-pipeline estimate ``(n_tiles + D - 1) * T_stage`` with
-``D = 3`` stages and ``T_stage`` the longest per-tile stage (ADR-0044 D5's model, for comparison).
+busiest one (the bound stage) and the ideal pipeline (:func:`ideal_ns`: the busiest resource with no gap plus one
+tile's other fixed stages, a lower bound on the window).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from kbfast.topology.routing import Router
 
 STAGINGS = ("ref_ref", "load_ref", "load_load")
 A_ADDR = 0
-IDEAL_STAGES = 3
 # PE resources and the ops that hold them (spec_pe §4.2–§4.4)
 RESOURCES = {"dma_read": (Op.DMA_READ,), "tcm_read": (Op.FETCH,), "compute": (Op.GEMM, Op.MATH),
              "tcm_write": (Op.STORE,), "dma_write": (Op.DMA_WRITE,)}
@@ -186,7 +185,6 @@ def gemm_metrics(case: GemmCase, begin: np.ndarray, end: np.ndarray, macs_per_ns
 def gemm_figures(case: GemmCase, latency: float, window: float, busy: dict[str, float], macs_per_ns: float) -> dict:
     """The row of figures of one GEMM from its latency, composite window and per-resource busy ns."""
     plan = case.plan
-    per_tile = max(plan.fetch_ns, plan.comp_inner_ns, busy["dma_read"] / plan.n_tile_total)
     row = {"m": plan.m, "n": plan.n, "k": plan.k, "staging": case.staging, "pe": case.pe, "b_from": case.b_from,
            "n_tiles": plan.n_tile_total, "under_tile": plan.under_tile, "latency_ns": latency, "window_ns": window,
            "macs_per_ns": plan.macs / window if window > 0 else 0.0,
@@ -194,9 +192,19 @@ def gemm_figures(case: GemmCase, latency: float, window: float, busy: dict[str, 
            "intensity_macs_per_byte": plan.macs / hbm_bytes(plan),
            "mac_util": plan.macs / window / macs_per_ns if window > 0 else 0.0,
            "bound_stage": max(busy, key=busy.get),
-           "ideal_ns": (plan.n_tile_total + IDEAL_STAGES - 1) * per_tile}
+           "ideal_ns": ideal_ns(plan, busy)}
     row.update({f"busy[{name}]": v / window if window > 0 else 0.0 for name, v in busy.items()})
     return row
+
+
+def ideal_ns(plan: GemmPlan, busy: dict[str, float]) -> float:
+    """The ideal pipeline of ``plan``: a resource busy ``busy[name]`` ns with no gap, and one tile's stages of
+    fixed length (FETCH, the compute slot on the last k, STORE) that must come before or after it; the
+    busiest such sum.  Every tile passes the stages in order and each resource serves one op at a time, so
+    each sum, and the ideal, is at most the window (docs/gemm.md)."""
+    fixed = {"tcm_read": plan.fetch_ns, "compute": plan.comp_last_ns, "tcm_write": plan.store_ns}
+    total = sum(fixed.values())
+    return max(v + total - fixed.get(name, 0.0) for name, v in busy.items())
 
 
 def hbm_bytes(plan: GemmPlan) -> int:
