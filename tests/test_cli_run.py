@@ -225,6 +225,18 @@ def test_gemm_bad_input_names_the_value(runner) -> None:
     assert res.exit_code == 2 and "--k '3x' is not a positive integer" in res.output
 
 
+def test_gemm_estimate_says_so(runner) -> None:
+    """Above 65,536 tiles with C writes meeting the reads, the max-plus estimate is optimistic: the row says so
+    (method, warning, a lower bound and no upper one), and the table has a note line below it."""
+    args = ("gemm", "--m", "4096", "--n", "4096", "--k", "4096", "--staging", "ref_ref")
+    row = run_json(runner, *args)
+    assert row["method"] == "maxplus_estimate" and row["latency_lo_ns"] == row["latency_ns"]
+    assert row["latency_hi_ns"] is None and "no upper bound" in row["warning"]
+    out = flat(run(runner, *args).stdout)
+    assert "note: maxplus_estimate:" in out and "lower bound" in out
+    assert "note:" not in flat(run(runner, "gemm").stdout)
+
+
 @pytest.mark.parametrize("command", ["allreduce", "pe2pe", "gemm", "model"])
 def test_exact_and_compare_together_are_refused(runner: CliRunner, command: str) -> None:
     args = [command, *(["llama32_1b"] if command == "model" else []), "--exact", "--compare"]

@@ -254,7 +254,15 @@ def run_gemm(
         ex = evaluate_gemm(t, router, case, exact=True)
         row.update(exact_latency_ns=ex["latency_ns"], exact_window_ns=ex["window_ns"],
                    rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
-    _print(row, fmt)
+    _print_gemm(row, fmt)
+
+
+def _print_gemm(row: dict, fmt: OutputFormat) -> None:
+    """A GEMM's row (:func:`_print`); a table shows the row's ``warning`` as a note line below it."""
+    warning = row.get("warning") if fmt is OutputFormat.table else None
+    _print({k: v for k, v in row.items() if k != "warning"} if warning else row, fmt)
+    if warning:
+        console.print(f"note: {warning}", highlight=False)
 
 
 
