@@ -294,3 +294,30 @@ def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
     cols = ["latency_ns", "latency_lo_ns", "latency_hi_ns", "tokens_per_s", "mac_util"]
     for i, row in enumerate(alone):
         assert joint[cols].iloc[i].tolist() == row[cols].iloc[0].tolist()
+
+
+def test_documented_exact_runs_stay_below_the_warning_level():
+    """Every `kbfast run model ... --exact | --compare` in docs/models.md builds an exact Program below
+    kbfast.budget.WARN_BYTES (the prefill example at --seq 512 needed 56 M tile ops, about 19 GiB, and exited 2)."""
+    import shlex
+    from pathlib import Path
+
+    from kbfast import budget
+    from kbfast.ir import gemm_ops_count
+
+    text = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    lines = [ln.split("#")[0] for ln in text.splitlines() if ln.startswith("kbfast run model ")]
+    runs = [shlex.split(ln)[3:] for ln in lines if "--exact" in ln or "--compare" in ln]
+    assert runs
+    for args in runs:
+        opts = dict(zip(args[1::2], args[2::2]))
+        sets = dict(kv.split("=") for flag, kv in zip(args[1:], args[2:]) if flag == "--set")
+        t = build_tables(load_system("ahbm_2sip", {k: int(v) for k, v in sets.items()}))
+        r, m = Router(t), load_model(args[0])
+        num = lambda f: int(opts[f]) if f in opts else None   # noqa: E731
+        shape = shape_for(m, opts.get("--phase"), num("--batch"), num("--seq"), num("--kv-len"))
+        for piece in compile_model(t, m, shape):
+            lower = TimedLowering(piece.commands, lambda c, n: np.zeros(len(c)))
+            p = build_piece(t, r, piece, lower)
+            tile_ops = sum(gemm_ops_count(piece.commands[c].plan) for c in lower.command_id)
+            assert budget.program_bytes(p.n_ops + tile_ops) < budget.WARN_BYTES, (args, piece.name)
