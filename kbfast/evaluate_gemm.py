@@ -44,9 +44,8 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
     them, ``latency_lo_ns`` and ``latency_hi_ns`` (NaN otherwise).  Builds the Program if the case has none
     and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
-    if case.program is None and (exact or fast_method(case) == "fluid"):
-        case = gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from,
-                         epilogues=case.plan.epilogues)
+    if exact or fast_method(case) == "fluid":
+        case = with_program(t, router, case)
     if exact:
         res = run_exact(case.program)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": "exact",
@@ -58,6 +57,14 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
                 "latency_lo_ns": lo, "latency_hi_ns": hi}
     return maxplus_rows(t, router, [case])[0]
+
+
+def with_program(t: Tables, router: Router, case: GemmCase) -> GemmCase:
+    """``case`` with its Program, built here if it has none (its size checked first: kbfast.workloads.gemm)."""
+    if case.program is not None:
+        return case
+    return gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from,
+                     epilogues=case.plan.epilogues)
 
 
 def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:

@@ -259,6 +259,7 @@ class StepResult:
     pieces: list[Piece]
     results: dict[str, list[PieceResult]]      # mode -> one result per piece
     mode: str                                  # the mode the totals come from
+    refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
 
     def repeat(self, piece: Piece) -> int:
         return self.layers if piece.name == "layer" else piece.repeat
@@ -289,7 +290,8 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
                   layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid") -> StepResult:
     """Compile ``model`` (kbfast.workloads.model.compile_model) and evaluate its pieces in each of ``modes``;
     ``layers`` (default: all) says how many layers the step counts; ``method`` is the fast path's
-    (:func:`evaluate_piece`)."""
+    (:func:`evaluate_piece`).  When a mode after the first is refused (a KbfastError: over the memory limit,
+    say), the modes before it are kept and the refusal is in ``refused``."""
     if method not in METHODS:
         raise KbfastError(f"fast method {method!r} is not one of {', '.join(METHODS)}")
     if isinstance(model, Transformer):
@@ -302,6 +304,15 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
     timer = CommandTimer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in pieces}
     system = repr(t.spec)
-    results = {m: [_memo_piece(system, t, router, p, m, timer, method, launch[p.nodes.tobytes()]) for p in pieces]
-               for m in modes}
-    return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0])
+    results: dict[str, list[PieceResult]] = {}
+    refused = None
+    for m in modes:
+        try:
+            results[m] = [_memo_piece(system, t, router, p, m, timer, method, launch[p.nodes.tobytes()])
+                          for p in pieces]
+        except KbfastError as err:
+            if not results:
+                raise
+            refused = err
+            break
+    return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0], refused)

@@ -237,6 +237,29 @@ def test_gemm_estimate_says_so(runner) -> None:
     assert "note:" not in flat(run(runner, "gemm").stdout)
 
 
+def tight_limit() -> dict:
+    """A memory limit 20 MiB above what this process holds: any stage estimated above that is refused."""
+    from kbfast import budget
+    return {budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 20}MiB"}
+
+
+def test_gemm_compare_keeps_the_fast_half(runner) -> None:
+    """When the exact half is refused (here over the memory limit), the fast row is printed first, then the
+    refusal, exit 2: nothing computed is lost."""
+    res = runner.invoke(app, ["run", "gemm", "--k", "4Mi", "--compare", "--format", "csv"], env=tight_limit())
+    assert res.exit_code == 2 and "the Program of the 32 x 32 x 4,194,304 GEMM" in flat(res.stderr)
+    row = pd.read_csv(io.StringIO(res.stdout))
+    assert row["method"].tolist() == ["maxplus"] and row["latency_ns"].iloc[0] > 0 and "exact_latency_ns" not in row
+
+
+def test_model_compare_keeps_the_fast_half(runner) -> None:
+    res = runner.invoke(app, ["run", "model", "llama32_1b", "--phase", "prefill", "--seq", "64", "--compare",
+                              "--format", "json"], env=tight_limit())
+    assert res.exit_code == 2 and "the exact Program of 'layer'" in flat(res.stderr), res.output
+    rep = json.loads(res.stdout)
+    assert rep["inputs"]["modes"] == ["fast"] and rep["step"]["latency_ns"] > 0
+
+
 @pytest.mark.parametrize("command", ["allreduce", "pe2pe", "gemm", "model"])
 def test_exact_and_compare_together_are_refused(runner: CliRunner, command: str) -> None:
     args = [command, *(["llama32_1b"] if command == "model" else []), "--exact", "--compare"]
