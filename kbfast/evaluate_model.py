@@ -39,7 +39,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
-from kbfast.workloads.model import Piece, Shape, build_piece, compile_model
+from kbfast.workloads.model import Piece, Shape, build_piece, compile_model, refuse_unread
 
 MODES = ("fast", "exact")
 METHODS = ("hybrid", "fluid")   # the fast path's point: the stand-in replayed exactly when it fits, or scheduled
@@ -298,8 +298,8 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
         layers = model.layers if layers is None else layers
         if not 1 <= layers <= model.layers:
             raise KbfastError(f"--layers {layers}: {model.name} has {model.layers} layers; use 1 to {model.layers}")
-    elif layers is not None:
-        raise KbfastError(f"--layers applies to transformer models; {model.name} is a {model.kind}")
+    else:
+        refuse_unread(model, {"layers": layers})
     pieces = compile_model(t, model, shape, layout)
     timer = CommandTimer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in pieces}

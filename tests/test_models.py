@@ -238,6 +238,9 @@ def test_cli_run_model_json():
     (["llama32_1b", "--exact", "--compare"], "exclude each other"),
     (["llama32_1b", "--layers", "17"], "use 1 to 16"),
     (["tp_mlp", "--layers", "1"], "transformer"),
+    (["tp_mlp", "--phase", "decode"], "--phase decode: applies to transformer models only"),
+    (["tp_mlp", "--batch", "2", "--seq", "8"], "--batch 2: applies to transformer models only"),
+    (["gqa_llama70b_validation", "--kv-len", "64"], "hint: drop --kv-len"),
 ])
 def test_cli_run_model_refusals(args, words):
     res = CliRunner().invoke(app, ["run", "model", *args])
@@ -294,6 +297,16 @@ def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
     cols = ["latency_ns", "latency_lo_ns", "latency_hi_ns", "tokens_per_s", "mac_util"]
     for i, row in enumerate(alone):
         assert joint[cols].iloc[i].tolist() == row[cols].iloc[0].tolist()
+
+
+def test_model_sweep_rows_carry_only_what_the_model_reads(tmp_path):
+    """A transformer's point names its phase and batch (the defaults filled in); the TP MLP's carries none."""
+    from kbfast.sweep.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nworkload: {kind: model}\naxes: [{grid: {workload.model: [llama32_1b, tp_mlp]}}]\n")
+    w = [p.workload for p in load_spec(path).points()]
+    assert (w[0]["phase"], w[0]["batch"]) == ("decode", 1) and (w[1]["phase"], w[1]["batch"]) == (None, None)
 
 
 def test_documented_exact_runs_stay_below_the_warning_level():

@@ -260,6 +260,19 @@ def test_an_exact_gemm_is_estimated_before_it_is_built(runner):
     refused(res, "the Program of the 32 x 32 x 4,194,304 GEMM (393,223 ops)", "drop --exact", "KBFAST_MAX_MEMORY")
 
 
+def test_model_options_a_model_does_not_read(runner, tmp_path):
+    """--phase, --seq, --batch and --kv-len changed nothing for the TP MLP and the attention panels, and sweep rows
+    carried them: refused, as --layers is, on the command line and in a spec."""
+    refused(invoke(runner, "run", "model", "tp_mlp", "--phase", "prefill"), "--phase prefill:",
+            "applies to transformer models only", "tp_mlp is of kind mlp", "hint: drop --phase")
+    refused(invoke(runner, "run", "model", "gqa_llama70b_validation", "--seq", "16", "--kv-len", "64"), "--seq 16:",
+            "drop --seq, --kv-len")
+    p = write(tmp_path, "s.yaml", "name: m\nworkload: {kind: model, model: tp_mlp}\n"
+                                  "axes: [{grid: {workload.batch: [1, 2]}}]\n")
+    refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: workload.batch:", "(got 1)",
+            "hint: drop workload.batch from the spec")
+
+
 @pytest.mark.parametrize("k", ["0", "-2"])
 def test_check_sample_must_be_positive(runner, tmp_path, k):
     """check --sample 0 was 'No objects to concatenate'."""

@@ -30,13 +30,13 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps
-from kbfast.config.models import Transformer, load_model
+from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.evaluate_gemm import evaluate_gemm, fast_method, with_program
 from kbfast.evaluate_model import evaluate_step
 from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim, parse_epilogues
-from kbfast.workloads.model import LAYOUTS, shape_for
+from kbfast.workloads.model import LAYOUTS, refuse_unread, shape_for
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
@@ -277,8 +277,10 @@ def _print_gemm(row: dict, fmt: OutputFormat) -> None:
 def run_model(
     model: Annotated[str, typer.Argument(help="A bundled model (llama3_70b, gpt3_175b, llama32_1b, tp_mlp, "
                                               "gqa_llama70b_validation) or a model YAML.")],
-    phase: Annotated[str, typer.Option(help="decode (one token per user) or prefill.")] = "decode",
-    batch: Annotated[int, typer.Option(help="Users (sequences) in the step.")] = 1,
+    phase: Annotated[str | None, typer.Option(help="decode (one token per user, the default) or prefill; "
+                                                   "transformers only.")] = None,
+    batch: Annotated[int | None, typer.Option(help="Users (sequences) in the step (default 1); transformers "
+                                                   "only.")] = None,
     seq: Annotated[int | None, typer.Option(help="Prefill: tokens per user (default 2048); decode: 1.")] = None,
     kv_len: Annotated[int | None, typer.Option(help="Decode: the context each user attends to (default 4096).")] = None,
     layers: Annotated[int | None, typer.Option(help="Layers in the step (default: all; identical layers are "
@@ -297,7 +299,8 @@ def run_model(
     check_modes(exact, compare)
     t = build_tables(load(topology, list(sets or [])))
     m = load_model(model)
-    shape = shape_for(m, phase, batch, seq, kv_len) if isinstance(m, Transformer) else None
+    refuse_unread(m, {"phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len, "layers": layers})
+    shape = shape_for(m, phase, batch, seq, kv_len)
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     step = evaluate_step(t, Router(t), m, shape, layout, layers, modes, method)
