@@ -20,12 +20,14 @@ stage, the estimate, the limit and how to raise it or shrink the input.
 from __future__ import annotations
 
 import os
+import sys
 
 from kbfast.errors import KbfastError
 
 ENV = "KBFAST_MAX_MEMORY"
 DEFAULT_FRACTION = 0.8          # of the memory available when the stage starts
 SMALL_BYTES = 32 << 20          # a stage needing less is not checked (the check reads /proc)
+WARN_BYTES = 4 << 30            # a stage needing more is announced on stderr, even within the limit
 
 # Bytes per counted item, measured as resident-set growth (docs/limits.md), rounded up.
 TABLE_NODE_B = 12               # node kind, overhead, flit flag, names' share
@@ -123,19 +125,22 @@ def limit_bytes() -> tuple[int | None, str]:
 
 
 def check(what: str, need: int, shrink: str, seconds: float | None = None) -> None:
-    """Refuse (:class:`MemoryBudgetError`) when this process's memory plus ``need`` bytes exceeds the limit.
+    """Refuse (:class:`MemoryBudgetError`) when this process's memory plus ``need`` bytes exceeds the limit; within
+    it, a stage that needs more than ``WARN_BYTES`` says so on stderr (a warning line, nothing is stopped).
 
     ``what`` names the stage and the input's size ("the routing trees of ... (10,000 sources)"), ``shrink``
     says how to make the input smaller; ``seconds``, when known, is the time estimate shown beside it."""
     if need < SMALL_BYTES:
         return
     limit, how = limit_bytes()
-    if limit is None:
-        return
-    have = rss_bytes()
-    if have + need <= limit:
-        return
     took = f" and about {fmt_seconds(seconds)}" if seconds is not None else ""
+    have = rss_bytes() if limit is not None else 0
+    if limit is None or have + need <= limit:
+        if need > WARN_BYTES:
+            sys.stderr.write(f"warning: {what} will need about {fmt_bytes(need)} of memory{took} (more than "
+                             f"{fmt_bytes(WARN_BYTES)}); {ENV}=<size> sets the limit\n")
+            sys.stderr.flush()
+        return
     raise MemoryBudgetError(
         f"{what} would need about {fmt_bytes(need)} of memory{took}, over the limit of {fmt_bytes(limit)} "
         f"({how}; this process already uses {fmt_bytes(have)}).\n  hint: {shrink}; or raise the limit with "

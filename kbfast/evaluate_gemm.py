@@ -7,7 +7,10 @@ Fast methods (docs/gemm.md "Fast path"):
 * ``fluid``: the fast schedule over the GEMM's Program (kbfast.fast.evaluate), with lower and upper bounds,
   when the C writes share the PE link and PCs with the next tiles' reads;
 * ``maxplus_estimate``: the recurrence for such a GEMM above ``FLUID_MAX_TILES`` tiles, where the schedule
-  would take seconds: it leaves the writes' interference out, so it is optimistic (an estimate, no bounds).
+  would take seconds: it leaves the writes' interference out, so it is optimistic: it is its own lower bound
+  (the recurrence is monotone in its service times, and a transfer is never faster than alone), and it has
+  no upper bound (``latency_hi_ns`` NaN; kbfast.fast.gemm.gemm_upper is none once a PC's read/write
+  turnaround costs time, docs/gemm.md).  Its row carries a ``warning`` saying so.
 
 Exact mode replays the Program (kbfast.exact).
 """
@@ -24,6 +27,8 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.gemm import RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes
 
 FLUID_MAX_TILES = 1 << 16
+ESTIMATE_WARNING = ("maxplus_estimate: more tiles than the fluid schedule takes, so the C writes' share of the PE "
+                    "link and PCs is left out: latency_ns is optimistic (a lower bound), and there is no upper bound")
 
 
 def fast_method(case: GemmCase) -> str:
@@ -39,9 +44,8 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
     them, ``latency_lo_ns`` and ``latency_hi_ns`` (NaN otherwise).  Builds the Program if the case has none
     and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
-    if case.program is None and (exact or fast_method(case) == "fluid"):
-        case = gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from,
-                         epilogues=case.plan.epilogues)
+    if exact or fast_method(case) == "fluid":
+        case = with_program(t, router, case)
     if exact:
         res = run_exact(case.program)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": "exact",
@@ -53,6 +57,14 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
                 "latency_lo_ns": lo, "latency_hi_ns": hi}
     return maxplus_rows(t, router, [case])[0]
+
+
+def with_program(t: Tables, router: Router, case: GemmCase) -> GemmCase:
+    """``case`` with its Program, built here if it has none (its size checked first: kbfast.workloads.gemm)."""
+    if case.program is not None:
+        return case
+    return gemm_case(t, router, case.plan.m, case.plan.n, case.plan.k, case.staging, case.pe, case.b_from,
+                     epilogues=case.plan.epilogues)
 
 
 def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:
@@ -74,10 +86,11 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
     rows = []
     for c, o in zip(cases, out):
         row = gemm_figures(c, float(o[0]), float(o[1]), dict(zip(RESOURCES, o[2:].tolist())), rate)
-        method = fast_method(c)
-        exact_here = method == "maxplus"          # equal to exact mode: its own bounds
-        row.update(method=method if method != "fluid" else "maxplus_estimate",
-                   latency_lo_ns=row["latency_ns"] if exact_here else np.nan,
-                   latency_hi_ns=row["latency_ns"] if exact_here else np.nan)
+        est = fast_method(c) != "maxplus"
+        # maxplus equals exact mode: its own bounds; the estimate is a lower bound and has no upper one
+        row.update(method="maxplus_estimate" if est else "maxplus", latency_lo_ns=row["latency_ns"],
+                   latency_hi_ns=np.nan if est else row["latency_ns"])
+        if est:
+            row["warning"] = ESTIMATE_WARNING
         rows.append(row)
     return rows

@@ -39,7 +39,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
-from kbfast.workloads.model import Piece, Shape, build_piece, compile_model
+from kbfast.workloads.model import Piece, Shape, build_piece, compile_model, refuse_unread
 
 MODES = ("fast", "exact")
 METHODS = ("hybrid", "fluid")   # the fast path's point: the stand-in replayed exactly when it fits, or scheduled
@@ -259,6 +259,7 @@ class StepResult:
     pieces: list[Piece]
     results: dict[str, list[PieceResult]]      # mode -> one result per piece
     mode: str                                  # the mode the totals come from
+    refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
 
     def repeat(self, piece: Piece) -> int:
         return self.layers if piece.name == "layer" else piece.repeat
@@ -289,19 +290,29 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
                   layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid") -> StepResult:
     """Compile ``model`` (kbfast.workloads.model.compile_model) and evaluate its pieces in each of ``modes``;
     ``layers`` (default: all) says how many layers the step counts; ``method`` is the fast path's
-    (:func:`evaluate_piece`)."""
+    (:func:`evaluate_piece`).  When a mode after the first is refused (a KbfastError: over the memory limit,
+    say), the modes before it are kept and the refusal is in ``refused``."""
     if method not in METHODS:
         raise KbfastError(f"fast method {method!r} is not one of {', '.join(METHODS)}")
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
         if not 1 <= layers <= model.layers:
             raise KbfastError(f"--layers {layers}: {model.name} has {model.layers} layers; use 1 to {model.layers}")
-    elif layers is not None:
-        raise KbfastError(f"--layers applies to transformer models; {model.name} is a {model.kind}")
+    else:
+        refuse_unread(model, {"layers": layers})
     pieces = compile_model(t, model, shape, layout)
     timer = CommandTimer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in pieces}
     system = repr(t.spec)
-    results = {m: [_memo_piece(system, t, router, p, m, timer, method, launch[p.nodes.tobytes()]) for p in pieces]
-               for m in modes}
-    return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0])
+    results: dict[str, list[PieceResult]] = {}
+    refused = None
+    for m in modes:
+        try:
+            results[m] = [_memo_piece(system, t, router, p, m, timer, method, launch[p.nodes.tobytes()])
+                          for p in pieces]
+        except KbfastError as err:
+            if not results:
+                raise
+            refused = err
+            break
+    return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0], refused)

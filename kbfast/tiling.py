@@ -22,12 +22,13 @@ c_tile_bytes``.  Both evaluators time the same plan: the Program builder lowers 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from kbfast.errors import KbfastError, did_you_mean
 
 SCOPES = ("k_tile", "output_tile")
+MAX_DIM = 1 << 24          # a GEMM dimension a user gives (m, n or k): 16Mi
+MAX_TILES = 1 << 32        # hardware tiles of one GEMM: the fast path's tile indices and times stay exact
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,13 @@ def plan_gemm(pe, m: int, n: int, k: int, *, a_pinned: bool = False, b_pinned: b
     t, eb = pe.tile, pe.elem_bytes
     a_tile, b_tile, c_tile = t.m * t.k * eb, t.k * t.n * eb, t.m * t.n * eb
     tile_macs = t.m * t.k * t.n
+    m_tiles, n_tiles, k_tiles = max(1, -(-m // t.m)), max(1, -(-n // t.n)), max(1, -(-k // t.k))
+    if m_tiles * n_tiles * k_tiles > MAX_TILES:
+        raise KbfastError(f"the {m:,} x {n:,} x {k:,} GEMM (m x n x k) has {m_tiles * n_tiles * k_tiles:,} tiles of "
+                          f"{t.m} x {t.k} x {t.n}, more than the limit of {MAX_TILES:,} (2^32); use smaller m, n or k")
     return GemmPlan(
-        m=m, n=n, k=k, m_tiles=max(1, math.ceil(m / t.m)), n_tiles=max(1, math.ceil(n / t.n)),
-        k_tiles=max(1, math.ceil(k / t.k)), a_pinned=bool(a_pinned), b_pinned=bool(b_pinned),
+        m=m, n=n, k=k, m_tiles=m_tiles, n_tiles=n_tiles,
+        k_tiles=k_tiles, a_pinned=bool(a_pinned), b_pinned=bool(b_pinned),
         a_tile_bytes=a_tile, b_tile_bytes=b_tile, c_tile_bytes=c_tile,
         fetch_ns=(a_tile + b_tile) / pe.tcm_read_gbs, gemm_ns=tile_macs / pe.gemm_macs_per_ns,
         store_ns=c_tile / pe.tcm_write_gbs,

@@ -256,6 +256,41 @@ def test_gemm_bad_input_names_the_value(runner) -> None:
     assert res.exit_code == 2 and "--k '3x' is not a positive integer" in res.output
 
 
+def test_gemm_estimate_says_so(runner) -> None:
+    """Above 65,536 tiles with C writes meeting the reads, the max-plus estimate is optimistic: the row says so
+    (method, warning, a lower bound and no upper one), and the table has a note line below it."""
+    args = ("gemm", "--m", "4096", "--n", "4096", "--k", "4096", "--staging", "ref_ref")
+    row = run_json(runner, *args)
+    assert row["method"] == "maxplus_estimate" and row["latency_lo_ns"] == row["latency_ns"]
+    assert row["latency_hi_ns"] is None and "no upper bound" in row["warning"]
+    out = flat(run(runner, *args).stdout)
+    assert "note: maxplus_estimate:" in out and "lower bound" in out
+    assert "note:" not in flat(run(runner, "gemm").stdout)
+
+
+def tight_limit() -> dict:
+    """A memory limit 20 MiB above what this process holds: any stage estimated above that is refused."""
+    from kbfast import budget
+    return {budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 20}MiB"}
+
+
+def test_gemm_compare_keeps_the_fast_half(runner) -> None:
+    """When the exact half is refused (here over the memory limit), the fast row is printed first, then the
+    refusal, exit 2: nothing computed is lost."""
+    res = runner.invoke(app, ["run", "gemm", "--k", "4Mi", "--compare", "--format", "csv"], env=tight_limit())
+    assert res.exit_code == 2 and "the Program of the 32 x 32 x 4,194,304 GEMM" in flat(res.stderr)
+    row = pd.read_csv(io.StringIO(res.stdout))
+    assert row["method"].tolist() == ["maxplus"] and row["latency_ns"].iloc[0] > 0 and "exact_latency_ns" not in row
+
+
+def test_model_compare_keeps_the_fast_half(runner) -> None:
+    res = runner.invoke(app, ["run", "model", "llama32_1b", "--phase", "prefill", "--seq", "64", "--compare",
+                              "--format", "json"], env=tight_limit())
+    assert res.exit_code == 2 and "the exact Program of 'layer'" in flat(res.stderr), res.output
+    rep = json.loads(res.stdout)
+    assert rep["inputs"]["modes"] == ["fast"] and rep["step"]["latency_ns"] > 0
+
+
 @pytest.mark.parametrize("command", ["allreduce", "pe2pe", "gemm", "model"])
 def test_exact_and_compare_together_are_refused(runner: CliRunner, command: str) -> None:
     args = [command, *(["llama32_1b"] if command == "model" else []), "--exact", "--compare"]

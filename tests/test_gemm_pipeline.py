@@ -21,6 +21,7 @@ from kbfast.exact.replay import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.reference.simpy_ref import run_simpy
+from kbfast.sim.lowering import estimate_memory_bytes, fabric_flits, heap_capacity
 from kbfast.tiling import Epilogue, plan_gemm
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
@@ -168,6 +169,17 @@ def test_bad_gemm_input_is_refused(tr) -> None:
     pe = node_id(t, "sip0.cube0.pe1.pe_dma")
     with pytest.raises(KbfastError, match="is not an HBM controller"):
         b.gemm(a, plan_gemm(t.spec.pe, 32, 32, 64), (pe, 0), (pe, 0), (pe, 0))
+
+
+def test_the_event_queue_counts_fabric_flits_only(tr) -> None:
+    """A GEMM op's nbytes counts MACs, a FETCH's or STORE's TCM bytes: none of them are flits.  The exact replay's
+    event queue reserved a slot for each such 'flit' too (a 4096^3 GEMM: 25.7 GiB of address space against a
+    2.93 GiB estimate); now it reserves about what the memory estimate counts."""
+    t, r = tr
+    p, _, _ = gemm_program(t, r, 256, 256, 1024)
+    assert fabric_flits(p) == int(np.sum(p.op_nbytes[np.isin(p.op_code, (Op.DMA_READ, Op.DMA_WRITE))] // 256))
+    assert 80 * heap_capacity(p) <= 1.5 * estimate_memory_bytes(p)
+    assert exact_end(t, r, 256, 256, 1024) == float(run_exact(p).op_end_ns.max())   # the replay runs in it
 
 
 ONE_SIP_2X2 = {"sips.count": 1, "sip.cube_mesh.w": 2, "sip.cube_mesh.h": 2}

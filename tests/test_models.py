@@ -274,6 +274,9 @@ def test_cli_run_model_prefill_prints_times_scaled(terminal):
     (["llama32_1b", "--exact", "--compare"], "exclude each other"),
     (["llama32_1b", "--layers", "17"], "use 1 to 16"),
     (["tp_mlp", "--layers", "1"], "transformer"),
+    (["tp_mlp", "--phase", "decode"], "--phase decode: applies to transformer models only"),
+    (["tp_mlp", "--batch", "2", "--seq", "8"], "--batch 2: applies to transformer models only"),
+    (["gqa_llama70b_validation", "--kv-len", "64"], "hint: drop --kv-len"),
 ])
 def test_cli_run_model_refusals(args, words):
     res = CliRunner().invoke(app, ["run", "model", *args])
@@ -330,3 +333,40 @@ def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
     cols = ["latency_ns", "latency_lo_ns", "latency_hi_ns", "tokens_per_s", "mac_util"]
     for i, row in enumerate(alone):
         assert joint[cols].iloc[i].tolist() == row[cols].iloc[0].tolist()
+
+
+def test_model_sweep_rows_carry_only_what_the_model_reads(tmp_path):
+    """A transformer's point names its phase and batch (the defaults filled in); the TP MLP's carries none."""
+    from kbfast.sweep.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\nworkload: {kind: model}\naxes: [{grid: {workload.model: [llama32_1b, tp_mlp]}}]\n")
+    w = [p.workload for p in load_spec(path).points()]
+    assert (w[0]["phase"], w[0]["batch"]) == ("decode", 1) and (w[1]["phase"], w[1]["batch"]) == (None, None)
+
+
+def test_documented_exact_runs_stay_below_the_warning_level():
+    """Every `kbfast run model ... --exact | --compare` in docs/models.md builds an exact Program below
+    kbfast.budget.WARN_BYTES (the prefill example at --seq 512 needed 56 M tile ops, about 19 GiB, and exited 2)."""
+    import shlex
+    from pathlib import Path
+
+    from kbfast import budget
+    from kbfast.ir import gemm_ops_count
+
+    text = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    lines = [ln.split("#")[0] for ln in text.splitlines() if ln.startswith("kbfast run model ")]
+    runs = [shlex.split(ln)[3:] for ln in lines if "--exact" in ln or "--compare" in ln]
+    assert runs
+    for args in runs:
+        opts = dict(zip(args[1::2], args[2::2]))
+        sets = dict(kv.split("=") for flag, kv in zip(args[1:], args[2:]) if flag == "--set")
+        t = build_tables(load_system("ahbm_2sip", {k: int(v) for k, v in sets.items()}))
+        r, m = Router(t), load_model(args[0])
+        num = lambda f: int(opts[f]) if f in opts else None   # noqa: E731
+        shape = shape_for(m, opts.get("--phase"), num("--batch"), num("--seq"), num("--kv-len"))
+        for piece in compile_model(t, m, shape):
+            lower = TimedLowering(piece.commands, lambda c, n: np.zeros(len(c)))
+            p = build_piece(t, r, piece, lower)
+            tile_ops = sum(gemm_ops_count(piece.commands[c].plan) for c in lower.command_id)
+            assert budget.program_bytes(p.n_ops + tile_ops) < budget.WARN_BYTES, (args, piece.name)

@@ -79,3 +79,14 @@ def test_batch_equals_points() -> None:
     assert out.shape == (n, N_OUT)
     for i in range(n):
         np.testing.assert_array_equal(out[i], pipeline(*[c[i] for c in cols]))
+
+
+@pytest.mark.parametrize("n_mn, n_k", [(1, 32768), (3, 20000), (2, 16385)])
+def test_more_k_tiles_than_the_buffer_equals_full(n_mn, n_k) -> None:
+    """More k tiles than a stage stores (BUFFER): the compute slot's pattern (n_k - 1 inner tiles, one last) is
+    longer than what it can watch for a period, so the rest runs tile by tile; the stages after it never read
+    an unfinished sequence (32 x 32 x 2Mi divided by zero there)."""
+    a = (n_mn, n_k, 2, 0.0, 0.0, 0.0, 19.0, 21.0, 16.0, 16.0, 16.0, 4.0, 21.0, 21.0)
+    end, first = pipeline_full(*a)
+    out = pipeline(*a)
+    assert out[0] == end and out[1] == first

@@ -271,6 +271,49 @@ def test_huge_size_in_spec(runner, tmp_path):
     refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: workload.size:", "limit of 1 TiB")
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--k", str(2**40)], ["--k 1099511627776", "more than the limit of 16,777,216 (16Mi)"]),
+    (["--m", str(2**63)], ["--m 9223372036854775808", "more than the limit"]),
+    (["--n", "9" * 500], ["--n '9999", "chars)", "is not a positive integer"]),
+    (["--m", "65536", "--n", "65536", "--k", "65536"],
+     ["65,536 x 65,536 x 65,536 GEMM", "24 GiB in all", "HBM slice holds 6 GiB", "hbm.total_gib_per_cube"]),
+    (["--m", "65536", "--n", "65536", "--k", "65536", "--exact"], ["24 GiB in all"]),
+    (["--m", "65536", "--n", "65536", "--k", "131072", "--set", "hbm.total_gib_per_cube=10000"],
+     ["8,589,934,592 tiles", "limit of 4,294,967,296"]),
+])
+def test_huge_gemm_dimensions(runner, args, words):
+    """K = 2^40 was a MemoryError, m = 2^63 an OverflowError, and 65536^3 ran though its operands do not fit its
+    HBM slice (with --exact it allocated 32 GiB of tile indices first)."""
+    refused(invoke(runner, "run", "gemm", *args), *words)
+
+
+def test_huge_gemm_dimension_in_spec(runner, tmp_path):
+    p = write(tmp_path, "s.yaml", f"name: g\nworkload: {{kind: gemm, m: 32, n: 32, k: {2**40}}}\n")
+    refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: workload.k:", "16,777,216")
+
+
+def test_an_exact_gemm_is_estimated_before_it_is_built(runner):
+    """The Program of a 32 x 32 x 4Mi GEMM (393,223 ops) is refused under a tight memory limit before a tile op
+    is made, naming its estimate."""
+    from kbfast import budget
+    res = runner.invoke(app, ["run", "gemm", "--k", "4Mi", "--exact"], catch_exceptions=False,
+                        env={budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 20}MiB"})
+    refused(res, "the Program of the 32 x 32 x 4,194,304 GEMM (393,223 ops)", "drop --exact", "KBFAST_MAX_MEMORY")
+
+
+def test_model_options_a_model_does_not_read(runner, tmp_path):
+    """--phase, --seq, --batch and --kv-len changed nothing for the TP MLP and the attention panels, and sweep rows
+    carried them: refused, as --layers is, on the command line and in a spec."""
+    refused(invoke(runner, "run", "model", "tp_mlp", "--phase", "prefill"), "--phase prefill:",
+            "applies to transformer models only", "tp_mlp is of kind mlp", "hint: drop --phase")
+    refused(invoke(runner, "run", "model", "gqa_llama70b_validation", "--seq", "16", "--kv-len", "64"), "--seq 16:",
+            "drop --seq, --kv-len")
+    p = write(tmp_path, "s.yaml", "name: m\nworkload: {kind: model, model: tp_mlp}\n"
+                                  "axes: [{grid: {workload.batch: [1, 2]}}]\n")
+    refused(invoke(runner, "sweep", p, "--out", tmp_path / "out"), f"{p}: workload.batch:", "(got 1)",
+            "hint: drop workload.batch from the spec")
+
+
 @pytest.mark.parametrize("k", ["0", "-2"])
 def test_check_sample_must_be_positive(runner, tmp_path, k):
     """check --sample 0 was 'No objects to concatenate'."""

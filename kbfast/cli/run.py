@@ -28,12 +28,13 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps, check_tile_fits
-from kbfast.config.models import Transformer, load_model
-from kbfast.evaluate_gemm import evaluate_gemm
+from kbfast.config.models import load_model
+from kbfast.errors import KbfastError
+from kbfast.evaluate_gemm import evaluate_gemm, fast_method, with_program
 from kbfast.evaluate_model import evaluate_step
 from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim, parse_epilogues
-from kbfast.workloads.model import LAYOUTS, shape_for
+from kbfast.workloads.model import LAYOUTS, refuse_unread, shape_for
 from kbfast.workloads.registry import WORKLOADS, build
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
@@ -229,18 +230,31 @@ def run_gemm(
     dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
     trace_it = trace is not None
     eps = parse_epilogues(t, epilogue)
-    case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps,
-                     program=exact or compare or trace_it)   # else evaluate_gemm builds it if its method needs it
+    case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps, program=False)
+    if exact or trace_it or (compare and fast_method(case) == "fluid"):   # one Program for both halves
+        case = with_program(t, router, case)
     first_run(*(("exact",) if exact or compare or trace_it else ()),
               *(() if exact else ("runs", "fast", "pipeline")))
     row = {"workload": "gemm", "mode": "exact" if exact else "fast", **evaluate_gemm(t, router, case, exact)}
     if trace_it:
         write_trace(run_exact(case.program), trace)
     if compare and not exact:
-        ex = evaluate_gemm(t, router, case, exact=True)
+        try:
+            ex = evaluate_gemm(t, router, case, exact=True)
+        except KbfastError:
+            _print_gemm(row, fmt)              # the fast half is kept; then the refusal of the exact half
+            raise
         row.update(exact_latency_ns=ex["latency_ns"], exact_window_ns=ex["window_ns"],
                    rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
-    _print(row, fmt)
+    _print_gemm(row, fmt)
+
+
+def _print_gemm(row: dict, fmt: OutputFormat) -> None:
+    """A GEMM's row (:func:`_print`); a table shows the row's ``warning`` as a note line below it."""
+    warning = row.get("warning") if fmt is OutputFormat.table else None
+    _print({k: v for k, v in row.items() if k != "warning"} if warning else row, fmt)
+    if warning:
+        console.print(f"note: {warning}", highlight=False)
 
 
 
@@ -249,8 +263,10 @@ def run_gemm(
 def run_model(
     model: Annotated[str, typer.Argument(help="A bundled model (llama3_70b, gpt3_175b, llama32_1b, tp_mlp, "
                                               "gqa_llama70b_validation) or a model YAML.")],
-    phase: Annotated[str, typer.Option(help="decode (one token per user) or prefill.")] = "decode",
-    batch: Annotated[int, typer.Option(help="Users (sequences) in the step.")] = 1,
+    phase: Annotated[str | None, typer.Option(help="decode (one token per user, the default) or prefill; "
+                                                   "transformers only.")] = None,
+    batch: Annotated[int | None, typer.Option(help="Users (sequences) in the step (default 1); transformers "
+                                                   "only.")] = None,
     seq: Annotated[int | None, typer.Option(help="Prefill: tokens per user (default 2048); decode: 1.")] = None,
     kv_len: Annotated[int | None, typer.Option(help="Decode: the context each user attends to (default 4096).")] = None,
     layers: Annotated[int | None, typer.Option(help="Layers in the step (default: all; identical layers are "
@@ -269,7 +285,8 @@ def run_model(
     check_modes(exact, compare)
     t = build_tables(load(topology, list(sets or [])))
     m = load_model(model)
-    shape = shape_for(m, phase, batch, seq, kv_len) if isinstance(m, Transformer) else None
+    refuse_unread(m, {"phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len, "layers": layers})
+    shape = shape_for(m, phase, batch, seq, kv_len)
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     step = evaluate_step(t, Router(t), m, shape, layout, layers, modes, method)
@@ -280,3 +297,5 @@ def run_model(
         sys.stdout.write(pd.DataFrame(report["pieces"]).to_csv(index=False))
     else:
         print_model_report(report, console)
+    if step.refused is not None:           # the fast half is printed; the exact half's refusal exits 2
+        raise step.refused

@@ -180,22 +180,27 @@ def pipeline(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner
     cap = min(T, BUFFER)
     f = np.empty(cap)
     fL, fP, finc = _fetch_ends(T, D, t0, a_hold, a_done, b_hold, b_done, fetch, f)
-    serv = np.full(n_k, comp_inner)
-    serv[n_k - 1] = comp_last
-    c = np.empty(cap)
-    cL, cP, cinc = _server(f, fL, fP, finc, 1, 0, T, serv, -np.inf, c)
-    so = np.empty(min(n_mn, BUFFER))
-    sL, sP, sinc = _server(c, cL, cP, cinc, n_k, n_k - 1, n_mn, np.array([store]), -np.inf, so)
-    wo = np.empty(min(n_mn, BUFFER))
-    wL, wP, winc = _server(so, sL, sP, sinc, 1, 0, n_mn, np.array([w_hold]), -np.inf, wo)
-    if (fL < T and fP == 0) or (cL < T and cP == 0) or (sL < n_mn and sP == 0) or (wL < n_mn and wP == 0):
-        end, first = pipeline_full(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner, comp_last,
-                                   store, w_hold, w_done)   # a transient longer than the buffers: tile by tile
-        out[0] = end
-        out[1] = first
-        return out
-    out[0] = _at(wo, wL, wP, winc, n_mn - 1) - w_hold + w_done
-    out[1] = wo[0] - w_hold + w_done
+    # each stage reads the one before as a whole sequence: only a stage stored in full or periodic for good
+    # feeds the next (else the rest runs tile by tile)
+    if fL == T or fP > 0:
+        serv = np.full(n_k, comp_inner)
+        serv[n_k - 1] = comp_last
+        c = np.empty(cap)
+        cL, cP, cinc = _server(f, fL, fP, finc, 1, 0, T, serv, -np.inf, c)
+        if cL == T or cP > 0:
+            so = np.empty(min(n_mn, BUFFER))
+            sL, sP, sinc = _server(c, cL, cP, cinc, n_k, n_k - 1, n_mn, np.array([store]), -np.inf, so)
+            if sL == n_mn or sP > 0:
+                wo = np.empty(min(n_mn, BUFFER))
+                wL, wP, winc = _server(so, sL, sP, sinc, 1, 0, n_mn, np.array([w_hold]), -np.inf, wo)
+                if wL == n_mn or wP > 0:
+                    out[0] = _at(wo, wL, wP, winc, n_mn - 1) - w_hold + w_done
+                    out[1] = wo[0] - w_hold + w_done
+                    return out
+    end, first = pipeline_full(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp_inner, comp_last,
+                               store, w_hold, w_done)   # a transient longer than the buffers: tile by tile
+    out[0] = end
+    out[1] = first
     return out
 
 

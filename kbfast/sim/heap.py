@@ -15,7 +15,7 @@ The queue is a tuple of arrays whose first is the buckets' heap of times, so
 ``queue[0][0]`` is the next event's time.  Callers own ``size`` (pending events)
 and the sequence counter and size the queue for the most events that can be
 pending at once (one per flit in flight, see
-``kbfast.exact.replay.heap_capacity``): a fixed capacity keeps the hot loops
+``kbfast.sim.lowering.heap_capacity``): a fixed capacity keeps the hot loops
 free of allocation.  Plain functions (no jitclass) keep the kernels cacheable
 on disk.
 """

@@ -99,20 +99,25 @@ def vc_edges(p: Program, edges: np.ndarray) -> np.ndarray:
     return t.node_kind[t.edge_src[edges]] == NodeKind.PE_DMA
 
 
-def heap_capacity(p: Program) -> int:
-    """Bound on pending events: one per flit of every transaction, plus agent and control events."""
+def fabric_flits(p: Program) -> int:
+    """Flits of every transfer that crosses the fabric (DMA reads and writes, IPCQ sends): a GEMM's ``nbytes``
+    counts MACs, a FETCH's or STORE's TCM bytes, and those never become flits."""
+    moves = np.isin(p.op_code, (Op.DMA_READ, Op.DMA_WRITE, Op.SEND))
     flit = p.tables.spec.fabric.flit_bytes
-    return int(np.sum((p.op_nbytes + flit - 1) // flit)) + 4 * (p.n_ops + p.n_agents) + 64
+    return int(np.sum((p.op_nbytes[moves] + flit - 1) // flit))
+
+
+def heap_capacity(p: Program) -> int:
+    """Bound on pending events: one per flit of every transfer (:func:`fabric_flits`), plus agent and control
+    events."""
+    return fabric_flits(p) + 4 * (p.n_ops + p.n_agents) + 64
 
 
 def estimate_memory_bytes(p: Program) -> int:
-    """Upper estimate of the replay's memory: per-op state plus one pending event per flit in flight (only
-    fabric transfers have flits: a GEMM's ``nbytes`` counts MACs, a FETCH's or STORE's TCM bytes)."""
-    moves = np.isin(p.op_code, (Op.DMA_READ, Op.DMA_WRITE, Op.SEND))
-    flit = p.tables.spec.fabric.flit_bytes
-    flits = int(np.sum((p.op_nbytes[moves] + flit - 1) // flit))
+    """Upper estimate of the replay's resident memory: per-op state plus one pending event per flit in flight
+    (:func:`fabric_flits`)."""
     # 80 B per queue slot (kbfast.sim.heap: 8 arrays of 8 B, two free lists)
-    return 200 * p.n_ops + 64 * len(p.route_edges) + 80 * (flits + p.n_ops + p.n_agents)
+    return 200 * p.n_ops + 64 * len(p.route_edges) + 80 * (fabric_flits(p) + p.n_ops + p.n_agents)
 
 
 def replay_events_estimate(p: Program) -> int:

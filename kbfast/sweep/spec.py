@@ -150,6 +150,8 @@ class SweepSpec:
             workload[name] = _dim(self.label, f"workload.{name}", workload[name])
             if f"workload.{name}" in params:
                 params = {**params, f"workload.{name}": workload[name]}
+        if kind.resolve is not None:
+            workload = kind.resolve(self.label, workload)
         key = overrides_key(overrides)
         return Point(index, params, topology, overrides, workload,
                      config_hash(topology, overrides, workload, self.mode, key), key)

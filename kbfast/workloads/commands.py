@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kbfast.errors import KbfastError
+from kbfast import budget
 from kbfast.ir import Op, ProgramBuilder, gemm_ops, gemm_ops_count
 from kbfast.tiling import GemmPlan
 from kbfast.topology.names import own_hbm_ctrls
 
-MAX_TILE_OPS = 30_000_000     # about 12 GiB of Program and replay state: refused before it is built
 COUNTED = {"gemm": Op.GEMM, "ipcq_send": Op.SEND, "ipcq_recv": Op.RECV, "dma_read": Op.DMA_READ,
            "dma_write": Op.DMA_WRITE, "math": Op.MATH}
 
@@ -73,10 +72,9 @@ class TileLowering(_Counting):
         cmd = np.asarray(nbytes)[first[rows]].copy()
         marker, wait = first[rows], first[rows] + 1
         size = np.array([gemm_ops_count(self.commands[c].plan) for c in cmd.tolist()], np.int64)
-        if size.sum() > MAX_TILE_OPS:
-            raise KbfastError(f"the exact replay of {b.name!r} would lower its GEMM commands to {int(size.sum()):,} "
-                              f"tile ops (limit {MAX_TILE_OPS:,}); use the fast path, a smaller --batch or --seq, "
-                              "or more PEs")
+        budget.check(f"the exact Program of {b.name!r} (its GEMM commands lowered to {int(size.sum()):,} tile ops)",
+                     budget.program_bytes(int(size.sum())), "use the fast path (drop --exact and --compare), a "
+                     "smaller --batch or --seq, or more PEs")
         base = b.n_ops
         helpers_at = base + len(code) + np.cumsum(size) - size
         code[marker], target[marker], nbytes[marker], arg[marker] = int(Op.COMPUTE), -1, 0, 0.0

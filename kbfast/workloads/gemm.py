@@ -9,8 +9,8 @@
 the last write, the composite window over the tile-stage records only (the up-front loads excluded), MAC/ns
 over the window and over the whole latency, MAC utilisation ``MACs / window / gemm_macs_per_ns``, the
 arithmetic intensity (MACs per HBM byte moved, up-front loads included), each PE resource's busy fraction of the window, the
-busiest one (the bound stage) and the ideal-pipeline estimate ``(n_tiles + D - 1) * T_stage`` with
-``D = 3`` stages and ``T_stage`` the longest per-tile stage (ADR-0044 D5's model, for comparison).
+busiest one (the bound stage) and the ideal pipeline (:func:`ideal_ns`: the busiest resource with no gap plus one
+tile's other fixed stages, a lower bound on the window).
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbfast.errors import KbfastError, UnknownNodeError, shown
-from kbfast.ir import Op, Program, ProgramBuilder
-from kbfast.tiling import Epilogue, GemmPlan, epilogue, plan_gemm
+from kbfast import budget
+from kbfast.errors import KbfastError, UnknownNodeError, clip, shown
+from kbfast.ir import Op, Program, ProgramBuilder, gemm_ops_count
+from kbfast.tiling import MAX_DIM, Epilogue, GemmPlan, epilogue, plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import node_id, node_name
 from kbfast.topology.routing import Router
 
 STAGINGS = ("ref_ref", "load_ref", "load_load")
 A_ADDR = 0
-IDEAL_STAGES = 3
 # PE resources and the ops that hold them (spec_pe §4.2–§4.4)
 RESOURCES = {"dma_read": (Op.DMA_READ,), "tcm_read": (Op.FETCH,), "compute": (Op.GEMM, Op.MATH),
              "tcm_write": (Op.STORE,), "dma_write": (Op.DMA_WRITE,)}
@@ -61,13 +61,18 @@ def _pe_node(t: Tables, pe: str, kind: str, flag: str = "--pe") -> int:
 
 
 def parse_dim(name: str, value: int | str) -> int:
-    """A GEMM dimension: a positive integer, or text with K / Ki (x 1024) or M / Mi (x 1024^2)."""
+    """A GEMM dimension: a positive integer up to ``MAX_DIM``, or text with K / Ki (x 1024) or M / Mi (x 1024^2)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = re.fullmatch(r"\s*(\d+)\s*(Ki|K|Mi|M)?\s*", str(value))
-    if not match or int(match[1]) == 0:
-        raise KbfastError(f"{name} {value!r} is not a positive integer; use e.g. 32, 3072 or 3Ki")
-    return int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]
+        dim = value
+    else:
+        match = re.fullmatch(r"\s*(\d{1,30})\s*(Ki|K|Mi|M)?\s*", str(value))
+        if not match or int(match[1]) == 0:
+            raise KbfastError(f"{name} {clip(repr(value))} is not a positive integer; use e.g. 32, 3072 or 3Ki")
+        dim = int(match[1]) * {None: 1, "K": 1024, "Ki": 1024, "M": 1 << 20, "Mi": 1 << 20}[match[2]]
+    if dim > MAX_DIM:
+        raise KbfastError(f"{name} {clip(str(value))} is more than the limit of {MAX_DIM:,} (16Mi) per GEMM "
+                          "dimension; use a smaller value")
+    return dim
 
 
 def gemm_nodes(t: Tables, pe: str, b_from: str | None = None) -> tuple[int, int, int]:
@@ -99,6 +104,9 @@ def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = 
     if not program:                # the PE names are checked where they are looked up
         return GemmCase(None, plan, staging, pe, b_from, (), -1)
     dma, own, src_b = gemm_nodes(t, pe, b_from)
+    n_ops = 2 + plan.a_pinned + plan.b_pinned + gemm_ops_count(plan)
+    budget.check(f"the Program of the {m:,} x {n:,} x {k:,} GEMM ({n_ops:,} ops)", budget.program_bytes(n_ops),
+                 "use the fast path (drop --exact, --compare and --trace), or a smaller GEMM")
     b = ProgramBuilder(t, router, name=f"gemm_{m}x{n}x{k}_{staging}")
     agent = b.pe_agent(dma)
     b.start(agent)
@@ -110,8 +118,14 @@ def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tupl
     """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
     if staging not in STAGINGS:
         raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
-    return plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
+    plan = plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
                      epilogues=epilogues)
+    a, b, c = plan.operand_bytes()
+    gib = budget.fmt_bytes
+    budget.check_hbm_slice(t.spec, a + b + c, f"the {m:,} x {n:,} x {k:,} GEMM (m x n x k) does not fit: its PE lays "
+                           f"out A, B and C from address 0 of its HBM slice in whole tiles ({gib(a)} + {gib(b)} + "
+                           f"{gib(c)})", "use smaller m, n or k, or more HBM per cube (--set hbm.total_gib_per_cube=N)")
+    return plan
 
 
 def add_gemm(b: ProgramBuilder, agent: int, plan: GemmPlan, own: int, src_b: int) -> tuple[tuple[int, ...], int]:
@@ -167,7 +181,6 @@ def gemm_metrics(case: GemmCase, begin: np.ndarray, end: np.ndarray, macs_per_ns
 def gemm_figures(case: GemmCase, latency: float, window: float, busy: dict[str, float], macs_per_ns: float) -> dict:
     """The row of figures of one GEMM from its latency, composite window and per-resource busy ns."""
     plan = case.plan
-    per_tile = max(plan.fetch_ns, plan.comp_inner_ns, busy["dma_read"] / plan.n_tile_total)
     row = {"m": plan.m, "n": plan.n, "k": plan.k, "staging": case.staging, "pe": case.pe, "b_from": case.b_from,
            "n_tiles": plan.n_tile_total, "under_tile": plan.under_tile, "latency_ns": latency, "window_ns": window,
            "macs_per_ns": plan.macs / window if window > 0 else 0.0,
@@ -175,9 +188,19 @@ def gemm_figures(case: GemmCase, latency: float, window: float, busy: dict[str, 
            "intensity_macs_per_byte": plan.macs / hbm_bytes(plan),
            "mac_util": plan.macs / window / macs_per_ns if window > 0 else 0.0,
            "bound_stage": max(busy, key=busy.get),
-           "ideal_ns": (plan.n_tile_total + IDEAL_STAGES - 1) * per_tile}
+           "ideal_ns": ideal_ns(plan, busy)}
     row.update({f"busy[{name}]": v / window if window > 0 else 0.0 for name, v in busy.items()})
     return row
+
+
+def ideal_ns(plan: GemmPlan, busy: dict[str, float]) -> float:
+    """The ideal pipeline of ``plan``: a resource busy ``busy[name]`` ns with no gap, and one tile's stages of
+    fixed length (FETCH, the compute slot on the last k, STORE) that must come before or after it; the
+    busiest such sum.  Every tile passes the stages in order and each resource serves one op at a time, so
+    each sum, and the ideal, is at most the window (docs/gemm.md)."""
+    fixed = {"tcm_read": plan.fetch_ns, "compute": plan.comp_last_ns, "tcm_write": plan.store_ns}
+    total = sum(fixed.values())
+    return max(v + total - fixed.get(name, 0.0) for name, v in busy.items())
 
 
 def hbm_bytes(plan: GemmPlan) -> int:

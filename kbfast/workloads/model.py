@@ -45,7 +45,7 @@ import numpy as np
 from kbfast import budget
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.ir import Program, ProgramBuilder
-from kbfast.config.models import AttentionPanels, Mlp, Model, Panel
+from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
@@ -58,6 +58,7 @@ from kbfast.workloads.launch import launch_timing
 from kbfast.workloads.symbolic import run_traced
 
 PHASES = ("decode", "prefill")
+STEP_DEFAULTS = {"phase": "decode", "batch": 1}   # a transformer step's phase and batch when not given
 LAYOUTS = {"tp_pes": "TP across SIPs, each rank's shard over every cube and PE of its SIP",
            "tp_cubes": "TP across SIPs, each rank's shard over the cubes of its SIP, on each cube's pe0"}
 PARTIAL_BYTES = 4          # attention partials (max, sum, O) travel in f32
@@ -96,8 +97,16 @@ class Piece:
     repeat: int = 1                  # how many times a step runs it (identical layers)
 
 
-def shape_for(model: Model, phase: str, batch: int, seq: int | None, kv_len: int | None) -> Shape:
-    """The step's shape; decode's ``seq`` is 1 and its ``kv_len`` the context, prefill's ``kv_len`` is ``seq``."""
+def shape_for(model: Model, phase: str | None = None, batch: int | None = None, seq: int | None = None,
+              kv_len: int | None = None, label: str | None = None) -> Shape | None:
+    """The step's shape; decode's ``seq`` is 1 and its ``kv_len`` the context, prefill's ``kv_len`` is ``seq``;
+    ``phase`` defaults to decode and ``batch`` to 1.  A model that is no transformer has none (None), and
+    refuses every one of them given (:func:`refuse_unread`; ``label``: the sweep spec that gave them)."""
+    if not isinstance(model, Transformer):
+        refuse_unread(model, {"phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len}, label)
+        return None
+    phase = STEP_DEFAULTS["phase"] if phase is None else phase
+    batch = STEP_DEFAULTS["batch"] if batch is None else batch
     if phase not in PHASES:
         raise KbfastError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
     for name, v in (("batch", batch), ("seq", seq), ("kv-len", kv_len)):
@@ -112,6 +121,25 @@ def shape_for(model: Model, phase: str, batch: int, seq: int | None, kv_len: int
     if kv_len not in (None, seq):
         raise KbfastError(f"prefill attends to its own {seq} tokens: drop --kv-len or make it equal to --seq")
     return Shape("prefill", batch, seq, seq)
+
+
+STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers")   # what a transformer's step takes
+
+
+def refuse_unread(model: Model, options: dict, label: str | None = None) -> None:
+    """Refuse the step options (``STEP_OPTIONS``) given a value (not None) when ``model`` is no transformer:
+    an MLP's or a panel's file fixes what its step computes, so a value would be carried and never used.
+    The error names the flag (``--kv-len 64``), or with ``label`` (a sweep spec) the key ``workload.kv_len``."""
+    given = [k for k in STEP_OPTIONS if options.get(k) is not None]
+    if isinstance(model, Transformer) or not given:
+        return
+    names = [f"workload.{k}" if label else f"--{k.replace('_', '-')}" for k in given]
+    problem = (f"applies to transformer models only; {model.name} is of kind {model.kind}, whose file fixes what "
+               "its step computes")
+    hint = f"drop {', '.join(names)}" + (" from the spec (its workload and axes)" if label else "")
+    if label:
+        raise ConfigError(label, names[0], options[given[0]], problem, hint)
+    raise KbfastError(f"{names[0]} {options[given[0]]}: {problem}\n  hint: {hint}")
 
 
 # -- placement ---------------------------------------------------------------------------------------------
@@ -351,7 +379,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         labels, peer, roles, info = _wiring(t, n_pe)
         info["elem"] = t.spec.pe.elem_bytes
         return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout)]
-    s = shape or shape_for(model, "decode", 1, None, None)
+    s = shape or shape_for(model)
     fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
     # attention groups: heads over cubes, or (more cubes than heads) a head over a group of cubes
     group = 1
@@ -399,7 +427,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         cache_rows = rows
     cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
     _fits(t, model, layout, model.layers * stride + cache, f"{model.layers} layers of weights "
-          f"({_gib(model.layers * stride)}) and the KV cache ({_gib(cache)})")
+          f"({budget.fmt_bytes(model.layers * stride)}) and the KV cache ({budget.fmt_bytes(cache)})")
     info["layer"] = {
         "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
         "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
@@ -457,10 +485,6 @@ def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:
     steps = 1 if p.kernel == "mesh_mlo" else n
     return Piece(name, nodes, labels, peer, np.zeros((n, 1), np.int64), panel_kernel, info, table.commands,
                  table.macs * n * steps)
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
 
 
 def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kbfast.errors import KbfastError
@@ -19,7 +20,7 @@ from kbfast.config.models import load_model
 from kbfast.workloads.collectives import Collective, allreduce, pe2pe
 from kbfast.workloads.commands import TileLowering
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
-from kbfast.workloads.model import Piece, Shape, build_piece, compile_model, shape_for
+from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
 from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
 
 
@@ -59,6 +60,9 @@ class WorkloadKind:
     # one of the points that differ only there.  Topology keys always matter.
     ignores: tuple[str, ...] = ()
     ignores_if: tuple[tuple[str, Any, tuple[str, ...]], ...] = ()
+    # A point's fields checked against each other and completed before the point runs: (spec label, fields)
+    # -> fields; a ConfigError names the spec, the key and the value.
+    resolve: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
 
     def ignored_keys(self, workload: dict[str, Any]) -> tuple[str, ...]:
         """The keys a workload of this kind with these fields does not read."""
@@ -110,10 +114,37 @@ def _model(t: Tables, router: Router, w: dict[str, Any]) -> Built:
 
 
 def model_shape(model, w: dict[str, Any]) -> Shape | None:
-    """The step's shape from a model workload's fields (None for a model without one)."""
+    """The step's shape from a model workload's fields (None for a model without one, which refuses them:
+    kbfast.workloads.model.shape_for)."""
+    return shape_for(model, w["phase"], None if w["batch"] is None else int(w["batch"]), w["seq"], w["kv_len"])
+
+
+def _model_fields(label: str, w: dict[str, Any]) -> dict[str, Any]:
+    """A model point's fields: the step options its model does not read are refused (``workload.phase`` on the
+    TP MLP, say), and a transformer's phase and batch defaults filled in (decode, 1) so its row names them;
+    the shape itself is checked when the point runs.  A model that cannot be read is left to the point, which
+    records why."""
+    try:
+        model = _model_of(str(w["model"]))
+    except KbfastError:
+        return w
+    refuse_unread(model, w, label)
     if model.kind != "transformer":
-        return None
-    return shape_for(model, str(w["phase"]), int(w["batch"]), w["seq"], w["kv_len"])
+        return w
+    return {**w, **{k: v for k, v in STEP_DEFAULTS.items() if w[k] is None}}
+
+
+_MODELS: dict[tuple, Any] = {}
+
+
+def _model_of(name: str):
+    """``load_model(name)``, remembered while the file is unchanged (a sweep expands thousands of points)."""
+    path = Path(name)
+    stat = path.stat() if path.is_file() else None
+    key = (name, stat and (stat.st_mtime_ns, stat.st_size))
+    if key not in _MODELS:
+        _MODELS[key] = load_model(name)
+    return _MODELS[key]
 
 
 WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
@@ -138,9 +169,9 @@ WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (
                  max_batch=25),   # a fluid GEMM takes up to seconds: progress and workers move every few seconds
     WorkloadKind("model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the "
                           "attention panels (kbfast run model)",
-                 {"model": "llama3_70b", "phase": "decode", "batch": 1, "seq": None, "kv_len": None, "layers": None,
-                  "layout": "tp_pes", "method": "hybrid"},
-                 _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
+                 {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
+                  "layout": "tp_pes", "method": "hybrid"},          # phase and batch: decode and 1 for a transformer
+                 _model, columns=("model", "phase", "batch", "layout"), kernels=("collectives",), resolve=_model_fields,
                  batched=True, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method"),
                  batch_system_keys=(),                          # a batch shares one system: tables and timings
                  max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
