@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbfast import budget
-from kbfast.errors import KbfastError, did_you_mean
+from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.tiling import plan_gemm
