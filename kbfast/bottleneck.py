@@ -4,7 +4,9 @@ Resources.  A link's busy time is the bytes it carries over its bandwidth, ``bus
 conserved, so it is the same in both modes and follows from the Program alone.  A flit-aware node's serial
 worker spends its overhead on every transfer that enters it, ``busy = transfers x overhead`` (what binds
 small messages).  An HBM pseudo-channel's busy time is its commits times the commit time.  Utilisation =
-busy / the result's span (latency from the launch, or the makespan without a launch).  ``flows`` counts
+busy / the result's span (kbfast.sim.result.utilization): the latency from the launch for a run or a sweep
+point, the makespan for a probe row; a result's fields, its printed tables, its per-link table
+(:func:`link_table`: --links files, sweeps' links tables) and its heat map all use the same span.  ``flows`` counts
 the transfers whose payload crosses the resource.  The links and nodes are ranked by busy time; the first
 is the *bottleneck*.
 
@@ -36,7 +38,7 @@ from kbfast.fast.evaluate import data_routes
 from kbfast.ir import Op, Program
 from kbfast.metrics import breakdown
 from kbfast.sim.lowering import hbm_constants
-from kbfast.sim.result import Result
+from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
 
@@ -145,8 +147,14 @@ def top_resources(p: Program, span_ns: float, pcs: pd.DataFrame | None = None, n
             "resource": used["controller"] + ".pc" + used["pc"].astype(str), "kind": "hbm_pc",
             "flows": np.nan, "busy_ns": used["busy_ns"].astype(float)})], ignore_index=True)
         rows = rows.iloc[np.argsort(-rows["busy_ns"].to_numpy(), kind="stable")]
-    rows["utilization"] = rows["busy_ns"] / span_ns if span_ns > 0 else np.nan
+    rows["utilization"] = utilization(rows["busy_ns"].to_numpy(), span_ns)
     return rows.head(n).reset_index(drop=True)
+
+
+def link_table(edges: pd.DataFrame, span_ns: float) -> pd.DataFrame:
+    """A result's per-link table (``Result.edges``) with its ``utilization`` over ``span_ns``, the span of the
+    result's own fields: what --links writes, a sweep's links table holds and the heat map draws."""
+    return edges.assign(utilization=utilization(edges["busy_ns"].to_numpy(), span_ns))
 
 
 def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
@@ -161,7 +169,7 @@ def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
     label, kind = _name(t, int(key[i]))          # only the busiest is named: a sweep asks this of every point
     return {"bottleneck_resource": label, "bottleneck_kind": kind, "bottleneck_flows": float(flows[i]),
             "bottleneck_busy_ns": float(busy[i]),
-            "bottleneck_utilization": float(busy[i] / span_ns) if span_ns > 0 else float("nan")}
+            "bottleneck_utilization": utilization(busy[i], span_ns)}
 
 
 def bottleneck(p: Program, span_ns: float) -> dict:

@@ -21,7 +21,8 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import data_routes, run_fast
 from kbfast.results import contended
 from kbfast.sweep.batches import _batched_fast
-from kbfast.sweep.spec import Point
+from kbfast.sweep.runner import run_sweep
+from kbfast.sweep.spec import Point, parse_spec
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import build_catalogue
@@ -148,6 +149,19 @@ def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Ta
         own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
         for k, v in own.items():
             assert row[k] == v or row[k] == pytest.approx(v, rel=1e-12), (s, k)
+
+
+def test_a_sweeps_links_table_has_the_utilisation_of_its_bottleneck_field(tmp_path: Path) -> None:
+    """A batched sweep's links table divides by the point's latency, the span of its bottleneck field: the
+    busiest link's utilisation in the table is the point's ``bottleneck_utilization``."""
+    s = parse_spec({"name": "t", "topology": "ring6", "workload": {"kind": "allreduce", "algorithm": "lrab"},
+                    "axes": [{"grid": {"workload.size": ["64KiB", "96KiB"]}}]}, "t.yaml")
+    res = run_sweep(s, tmp_path, links=True)
+    links = pd.read_parquet(tmp_path / "links.parquet")
+    for _, row in res.results.iterrows():
+        assert row["bottleneck_kind"] in set(links["kind"])          # a link bounds both points
+        top = links[links["point"] == row["point"]]["utilization"].max()
+        assert top == pytest.approx(row["bottleneck_utilization"], rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
