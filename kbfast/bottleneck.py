@@ -14,11 +14,14 @@ Critical path.  Walk back from the last agent to finish.  On an agent, the op th
 current time is on the path; its time splits into
 
 * ``compute``: COMPUTE, MATH, GEMM, FETCH and STORE;
-* ``hbm``: a DMA's zero-load latency (its route's overheads, first flit, streaming and PC commit,
-  kbfast.metrics.breakdown);
+* ``hbm``: a DMA's HBM side at zero load: the controller's overhead and the PC commit, and the payload's
+  streaming when the last stretch of its route streams at an HBM link's rate (kbfast.metrics.breakdown,
+  ``streams_at_hbm_rate``);
+* ``fabric_transfer``: an IPCQ message's zero-load transfer, from the SEND to its arrival, and the rest of
+  a DMA's zero-load time: its route's overheads, first flit and propagation, and streaming through a
+  fabric link slower than the HBM's;
 * ``fabric_wait``: a DMA's wait for its channel and its time beyond zero load, and an IPCQ message's time
   beyond its zero-load transfer (contention, credits in flight, slot tier costs);
-* ``fabric_transfer``: an IPCQ message's zero-load transfer, from the SEND to its arrival;
 * ``ipcq_backpressure``: a SEND's wait for a free ring slot (issue to begin);
 * ``ipcq_slot``: posting a message and reading it from its ring slot once it arrived (the slot tier);
 * ``launch``: from the launch barrier to the agent's first op;
@@ -35,8 +38,8 @@ import numpy as np
 import pandas as pd
 
 from kbfast.fast.evaluate import data_routes
-from kbfast.ir import Op, Program
-from kbfast.metrics import breakdown
+from kbfast.ir import AgentKind, Op, Program
+from kbfast.metrics import breakdown, streams_at_hbm_rate
 from kbfast.sim.lowering import hbm_constants
 from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind, NodeKind
@@ -178,19 +181,27 @@ def bottleneck(p: Program, span_ns: float) -> dict:
     return bottleneck_fields(p.tables, (edges, busy_ns(p.tables, edges, load), flows), node_load_arrays(p), span_ns)
 
 
-def _zero_load_ns(p: Program, o: int, commit_ns: float) -> float:
-    """An op's transfer time alone on an idle system (kbfast.metrics.breakdown without its residual)."""
+def _zero_load(p: Program, o: int, hbm_c) -> tuple[float, float]:
+    """(HBM, fabric transfer) of an op's transfer alone on an idle system (kbfast.metrics.breakdown without
+    its residual; ``hbm_c``: the Program's ``hbm_constants``).  HBM: the controller's overhead and the PC
+    commit (a PE read whose response leaves when the controller took its last flit waits for none), and the
+    payload's streaming when its last stretch streams at an HBM link's rate (``streams_at_hbm_rate``);
+    fabric transfer: the rest (the route's overheads, first flit and propagation, and streaming through a
+    slower fabric link).  An IPCQ message is all fabric transfer."""
     t = p.tables
     if p.op_code[o] == Op.SEND:
         fwd, rev, commit = p.route(int(p.channels.route[p.op_target[o]])), None, None
     else:
         data = int(data_routes(p)[o])
         other = int(p.op_rroute[o]) if data == int(p.op_route[o]) else int(p.op_route[o])
-        fwd, rev, commit = p.route(data), (p.route(other) if other >= 0 else None), commit_ns
+        pe_read = p.op_code[o] == Op.DMA_READ and p.agent_kind[p.op_agent[o]] == AgentKind.PE
+        commit = None if pe_read and hbm_c.read_accept else hbm_c.commit_ns
+        fwd, rev = p.route(data), (p.route(other) if other >= 0 else None)
     if len(fwd) == 0:
-        return 0.0
+        return 0.0, 0.0
     parts = breakdown(t, fwd, rev, int(p.op_nbytes[o]), 0.0, 0.0, commit)
-    return -parts["contention"]
+    hbm = parts["hbm_ctrl"] + (parts["wire_transfer"] if streams_at_hbm_rate(t, fwd) else 0.0)
+    return hbm, -parts["contention"] - hbm
 
 
 def _send_of(p: Program) -> dict[int, int]:
@@ -210,7 +221,7 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
     out = dict.fromkeys(CATEGORIES, 0.0)
     if p.n_ops == 0 or len(res.agent_finish_ns) == 0:
         return out
-    commit = hbm_constants(p.tables.spec).commit_ns
+    hbm_c = hbm_constants(p.tables.spec)
     send_of = _send_of(p)
     agent_of = p.op_agent
     issue, begin, end = res.op_issue_ns, res.op_begin_ns, res.op_end_ns
@@ -234,7 +245,7 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
             s = send_of[o]
             out["ipcq_slot"] += t - float(begin[o])  # the slot read after the arrival
             took = float(begin[o] - end[s])
-            zero = min(_zero_load_ns(p, s, commit), max(took, 0.0))
+            zero = min(sum(_zero_load(p, s, hbm_c)), max(took, 0.0))
             out["fabric_transfer"] += zero
             out["fabric_wait"] += max(took - zero, 0.0)
             done[s] = True
@@ -246,10 +257,13 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
         if code in COMPUTE_OPS:
             out["compute"] += span
         elif code in (Op.DMA_READ, Op.DMA_WRITE):
-            work = t - float(begin[o])
-            zero = min(_zero_load_ns(p, o, commit), max(work, 0.0))
-            out["hbm"] += zero
-            out["fabric_wait"] += span - zero
+            work = max(t - float(begin[o]), 0.0)
+            hbm, fabric = _zero_load(p, o, hbm_c)
+            hbm = min(hbm, work)                     # the HBM side first; the route's time is the rest
+            fabric = min(hbm + fabric, work) - hbm
+            out["hbm"] += hbm
+            out["fabric_transfer"] += fabric
+            out["fabric_wait"] += span - hbm - fabric
         elif code == Op.SEND:
             out["ipcq_backpressure"] += float(begin[o] - issue[o])
             out["ipcq_slot"] += t - float(begin[o])
