@@ -18,7 +18,7 @@ from rich.text import Text
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
-from kbfast.config.loader import load_raw
+from kbfast.config.loader import load_raw, param_set_path
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import build_tables
@@ -109,10 +109,13 @@ def show(
         from kbfast.report.floorplan import plot_floorplan
 
         plot_floorplan(spec, plot)
+    saved = param_set_path(summary["param_set"])        # a saved set whose values this system loads
+    summary["param_set_file"] = None if saved is None else str(saved)
     if fmt is TextFormat.json:
         print(json.dumps(summary, indent=2, sort_keys=False))
         return
-    console.print(f"[bold]{summary['name']}[/] - {summary['description']}  (param set {summary['param_set']})")
+    console.print(f"[bold]{summary['name']}[/] - {summary['description']}  (param set {summary['param_set']}"
+                  + ("" if saved is None else f", values from {saved}") + ")")
     grid = summary["sip_grid"]
     console.print(f"{summary['n_sips']} SIPs ({summary['sip_topology']}"
                   f"{'' if grid == [0, 0] else f' {grid[0]}x{grid[1]}'}), "
