@@ -22,7 +22,7 @@ from kbfast.config.loader import load_raw, param_set_path
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import build_tables
-from kbfast.topology.names import node_id
+from kbfast.topology.names import full_name, node_id
 from kbfast.topology.routing import ROUTE_KINDS, Router
 from kbfast.topology.summary import describe_route, summarize
 
@@ -51,6 +51,8 @@ def list_presets() -> None:
     for name in preset_names():
         table.add_row(name, preset_description(name))
     console.print(table)
+    console.print("Every preset joins its SIPs through one PCIe switch (fabric.switch0): sips.topology sets only "
+                  "the collective's neighbours (docs/topology.md).", highlight=False)
     console.print("kbfast topo show NAME summarizes one; kbfast topo export NAME writes its YAML to copy from",
                   highlight=False)
 
@@ -153,7 +155,7 @@ def route(
     """Print the route between two nodes: hops, per-edge bandwidth, overhead and bottleneck."""
     spec = load(topology, sets)
     t = build_tables(spec)
-    src, dst = pe_shorthand(src), pe_shorthand(dst)
+    src, dst = (pe_shorthand(full_name(t, n)) for n in (src, dst))   # cube1.pe0 is sip0.cube1.pe0.pe_dma
     s, d = node_id(t, src), node_id(t, dst)
     if kind is None:
         kind = "pe_dma" if src.endswith(".pe_dma") else "memory" if src.endswith(".pcie_ep") else "node"
@@ -164,18 +166,24 @@ def route(
     if fmt is TextFormat.json:
         print(json.dumps(info, indent=2))
         return
-    # one row per node (a hop's end is the next hop's start): the edge to the next node, its bandwidth, length
-    table = Table("#", "node", "edge to the next node", "bw GB/s", "mm", title=f"{kind} route {src} -> {dst}")
+    # one row per node (a hop's end is the next hop's start): the overhead a transfer pays there (the ends pay
+    # none), then the edge to the next node, its bandwidth and length; 80 columns hold the longest names
+    table = Table("#", "node", "ovh ns", "edge to the next node", "bw GB/s", "mm", title=f"{kind} route {src} -> {dst}",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for col in table.columns:
         col.overflow = "fold"          # a node name wraps, never cut
+    for k in (0, 2, 4, 5):
+        table.columns[k].justify = "right"
+    ovh = ["-" if v is None else f"{v:g}" for v in info["node_overhead_ns"]]
     for i, hop in enumerate(info["hops"]):
-        table.add_row(str(i), hop["src"], hop["kind"], "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}",
-                      f"{hop['mm']:g}")
+        table.add_row(str(i), hop["src"], ovh[i], hop["kind"],
+                      "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}", f"{hop['mm']:g}")
     if info["hops"]:
-        table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], "", "", "")
+        table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], ovh[-1], "", "", "")
     console.print(table)
     bn = info["bottleneck_bw_gbs"]
-    console.print(f"{info['n_edges']} edges, transit overhead {info['transit_overhead_ns']:g} ns, "
+    console.print(f"{info['n_edges']} edges, transit overhead {info['transit_overhead_ns']:g} ns (ovh ns "
+                  "summed), "
                   f"{info['total_mm']:g} mm ({info['propagation_ns']:g} ns propagation), "
                   f"bottleneck {'-' if bn is None else f'{bn:g}'} GB/s"
                   + (f", store-and-forward at {', '.join(info['store_and_forward'])}"
