@@ -363,3 +363,29 @@ def test_plot_option_accepts_path(tmp_path: Path, runner):
     out.parent.mkdir()
     run(runner, "topo", "show", "torus6", "--set", "cube.pe_layout.pe_pitch_mm=1.5", "--plot", str(out))
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def cli_commands() -> list[str]:
+    """Every command of the kbfast app, as typed: ``kbfast topo route``, ``kbfast run gemm``, ``kbfast probe``."""
+    import typer.main
+
+    def walk(cmd, words: list[str]) -> list[str]:
+        subs = getattr(cmd, "commands", None)
+        if not subs:
+            return [" ".join(words)]
+        return [name for key, sub in sorted(subs.items()) for name in walk(sub, [*words, key])]
+
+    return walk(typer.main.get_command(app), ["kbfast"])
+
+
+def test_the_docs_open_with_a_users_guide_listing_every_command() -> None:
+    """docs/README.md puts what to run and a quick reference with an example of every command (run gemm, run
+    model, check and topo export included) before the architecture."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "README.md").read_text(encoding="utf-8")
+    quick, arch = text.index("## Quick reference"), text.index("## Architecture")
+    assert text.index("## What to run") < quick < arch
+    guide = text[quick:arch]
+    commands = cli_commands()
+    assert {"kbfast run gemm", "kbfast run model", "kbfast check", "kbfast topo export"} <= set(commands)
+    missing = [c for c in commands if f"\n{c} " not in guide]
+    assert not missing, missing
