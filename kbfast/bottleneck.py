@@ -4,7 +4,9 @@ Resources.  A link's busy time is the bytes it carries over its bandwidth, ``bus
 conserved, so it is the same in both modes and follows from the Program alone.  A flit-aware node's serial
 worker spends its overhead on every transfer that enters it, ``busy = transfers x overhead`` (what binds
 small messages).  An HBM pseudo-channel's busy time is its commits times the commit time.  Utilisation =
-busy / the result's span (latency from the launch, or the makespan without a launch).  ``flows`` counts
+busy / the result's span (kbfast.sim.result.utilization): the latency from the launch for a run or a sweep
+point, the makespan for a probe row; a result's fields, its printed tables, its per-link table
+(:func:`link_table`: --links files, sweeps' links tables) and its heat map all use the same span.  ``flows`` counts
 the transfers whose payload crosses the resource.  The links and nodes are ranked by busy time; the first
 is the *bottleneck*.
 
@@ -12,11 +14,14 @@ Critical path.  Walk back from the last agent to finish.  On an agent, the op th
 current time is on the path; its time splits into
 
 * ``compute``: COMPUTE, MATH, GEMM, FETCH and STORE;
-* ``hbm``: a DMA's zero-load latency (its route's overheads, first flit, streaming and PC commit,
-  kbfast.metrics.breakdown);
+* ``hbm``: a DMA's HBM side at zero load: the controller's overhead and the PC commit, and the payload's
+  streaming when the last stretch of its route streams at an HBM link's rate (kbfast.metrics.breakdown,
+  ``streams_at_hbm_rate``);
+* ``fabric_transfer``: an IPCQ message's zero-load transfer, from the SEND to its arrival, and the rest of
+  a DMA's zero-load time: its route's overheads, first flit and propagation, and streaming through a
+  fabric link slower than the HBM's;
 * ``fabric_wait``: a DMA's wait for its channel and its time beyond zero load, and an IPCQ message's time
   beyond its zero-load transfer (contention, credits in flight, slot tier costs);
-* ``fabric_transfer``: an IPCQ message's zero-load transfer, from the SEND to its arrival;
 * ``ipcq_backpressure``: a SEND's wait for a free ring slot (issue to begin);
 * ``ipcq_slot``: posting a message and reading it from its ring slot once it arrived (the slot tier);
 * ``launch``: from the launch barrier to the agent's first op;
@@ -33,10 +38,10 @@ import numpy as np
 import pandas as pd
 
 from kbfast.fast.evaluate import data_routes
-from kbfast.ir import Op, Program
-from kbfast.metrics import breakdown
+from kbfast.ir import AgentKind, Op, Program
+from kbfast.metrics import breakdown, streams_at_hbm_rate
 from kbfast.sim.lowering import hbm_constants
-from kbfast.sim.result import Result
+from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
 
@@ -145,8 +150,14 @@ def top_resources(p: Program, span_ns: float, pcs: pd.DataFrame | None = None, n
             "resource": used["controller"] + ".pc" + used["pc"].astype(str), "kind": "hbm_pc",
             "flows": np.nan, "busy_ns": used["busy_ns"].astype(float)})], ignore_index=True)
         rows = rows.iloc[np.argsort(-rows["busy_ns"].to_numpy(), kind="stable")]
-    rows["utilization"] = rows["busy_ns"] / span_ns if span_ns > 0 else np.nan
+    rows["utilization"] = utilization(rows["busy_ns"].to_numpy(), span_ns)
     return rows.head(n).reset_index(drop=True)
+
+
+def link_table(edges: pd.DataFrame, span_ns: float) -> pd.DataFrame:
+    """A result's per-link table (``Result.edges``) with its ``utilization`` over ``span_ns``, the span of the
+    result's own fields: what --links writes, a sweep's links table holds and the heat map draws."""
+    return edges.assign(utilization=utilization(edges["busy_ns"].to_numpy(), span_ns))
 
 
 def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
@@ -161,7 +172,7 @@ def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
     label, kind = _name(t, int(key[i]))          # only the busiest is named: a sweep asks this of every point
     return {"bottleneck_resource": label, "bottleneck_kind": kind, "bottleneck_flows": float(flows[i]),
             "bottleneck_busy_ns": float(busy[i]),
-            "bottleneck_utilization": float(busy[i] / span_ns) if span_ns > 0 else float("nan")}
+            "bottleneck_utilization": utilization(busy[i], span_ns)}
 
 
 def bottleneck(p: Program, span_ns: float) -> dict:
@@ -170,19 +181,27 @@ def bottleneck(p: Program, span_ns: float) -> dict:
     return bottleneck_fields(p.tables, (edges, busy_ns(p.tables, edges, load), flows), node_load_arrays(p), span_ns)
 
 
-def _zero_load_ns(p: Program, o: int, commit_ns: float) -> float:
-    """An op's transfer time alone on an idle system (kbfast.metrics.breakdown without its residual)."""
+def _zero_load(p: Program, o: int, hbm_c) -> tuple[float, float]:
+    """(HBM, fabric transfer) of an op's transfer alone on an idle system (kbfast.metrics.breakdown without
+    its residual; ``hbm_c``: the Program's ``hbm_constants``).  HBM: the controller's overhead and the PC
+    commit (a PE read whose response leaves when the controller took its last flit waits for none), and the
+    payload's streaming when its last stretch streams at an HBM link's rate (``streams_at_hbm_rate``);
+    fabric transfer: the rest (the route's overheads, first flit and propagation, and streaming through a
+    slower fabric link).  An IPCQ message is all fabric transfer."""
     t = p.tables
     if p.op_code[o] == Op.SEND:
         fwd, rev, commit = p.route(int(p.channels.route[p.op_target[o]])), None, None
     else:
         data = int(data_routes(p)[o])
         other = int(p.op_rroute[o]) if data == int(p.op_route[o]) else int(p.op_route[o])
-        fwd, rev, commit = p.route(data), (p.route(other) if other >= 0 else None), commit_ns
+        pe_read = p.op_code[o] == Op.DMA_READ and p.agent_kind[p.op_agent[o]] == AgentKind.PE
+        commit = None if pe_read and hbm_c.read_accept else hbm_c.commit_ns
+        fwd, rev = p.route(data), (p.route(other) if other >= 0 else None)
     if len(fwd) == 0:
-        return 0.0
+        return 0.0, 0.0
     parts = breakdown(t, fwd, rev, int(p.op_nbytes[o]), 0.0, 0.0, commit)
-    return -parts["contention"]
+    hbm = parts["hbm_ctrl"] + (parts["wire_transfer"] if streams_at_hbm_rate(t, fwd) else 0.0)
+    return hbm, -parts["contention"] - hbm
 
 
 def _send_of(p: Program) -> dict[int, int]:
@@ -202,7 +221,7 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
     out = dict.fromkeys(CATEGORIES, 0.0)
     if p.n_ops == 0 or len(res.agent_finish_ns) == 0:
         return out
-    commit = hbm_constants(p.tables.spec).commit_ns
+    hbm_c = hbm_constants(p.tables.spec)
     send_of = _send_of(p)
     agent_of = p.op_agent
     issue, begin, end = res.op_issue_ns, res.op_begin_ns, res.op_end_ns
@@ -226,7 +245,7 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
             s = send_of[o]
             out["ipcq_slot"] += t - float(begin[o])  # the slot read after the arrival
             took = float(begin[o] - end[s])
-            zero = min(_zero_load_ns(p, s, commit), max(took, 0.0))
+            zero = min(sum(_zero_load(p, s, hbm_c)), max(took, 0.0))
             out["fabric_transfer"] += zero
             out["fabric_wait"] += max(took - zero, 0.0)
             done[s] = True
@@ -238,10 +257,13 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
         if code in COMPUTE_OPS:
             out["compute"] += span
         elif code in (Op.DMA_READ, Op.DMA_WRITE):
-            work = t - float(begin[o])
-            zero = min(_zero_load_ns(p, o, commit), max(work, 0.0))
-            out["hbm"] += zero
-            out["fabric_wait"] += span - zero
+            work = max(t - float(begin[o]), 0.0)
+            hbm, fabric = _zero_load(p, o, hbm_c)
+            hbm = min(hbm, work)                     # the HBM side first; the route's time is the rest
+            fabric = min(hbm + fabric, work) - hbm
+            out["hbm"] += hbm
+            out["fabric_transfer"] += fabric
+            out["fabric_wait"] += span - hbm - fabric
         elif code == Op.SEND:
             out["ipcq_backpressure"] += float(begin[o] - issue[o])
             out["ipcq_slot"] += t - float(begin[o])

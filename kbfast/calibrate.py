@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import re
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -47,7 +47,7 @@ import yaml
 
 from kbfast import __version__
 from kbfast.config.loader import (PARAM_SET_DIR_ENV, apply_overrides, check_key_path, check_param_set_name,
-                                  load_raw, lookup, param_set_dirs, validate)
+                                  load_raw, lookup, param_set_path, preset_names, user_param_set_dir, validate)
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.evaluate_gemm import evaluate_gemm
@@ -670,15 +670,49 @@ def fit(spec: SystemSpec, params: list[FitParam], reference: dict[str, float] | 
                      nfev, message)
 
 
-def param_set_file(name: str) -> Path:
-    """Where ``--save NAME`` writes: the first parameter-set folder (``$KBFAST_CALIBRATION_DIR`` or the
-    packaged ``calibration/``); refuses a bad name or a folder it cannot write, before any fit runs."""
+def topology_labels(topology: str | Path | None = None) -> dict[str, list[str]]:
+    """``param_set`` label -> the topologies that name it: every preset, and ``topology`` (a preset name or a
+    YAML file) when given."""
+    names = [*preset_names(), *([str(topology)] if topology is not None else [])]
+    out: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        label = load_raw(name)[1].get("param_set")
+        if isinstance(label, str):
+            out.setdefault(label, []).append(name)
+    return out
+
+
+def param_set_file(name: str, overwrite: bool = False, topology: str | Path | None = None) -> Path:
+    """Where ``--save NAME`` writes: ``NAME.yaml`` in the user's parameter-set folder (``$KBFAST_CALIBRATION_DIR``
+    or ``~/.config/kbfast/calibration``, :func:`kbfast.config.loader.user_param_set_dir`), checked before any
+    fit runs: a plain name; a folder that is one and can be written (created when missing); and, unless
+    ``overwrite``, neither the name of a saved set (in any folder searched) nor a label that a topology's
+    ``param_set`` uses (the presets' and ``topology``'s): a set under that label would change every later
+    run of those topologies."""
     check_param_set_name("--save", "param_set", name)
-    folder = param_set_dirs()[0]
-    probe = folder if folder.exists() else next((p for p in folder.parents if p.exists()), folder)
-    if not os.access(probe, os.W_OK):
-        raise ConfigError("--save", "param_set", name, f"cannot write parameter sets to {folder}",
-                          f"set {PARAM_SET_DIR_ENV} to a writable folder")
+    folder = user_param_set_dir()
+    hint = f"set {PARAM_SET_DIR_ENV} to a writable folder"
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError("--save", "param_set", name, f"{folder} is a file, not a parameter-set folder", hint)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".kbfast-write-test-"):
+            pass
+    except OSError as err:
+        raise ConfigError("--save", "param_set", name, f"cannot write parameter sets to {folder} "
+                          f"({err.strerror or err})", hint) from None
+    if not overwrite:
+        existing = param_set_path(name)
+        if existing is not None:
+            raise ConfigError("--save", "param_set", name, f"a parameter set of that name exists: {existing}",
+                              "give another name, or add --overwrite to replace it")
+        users = topology_labels(topology).get(name)
+        if users:
+            raise ConfigError("--save", "param_set", name,
+                              f"it is the param_set label of {', '.join(users)}: saved under it, the fitted "
+                              "values would change every later run of them",
+                              "give another name and load it with --set param_set=NAME; --overwrite saves "
+                              "under the label all the same")
     return folder / f"{name}.yaml"
 
 
@@ -711,11 +745,12 @@ def param_set_document(name: str, result: FitResult, spec: SystemSpec, topology:
 
 
 def save_param_set(name: str, result: FitResult, spec: SystemSpec, topology: str,
-                   overrides: dict[str, Any]) -> Path:
-    """Write ``calibration/NAME.yaml`` (see :func:`param_set_document`); a topology loads it by ``param_set``."""
+                   overrides: dict[str, Any], overwrite: bool = False) -> Path:
+    """Write ``NAME.yaml`` in the user's parameter-set folder (:func:`param_set_file`, see
+    :func:`param_set_document`); a topology loads it by ``param_set``."""
     if not result.fitted:
         raise KbfastError(f"--save {name}: no parameter was fitted (none moves a row), nothing to save")
-    path = param_set_file(name)
+    path = param_set_file(name, overwrite, topology)
     doc = param_set_document(name, result, spec, topology, overrides)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ _FABRIC_NODES = {NodeKind.SWITCH, NodeKind.PCIE_EP, NodeKind.IO_CPU, NodeKind.IO
                  NodeKind.IO_CONN}
 _UCIE_EDGES = {EdgeKind.UCIE_INTERNAL, EdgeKind.UCIE_MESH}
 _FABRIC_EDGES = {EdgeKind.IO_INTERNAL, EdgeKind.IO_TO_CUBE, EdgeKind.CUBE_TO_IO, EdgeKind.PCIE}
+_HBM_EDGES = (EdgeKind.ROUTER_TO_HBM, EdgeKind.HBM_TO_ROUTER)
 
 
 def bottleneck_gbs(t: Tables, edges: np.ndarray) -> float:
@@ -100,6 +101,22 @@ def breakdown(t: Tables, fwd: np.ndarray, rev: np.ndarray | None, nbytes: int, l
                 out[_category(int(t.node_kind[v]), None)] += float(t.node_overhead_ns[v])
     out["contention"] = latency_ns - sum(v for k, v in out.items() if k != "contention")
     return out
+
+
+def last_stretch(t: Tables, fwd: np.ndarray) -> np.ndarray:
+    """The edges of route ``fwd`` after its last store-and-forward node: the stretch whose streaming
+    :func:`breakdown` counts as ``wire_transfer``."""
+    stores = np.flatnonzero(~t.node_flit_aware[t.edge_dst[fwd[:-1]]])
+    return fwd[stores[-1] + 1:] if len(stores) else fwd
+
+
+def streams_at_hbm_rate(t: Tables, fwd: np.ndarray) -> bool:
+    """Whether the last stretch of route ``fwd`` (:func:`last_stretch`) streams at an HBM link's rate: an
+    edge to or from an HBM controller is among its slowest, so a faster fabric would not stream it faster."""
+    seg = last_stretch(t, fwd)
+    bw = t.edge_bw_gbs[seg]
+    hbm = np.isin(t.edge_kind[seg], _HBM_EDGES)
+    return bool(hbm.any() and bw[hbm].min() <= bw.min())
 
 
 def phase_ends(program, op_end_ns: np.ndarray, start_ns: float) -> dict[str, float]:

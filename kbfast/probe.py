@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kbfast.bottleneck import bottleneck
+from kbfast.bottleneck import bottleneck, link_table
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
@@ -24,6 +24,7 @@ from kbfast.ir import Op, Program
 from kbfast.metrics import BREAKDOWN, breakdown, utilization
 from kbfast.results import contended, contention_ns, rel_error
 from kbfast.sim.lowering import hbm_constants
+from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
@@ -65,6 +66,19 @@ def fast_evaluator(p: Program) -> Timing:
     """The hybrid fast path (kbfast.hybrid): a small contended Program is replayed exactly."""
     r = run_hybrid(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared, r.method)
+
+
+# The evaluation behind each evaluator: a row's per-link and per-PC tables come from the same one.
+RESULT_OF: dict[Evaluator, Callable[[Program], Result]] = {exact_evaluator: run_exact, fast_evaluator: run_hybrid,
+                                                           fluid_evaluator: run_fast}
+
+
+def resource_tables(t: Tables, router: Router, case: ProbeCase, row: pd.Series | dict,
+                    evaluate: Evaluator) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-link table, per-PC table) of one probe row (:func:`evaluate_case`), from the evaluation behind
+    it; link utilisation is over the row's makespan, the span of its bottleneck figure."""
+    res = RESULT_OF[evaluate](case.program(t, router, int(row["nbytes"])))
+    return link_table(res.edges, float(row["makespan_ns"])), res.pcs
 
 
 def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evaluate: Evaluator,

@@ -22,15 +22,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-# kernel -> (module, jitted function, about how many seconds its compile adds to a first run on the
-# 2-core reference machine; "points" calls "fast" and adds its own share only)
+# kernel -> (module, jitted function, about how many seconds its compile adds to a first run on 2 cores).
+# The seconds are CPU time (user + system) of ``python -m kbfast.warmup KERNEL`` with an empty Numba cache,
+# each kernel after the ones before it in its group, in the README main job's order: "runs" first in its
+# process (it also compiles the routing kernels every first run needs), "points" after "fast" (it calls
+# the schedule and adds its own share only).  A first run's message (cli.common.first_run) and the figure
+# in README.md and docs/README.md are :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
 KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 60),
-    "points": ("kbfast.fast.points", "points_kernel", 25),
-    "exact": ("kbfast.exact.engine", "replay", 35),
-    "collectives": ("kbfast.workloads.symbolic", "replay", 20),
-    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 16),
-    "runs": ("kbfast.fast.bounds", "run_coefficients", 25),   # with run_charges, interference and the causal order
+    "fast": ("kbfast.fast.schedule", "schedule", 40),
+    "points": ("kbfast.fast.points", "points_kernel", 15),
+    "exact": ("kbfast.exact.engine", "replay", 30),
+    "collectives": ("kbfast.workloads.symbolic", "replay", 10),
+    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 10),
+    "runs": ("kbfast.fast.bounds", "run_coefficients", 35),   # with run_charges, interference and the causal order
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
@@ -63,6 +67,13 @@ def split(kernels: list[str]) -> tuple[list[str], list[str]]:
     there = [k for k in kernels if k in FAST]
     here = [k for k in kernels if k not in FAST]
     return (kernels, []) if not here or not there else (here, there)
+
+
+def estimate_s(kernels: list[str]) -> int:
+    """About how many seconds compiling ``kernels`` takes on 2 cores: the longer of the two groups that
+    :func:`split` compiles side by side, each the sum of its kernels' ``KERNELS`` seconds."""
+    groups = split(list(dict.fromkeys(kernels)))
+    return max(sum(KERNELS[k][2] for k in group) for group in groups)
 
 
 def warm(kernel: str) -> None:

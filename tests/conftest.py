@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.config import load_system
+from kbfast.config.loader import PARAM_SET_DIR_ENV
 from kbfast.config.schema import SystemSpec
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import node_id, node_names
@@ -17,6 +18,16 @@ from kbfast.topology.routing import Router
 
 # A small but non-trivial override: 2 x 3 cubes per SIP, 3 SIPs.
 SMALL_OVERRIDES = {"sip.cube_mesh.w": 2, "sip.cube_mesh.h": 3, "sips.count": 3}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_param_sets(tmp_path_factory: pytest.TempPathFactory):
+    """Saved parameter sets live in a private folder for the whole run: no test reads the user's own sets
+    (~/.config/kbfast/calibration) or writes there or into the package (a test may point it elsewhere)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv(PARAM_SET_DIR_ENV, str(tmp_path_factory.mktemp("param_sets")))
+    yield
+    patch.undo()
 
 
 @pytest.fixture(scope="session")

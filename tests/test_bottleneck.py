@@ -19,12 +19,15 @@ from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import data_routes, run_fast
+from kbfast.ir import Op
 from kbfast.results import contended
 from kbfast.sweep.batches import _batched_fast
-from kbfast.sweep.spec import Point
+from kbfast.sweep.runner import run_sweep
+from kbfast.sweep.spec import Point, parse_spec
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.collectives import pe2pe
 from kbfast.workloads.registry import build
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -74,13 +77,20 @@ def test_node_loads_count_every_transfer_once(tables: Tables, router: Router) ->
     assert np.array_equal(busy, n * tables.node_overhead_ns[nodes])
 
 
-@pytest.mark.parametrize("name", ["SAME_CUBE_PE_LOCAL", "REMOTE_CUBE_PE_REMOTE_WORST"])
-def test_critical_path_of_a_lone_dma_is_its_zero_load_latency(tables: Tables, router: Router, name: str) -> None:
+@pytest.mark.parametrize("name, hbm", [("SAME_CUBE_PE_LOCAL", 63 + 8), ("REMOTE_CUBE_PE_REMOTE_WORST", 8)])
+def test_critical_path_of_a_lone_dma_is_its_zero_load_latency(tables: Tables, router: Router, name: str,
+                                                               hbm: float) -> None:
+    """A lone 16 KiB write (64 flits of 256 B) is all zero-load time: HBM and fabric transfer.  Into the
+    writer's own slice its 63 streaming flits go at the 256 GB/s HBM link's rate (1 ns each): HBM, with the
+    last PC commit (8 ns); the rest (first flit 1 + 1 ns, router 2 ns, response 2 ns) is fabric transfer.
+    Across cubes it streams at a 128 GB/s UCIe connection: only the commit is HBM."""
     p = build_catalogue(tables, router)[name].program(tables, router, 16384)
     res = run_exact(p)
     parts = critical_path(p, res, 0.0)
-    assert parts["hbm"] == pytest.approx(res.makespan_ns) and parts["fabric_wait"] == pytest.approx(0.0)
-    assert sum(parts.values()) == pytest.approx(res.makespan_ns)
+    assert parts["hbm"] == pytest.approx(hbm) and parts["fabric_wait"] == pytest.approx(0.0)
+    assert parts["hbm"] + parts["fabric_transfer"] == pytest.approx(res.makespan_ns)
+    if name == "SAME_CUBE_PE_LOCAL":
+        assert parts["fabric_transfer"] == pytest.approx(1 + 1 + 2 + 2)
 
 
 def test_critical_path_of_two_writers_to_one_controller_shows_the_wait(tables: Tables, router: Router) -> None:
@@ -88,8 +98,32 @@ def test_critical_path_of_two_writers_to_one_controller_shows_the_wait(tables: T
     res = run_exact(p)
     parts = critical_path(p, res, 0.0)
     alone = run_fast(p).makespan_lo_ns          # the farther writer's isolated latency: its zero-load time
-    assert parts["hbm"] == pytest.approx(alone)
+    assert parts["hbm"] + parts["fabric_transfer"] == pytest.approx(alone)
     assert parts["fabric_wait"] == pytest.approx(res.makespan_ns - alone) and parts["fabric_wait"] > 0
+
+
+@pytest.mark.parametrize("mode", [run_fast, run_exact])
+def test_a_raw_dma_splits_into_hbm_and_fabric_transfer(tables: Tables, router: Router, mode) -> None:
+    """pe2pe h5 --raw-dma, 4 KiB (16 flits of 256 B): a load from the PE's own HBM slice, then a store into
+    the peer's slice on the other SIP.  By hand, from ahbm_2sip's links and overheads:
+
+    * the load (pe_dma -> r0c0 -> hbm_ctrl, 256 GB/s links; its response leaves when the controller took
+      the last flit, so no commit): 15 streaming flits at the HBM link's rate, 15 ns of HBM; first flit
+      1 + 1 ns, router 2 ns, the response back through the router 2 ns: 6 ns of fabric transfer (21 ns);
+    * the store (183 ns): its payload streams at the 128 GB/s UCIe and IO connections, slower than the HBM
+      link, so only the last PC commit, 8 ns, is HBM; 175 ns of fabric transfer.
+
+    It was all filed under HBM (204 ns)."""
+    c = pe2pe(tables, router, "h5", 4096, raw_dma=True)
+    res = mode(c.program)
+    load, store = (np.flatnonzero(c.program.op_code == code)[0] for code in (Op.DMA_READ, Op.DMA_WRITE))
+    assert res.op_end_ns[load] - res.op_begin_ns[load] == pytest.approx(21.0)
+    assert res.op_end_ns[store] - res.op_begin_ns[store] == pytest.approx(183.0)
+    parts = critical_path(c.program, res, c.launch_ns)
+    assert parts["hbm"] == pytest.approx(15 + 8)
+    assert parts["fabric_transfer"] == pytest.approx(6 + 175)
+    assert parts["fabric_wait"] == pytest.approx(0.0) and parts["launch"] == pytest.approx(0.0)
+    assert sum(parts.values()) == pytest.approx(res.latency_ns(c.launch_ns)[0])
 
 
 @pytest.mark.parametrize("mode", [run_fast, run_exact])
@@ -148,6 +182,19 @@ def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Ta
         own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
         for k, v in own.items():
             assert row[k] == v or row[k] == pytest.approx(v, rel=1e-12), (s, k)
+
+
+def test_a_sweeps_links_table_has_the_utilisation_of_its_bottleneck_field(tmp_path: Path) -> None:
+    """A batched sweep's links table divides by the point's latency, the span of its bottleneck field: the
+    busiest link's utilisation in the table is the point's ``bottleneck_utilization``."""
+    s = parse_spec({"name": "t", "topology": "ring6", "workload": {"kind": "allreduce", "algorithm": "lrab"},
+                    "axes": [{"grid": {"workload.size": ["64KiB", "96KiB"]}}]}, "t.yaml")
+    res = run_sweep(s, tmp_path, links=True)
+    links = pd.read_parquet(tmp_path / "links.parquet")
+    for _, row in res.results.iterrows():
+        assert row["bottleneck_kind"] in set(links["kind"])          # a link bounds both points
+        top = links[links["point"] == row["point"]]["utilization"].max()
+        assert top == pytest.approx(row["bottleneck_utilization"], rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

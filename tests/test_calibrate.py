@@ -16,7 +16,7 @@ from kbfast.calibrate import (COLUMNS, LATENCY_ROWS, ROWS, Bench, all_ok, derive
                               reference_table)
 from kbfast.cli.main import app
 from kbfast.config import load_system
-from kbfast.config.loader import PARAM_SET_DIR_ENV, param_set_names
+from kbfast.config.loader import PARAM_SET_DIR_ENV, param_set_dirs, param_set_names, user_param_set_dir
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import ConfigError
 from kbfast.report.formats import clean
@@ -234,9 +234,12 @@ def test_save_load_and_results(sets_dir: Path, tmp_path: Path) -> None:
     assert prov["rows"] == list(LATENCY_ROWS) and prov["topology"] == "ahbm_2sip" and prov["mode"] == "fast"
     assert set(prov["residuals"]["pe_dma_remote_sip_16k"]) == {"reference", "before", "after"}
     assert json.loads(res.stdout)["param_set"] == "t-fit"
-    # deterministic: the same fit writes the same bytes
+    # a second save of the name is refused; with --overwrite it replaces it, deterministic: the same bytes
     first = path.read_bytes()
-    assert invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-fit", "--format", "csv").exit_code == 0
+    again = invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-fit", "--format", "csv")
+    assert again.exit_code == 2 and "a parameter set of that name exists" in flat(again.stderr)
+    assert invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-fit", "--overwrite",
+                  "--format", "csv").exit_code == 0
     assert path.read_bytes() == first
     assert "t-fit" in param_set_names()
 
@@ -256,6 +259,63 @@ def test_save_load_and_results(sets_dir: Path, tmp_path: Path) -> None:
     assert list(df["param_set"]) == ["t-fit", load_system().param_set]      # a saved set, or the system's own
     assert df["latency_ns"].iloc[0] != df["latency_ns"].iloc[1]
     assert df["latency_ns"].iloc[0] == clean(Bench(spec).probe_ns("REMOTE_SIP", 16 * 1024, "fast"))  # as files hold it
+
+
+def test_save_refuses_a_topologys_label_before_fitting(sets_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set saved under kernbench-2026-11, the label every preset's param_set names, would change every later
+    default run (REMOTE_SIP 403.0 -> 407.08 ns) while topo show printed the same label.  Refused before the
+    fit runs, unless --overwrite."""
+    monkeypatch.setattr("kbfast.cli.calibrate.fit", lambda *a, **k: pytest.fail("fitted before the refusal"))
+    res = invoke("--fit", "link.io_conn.bw_gbs=64:512", "--save", "kernbench-2026-11")
+    msg = flat(res.stderr)
+    assert res.exit_code == 2 and "Traceback" not in res.stderr
+    for w in ("--save: param_set: it is the param_set label of ahbm_2sip", "mesh6", "torus16",
+              "'kernbench-2026-11'", "--overwrite"):
+        assert w in msg, msg
+    assert not sets_dir.exists() or not list(sets_dir.glob("*.yaml"))
+    # a label only the --topology file uses is refused too
+    topo = sets_dir.parent / "mine.yaml"
+    topo.write_text("base: ahbm_2sip\nname: mine\nparam_set: my-label\n")
+    res = invoke("--topology", str(topo), "--fit", "link.io_conn.bw_gbs", "--save", "my-label")
+    assert res.exit_code == 2 and "param_set label of " + str(topo) in flat(res.stderr)
+
+
+def test_save_checks_its_folder_before_fitting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kbfast.cli.calibrate.fit", lambda *a, **k: pytest.fail("fitted before the refusal"))
+    (tmp_path / "file").write_text("")
+    for folder, words in ((tmp_path / "file", "is a file, not a parameter-set folder"),
+                          (tmp_path / "file" / "sets", "cannot write parameter sets to")):
+        monkeypatch.setenv(PARAM_SET_DIR_ENV, str(folder))
+        res = invoke("--fit", "link.io_conn.bw_gbs", "--save", "t-x")
+        assert res.exit_code == 2 and words in flat(res.stderr) and PARAM_SET_DIR_ENV in res.stderr, res.stderr
+
+
+def test_saved_sets_go_to_the_users_folder_not_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without $KBFAST_CALIBRATION_DIR a set goes to $XDG_CONFIG_HOME/kbfast/calibration, where the loader
+    finds it; the packaged calibration/ folder is never written."""
+    package = param_set_dirs()[-1]
+    before = sorted(package.iterdir())
+    monkeypatch.delenv(PARAM_SET_DIR_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert user_param_set_dir() == tmp_path / "config" / "kbfast" / "calibration"
+    res = invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-user", "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    assert (tmp_path / "config" / "kbfast" / "calibration" / "t-user.yaml").is_file()
+    assert sorted(package.iterdir()) == before
+    assert load_system(overrides={"param_set": "t-user"}).link.io_conn.bw_gbs != 128.0
+    assert load_system().link.io_conn.bw_gbs == 128.0              # the default runs are unchanged
+    shown = CliRunner().invoke(app, ["topo", "show", "--set", "param_set=t-user", "--format", "json"])
+    assert json.loads(shown.stdout)["param_set_file"] == str(user_param_set_dir() / "t-user.yaml")  # topo show names it
+
+
+def test_the_fit_is_printed_before_anything_can_fail(sets_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*a, **k):
+        raise ConfigError("--save", "param_set", "t-late", "the disk is full")
+
+    monkeypatch.setattr("kbfast.cli.calibrate.save_param_set", refuse)
+    res = invoke("--mode", "fast", "--fit", "link.io_conn.bw_gbs", "--save", "t-late")
+    assert res.exit_code == 2 and "the disk is full" in res.stderr
+    assert "fit (fast path, least squares)" in res.stdout and "link.io_conn.bw_gbs" in res.stdout
 
 
 def test_bad_param_set_file_names_the_file(sets_dir: Path) -> None:

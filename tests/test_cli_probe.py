@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
+from kbfast.report.formats import percent
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import SWEEP_SIZES, build_catalogue
@@ -169,3 +170,30 @@ def test_sweep_one_case(runner: CliRunner) -> None:
 def test_bad_probe_flags_are_refused(runner: CliRunner, args: list[str], words: str) -> None:
     res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", *args)
     assert res.exit_code == 2 and words in flat(res.stderr), res.output
+
+
+@pytest.mark.parametrize("mode", [[], ["--method", "fluid"], ["--exact"]])
+def test_the_screen_the_links_file_and_the_heat_map_give_one_utilisation(runner: CliRunner, tmp_path,
+                                                                          monkeypatch, mode: list[str]) -> None:
+    """A link's utilisation is its busy time over the row's makespan, from the evaluation behind the row: the
+    busiest link's share on screen, in --links and on --heatmap is one number (docs/bottlenecks.md).  The
+    hybrid default replays ucie_eastbound_8pe exactly; its files once came from the fluid estimate instead
+    (91.9 % on screen, 84.9 % in the files)."""
+    drawn = {}
+
+    def draw(t, edges, out, label, sip=None):
+        drawn["edges"] = edges
+        return out
+
+    monkeypatch.setattr("kbfast.cli.probe.plot_link_heatmap", draw)
+    args = ["--case", "ucie_eastbound_8pe", *mode]
+    res = invoke(runner, *args, "--links", str(tmp_path / "l.csv"), "--heatmap", str(tmp_path / "h.png"))
+    assert res.exit_code == 0, res.output
+    row = json.loads(invoke(runner, *args, "--format", "json").stdout)["rows"][0]
+    links = pd.read_csv(tmp_path / "l.csv")
+    top = links.loc[links["utilization"].idxmax()]
+    assert (top["src"], top["dst"]) == ("sip0.cube1.ucie-W.conn0", "sip0.cube1.r0c0")
+    assert top["utilization"] == pytest.approx(row["bottleneck_utilization"], rel=1e-9)
+    assert top["utilization"] == pytest.approx(top["busy_ns"] / row["makespan_ns"], rel=1e-9)
+    assert drawn["edges"]["utilization"].max() == pytest.approx(row["bottleneck_utilization"], rel=1e-9)
+    assert percent(row["bottleneck_utilization"]) in flat(res.stdout)

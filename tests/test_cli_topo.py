@@ -65,9 +65,24 @@ def test_topo_list(runner):
     names = [r[0] for r in rows if r and r[0] in preset_names()]
     assert names == preset_names()
     by_name = {r[0]: r[1].strip() for r in rows if len(r) == 2 and r[0] in preset_names()}
-    assert by_name["ring6"] == "6 SIPs as ring_1d"
-    assert by_name["whatif_256"] == "256 SIPs as torus_2d 16x16 (what-if)"
+    assert by_name["whatif_256"] == "256 SIPs on one switch; the collective's neighbours: torus_2d 16x16 (what-if)"
     assert all(by_name[n] != "-" for n in preset_names())      # every preset has a description
+
+
+def test_topo_list_says_ring6_torus6_and_mesh6_differ_only_in_the_neighbours(runner):
+    """The three 6-SIP presets are one system (every cross-SIP transfer goes through fabric.switch0); their
+    descriptions say that only the collective's neighbour pattern differs, and name it."""
+    by_name = {r[0]: r[1].strip() for r in (line.split(None, 1) for line in run(runner, "topo", "list")
+                                            .stdout.splitlines()) if len(r) == 2}
+    for name, pattern in (("ring6", "ring_1d"), ("torus6", "torus_2d 2x3"), ("mesh6", "mesh_2d_no_wrap 2x3")):
+        others = " and ".join(n for n in ("ring6", "torus6", "mesh6") if n != name)
+        assert by_name[name] == (f"6 SIPs on one switch, as {others}; only the collective's neighbours "
+                                 f"differ: {pattern}")
+        spec = load_system(name)
+        assert (spec.sips.count, spec.sips.topology) == (6, pattern.split()[0])
+    route = json.loads(run(runner, "topo", "route", "ring6", "sip0.cube0.pe0", "sip3.cube0.pe0",
+                           "--format", "json").stdout)
+    assert "fabric.switch0" in route["nodes"]
 
 
 def test_topo_list_at_80_columns(runner, monkeypatch):
@@ -203,7 +218,7 @@ def test_topo_route_json_d7_path(runner):
 def test_topo_route_table(runner):
     out = flat(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2").stdout)
     assert "pe_dma route sip0.cube0.pe0.pe_dma -> sip0.cube0.hbm_ctrl.pe2" in out
-    assert "7 edges, transit overhead 12.00 ns, 11.5 mm (0 ns propagation)" in out      # one time formatter
+    assert "7 edges, transit overhead 12.00 ns (ovh ns summed), 11.5 mm (0 ns propagation)" in out      # one time formatter
     assert "router_to_hbm" in out
 
 
@@ -217,6 +232,43 @@ def test_topo_tables_fit_with_numbers_whole(runner, monkeypatch, args, columns):
     assert out and max(len(line) for line in out.splitlines()) <= columns and "…" not in out
     cells = re.compile(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?![\w.,])")
     assert sorted(cells.findall(out)) == sorted(cells.findall(wide))
+
+
+def test_topo_route_shows_each_nodes_overhead_at_80_columns(runner, monkeypatch):
+    """A column with the overhead a transfer pays at each node (the ends pay none, "-"); it sums to the transit
+    overhead.  80 columns hold it, with whole names, also for whatif_256's long ones."""
+    info = json.loads(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip1.cube1.pe0",
+                          "--format", "json").stdout)
+    ovh = info["node_overhead_ns"]
+    assert len(ovh) == len(info["nodes"]) and ovh[0] is None and ovh[-1] is None
+    by_node = dict(zip(info["nodes"], ovh))
+    assert by_node["sip0.cube0.r0c0"] == 2.0 and by_node["sip0.io0.pcie_ep"] == 5.0
+    assert by_node["fabric.switch0"] == 5.0 and by_node["sip0.cube0.ucie-N"] == 8.0
+    assert sum(ovh[1:-1]) == info["transit_overhead_ns"] == 51.0
+    monkeypatch.setattr(common.console, "width", 80)
+    out = run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip1.cube1.pe0").stdout
+    assert "ovh ns" in out and max(len(line) for line in out.splitlines()) <= 80
+    rows = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.split()[:1] and
+            line.split()[0].isdigit()}
+    assert rows["sip0.cube0.pe0.pe_dma"] == "-" and rows["sip0.io0.pcie_ep"] == "5" and rows["sip0.cube0.r0c0"] == "2"
+    assert rows["sip1.cube1.pe0.pe_dma"] == "-"
+    out = run(runner, "topo", "route", "whatif_256", "sip200.cube15.pe7", "sip255.cube12.hbm_ctrl.pe0").stdout
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert " sip200.cube15.ucie-E.conn3 " in out
+
+
+def test_short_names_are_on_sip0(runner):
+    """A name without its SIP, from its cube or IO chiplet on, means SIP 0: cube1.pe0 is sip0.cube1.pe0, on
+    either end; a name that names no cube or IO chiplet (pe0, r0c0) is refused, saying how to write it."""
+    short = json.loads(run(runner, "topo", "route", "ahbm_2sip", "cube1.pe0", "cube0.hbm_ctrl.pe2",
+                           "--format", "json").stdout)
+    full = json.loads(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube1.pe0", "sip0.cube0.hbm_ctrl.pe2",
+                          "--format", "json").stdout)
+    assert short == full and short["nodes"][0] == "sip0.cube1.pe0.pe_dma" and short["kind"] == "pe_dma"
+    out = flat(run(runner, "topo", "route", "ahbm_2sip", "io0.pcie_ep", "cube1.pe0").stdout)
+    assert "memory route sip0.io0.pcie_ep -> sip0.cube1.pe0.pe_dma" in out
+    msg = run_error(runner, "topo", "route", "ahbm_2sip", "pe0", "cube0.hbm_ctrl.pe2")
+    assert "unknown node 'pe0'" in msg and "(cube0.pe0.pe_dma, io0.pcie_ep) is on sip0" in msg
 
 
 def test_topo_route_pe_shorthand_as_destination(runner, monkeypatch):
@@ -262,7 +314,7 @@ def test_topo_route_cross_sip(runner):
 
 
 @pytest.mark.parametrize("args,fragments", [
-    (["--set", "sip.cube_mseh.w=2"], ["--set: sip.cube_mseh.w: unknown key 'cube_mseh' (got 2)",
+    (["--set", "sip.cube_mseh.w=2"], ["--set sip.cube_mseh.w=2: sip.cube_mseh.w: unknown key 'cube_mseh'",
                                       "hint: did you mean 'cube_mesh'?"]),
     (["--set", "sips.count=abc"], ["--set sips.count=abc: sips.count:", "valid integer", "(got 'abc')",
                                    "hint: write a whole number"]),
@@ -324,3 +376,29 @@ def test_plot_option_accepts_path(tmp_path: Path, runner):
     out.parent.mkdir()
     run(runner, "topo", "show", "torus6", "--set", "cube.pe_layout.pe_pitch_mm=1.5", "--plot", str(out))
     assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def cli_commands() -> list[str]:
+    """Every command of the kbfast app, as typed: ``kbfast topo route``, ``kbfast run gemm``, ``kbfast probe``."""
+    import typer.main
+
+    def walk(cmd, words: list[str]) -> list[str]:
+        subs = getattr(cmd, "commands", None)
+        if not subs:
+            return [" ".join(words)]
+        return [name for key, sub in sorted(subs.items()) for name in walk(sub, [*words, key])]
+
+    return walk(typer.main.get_command(app), ["kbfast"])
+
+
+def test_the_docs_open_with_a_users_guide_listing_every_command() -> None:
+    """docs/README.md puts what to run and a quick reference with an example of every command (run gemm, run
+    model, check and topo export included) before the architecture."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "README.md").read_text(encoding="utf-8")
+    quick, arch = text.index("## Quick reference"), text.index("## Architecture")
+    assert text.index("## What to run") < quick < arch
+    guide = text[quick:arch]
+    commands = cli_commands()
+    assert {"kbfast run gemm", "kbfast run model", "kbfast check", "kbfast topo export"} <= set(commands)
+    missing = [c for c in commands if f"\n{c} " not in guide]
+    assert not missing, missing

@@ -356,7 +356,7 @@ def test_node_name_patterns(tables):
     ("sip0.cube0.r2c2", "did you mean"),
     ("sip0.cube0.hbm_ctrl.pe9", "hbm_ctrl.pe"),
     ("sip0.io0.pcie", "pcie_ep"),
-    ("cube0.r0c0", "names look like"),
+    ("r0c0", "names look like"),                  # a short name starts at its cube: cube0.r0c0
 ])
 def test_unknown_node_names(tables, name, fragment):
     with pytest.raises(UnknownNodeError) as err:
@@ -369,3 +369,16 @@ def test_node_name_out_of_range(tables):
         node_name(tables, tables.n_nodes)
     with pytest.raises(UnknownNodeError):
         node_name(tables, -1)
+
+
+def test_a_short_name_is_on_sip0(tables) -> None:
+    """node_id reads a name without its SIP (from its cube or IO chiplet on) as SIP 0's; names are always
+    printed whole."""
+    from kbfast.topology.names import full_name, node_id, node_name
+
+    for short in ("cube3.r0c4", "cube1.pe0.pe_dma", "cube15.hbm_ctrl.pe7", "io0.pcie_ep", "io0.io_ucie-P0.conn2"):
+        assert full_name(tables, short) == f"sip0.{short}"
+        assert node_id(tables, short) == node_id(tables, f"sip0.{short}")
+        assert node_name(tables, node_id(tables, short)) == f"sip0.{short}"
+    for name in ("sip1.cube3.r0c4", "fabric.switch0", "pe0", "r0c0"):
+        assert full_name(tables, name) == name

@@ -52,3 +52,27 @@ def test_missing_inputs_fall_back_to_building_the_program(tmp_path, monkeypatch)
     monkeypatch.setattr(warmup, "_warm_by_program", called.append)
     warmup.warm("points")
     assert called == ["points"]
+
+
+def test_the_docs_state_the_first_run_estimate_the_command_prints() -> None:
+    """README.md and docs/README.md give the README main job's first-run compile time; it is the estimate that
+    the command prints, computed from warmup.KERNELS, so the three cannot drift apart."""
+    import re
+    from pathlib import Path
+
+    from kbfast.cli.sweep import _kernels
+    from kbfast.sweep.spec import load_spec
+
+    secs = warmup.estimate_s(_kernels(load_spec("seed36"), exact=False, check=True))
+    root = Path(__file__).resolve().parents[1]
+    for doc in ("README.md", "docs/README.md"):
+        text = " ".join((root / doc).read_text(encoding="utf-8").split())
+        found = re.findall(r"about (\d+) s on 2 cores", text)
+        assert found and set(found) == {str(secs)}, (doc, found)
+
+
+def test_the_estimate_is_the_longer_of_the_two_groups() -> None:
+    k = {name: warmup.KERNELS[name][2] for name in warmup.KERNELS}
+    assert warmup.estimate_s(["fast", "points", "exact"]) == max(k["fast"] + k["points"], k["exact"])
+    assert warmup.estimate_s(["fast", "points"]) == k["fast"] + k["points"]
+    assert warmup.estimate_s(["exact", "exact", "collectives"]) == k["exact"] + k["collectives"]

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
-                              reference_csv, save_param_set, sensitivity_scale)
+                              reference_csv, save_param_set, sensitivity_scale, topology_labels)
 from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
@@ -153,8 +153,12 @@ def calibrate(
     mode: Annotated[Mode, typer.Option("--mode", help="fast, exact or both")] = Mode.both,
     do_fit: Annotated[bool, typer.Option("--fit",
                                          help="Fit the PARAM keys to the latency rows (least squares).")] = False,
-    save: Annotated[str | None, typer.Option("--save", metavar="NAME",
-                                             help="Write the fitted values to calibration/NAME.yaml.")] = None,
+    save: Annotated[str | None, typer.Option("--save", metavar="NAME", help=(
+        "Write the fitted values as parameter set NAME, to NAME.yaml in $KBFAST_CALIBRATION_DIR (default "
+        "~/.config/kbfast/calibration)."))] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=(
+        "With --save: replace a saved set of that name, or save under a label a topology's param_set "
+        "uses."))] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
 ) -> None:
     """Evaluate every reference figure (calibration/reference_public.csv): reference, fast, exact, error, status.
@@ -163,7 +167,8 @@ def calibrate(
 
     --fit KEY[=LO:HI] ... fits the keys to the latency rows (least squares, fast path), then evaluates with them.
 
-    --save NAME writes them to calibration/NAME.yaml; a topology loads it by param_set: NAME or --set param_set=NAME.
+    --save NAME writes them to NAME.yaml in the user's parameter-set folder; a topology loads it by param_set: NAME
+    or --set param_set=NAME.  An existing set's name, or a label a topology's param_set uses, needs --overwrite.
     """
     if keys and not do_fit:
         raise KbfastError(f"{' '.join(keys)}: parameter keys need --fit (kbfast calibrate --fit KEY ...)")
@@ -171,8 +176,10 @@ def calibrate(
         raise KbfastError("--fit needs at least one key, e.g. kbfast calibrate --fit fabric.ns_per_mm")
     if save is not None and not do_fit:
         raise KbfastError("--save needs --fit: it writes the fitted values")
-    if save is not None:
-        param_set_file(save)   # a bad name fails before the fit
+    if overwrite and save is None:
+        raise KbfastError("--overwrite goes with --save NAME: it lets the save replace a set or reuse a label")
+    if save is not None:   # a bad name, a taken one or a folder that cannot be written fails before the fit
+        param_set_file(save, overwrite, topology or DEFAULT_TOPOLOGY)
     spec = load(topology, sets)
     overrides = dict(parse_override(s) for s in (sets or []))
     modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
@@ -181,9 +188,19 @@ def calibrate(
     first_run(*(["runs"] if "fast" in modes else []), *modes)
     if bounds is not None:
         res = fit(spec, bounds)
+        if fmt is not OutputFormat.json:   # the fit first: whatever follows, it is on the screen
+            out = console if fmt is OutputFormat.table else err_console
+            for table, wrap in zip(fit_tables(res), FIT_WRAP):
+                out.print(fit_table(out, table, wrap=wrap))
+            for note in fit_notes(res):
+                out.print(note, highlight=False)
         if save is not None:
-            path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides)
-            err_console.print(f"parameter set written to {path}", highlight=False, soft_wrap=True)
+            path = save_param_set(save, res, spec, topology or DEFAULT_TOPOLOGY, overrides, overwrite)
+            users = topology_labels(topology or DEFAULT_TOPOLOGY).get(save)
+            err_console.print(f"parameter set {save} written to {path}; " + (
+                f"{', '.join(users)} name it as param_set: their runs load it from now on" if users else
+                f"load it with --set param_set={save} or param_set: {save} in a topology"),
+                highlight=False, soft_wrap=True)
         spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
     df = evaluate_rows(spec, modes)
     if fmt is OutputFormat.csv:
@@ -192,12 +209,6 @@ def calibrate(
         print(json.dumps({"topology": topology or DEFAULT_TOPOLOGY, "param_set": spec.param_set, "modes": modes,
                           "ok": all_ok(df), "rows": records(df),
                           "fit": fit_json(res) if res else None}, indent=2))
-    if res is not None and fmt is not OutputFormat.json:
-        out = console if fmt is OutputFormat.table else err_console
-        for table, wrap in zip(fit_tables(res), FIT_WRAP):
-            out.print(fit_table(out, table, wrap=wrap))
-        for note in fit_notes(res):
-            out.print(note, highlight=False)
     if fmt is OutputFormat.table:
         title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
         console.print(fit_table(console, rows_table(df, modes, title), wrap=("reference",)))

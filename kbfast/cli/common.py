@@ -57,15 +57,16 @@ def user_errors(fn: F) -> F:
 
 def first_run(*kernels: str) -> None:
     """Before a command's work: when kernels it needs are not cached yet (a first run), say so on stderr
-    with about how long compiling takes, then compile them on both cores (``kbfast.warmup``): the largest
-    group (the fast path's) in a second process, the rest in this one, and wait.  The work then loads
-    every kernel from the cache.  Otherwise a first run looks hung.  Silent and free when all are cached."""
+    with about how long compiling takes (``warmup.estimate_s``), then compile them on both cores
+    (``kbfast.warmup``): the largest group (the fast path's) in a second process, the rest in this one, and
+    wait.  The work then loads every kernel from the cache.  Otherwise a first run looks hung.  Silent and
+    free when all are cached."""
     todo = warmup.missing(*kernels)
     if todo:
         here, there = warmup.split(todo)
-        secs = max(sum(warmup.KERNELS[k][2] for k in here), sum(warmup.KERNELS[k][2] for k in there))
-        err_console.print(f"first run: compiling the {', '.join(todo)} kernels once (about {secs} s on 2 cores; "
-                          "they are cached, later runs skip this)", highlight=False)
+        err_console.print(f"first run: compiling the {', '.join(todo)} kernels once (about "
+                          f"{warmup.estimate_s(todo)} s on 2 cores; they are cached, later runs skip this)",
+                          highlight=False)
         background = warmup.start(there)
         try:
             for k in here:

@@ -19,10 +19,10 @@ from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent
 from kbfast.errors import KbfastError
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.trace import write_trace
-from kbfast.probe import ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator, run_probes
+from kbfast.probe import (ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator,
+                          resource_tables, run_probes)
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
@@ -117,23 +117,23 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
                           "(docs/bottlenecks.md)", highlight=False)
 
 
-def _resource_outputs(t, router, cases, sizes, exact: bool, links: Path | None, pcs: Path | None,
+def _resource_outputs(t, router, cases, df: pd.DataFrame, evaluate, links: Path | None, pcs: Path | None,
                       heatmap: Path | None) -> None:
-    """--links, --pcs (every case and size, tagged) and --heatmap (the one case) from the mode's own replay
-    or fast evaluation of each case."""
-    run = run_exact if exact else run_fast
+    """--links, --pcs (every row's case and size, tagged) and --heatmap (the one case) from the evaluation
+    behind each row, link utilisation over the row's makespan (kbfast.probe.resource_tables): the figures
+    the table printed."""
+    by_name = {c.name: c for c in cases}
     edge_parts, pc_parts = [], []
-    for n in sizes:
-        for c in cases:
-            res = run(c.program(t, router, n))
-            tag = {"case": c.name, "nbytes": n}
-            if links is not None:
-                edge_parts.append(res.edges.assign(**tag))
-            if pcs is not None:
-                pc_parts.append(res.pcs.assign(**tag))
-            if heatmap is not None:
-                path = plot_link_heatmap(t, res.edges, heatmap, f"probe {c.name}, {format_size(n)} per issuer")
-                err_console.print(f"heat map written to {path}", soft_wrap=True)
+    for _, row in df.iterrows():
+        edges, pc_table = resource_tables(t, router, by_name[row["case"]], row, evaluate)
+        tag = {"case": row["case"], "nbytes": int(row["nbytes"])}
+        if links is not None:
+            edge_parts.append(edges.assign(**tag))
+        if pcs is not None:
+            pc_parts.append(pc_table.assign(**tag))
+        if heatmap is not None:
+            label = f"probe {row['case']}, {format_size(int(row['nbytes']))} per issuer"
+            err_console.print(f"heat map written to {plot_link_heatmap(t, edges, heatmap, label)}", soft_wrap=True)
     for path, parts, what in ((links, edge_parts, "links"), (pcs, pc_parts, "pseudo-channels")):
         if path is not None:
             err_console.print(f"{what} written to {write_table(pd.concat(parts, ignore_index=True), path)}", soft_wrap=True)
@@ -202,7 +202,7 @@ def probe(
     if stopped is not None:
         raise stopped
     if links is not None or pcs is not None or heatmap is not None:
-        _resource_outputs(t, router, chosen, sizes, exact, links, pcs, heatmap)
+        _resource_outputs(t, router, chosen, df, evaluator, links, pcs, heatmap)
     failed = [c for c in checks if not c.passed]
     if failed:
         err_console.print(f"[red]{len(failed)} probe invariant(s) failed[/]: " + "; ".join(c.name for c in failed))

@@ -11,7 +11,7 @@ import pandas as pd
 import typer
 from rich.markup import escape
 
-from kbfast.bottleneck import bottleneck, critical_fields, critical_path, top_resources
+from kbfast.bottleneck import bottleneck, critical_fields, critical_path, link_table, top_resources
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors, writable)
 from kbfast.cli.outputs import check_outputs, write_table
@@ -126,14 +126,17 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
                                           if k.startswith("critical_path_")})
 
 
-def _outputs(res: Result, links: Path | None, pcs: Path | None, heatmap: Path | None, label: str) -> None:
-    """--links, --pcs and --heatmap of one result."""
+def _outputs(res: Result, span_ns: float, links: Path | None, pcs: Path | None, heatmap: Path | None,
+             label: str) -> None:
+    """--links, --pcs and --heatmap of one result; link utilisation over ``span_ns``, the span of the result's
+    own fields (its latency)."""
+    edges = link_table(res.edges, span_ns) if links is not None or heatmap is not None else None
     if links is not None:
-        err_console.print(f"links written to {write_table(res.edges, links)}", soft_wrap=True)
+        err_console.print(f"links written to {write_table(edges, links)}", soft_wrap=True)
     if pcs is not None:
         err_console.print(f"pseudo-channels written to {write_table(res.pcs, pcs)}", soft_wrap=True)
     if heatmap is not None:
-        err_console.print(f"heat map written to {plot_link_heatmap(res.program.tables, res.edges, heatmap, label)}",
+        err_console.print(f"heat map written to {plot_link_heatmap(res.program.tables, edges, heatmap, label)}",
                           soft_wrap=True)
 
 
@@ -169,7 +172,7 @@ def run_allreduce(
     w = {"kind": "allreduce", "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
     row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=True)
     _print(row, fmt, res)
-    _outputs(res, links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
+    _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
 
 
 @run_app.command("pe2pe")
@@ -198,7 +201,7 @@ def run_pe2pe(
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
     row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=False)
     _print(row, fmt, res)
-    _outputs(res, links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])}")
+    _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])}")
 
 
 @run_app.command("gemm")

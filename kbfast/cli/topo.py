@@ -18,13 +18,13 @@ from rich.text import Text
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
-from kbfast.config.loader import load_raw
+from kbfast.config.loader import load_raw, param_set_path
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.report.explain import fit, narrow_table
 from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
-from kbfast.topology.names import node_id
+from kbfast.topology.names import full_name, node_id
 from kbfast.topology.routing import ROUTE_KINDS, Router
 from kbfast.topology.summary import describe_route, summarize
 
@@ -51,6 +51,8 @@ def list_presets() -> None:
     for name in preset_names():
         table.add_row(name, preset_description(name))
     console.print(fit(console, table, wrap=("description",)))
+    console.print("Every preset joins its SIPs through one PCIe switch (fabric.switch0): sips.topology sets only "
+                  "the collective's neighbours (docs/topology.md).", highlight=False)
     console.print("kbfast topo show NAME summarizes one; kbfast topo export NAME writes its YAML to copy from",
                   highlight=False)
 
@@ -109,10 +111,13 @@ def show(
         from kbfast.report.floorplan import plot_floorplan
 
         plot_floorplan(spec, plot)
+    saved = param_set_path(summary["param_set"])        # a saved set whose values this system loads
+    summary["param_set_file"] = None if saved is None else str(saved)
     if fmt is TextFormat.json:
         print(json.dumps(summary, indent=2, sort_keys=False))
         return
-    console.print(f"[bold]{summary['name']}[/] - {summary['description']}  (param set {summary['param_set']})")
+    console.print(f"[bold]{summary['name']}[/] - {summary['description']}  (param set {summary['param_set']}"
+                  + ("" if saved is None else f", values from {saved}") + ")")
     grid = summary["sip_grid"]
     console.print(f"{summary['n_sips']} SIPs ({summary['sip_topology']}"
                   f"{'' if grid == [0, 0] else f' {grid[0]}x{grid[1]}'}), "
@@ -150,7 +155,7 @@ def route(
     """Print the route between two nodes: hops, per-edge bandwidth, overhead and bottleneck."""
     spec = load(topology, sets)
     t = build_tables(spec)
-    src, dst = pe_shorthand(src), pe_shorthand(dst)
+    src, dst = (pe_shorthand(full_name(t, n)) for n in (src, dst))   # cube1.pe0 is sip0.cube1.pe0.pe_dma
     s, d = node_id(t, src), node_id(t, dst)
     if kind is None:
         kind = "pe_dma" if src.endswith(".pe_dma") else "memory" if src.endswith(".pcie_ep") else "node"
@@ -161,16 +166,21 @@ def route(
     if fmt is TextFormat.json:
         print(json.dumps(info, indent=2))
         return
-    # one row per node (a hop's end is the next hop's start): the edge to the next node, its bandwidth, length
-    table = Table("#", "node", "edge to the next node", "bw GB/s", "mm", title=f"{kind} route {src} -> {dst}")
+    # one row per node (a hop's end is the next hop's start): the overhead a transfer pays there (the ends pay
+    # none), then the edge to the next node, its bandwidth and length
+    table = narrow_table(f"{kind} route {src} -> {dst}", "#", "node", "ovh ns", "edge to the next node", "bw GB/s",
+                         "mm")
+    table.columns[1].justify = table.columns[3].justify = "left"
+    ovh = ["-" if v is None else f"{v:g}" for v in info["node_overhead_ns"]]
     for i, hop in enumerate(info["hops"]):
-        table.add_row(str(i), hop["src"], hop["kind"], "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}",
-                      f"{hop['mm']:g}")
+        table.add_row(str(i), hop["src"], ovh[i], hop["kind"],
+                      "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}", f"{hop['mm']:g}")
     if info["hops"]:
-        table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], "", "", "")
+        table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], ovh[-1], "", "", "")
     console.print(fit(console, table, wrap=("node",)))      # a node name wraps, never cut
     bn = info["bottleneck_bw_gbs"]
-    console.print(f"{info['n_edges']} edges, transit overhead {duration(info['transit_overhead_ns'])}, "
+    console.print(f"{info['n_edges']} edges, transit overhead {duration(info['transit_overhead_ns'])} (ovh ns "
+                  "summed), "
                   f"{info['total_mm']:g} mm ({duration(info['propagation_ns'])} propagation), "
                   f"bottleneck {'-' if bn is None else f'{bn:g}'} GB/s"
                   + (f", store-and-forward at {', '.join(info['store_and_forward'])}"

@@ -2,9 +2,9 @@
 
 A topology YAML may name a ``base`` preset; its keys are deep-merged over the
 base.  When its ``param_set`` (or ``--set param_set=NAME``) names a saved
-parameter set ``calibration/NAME.yaml`` (written by ``kbfast calibrate
---save``), the set's values are applied next.  ``--set key.path=value``
-overrides are applied last.  Every problem becomes a ``ConfigError`` naming
+parameter set ``NAME.yaml`` in a parameter-set folder (:func:`param_set_dirs`;
+written by ``kbfast calibrate --save``), the set's values are applied next.
+``--set key.path=value`` overrides are applied last.  Every problem becomes a ``ConfigError`` naming
 the file, the key path and the value.
 """
 
@@ -26,7 +26,7 @@ from kbfast.config.schema import GRID_TOPOLOGIES, MAX_COUNT, SystemSpec
 from kbfast.errors import ConfigError, did_you_mean
 
 DEFAULT_TOPOLOGY = "ahbm_2sip"
-PARAM_SET_DIR_ENV = "KBFAST_CALIBRATION_DIR"   # a folder of parameter sets searched before the packaged one
+PARAM_SET_DIR_ENV = "KBFAST_CALIBRATION_DIR"   # the user's parameter-set folder (user_param_set_dir)
 _SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -496,13 +496,23 @@ def validate(label: str, data: dict[str, Any]) -> SystemSpec:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Parameter sets (design §12): calibration/NAME.yaml = {name, values: {dotted key: value}, provenance: {...}}.
+# Parameter sets (design §12): NAME.yaml = {name, values: {dotted key: value}, provenance: {...}}, in the user's
+# folder or the packaged calibration/ (param_set_dirs).
+
+def user_param_set_dir() -> Path:
+    """The user's parameter-set folder: ``$KBFAST_CALIBRATION_DIR`` when set, else
+    ``$XDG_CONFIG_HOME/kbfast/calibration`` (``~/.config/kbfast/calibration``); ``kbfast calibrate --save``
+    writes there, never into the package (docs/calibration.md, "Parameter sets")."""
+    if os.environ.get(PARAM_SET_DIR_ENV):
+        return Path(os.environ[PARAM_SET_DIR_ENV])
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config) / "kbfast" / "calibration"
+
 
 def param_set_dirs() -> list[Path]:
-    """Folders holding parameter sets, searched in order: ``$KBFAST_CALIBRATION_DIR`` when set, then the
-    packaged ``calibration/`` folder (``kbfast.calibration``); ``kbfast calibrate --save`` writes to the first."""
-    dirs = [Path(os.environ[PARAM_SET_DIR_ENV])] if os.environ.get(PARAM_SET_DIR_ENV) else []
-    return [*dirs, Path(str(resources.files("kbfast.calibration")))]
+    """Folders holding parameter sets, searched in order: the user's (:func:`user_param_set_dir`), then the
+    packaged ``calibration/`` folder (``kbfast.calibration``, the sets shipped with kbfast)."""
+    return [user_param_set_dir(), Path(str(resources.files("kbfast.calibration")))]
 
 
 def param_sets_stamp() -> tuple:
@@ -566,7 +576,7 @@ def read_param_set(path: Path) -> dict[str, Any]:
 def applied_param_set(label: str, data: dict[str, Any], overrides: dict[str, Any] | None = None,
                       override_label: str = "--set") -> str | None:
     """The saved set that applies to a raw topology: ``--set param_set`` if given, else the topology's own
-    ``param_set``; None when no ``calibration/NAME.yaml`` exists.  A name given by ``--set`` must be a saved
+    ``param_set``; None when no folder holds ``NAME.yaml``.  A name given by ``--set`` must be a saved
     set or the topology's own label, else ``ConfigError`` lists the sets."""
     own = data.get("param_set")
     chosen = (overrides or {}).get("param_set", own)

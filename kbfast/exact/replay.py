@@ -17,7 +17,7 @@ from kbfast.ir import Program
 from kbfast.sim import heap
 from kbfast.sim.diagnostics import ReplayBudgetExceeded, ReplayDeadlock, blocked_report, check_consumed
 from kbfast.sim.lowering import estimate_memory_bytes, heap_capacity, lower, replay_events_estimate, vc_edges
-from kbfast.sim.result import Result
+from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
@@ -55,7 +55,7 @@ class ExactResult(ReplayTimes):
             "dst": _names(t, t.edge_dst[c.edges]),
             "bw_gbs": t.edge_bw_gbs[c.edges],
             "bytes": e_bytes, "busy_ns": e_busy,
-            "utilization": e_busy / makespan if makespan > 0 else 0.0,
+            "utilization": utilization(e_busy, makespan),
             "peak_queue_flits": e_peak / t.spec.fabric.flit_bytes,
         })
 

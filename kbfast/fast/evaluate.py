@@ -18,7 +18,7 @@ from kbfast.ir import Op, Program
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
 from kbfast.sim.fabric import pc_of
 from kbfast.sim.lowering import Compact, Lowered, agent_pes, hbm_constants, lower
-from kbfast.sim.result import Result
+from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
 
@@ -662,7 +662,7 @@ def _edge_table(p: Program, c: Compact, shared: np.ndarray, finish: np.ndarray,
         "edge": c.edges, "kind": [EdgeKind(int(k)).name.lower() for k in t.edge_kind[c.edges]],
         "src": [node_name(t, int(s)) for s in t.edge_src[c.edges]],
         "dst": [node_name(t, int(d)) for d in t.edge_dst[c.edges]], "bw_gbs": bw, "bytes": nbytes,
-        "busy_ns": busy, "utilization": busy / span if span > 0 else 0.0, "shared": shared,
+        "busy_ns": busy, "utilization": utilization(busy, span), "shared": shared,
     })
 
 

@@ -6,7 +6,9 @@ own times.  Each adds its per-resource tables ``edges`` and ``pcs`` (docs/exact_
 
 * makespan = last agent finish - earliest agent start;
 * latency from launch = last agent finish - ``launch_ns`` (spec_pe §3.6: max ``pe_exec_ns`` from the
-  common start barrier).
+  common start barrier);
+* a resource's utilisation = its busy time / the span of the result it belongs to (:func:`utilization`,
+  the one formula behind every table, field and heat map; docs/bottlenecks.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,14 @@ import numpy as np
 import pandas as pd
 
 from kbfast.ir import Op, Program
+
+
+def utilization(busy_ns, span_ns: float):
+    """Busy time over ``span_ns``, the span of the result the resource belongs to (a number or an array, as
+    ``busy_ns``); NaN when the span is not positive."""
+    busy = np.asarray(busy_ns, np.float64)
+    out = busy / span_ns if span_ns > 0 else np.full(busy.shape, np.nan)
+    return float(out) if out.ndim == 0 else out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ from kbfast import __version__
 from kbfast.config.loader import FileCaches, load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.bottleneck import (bottleneck, bottleneck_fields, busy_ns, critical_fields, critical_path,
+from kbfast.bottleneck import (bottleneck, bottleneck_fields, busy_ns, critical_fields, critical_path, link_table,
                                link_load_arrays, node_load_arrays)
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
@@ -329,7 +329,7 @@ def evaluate_batch(batch: Batch) -> BatchResult:
         row.update(checks.get(row["point"], {}))
     for row, p in zip(rows, pts):
         row.update(kbfast_version=__version__, config_hash=p.config_hash, mode=batch.mode)
-    links, pcs = _occupancy(batch, errors)
+    links, pcs = _occupancy(batch, errors, metrics)
     df = pd.DataFrame(rows)
     return BatchResult(batch.id, df, links, pcs, kernel_s)
 
@@ -353,8 +353,10 @@ def _cross_check(batch: Batch, metrics: dict[int, dict[str, Any]]) -> tuple[dict
     return out, time.perf_counter() - k0
 
 
-def _occupancy(batch: Batch, errors: dict[int, str]) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """Per (point, edge) and per (point, controller, pc) tables, when asked for (one more evaluation per point)."""
+def _occupancy(batch: Batch, errors: dict[int, str],
+               metrics: dict[int, dict[str, Any]]) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """Per (point, edge) and per (point, controller, pc) tables, when asked for (one more evaluation per point);
+    link utilisation over the point's latency, the span of its ``bottleneck_utilization``."""
     if not (batch.links or batch.pcs):
         return None, None
     links, pcs = [], []
@@ -365,7 +367,7 @@ def _occupancy(batch: Batch, errors: dict[int, str]) -> tuple[pd.DataFrame | Non
         res = run_exact(prog) if batch.mode == "exact" else run_fast(prog)
         tag = {"point": p.index, "config_hash": p.config_hash}
         if batch.links:
-            links.append(res.edges.assign(**tag))
+            links.append(link_table(res.edges, float(metrics[p.index]["latency_ns"])).assign(**tag))
         if batch.pcs:
             pcs.append(res.pcs.assign(**tag))
     cat = lambda parts: pd.concat(parts, ignore_index=True) if parts else None  # noqa: E731

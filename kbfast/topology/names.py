@@ -12,6 +12,7 @@ from kbfast.topology.builder import Tables
 
 SWITCH_NAME = "fabric.switch0"
 _NAME = re.compile(r"^sip(\d+)\.(?:cube(\d+)\.)?(.+)$")
+_CUBE = re.compile(r"cube\d+")
 
 
 @lru_cache(maxsize=64)
@@ -19,10 +20,27 @@ def _local_index(names: tuple[str, ...]) -> dict[str, int]:
     return {n: i for i, n in enumerate(names)}
 
 
+def full_name(t: Tables, name: str) -> str:
+    """``name`` with its SIP: a short name, one that starts at its cube or IO chiplet (``cube1.pe0.pe_dma``,
+    ``io0.pcie_ep``), is on SIP 0 (``sip0.cube1.pe0.pe_dma``); any other name is returned unchanged."""
+    head = name.partition(".")[0]
+    if _CUBE.fullmatch(head) or head in _io_chiplets(t.io_names):
+        return f"sip0.{name}"
+    return name
+
+
+@lru_cache(maxsize=64)
+def _io_chiplets(io_names: tuple[str, ...]) -> frozenset[str]:
+    """The IO chiplet ids (``io0``) of a SIP's IO-local names."""
+    return frozenset(n.partition(".")[0] for n in io_names)
+
+
 def node_id(t: Tables, name: str) -> int:
-    """Id of a node name such as ``sip0.cube3.r0c4`` or ``sip1.io0.pcie_ep``."""
+    """Id of a node name such as ``sip0.cube3.r0c4`` or ``sip1.io0.pcie_ep``; a short name without the SIP
+    (``cube3.r0c4``) is on SIP 0 (:func:`full_name`)."""
     if name == SWITCH_NAME:
         return 0
+    name = full_name(t, name)
     m = _NAME.match(name)
     lay = t.layout
     if m:
@@ -42,7 +60,8 @@ def node_id(t: Tables, name: str) -> int:
             return lay.cube_node_base(sip, c) + local
         raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.cube_names)}")
     raise UnknownNodeError(f"unknown node {name!r}: names look like sip0.cube0.pe0.pe_dma, "
-                           f"sip0.cube0.r0c0, sip0.io0.pcie_ep or {SWITCH_NAME}")
+                           f"sip0.cube0.r0c0, sip0.io0.pcie_ep or {SWITCH_NAME}; without the SIP, a name "
+                           "from its cube or IO chiplet on (cube0.pe0.pe_dma, io0.pcie_ep) is on sip0")
 
 
 def locate(t: Tables, node: int) -> tuple[int, int, int]:

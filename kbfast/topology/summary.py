@@ -64,6 +64,8 @@ def describe_route(t: Tables, src: int, edges: np.ndarray) -> dict[str, Any]:
         "nodes": [node_name(t, n) for n in nodes],
         "hops": hops,
         "n_edges": len(edges),
+        "node_overhead_ns": [None if i in (0, len(nodes) - 1) else float(t.node_overhead_ns[n])
+                             for i, n in enumerate(nodes)],        # what a transfer pays at each node
         "transit_overhead_ns": overhead,
         "total_mm": float(t.edge_mm[edges].sum()),
         "propagation_ns": float(prop[edges].sum()),
