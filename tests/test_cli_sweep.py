@@ -263,7 +263,7 @@ def test_sweep_tables_read_at_80_columns(tmp_path: Path) -> None:
     assert "buffer_kind" in out and "n_slots" in out
     header = [line for line in out.splitlines() if "hbm" in line and "sram" in line and "tcm" in line]
     assert len(header) == 1 and "buffer_kind" in header[0]          # the by-size table's first header line
-    assert re.search(r"│\s+2 │\s+0 │", out)                      # points and failed as counts, not 2.000
+    assert re.search(r"\s2\s+0\s+\d", out)                       # points and failed as counts, not 2.000
     assert "warning: axis ipcq.n_slots" in flat(res.stderr) and "algorithm=lrab" in flat(res.stderr)
     df = pd.read_parquet(tmp_path / "o" / "results.parquet")
     checked = df[df["rel_error"].notna()]
@@ -283,3 +283,108 @@ def test_plot_names_what_it_folds(tmp_path: Path) -> None:
     assert axis_label("latency_ns") == "latency (ns)" and axis_label("busbw_gbps") == "bus bandwidth (GB/s)"
     assert axis_label("link.ucie_conn.bw_gbs") == "link.ucie_conn.bw_gbs (GB/s)"
     assert axis_label("mystery") == "mystery"
+
+
+# -- tables at 80 columns ------------------------------------------------------------------------------------
+def _gemm_results() -> pd.DataFrame:
+    """GEMM sweep results shaped like the bundled spec's: shapes x staging x rate x (TCM, HBM) bandwidth, latencies
+    from 100 ns to tens of ms."""
+    rows = []
+    for m in (16, 256, 4096):
+        for n in (16, 4096):
+            for k in (16, 4096):
+                for staging in ("ref_ref", "load_ref", "load_load"):
+                    for rate in (2048, 8192):
+                        for tcm, hbm in ((512, 256), (256, 128)):
+                            lat = 100.0 + m * n * k / rate * (512 / tcm) * (1.0 + 0.1 * len(staging))
+                            rows.append({"workload": "gemm", "m": m, "n": n, "k": k, "staging": staging,
+                                         "pe.gemm_macs_per_ns": rate, "pe.tcm_read_gbs": tcm, "pe.tcm_write_gbs": tcm,
+                                         "link.router_hbm.bw_gbs": hbm, "latency_ns": lat,
+                                         "macs_per_ns": m * n * k / lat, "mac_util": m * n * k / lat / rate,
+                                         "under_tile": m < 32, "bound_stage": "dma_write", "error": None})
+    return pd.DataFrame(rows)
+
+
+def _model_results() -> pd.DataFrame:
+    """Model sweep results shaped like llama70b's: SIPs x layout x UCIe bandwidth x phase, 3 ms to 2.8 s."""
+    rows = []
+    for sips in (2, 4, 8):
+        for layout in ("tp_pes", "tp_cubes"):
+            for bw in (64, 256):
+                for phase, batch, base in (("decode", 1, 3.6e6), ("decode", 8, 11.1e6), ("prefill", 1, 2.7654321e9)):
+                    lat = base * (1 + 0.3 * (layout == "tp_cubes")) * (64 / bw) ** 0.1 / sips ** 0.05
+                    rows.append({"workload": "model", "model": "llama3_70b", "n_sips": sips, "sips.count": sips,
+                                 "layout": layout, "link.ucie_conn.bw_gbs": bw, "phase": phase, "batch": batch,
+                                 "latency_ns": lat, "mac_util": 0.05, "critical_path_collective_ns": lat / 2,
+                                 "critical_path_gemm_compute_ns": lat / 3, "error": None})
+    return pd.DataFrame(rows)
+
+
+def _fragments(word: str) -> set[str]:
+    """The header fragments a wrapped header may show of ``word``: runs of its whole pieces."""
+    from kbfast.report.sweep import _pieces
+
+    pieces = [p for p, _ in _pieces(word)]
+    return {"".join(pieces[i:j]) for i in range(len(pieces)) for j in range(i + 1, len(pieces) + 1)}
+
+
+@pytest.mark.parametrize("results", [_gemm_results, _model_results], ids=["gemm", "model"])
+def test_summary_tables_never_split_a_number_or_a_word(results, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 80 columns every cell of the latency-per-series and the workload's table is printed whole on one
+    line, and a header breaks only between its pieces (after . _ - or at a space), never inside a word."""
+    import io
+
+    from rich.console import Console
+
+    import kbfast.cli.sweep as cli
+    from kbfast.report.sweep import detail_table, summary_table, table_view
+
+    df = results()
+    record = Console(width=80, file=io.StringIO(), record=True)
+    monkeypatch.setattr(cli, "console", record)
+    cli._print_summary(df, "s")
+    out = record.export_text()
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
+    tokens = {t.strip() for t in re.split(r"\s{2,}|\n|[│┃]", out) if len(t.strip()) > 1}
+    views = [table_view(t) for t in (summary_table(df), detail_table(df)[1])]
+    for view in views:
+        for row in view[2]:
+            for cell in row:
+                assert re.search(rf"(?<![\w.,]){re.escape(cell)}(?![\w.,])", out), cell      # whole, one line
+    words = {w for view in views for head in view[0] for h in head for w in h.split(" ") if w}
+    allowed = set().union(*map(_fragments, words), words)
+    for word in words:
+        broken = {t for t in tokens if word.startswith(t) or word.endswith(t)}
+        assert broken <= allowed, (word, broken - allowed)
+
+
+def test_a_table_too_wide_is_stacked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When even the narrowest columns do not fit, the table is stacked, a block per row (its label, then a
+    line per column), every number whole and within the width."""
+    import io
+
+    from rich.console import Console
+
+    import kbfast.cli.sweep as cli
+
+    wide = pd.DataFrame({f"metric_{i}": [123456.789 * (i + 1), 2.5] for i in range(12)},
+                        index=pd.Index(["a_long_series_label", "b"], name="series"))
+    record = Console(width=80, file=io.StringIO(), record=True)
+    monkeypatch.setattr(cli, "console", record)
+    cli._print_table(wide, "wide")
+    lines = record.export_text().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert [line.strip() for line in lines if line.strip() in ("a_long_series_label", "b")] == ["a_long_series_label", "b"]
+    assert any(re.fullmatch(r"\s*metric_11\s+1,481,481\.468\s*", line) for line in lines)
+
+
+def test_summary_of_an_algorithm_axis() -> None:
+    """An input that is both a standard column and a workload field (``algorithm``) is one series key: the
+    summary of a sweep over algorithms groups by it (it used to fail on a duplicated column)."""
+    from kbfast.report.sweep import input_columns, summary_table
+
+    df = pd.DataFrame({"workload": "allreduce", "topology": "torus6", "algorithm": ["lrab", "ring"] * 2,
+                       "size": [1024, 1024, 4096, 4096], "latency_ns": [2e3, 4e5, 3e3, 5e5], "error": None})
+    assert input_columns(df).count("algorithm") == 1
+    table = summary_table(df)
+    assert list(table.index) == ["lrab", "ring"] and (table["points"] == 2).all()

@@ -14,14 +14,14 @@ import pandas as pd
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import count, num, pct, percent
-from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, plot_xy, series_columns,
-                                 summary_table, table_view, wrap_name, write_summary)
+from kbfast.report.explain import fit, narrow_table
+from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, fit_table, plot_xy,
+                                 series_columns, summary_table, table_view, write_summary)
 from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
@@ -137,18 +137,19 @@ def _kernels(s, exact: bool, check: bool) -> list[str]:
 
 
 def _print_table(df: pd.DataFrame, title: str, digits: int = 3, caption: str | None = None) -> None:
-    """A summary table at the console's width: kbfast's number formats, headers that wrap (a column per
-    series puts each input's value on its own line) and cells that fold, never cut."""
-    lines, _, rows, right = table_view(df, digits)
-    table = Table(title=title, caption=caption, caption_justify="left")
-    # a long name breaks after its dots and underscores, a line per input level; what still does not fit
-    # the console folds (wraps), never cut
-    for head, r in zip(lines, right):
-        wrapped = ["\n".join(wrap_name(h)) if len(h) > 12 and " " not in h else h for h in head]
-        table.add_column("\n".join(wrapped), justify="right" if r else "left", overflow="fold")
-    for row in rows:
+    """A summary table at the console's width, in kbfast's number formats: a number is never split and a
+    word never cut; headers wrap between their pieces (kbfast.report.sweep.fit_table; a column per series
+    puts each input's value on its own line), text cells at spaces; a table that does not fit even so is
+    stacked, a block per row (kbfast.report.explain.fit)."""
+    view = table_view(df, digits)
+    widths, heads = fit_table(view, console.width)
+    table = narrow_table(title, caption=caption)
+    for right, w, head in zip(view.right, widths, heads):
+        table.add_column(head, justify="right" if right else "left", width=w)
+    for row in view.rows:
         table.add_row(*row)
-    console.print(table)
+    console.print(fit(console, table, wrap=[h for h, r in zip(heads, view.right) if not r]))
+    console.print()
 
 
 def _print_summary(df: pd.DataFrame, name: str) -> None:

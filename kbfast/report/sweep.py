@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import textwrap
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -27,13 +28,13 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.report.formats import count, num, pct  # noqa: E402
+from kbfast.report.formats import column_unit, count, in_unit, num, pct  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
 from kbfast.report.model import is_model, model_plots, model_summary  # noqa: E402
 from kbfast.workloads.registry import WORKLOADS  # noqa: E402
 
-INPUTS = ("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case", "buffer_kind",
-          "n_slots", *dict.fromkeys(c for k in WORKLOADS.values() for c in k.columns))
+INPUTS = tuple(dict.fromkeys(("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case",
+                              "buffer_kind", "n_slots", *(c for k in WORKLOADS.values() for c in k.columns))))
 MAX_SERIES = 12          # lines in one plot
 MAX_ROWS = 16            # rows of the latency-per-series table
 MAX_PIVOT_SIZES = 32     # rows of the latency-by-size table
@@ -137,10 +138,11 @@ def check_text(chk: dict[str, float]) -> dict[str, str]:
             "exact inside fast bounds": f"{count(chk['bounds_held'])} / {count(chk['bounds_known'])}"}
 
 
-def latency_unit(ns: pd.Series) -> tuple[str, float]:
-    """(unit, ns per unit) for a latency table: the one time formatter's column unit (``formats.time_unit``)."""
-    from kbfast.report.formats import time_unit
-    return time_unit(ns)
+def latency_unit(ns: pd.Series) -> str | None:
+    """The unit of a column of latencies (kbfast.report.formats.column_unit): one in which every value shows
+    two significant digits or more and the largest stays below 100,000; None when none does (each cell
+    then carries its own unit, ``in_unit(ns, None)``)."""
+    return column_unit(pd.to_numeric(ns, errors="coerce"))
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -151,16 +153,18 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     keys, folded = pick_series(df, cols, MAX_ROWS)
     if "size" in df and df["size"].nunique() > 1:
         folded = ["size", *folded]
-    unit, div = latency_unit(_ok(df)["latency_ns"] if "latency_ns" in df else pd.Series(dtype=float))
-    frame = pd.DataFrame({"latency": pd.to_numeric(df.get("latency_ns"), errors="coerce") / div,
+    unit = latency_unit(_ok(df)["latency_ns"] if "latency_ns" in df else pd.Series(dtype=float))
+    frame = pd.DataFrame({"latency": pd.to_numeric(df.get("latency_ns"), errors="coerce"),
                           "failed": df["error"].notna() if "error" in df else False})
     by = [df[k].astype(str).rename(k) for k in keys] or [pd.Series("all", index=df.index, name="series")]
     g = frame.groupby(by, sort=False)
+    head = {s: f"{s} ({unit})" if unit else s for s in ("min", "median", "max")}   # no unit: each cell has its own
     out = pd.DataFrame({"points": g.size(), "failed": g["failed"].sum().astype(int),
-                        f"min ({unit})": g["latency"].min(), f"median ({unit})": g["latency"].median(),
-                        f"max ({unit})": g["latency"].max()})
+                        head["min"]: g["latency"].min(), head["median"]: g["latency"].median(),
+                        head["max"]: g["latency"].max()})
     out = out.loc[_natural_order(out.index)]
     out.attrs["folded"] = folded
+    out.attrs["time_units"] = dict.fromkeys(head.values(), unit)
     return out
 
 
@@ -188,11 +192,12 @@ def size_table(df: pd.DataFrame) -> pd.DataFrame | None:
     keyed = ok[["size", *cols]].astype({c: str for c in cols})
     if keyed.duplicated().any() or (cols and keyed[cols].drop_duplicates().shape[0] > MAX_PIVOT_SERIES):
         return None
-    unit, div = latency_unit(ok["latency_ns"])
-    keyed = keyed.assign(latency=ok["latency_ns"] / div, _all="all")
+    unit = latency_unit(ok["latency_ns"])
+    keyed = keyed.assign(latency=ok["latency_ns"], _all="all")
     table = keyed.pivot_table(index="size", columns=cols or ["_all"], values="latency", aggfunc="first")
     table = table[_natural_order(table.columns)]
     table.attrs["unit"] = unit
+    table.attrs["time_units"] = dict.fromkeys(table.columns, unit)
     return table
 
 
@@ -206,15 +211,29 @@ def detail_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:
     if is_model(ok):
         return "model steps", model_summary(ok)
     table = size_table(df)
-    return (f"latency by size ({table.attrs['unit']})", table) if table is not None else None
+    if table is None:
+        return None
+    return (f"latency by size ({table.attrs['unit']})" if table.attrs["unit"] else "latency by size"), table
 
 
-def table_view(table: pd.DataFrame, digits: int = 3) -> tuple[list[list[str]], list[str], list[list[str]], list[bool]]:
-    """A summary table laid out for printing: (header lines per column, markdown header per column, rows
-    of cells, right-aligned per column).  The index comes first (a size as ``1 KiB``); a column level per
-    varying input gives one header line per level (the value), the index header naming the levels."""
+class TableView(NamedTuple):
+    """A summary table laid out for printing (:func:`table_view`)."""
+
+    heads: list[list[str]]      # header lines per column (a line per input level)
+    md: list[str]               # markdown header per column
+    rows: list[list[str]]       # formatted cells, row by row
+    right: list[bool]           # right-aligned (a number) per column
+    n_index: int                # leading label columns (the index), repeated in every part of a stacked table
+
+
+def table_view(table: pd.DataFrame, digits: int = 3) -> TableView:
+    """A summary table laid out for printing.  The index comes first (a size as ``1 KiB``); a column level
+    per varying input gives one header line per level (the value), the index header naming the levels.
+    Columns named in ``table.attrs['time_units']`` ({column: unit}) hold ns and print in that unit, or each
+    with its own when the unit is None (kbfast.report.formats.in_unit)."""
     levels = [n for n in table.columns.names if n not in (None, "_all")]
     idx = table.index.to_frame(index=False) if table.index.name or isinstance(table.index, pd.MultiIndex) else None
+    units = table.attrs.get("time_units", {})
     lines: list[list[str]] = []
     md: list[str] = []
     values: list[list[object]] = []
@@ -235,28 +254,75 @@ def table_view(table: pd.DataFrame, digits: int = 3) -> tuple[list[list[str]], l
         values.append(list(table[col]))
     right = [all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
                  or v is None for v in vals) for vals in values]
-    rows = [[cell(vals[r], digits) for vals in values] for r in range(len(table))]
-    return lines, md, rows, right
+    timed = [False] * (len(values) - len(table.columns)) + [c in units for c in table.columns]
+    unit_of = [None] * (len(values) - len(table.columns)) + [units.get(c) for c in table.columns]
+    rows = [[in_unit(None if vals[r] is None else float(vals[r]), u) if t else cell(vals[r], digits)
+             for vals, u, t in zip(values, unit_of, timed)]
+            for r in range(len(table))]
+    return TableView(lines, md, rows, right, 0 if idx is None else len(idx.columns))
+
+
+def _pieces(text: str) -> list[tuple[str, bool]]:
+    """The pieces a header may break between, each with whether it starts a word: a line breaks after a
+    dot, an underscore or a hyphen (``pe.`` / ``tcm_`` / ``read_`` / ``gbs``) and at a space."""
+    return [(p, i == 0) for word in text.split(" ") for i, p in enumerate(re.findall(r"[^._-]+[._-]?|[._-]", word)
+                                                                           or [""])]
 
 
 def wrap_name(name: str, width: int = 12) -> list[str]:
-    """A column or input name as header lines of about ``width`` characters, broken after a dot, an
-    underscore or a hyphen (``pe.`` / ``gemm_macs_per_ns``); a piece longer than ``width`` stays whole."""
-    pieces = re.findall(r"[^._-]+[._-]?|[._-]", name)
+    """A header as lines of at most ``width`` characters, broken only between pieces (:func:`_pieces`): a
+    word is never cut, and a piece longer than ``width`` stays whole."""
     lines: list[str] = []
-    for piece in pieces:
-        if lines and len(lines[-1]) + len(piece) <= width:
-            lines[-1] += piece
+    for piece, starts_word in _pieces(name):
+        join = " " if starts_word and lines and lines[-1] else ""
+        if lines and len(lines[-1]) + len(join) + len(piece) <= width:
+            lines[-1] += join + piece
         else:
             lines.append(piece)
     return lines or [name]
 
 
+GAP = 2      # characters between two columns of a terminal table (kbfast.report.explain.narrow_table)
+
+
+class TableFit(NamedTuple):
+    """The width of each column of a terminal table and its header, wrapped to it (:func:`fit_table`)."""
+
+    widths: list[int]
+    heads: list[str]          # header lines joined by newlines, the levels aligned across the table
+
+
+def fit_table(view: TableView, width: int) -> TableFit:
+    """Column widths for ``view`` in ``width`` characters that split no number and cut no word: headers break
+    between their pieces (:func:`wrap_name`), text cells at spaces, numbers never.  Columns narrow from the
+    widest, headers first (down to their column's widest cell), then text cells, down to their least width
+    (the longest number, word or header piece); a table wider even so keeps those least widths (the caller
+    stacks it, kbfast.report.explain.fit)."""
+    cols = range(len(view.heads))
+    cells = [[r[j] for r in view.rows] for j in cols]
+    w = [max([len(h) for h in view.heads[j]] + [len(c) for c in cells[j]]) for j in cols]
+    least = [max([len(p) for h in view.heads[j] for p, _ in _pieces(h)]
+                 + [len(c) if view.right[j] else max(map(len, c.split(" "))) for c in cells[j]]) for j in cols]
+    cell_width = [max([least[j]] + [len(c) for c in cells[j]]) for j in cols]
+    for floor in (cell_width, least):         # wrap headers first, then text cells at their spaces
+        while sum(w) + GAP * (len(w) - 1) > width:
+            narrower = [j for j in cols if w[j] > floor[j]]
+            if not narrower:
+                break
+            j = max(narrower, key=lambda j: w[j])
+            w[j] -= 1
+    wrapped = [[wrap_name(h, w[j]) for h in view.heads[j]] for j in cols]
+    depth = [max(len(c[i]) for c in wrapped) for i in range(len(wrapped[0]))] if wrapped else []
+    heads = ["\n".join(line for i, lines in enumerate(c) for line in [""] * (depth[i] - len(lines)) + lines)
+             for c in wrapped]        # a level that wraps in one column gets blank lines above it in the others
+    return TableFit(w, heads)
+
+
 def markdown(table: pd.DataFrame, digits: int = 3) -> str:
     """A table as markdown in kbfast's number formats; a column per series reads ``key=value, ...``."""
-    _, md, rows, right = table_view(table, digits)
-    return pd.DataFrame(rows, columns=md).to_markdown(index=False, disable_numparse=True,
-                                                      colalign=["right" if r else "left" for r in right])
+    view = table_view(table, digits)
+    return pd.DataFrame(view.rows, columns=view.md).to_markdown(
+        index=False, disable_numparse=True, colalign=["right" if r else "left" for r in view.right])
 
 
 def cell(v: object, digits: int = 3) -> str:
