@@ -265,6 +265,9 @@ def test_sweep_tables_read_at_80_columns(tmp_path: Path) -> None:
     assert len(header) == 1 and "buffer_kind" in header[0]          # the by-size table's first header line
     assert re.search(r"\s2\s+0\s+\d", out)                       # points and failed as counts, not 2.000
     assert "warning: axis ipcq.n_slots" in flat(res.stderr) and "algorithm=lrab" in flat(res.stderr)
+    note = "n_slots changed nothing: its values (1, 4) give the same results at every combination of the other inputs"
+    assert note in flat(out) and "buffer_kind changed nothing" not in flat(out)
+    assert note in flat((tmp_path / "o" / "summary.md").read_text())
     df = pd.read_parquet(tmp_path / "o" / "results.parquet")
     checked = df[df["rel_error"].notna()]
     assert len(checked) == 2 and (checked["n_slots"] == 1).all()    # one of each n_slots-only class
@@ -388,3 +391,22 @@ def test_summary_of_an_algorithm_axis() -> None:
     assert input_columns(df).count("algorithm") == 1
     table = summary_table(df)
     assert list(table.index) == ["lrab", "ring"] and (table["points"] == 2).all()
+
+
+def test_inputs_that_changed_nothing() -> None:
+    """An input is reported as changing nothing only when, at every combination of the other inputs, all its
+    values are there and give the same metrics; an input that merely restates another one is no witness."""
+    from kbfast.report.sweep import inert_inputs, inert_notes
+
+    base = pd.DataFrame({"workload": "allreduce", "topology": ["torus6", "ring6"] * 4,
+                         "sip_topology": ["torus_2d", "ring_1d"] * 4, "n_slots": [1, 1, 4, 4] * 2,
+                         "size": [1024] * 4 + [4096] * 4, "error": None})
+    lat = base["size"] + 100 * (base["topology"] == "ring6")
+    df = base.assign(latency_ns=lat, bottleneck_resource="fabric.switch0")
+    assert inert_inputs(df) == {"n_slots": ["1", "4"]}
+    notes = inert_notes(inert_inputs(df), {"ipcq.n_slots": "the allreduce workload with algorithm=lrab does not read it"})
+    assert notes == ["n_slots changed nothing: its values (1, 4) give the same results at every combination of the "
+                     "other inputs; the allreduce workload with algorithm=lrab does not read it."]
+    assert inert_inputs(df.assign(latency_ns=lat + df["n_slots"])) == {}              # it changes the latency
+    assert inert_inputs(df.assign(bottleneck_resource=df["n_slots"].astype(str))) == {}   # or any metric
+    assert inert_inputs(df.iloc[:7]) == {}                       # a combination without both values proves nothing

@@ -20,8 +20,8 @@ from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import count, num, pct, percent
 from kbfast.report.explain import fit, narrow_table
-from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, fit_table, plot_xy,
-                                 series_columns, summary_table, table_view, write_summary)
+from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, fit_table, inert_inputs,
+                                 inert_notes, plot_xy, series_columns, summary_table, table_view, write_summary)
 from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
@@ -152,11 +152,13 @@ def _print_table(df: pd.DataFrame, title: str, digits: int = 3, caption: str | N
     console.print()
 
 
-def _print_summary(df: pd.DataFrame, name: str) -> None:
-    """The latency per series and the workload's own table, as in summary.md."""
+def _print_summary(df: pd.DataFrame, name: str, notes: list[str] | None = None) -> None:
+    """The latency per series, the inputs that changed nothing and the workload's own table, as in summary.md."""
     table = summary_table(df)
     folded = table.attrs["folded"]
     _print_table(table, f"{name}: latency per series", caption=f"min, median and max over {', '.join(folded)}" if folded else None)
+    for note in notes or []:
+        console.print(f"note: {note}", highlight=False)
     detail = detail_table(df)
     if detail is not None:
         _print_table(detail[1], f"{name}: {detail[0]}")
@@ -237,8 +239,10 @@ def _sweep(s: SweepSpec, out: Path, fmt: Fmt, jobs: int, scheduler: str | None, 
     facts = {"spec": s.label, "mode": s.mode, "points": count(res.n_points), "evaluated now": count(res.n_evaluated),
              "errors": count(res.n_errors), "wall time": f"{num(res.wall_s, 2)} s ({count(rate)} points/s)",
              "results": ", ".join(str(f) for f in res.files)}
-    summary = write_summary(df, out / "summary.md", s.name, facts, pngs)
-    _print_summary(df, s.name)
+    inert = inert_inputs(df)
+    notes = inert_notes(inert, ignored_axes(s, s.points()) if inert else None)
+    summary = write_summary(df, out / "summary.md", s.name, facts, pngs, notes)
+    _print_summary(df, s.name, notes)
     _print_check(df)
     console.print(f"{count(res.n_points)} points ({count(res.n_evaluated)} evaluated) in {num(res.wall_s, 2)} s; "
                   f"written: {', '.join(str(f) for f in [*res.files, summary, *pngs])}")

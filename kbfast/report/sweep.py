@@ -116,6 +116,44 @@ def series_labels(df: pd.DataFrame, cols: list[str]) -> pd.Series:
     return df[cols].astype(str).apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
 
 
+NOT_METRICS = ("point", "error", "kbfast_version", "config_hash", "mode", "param_set", "seed",   # provenance
+               "exact_latency_ns", "rel_error", "exact_in_bounds")                            # --check, some points
+
+
+def inert_inputs(df: pd.DataFrame) -> dict[str, list[str]]:
+    """The inputs that changed nothing, each with its values: a varying input whose values, at every
+    combination of the other varying inputs (those it does not merely restate), are all present and give
+    identical metrics (every column but the inputs, the provenance and the cross-check)."""
+    ok = _ok(df)
+    inputs = input_columns(ok) + (["size"] if "size" in ok else [])
+    metrics = [c for c in ok.columns if c not in inputs and c not in NOT_METRICS]
+    if ok.empty or not metrics:
+        return {}
+    text = ok[inputs].astype(str)
+    varying = [c for c in inputs if text[c].nunique() > 1]
+    result = pd.Series(pd.util.hash_pandas_object(ok[metrics].astype(str), index=False).to_numpy(), index=ok.index)
+    out = {}
+    for c in varying:
+        others = [o for o in varying if o != c and not _one_to_one(text, o, c)]
+        keys = [text[o] for o in others] or [pd.Series(0, index=ok.index)]
+        if (text[c].groupby(keys).nunique() == text[c].nunique()).all() and (result.groupby(keys).nunique() == 1).all():
+            out[c] = [str(v) for v in _natural_order(pd.Index(text[c].unique()))]
+    return out
+
+
+def inert_notes(inert: dict[str, list[str]], reasons: dict[str, str] | None = None) -> list[str]:
+    """One sentence per input that changed nothing (:func:`inert_inputs`), with why when ``reasons`` (axis key
+    -> why, kbfast.sweep.runner.ignored_axes) names its axis (the column itself, or its key path's last part)."""
+    reasons = reasons or {}
+    out = []
+    for col, values in inert.items():
+        why = next((w for k, w in reasons.items() if k == col or k.endswith("." + col)), None)
+        shown = ", ".join(values) if len(values) <= 8 else f"{', '.join(values[:3])}, …, {values[-1]}"
+        out.append(f"{col} changed nothing: its values ({shown}) give the same results at every combination "
+                   f"of the other inputs" + (f"; {why}" if why else "") + ".")
+    return out
+
+
 def check_summary(df: pd.DataFrame) -> dict[str, float] | None:
     """Fast-vs-exact agreement over the checked points: count, max and p95 of |relative error|, bounds held."""
     if "rel_error" not in df or df["rel_error"].notna().sum() == 0:
@@ -339,9 +377,11 @@ def cell(v: object, digits: int = 3) -> str:
     return str(v)
 
 
-def write_summary(df: pd.DataFrame, path: Path, title: str, facts: dict[str, object], plots: list[Path]) -> Path:
-    """``summary.md``, the same sections for every sweep: the facts of the run, the latency per series, the
-    workload's own table (when it has one), the cross-check, the errors and the plots."""
+def write_summary(df: pd.DataFrame, path: Path, title: str, facts: dict[str, object], plots: list[Path],
+                  notes: list[str] | None = None) -> Path:
+    """``summary.md``, the same sections for every sweep: the facts of the run, the latency per series (and the
+    ``notes`` on inputs that changed nothing, :func:`inert_notes`), the workload's own table (when it has
+    one), the cross-check, the errors and the plots."""
     lines = [f"# Sweep {title}", ""]
     lines += [f"- {k}: {v}" for k, v in facts.items()]
     table = summary_table(df)
@@ -349,6 +389,8 @@ def write_summary(df: pd.DataFrame, path: Path, title: str, facts: dict[str, obj
     if table.attrs["folded"]:
         lines += [f"Min, median and max over {', '.join(table.attrs['folded'])}.", ""]
     lines += [markdown(table)]
+    if notes:
+        lines += ["", "Inputs that changed nothing:", "", *(f"- {n}" for n in notes)]
     detail = detail_table(df)
     if detail is not None:
         lines += ["", f"## {detail[0][0].upper()}{detail[0][1:]}", "", markdown(detail[1])]
