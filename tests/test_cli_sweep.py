@@ -103,7 +103,7 @@ def test_plot_from_results(runner: CliRunner, swept, tmp_path: Path) -> None:
     res = invoke(runner, "plot", out / "results.csv", "--x", "size", "--y", "busbw_gbps", "--hue", "topology",
                  "--out", png)
     assert res.exit_code == 0, res.output
-    assert "plot written to" in flat(res.stdout)
+    assert "plot written to" in flat(res.stdout) and "(busbw_gbps against size)" in flat(res.stdout)
     assert_png(png)
 
 
@@ -410,3 +410,52 @@ def test_inputs_that_changed_nothing() -> None:
     assert inert_inputs(df.assign(latency_ns=lat + df["n_slots"])) == {}              # it changes the latency
     assert inert_inputs(df.assign(bottleneck_resource=df["n_slots"].astype(str))) == {}   # or any metric
     assert inert_inputs(df.iloc[:7]) == {}                       # a combination without both values proves nothing
+
+
+# -- kbfast plot -------------------------------------------------------------------------------------------
+def test_plot_of_a_folder_is_the_sweeps_own_plot(runner: CliRunner, swept, tmp_path: Path) -> None:
+    """`kbfast plot DIR` reads the sweep's results table and, by default, draws the sweep's own latency plot
+    pixel for pixel: one function, one style (scales, unit labels, title)."""
+    _, out = swept
+    png = tmp_path / "again.png"
+    res = invoke(runner, "plot", out, "--out", png)
+    assert res.exit_code == 0, res.output
+    assert "(latency_ns against size)" in flat(res.stdout)
+    assert (matplotlib.image.imread(png) == matplotlib.image.imread(out / "plots" / "latency_vs_size.png")).all()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = invoke(runner, "plot", empty, "--out", tmp_path / "f.png")
+    assert res.exit_code == 2 and "holds no results.parquet or results.csv" in flat(res.stderr)
+
+
+def test_plot_refuses_text_values(runner: CliRunner, swept, tmp_path: Path) -> None:
+    """A y column holding text (a latency written with its unit) is refused, naming the column and values."""
+    df = pd.read_csv(swept[1] / "results.csv")
+    df["latency_ns"] = df["latency_ns"].astype(object)
+    df.loc[1, "latency_ns"] = "3.1 us"
+    df.to_csv(tmp_path / "r.csv", index=False)
+    res = invoke(runner, "plot", tmp_path / "r.csv", "--out", tmp_path / "f.png")
+    assert res.exit_code == 2, res.output
+    err = flat(res.stderr)
+    assert "--y latency_ns: 1 of 4 values are text, not numbers ('3.1 us')" in err and "Traceback" not in res.output
+    assert not (tmp_path / "f.png").exists()
+
+
+@pytest.mark.parametrize(("results", "x"), [(_gemm_results, "m"), (_model_results, "n_sips")], ids=["gemm", "model"])
+def test_plot_without_a_size_picks_a_varying_input(runner: CliRunner, tmp_path: Path, results, x: str) -> None:
+    """GEMM and model results have no size: the default x is the numeric input with the most values, and the
+    inputs beyond 12 lines are folded into medians (not refused)."""
+    results().to_csv(tmp_path / "results.csv", index=False)
+    res = invoke(runner, "plot", tmp_path, "--out", tmp_path / "f.png")
+    assert res.exit_code == 0, res.output
+    assert f"(latency_ns against {x})" in flat(res.stdout)
+    assert_png(tmp_path / "f.png")
+
+
+def test_plot_with_no_numeric_input_asks_for_x(runner: CliRunner, tmp_path: Path) -> None:
+    pd.DataFrame({"workload": "probe", "case": ["A", "B"], "latency_ns": [1.0, 2.0], "error": None}) \
+        .to_csv(tmp_path / "results.csv", index=False)
+    res = invoke(runner, "plot", tmp_path / "results.csv", "--out", tmp_path / "f.png")
+    assert res.exit_code == 2
+    err = flat(res.stderr)
+    assert "choose the x axis with --x" in err and "latency_ns" in err and "did you mean 'seed'" not in err

@@ -363,7 +363,8 @@ def test_plot_unreadable_tables(runner, swept, tmp_path, case, words):
 def test_plot_unknown_columns(runner, swept):
     refused(invoke(runner, "plot", swept / "results.parquet", "--x", "sise"),
             "--x: column 'sise' is not in the results", "did you mean 'size'")
-    refused(invoke(runner, "plot", swept / "results.parquet", "--y", "topology"), "no point has a number in 'topology'")
+    refused(invoke(runner, "plot", swept / "results.parquet", "--y", "topology"), "--y topology:",
+            "values are text, not numbers ('")
 
 
 def test_plot_out_folder(runner, swept, tmp_path):

@@ -20,8 +20,9 @@ from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import count, num, pct, percent
 from kbfast.report.explain import fit, narrow_table
-from kbfast.report.sweep import (check_summary, check_text, default_plots, detail_table, fit_table, inert_inputs,
-                                 inert_notes, plot_xy, series_columns, summary_table, table_view, write_summary)
+from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table, fit_table,
+                                 inert_inputs, inert_notes, plot_xy, series_columns, summary_table, table_view,
+                                 write_summary)
 from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
@@ -302,30 +303,66 @@ def check(
 
 @user_errors
 def plot(
-    results: Annotated[Path, typer.Argument(help="results.parquet or results.csv of a sweep.")],
-    x: Annotated[str, typer.Option(help="Column on the x axis.")] = "size",
+    results: Annotated[Path, typer.Argument(help="A sweep's output folder, or its results.parquet or results.csv.")],
+    x: Annotated[str | None, typer.Option(help="Column on the x axis (default: size, or where the size does not "
+                                               "vary the numeric input with the most values).")] = None,
     y: Annotated[str, typer.Option(help="Column on the y axis.")] = "latency_ns",
     hue: Annotated[list[str] | None, typer.Option(help="Column(s) that split the lines (default: the varying "
-                                                       "inputs).")] = None,
+                                                       "inputs, as many as make at most 12 lines).")] = None,
     out: Annotated[Path | None, typer.Option(help="PNG file (default: <y>_vs_<x>.png beside RESULTS).")] = None,
 ) -> None:
-    """Re-plot saved sweep results without recomputing anything."""
-    df = read_table(results)
-    _plottable(df, results, x, y)
-    png = figure_path(out or results.parent, "--out", f"{y}_vs_{x}.png")
-    png = plot_xy(df, x, y, hue if hue else series_columns(df, x), png, f"{y} vs {x}")
-    console.print(f"plot written to {png}", soft_wrap=True)
+    """Re-plot saved sweep results without recomputing anything, in the style of the sweep's own plots."""
+    path = _results_file(results)
+    df = read_table(path)
+    _plottable(df, path, x, y)
+    x = x or _default_x(df, path)
+    png = figure_path(out or path.parent, "--out", f"{y}_vs_{x}.png")
+    png = plot_xy(df, x, y, hue or None, png)
+    console.print(f"plot written to {png} ({y} against {x})", soft_wrap=True)
 
 
-def _plottable(df: pd.DataFrame, path: Path, x: str, y: str) -> None:
-    """Refuse a table with nothing to draw: no rows, an unknown column, no point with a number for ``y``."""
+def _results_file(path: Path) -> Path:
+    """The results table of ``path``: the file itself, or the results.parquet (else results.csv) of a sweep's
+    output folder."""
+    if not path.is_dir():
+        return path
+    for name in ("results.parquet", "results.csv"):
+        if (path / name).is_file():
+            return path / name
+    raise KbfastError(f"{path}: the folder holds no results.parquet or results.csv; give a sweep's output folder "
+                      "(--out of kbfast sweep, e.g. results/seed36) or its results file")
+
+
+def _default_x(df: pd.DataFrame, path: Path) -> str:
+    """--x when not given (kbfast.report.sweep.default_x), or a refusal listing the numeric columns."""
+    x = default_x(df)
+    if x is None:
+        numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) and df[c].dtype != bool]
+        raise KbfastError(f"{path}: no size or other numeric input varies in these results; choose the x axis "
+                          f"with --x, one of: {', '.join(map(str, numeric))}")
+    return x
+
+
+def _plottable(df: pd.DataFrame, path: Path, x: str | None, y: str) -> None:
+    """Refuse a table with nothing to draw: no rows, an unknown column, a y that holds text, an x (when given)
+    that mixes text and numbers, no point with a number for ``y``."""
     if df.empty:
         raise KbfastError(f"{path}: the results table has no rows; nothing to plot")
-    for flag, col in (("--x", x), ("--y", y)):
+    given = [(f, c) for f, c in (("--x", x), ("--y", y)) if c is not None]
+    for flag, col in given:
         if col not in df:
             hint = did_you_mean(col, map(str, df.columns), "columns")
             raise KbfastError(f"{flag}: column {col!r} is not in the results ({path}); {hint}")
     ok = df[df["error"].isna()] if "error" in df else df
+    for flag, col in given:
+        values = ok[col].dropna()
+        text = values[pd.to_numeric(values, errors="coerce").isna()]
+        if len(text) and (flag == "--y" or len(text) < len(values)):
+            distinct = list(dict.fromkeys(str(v)[:40] for v in text))
+            shown = ", ".join(map(repr, distinct[:4])) + (", ..." if len(distinct) > 4 else "")
+            raise KbfastError(f"{flag} {col}: {count(len(text))} of {count(len(values))} values are text, not numbers "
+                              f"({shown}) in {path}; plot a numeric column, or write the values as plain numbers "
+                              f"({'in ns, ' if col.endswith('_ns') else ''}no units)")
     if not pd.to_numeric(ok[y], errors="coerce").notna().any():
         why = "every point failed (see the 'error' column)" if ok.empty else f"no point has a number in {y!r}"
         raise KbfastError(f"{path}: nothing to plot: {why}")

@@ -28,7 +28,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.report.formats import column_unit, count, in_unit, num, pct  # noqa: E402
+from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
 from kbfast.report.model import is_model, model_plots, model_summary  # noqa: E402
 from kbfast.workloads.registry import WORKLOADS  # noqa: E402
@@ -426,6 +426,17 @@ def _size_axis(ax, axis: str) -> None:
     a.set_minor_formatter(NullFormatter())
 
 
+def _log_axis(ax, axis: str, decades: float) -> None:
+    """A log axis labelled in plain numbers (``2,000``, not ``2 x 10^3``); under two decades, the 2s and 5s
+    between the powers of ten are labelled too."""
+    getattr(ax, f"set_{axis}scale")("log")
+    a = getattr(ax, f"{axis}axis")
+    plain = FuncFormatter(lambda v, _: f"{v:,.6g}")
+    a.set_major_formatter(plain)
+    few = FuncFormatter(lambda v, _: f"{v:,.6g}" if round(v / 10 ** np.floor(np.log10(v))) in (2, 5) else "")
+    a.set_minor_formatter(few if decades < 2 else NullFormatter())
+
+
 def folded_inputs(df: pd.DataFrame, x: str, hue_cols: list[str]) -> list[str]:
     """The input columns that vary among the rows a plot of ``df`` draws as one marker (same hue, same x)."""
     if df.empty:
@@ -437,49 +448,85 @@ def folded_inputs(df: pd.DataFrame, x: str, hue_cols: list[str]) -> list[str]:
     return [c for c in input_columns(df) if c not in keys and groups[c].nunique(dropna=False).max() > 1]
 
 
-def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: Path, title: str = "",
-            loglog: bool | None = None) -> Path:
+LOG_SPAN = 10            # an axis whose positive values span at least this factor is logarithmic
+
+
+def _axis_values(col: str, vals: pd.Series, df: pd.DataFrame) -> tuple[pd.Series, str]:
+    """The values an axis draws and its label: a time (``_ns``) in the unit of its column
+    (:func:`latency_unit`, else the one its largest value reads 1 or more in), any other column as it is
+    (:func:`axis_label`)."""
+    label = axis_label(col, df)
+    if not col.endswith("_ns"):
+        return vals, label
+    unit = latency_unit(vals) or time_unit(vals)[0]
+    return vals / dict(TIME_UNITS)[unit], label.replace("(ns)", f"({unit})") if "(ns)" in label else f"{label} ({unit})"
+
+
+def _short(label: str) -> str:
+    """An axis label without its unit, for a title: ``latency``."""
+    return re.sub(r"\s*\([^)]*\)$", "", label)
+
+
+def default_x(df: pd.DataFrame) -> str | None:
+    """The x axis of a plot of ``df`` when none is given: the size when it varies, else the numeric input with
+    the most values (a GEMM's ``m``, a model sweep's ``n_sips``); None when no numeric input varies."""
+    ok = _ok(df)
+    if "size" in ok and ok["size"].nunique() > 1:
+        return "size"
+    numeric = [c for c in input_columns(ok) if pd.to_numeric(ok[c], errors="coerce").notna().all()
+               and ok[c].nunique() > 1 and ok[c].dtype != bool]
+    return max(numeric, key=lambda c: ok[c].nunique(), default=None)
+
+
+def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: Path, title: str = "") -> Path:
     """One line per hue value: y at each x, the median where several rows share a (hue, x) cell, and then
-    the title names the inputs that vary among them.  Axes are logarithmic with ``loglog``, or by default
-    when a positive axis spans more than 100x; labels carry units (:func:`axis_label`)."""
+    the title names the inputs that vary among them.  ``hue`` defaults to the varying inputs, as many as
+    make at most ``MAX_SERIES`` lines (:func:`pick_series`).  An axis is logarithmic when its values are
+    positive and span at least ``LOG_SPAN`` (sizes labelled ``1 KiB``, other numbers in full); a time is
+    drawn in the unit of its column (:func:`_axis_values`); labels carry units (:func:`axis_label`); the title
+    defaults to "<y> vs <x>" in words.  The sweep's plots and ``kbfast plot`` draw through here."""
     for col in (x, y, *([hue] if isinstance(hue, str) else hue or [])):
         _require(df, col)
     ok = _ok(df)
     ok = ok[np.isfinite(pd.to_numeric(ok[y], errors="coerce"))]
+    if hue is None:
+        hue = pick_series(ok, series_columns(ok, x), MAX_SERIES)[0]
     hue_cols = [hue] if isinstance(hue, str) else list(hue or [])
-    labels = (ok[hue_cols].astype(str).agg(", ".join, axis=1) if hue_cols     # the legend's title names the keys
-              else pd.Series("all", index=ok.index))
-    groups = list(ok.groupby(labels, sort=False))
-    groups = [groups[i] for i in np.argsort(_natural_rank([g[0] for g in groups]))]
+    keys = ok[hue_cols].astype(str) if hue_cols else pd.DataFrame({"_": "all"}, index=ok.index)
+    groups = {k if isinstance(k, tuple) else (k,): g.index for k, g in keys.groupby(list(keys.columns), sort=False)}
+    order = _natural_order(pd.Index(list(groups)))           # the legend in the inputs' order, numbers as numbers
     if len(groups) > MAX_SERIES:
         raise KbfastError(f"{len(groups)} series are too many for one plot; choose a --hue with fewer values")
+    xs, x_label = _axis_values(x, ok[x], ok)
+    ys, y_label = _axis_values(y, pd.to_numeric(ok[y]), ok)
+    drawn = pd.DataFrame({"x": xs, "y": ys}, index=ok.index)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    for label, g in groups:
-        g = g.groupby(x, as_index=False)[y].median().sort_values(x)
-        ax.plot(g[x], g[y], marker="o", ms=3, label=label if hue_cols else None)
-    for axis, col in (("x", x), ("y", y)):
-        vals = pd.to_numeric(ok[col], errors="coerce")
-        wide = len(vals) and vals.min() > 0 and vals.max() / vals.min() > 100
-        if loglog or (loglog is None and wide):
+    if len(groups) > 10:
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)     # a colour per line
+    for key in order:
+        g = drawn.loc[groups[key]].groupby("x", as_index=False)["y"].median().sort_values("x")
+        ax.plot(g["x"], g["y"], marker="o", ms=3, label=", ".join(key) if hue_cols else None)
+    for axis, col, vals in (("x", x, xs), ("y", y, ys)):
+        vals = pd.to_numeric(vals, errors="coerce")
+        if len(vals) and vals.min() > 0 and vals.max() / vals.min() >= LOG_SPAN:
             if col == "size":
                 _size_axis(ax, axis)
             else:
-                getattr(ax, f"set_{axis}scale")("log")
-    ax.set_xlabel(axis_label(x, ok))
-    ax.set_ylabel(axis_label(y, ok))
+                _log_axis(ax, axis, float(np.log10(vals.max() / vals.min())))
+    ticks = np.sort(pd.to_numeric(xs, errors="coerce").dropna().unique())
+    if x != "size" and 1 < len(ticks) <= MAX_SERIES:                  # a few input values: a tick at each
+        ax.set_xticks(ticks, [f"{v:,g}" for v in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
     folded = folded_inputs(ok, x, hue_cols)
     note = f" (median over {', '.join(folded)})" if folded else ""
-    ax.set_title(textwrap.fill((title or f"{y} vs {x}") + note, 80), fontsize=10)
+    ax.set_title(textwrap.fill((title or f"{_short(y_label)} vs {_short(x_label)}") + note, 80), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     if hue_cols:
         ax.legend(fontsize=7, title=", ".join(hue_cols), title_fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.02, 1.0))
     return save_figure(fig, out)
-
-
-def _natural_rank(labels: list[str]) -> list[int]:
-    order = _natural_order(pd.Index(labels))
-    return [labels.index(v) for v in order]
 
 
 def plot_parity(df: pd.DataFrame, out: Path) -> Path:
@@ -513,9 +560,9 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
 
 
 def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
-    """Latency and bus bandwidth against size, one line per series (log-log; the inputs that would make too
-    many lines are folded into medians and named in the title), and the parity scatter when points were
-    checked.  GEMM and model sweeps: their own plots (kbfast.report.gemm, kbfast.report.model)."""
+    """Latency and bus bandwidth against size, one line per series (:func:`plot_xy`, as ``kbfast plot`` draws
+    them; the inputs that would make too many lines are folded into medians and named in the title), and
+    the parity scatter when points were checked.  GEMM and model sweeps: their own plots (kbfast.report.gemm, kbfast.report.model)."""
     ok = _ok(df)
     if ok.empty:
         return []
@@ -525,13 +572,10 @@ def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
         if check_summary(df):
             out.append(plot_parity(df, folder / "parity.png"))
         return out
-    hue, _ = pick_series(ok, series_columns(ok), MAX_SERIES)
     if "size" in ok and ok["size"].nunique() > 1:
-        out.append(plot_xy(ok, "size", "latency_ns", hue, folder / "latency_vs_size.png", "latency vs size",
-                           loglog=True))
+        out.append(plot_xy(ok, "size", "latency_ns", None, folder / "latency_vs_size.png"))
         if ok["busbw_gbps"].notna().any():
-            out.append(plot_xy(ok, "size", "busbw_gbps", hue, folder / "busbw_vs_size.png",
-                               "bus bandwidth vs size", loglog=True))
+            out.append(plot_xy(ok, "size", "busbw_gbps", None, folder / "busbw_vs_size.png"))
     if check_summary(df):
         out.append(plot_parity(df, folder / "parity.png"))
     return out
