@@ -459,3 +459,28 @@ def test_plot_with_no_numeric_input_asks_for_x(runner: CliRunner, tmp_path: Path
     assert res.exit_code == 2
     err = flat(res.stderr)
     assert "choose the x axis with --x" in err and "latency_ns" in err and "did you mean 'seed'" not in err
+
+
+def test_stage_plot_names_what_distinguishes_each_panel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The GEMM stage breakdown draws one panel per staging and per setting of the other swept keys (the
+    bandwidth pair), titled with it: no shape label repeats within a panel, no two panels share a title."""
+    import kbfast.report.gemm as gemm
+
+    df = _gemm_results()
+    for i, r in enumerate(gemm.RESOURCES):
+        df[f"busy[{r}]"] = 0.1 * (i + 1)
+    keys, labels = gemm.settings(df)
+    assert keys == ["pe.tcm_read_gbs", "pe.tcm_write_gbs", "link.router_hbm.bw_gbs"]
+    assert set(labels) == {"tcm_read 512, tcm_write 512, router_hbm 256 GB/s",
+                           "tcm_read 256, tcm_write 256, router_hbm 128 GB/s"}
+    figures = []
+    monkeypatch.setattr(gemm, "save_figure", lambda fig, out: figures.append(fig) or out)
+    gemm.plot_stages(df, tmp_path / "stages.png")
+    axes = figures[0].axes
+    titles = [ax.get_title() for ax in axes]
+    assert len(titles) == 6 and len(set(titles)) == 6
+    assert all("router_hbm" in t for t in titles)
+    for ax in axes:
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert ticks == ["16x16x16", "4096x4096x4096"]              # the square shapes, once each
+    assert "at 8192 MAC/ns" in figures[0].get_suptitle()

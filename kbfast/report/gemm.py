@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import PercentFormatter  # noqa: E402
 
 from kbfast.report.figures import save_figure  # noqa: E402
 
@@ -76,31 +77,71 @@ def plot_roofline(df: pd.DataFrame, out: Path) -> Path:
     return save_figure(fig, out)
 
 
+MAX_SETTINGS = 4          # rows of the stage breakdown: settings of the other swept keys
+
+
+def _short_key(key: str) -> str:
+    """A key path as a short name for a label: ``pe.tcm_read_gbs`` -> ``tcm_read``,
+    ``link.router_hbm.bw_gbs`` -> ``router_hbm``."""
+    parts = key.split(".")
+    name = parts[-1].removesuffix("_gbs").removesuffix("_gbps").removesuffix("_ns")
+    return parts[-2] if name in ("bw", "") and len(parts) > 1 else name
+
+
+def settings(df: pd.DataFrame) -> tuple[list[str], pd.Series]:
+    """The swept key paths that vary in ``df`` other than the GEMM rate (the settings each shape was run
+    at, e.g. the TCM and HBM bandwidths of the bundled spec), and each row's setting as a label:
+    ``tcm_read 512, tcm_write 512, router_hbm 256 GB/s``."""
+    keys = [c for c in df.columns if "." in c and c != RATE and df[c].nunique() > 1]
+    if not keys:
+        return [], pd.Series("", index=df.index)
+    unit = " GB/s" if all(k.endswith(("_gbs", "_gbps")) for k in keys) else ""
+    labels = df[keys].apply(lambda r: ", ".join(f"{_short_key(k)} {v:g}" if isinstance(v, (int, float)) else
+                                                f"{_short_key(k)} {v}" for k, v in r.items()), axis=1)
+    return keys, labels + unit
+
+
 def plot_stages(df: pd.DataFrame, out: Path) -> Path:
-    """Busy fraction of each PE resource over the composite window, for the square shapes (else the 6 with
-    the most MACs), one panel per staging, at the default GEMM rate (the largest one swept)."""
+    """Busy share of each PE resource over the composite window, for the square shapes (else the 6 with
+    the most MACs): one panel per staging (columns) and per setting of the other swept keys (rows, at most
+    ``MAX_SETTINGS``, each panel titled with its setting), at the largest GEMM rate swept (named in the
+    title)."""
     ok = df[df["error"].isna()] if "error" in df else df
-    if RATE in ok:
-        ok = ok[ok[RATE] == ok[RATE].max()]
+    rate = ok[RATE].max() if RATE in ok else None
+    if rate is not None:
+        ok = ok[ok[RATE] == rate]
     stagings = sorted(ok["staging"].unique())
-    fig, axes = plt.subplots(1, len(stagings), figsize=(4.2 * len(stagings), 4), sharey=True, squeeze=False)
-    for ax, staging in zip(axes[0], stagings):
-        g = ok[ok["staging"] == staging]
-        square = g[(g["m"] == g["n"]) & (g["n"] == g["k"])]
-        g = (square if len(square) else g.assign(macs=g["m"] * g["n"] * g["k"]).nlargest(6, "macs"))
-        g = g.sort_values(["m", "n", "k"])
-        pos = np.arange(len(g))
-        width = 0.8 / len(RESOURCES)
-        for i, r in enumerate(RESOURCES):
-            ax.bar(pos + i * width, g[f"busy[{r}]"], width, label=r)
-        ax.set_xticks(pos + 0.4 - width / 2, _shape(g), rotation=30, fontsize=7)
-        ax.set_title(staging)
+    keys, setting = settings(ok)
+    rows = sorted(setting.unique(), key=lambda lab: ok.loc[setting == lab, keys].iloc[0].tolist() if keys else 0,
+                  reverse=True)
+    shown = rows[:MAX_SETTINGS]
+    shapes = ok[["m", "n", "k"]].drop_duplicates()
+    square = shapes[(shapes["m"] == shapes["n"]) & (shapes["n"] == shapes["k"])]
+    shapes = square if len(square) else shapes.assign(macs=shapes.prod(axis=1)).nlargest(6, "macs")[["m", "n", "k"]]
+    shapes = shapes.sort_values(["m", "n", "k"])
+    fig, axes = plt.subplots(len(shown), len(stagings), figsize=(4.4 * len(stagings), 3.4 * len(shown) + 0.6),
+                             sharey=True, squeeze=False)
+    width = 0.8 / len(RESOURCES)
+    for r, lab in enumerate(shown):
+        for ax, staging in zip(axes[r], stagings):
+            g = ok[(ok["staging"] == staging) & (setting == lab)].merge(shapes, on=["m", "n", "k"])
+            g = g.sort_values(["m", "n", "k"])
+            pos = np.arange(len(g))
+            for i, res in enumerate(RESOURCES):
+                ax.bar(pos + i * width, g[f"busy[{res}]"], width, label=res)
+            ax.set_xticks(pos + 0.4 - width / 2, _shape(g), rotation=30, fontsize=7)
+            ax.set_title(f"{staging}" + (f"\n{lab}" if lab else ""), fontsize=9)
+            ax.set_ylim(0, 1.05)
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.grid(True, axis="y", alpha=0.3)
+        axes[r][0].set_ylabel("busy, % of the composite window", fontsize=8)
+    for ax in axes[-1]:
         ax.set_xlabel("shape (M x N x K)")
-        ax.set_ylim(0, 1.05)
-        ax.grid(True, axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("busy fraction of the composite window")
-    axes[0][-1].legend(fontsize=7)
-    fig.suptitle("where the GEMM's time goes (per PE resource)")
+    axes[0][-1].legend(fontsize=7, title="PE resource", title_fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    title = "where the GEMM's time goes (per PE resource)" + (f", at {rate:g} MAC/ns" if rate is not None else "")
+    if len(rows) > len(shown):
+        title += f"; the first {len(shown)} of {len(rows)} settings of {', '.join(keys)}"
+    fig.suptitle(title, fontsize=10)
     return save_figure(fig, out)
 
 
