@@ -30,9 +30,16 @@ current time is on the path; its time splits into
 A RECV that waited for its message moves the walk to the sender: the k-th SEND on a channel carries the
 k-th RECV's message (channels are FIFO), and the time from that SEND to the arrival is the transfer.
 The parts sum to the latency.
+
+What bounds it (:func:`bound_fields`).  A resource bounds a result only when it is busy enough to matter, at
+least ``BUSY_BOUND`` of the span (``bandwidth``); otherwise the largest part of the critical path does, or,
+where no per-op times exist (a batched fast sweep), the time lost to sharing (``contention``) or the
+contention-free chain of dependent steps (``zero_load_chain``), whichever is the larger share.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -50,6 +57,8 @@ CATEGORIES = ("compute", "hbm", "fabric_transfer", "fabric_wait", "ipcq_backpres
 COMPUTE_OPS = (Op.COMPUTE, Op.MATH, Op.GEMM, Op.FETCH, Op.STORE)
 TOP = 5
 _EPS = 1e-9
+BUSY_BOUND = 0.5        # a resource busy at least half the span bounds the result (it is bandwidth-bound)
+_CRITICAL_KEYS = tuple((k, f"critical_path_{k}_ns") for k in CATEGORIES)
 
 
 def link_load_arrays(p: Program) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -279,3 +288,31 @@ def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]
 def critical_fields(parts: dict[str, float]) -> dict[str, float]:
     """``critical_path_<category>_ns`` result fields."""
     return {f"critical_path_{k}_ns": v for k, v in parts.items()}
+
+
+def bound_fields(row: dict) -> dict:
+    """What bounds a result, from its fields (``latency_ns``, ``bottleneck_utilization``, ``contention_ns``,
+    ``critical_path_<part>_ns``): ``bound_by`` and ``bound_share`` (0..1).
+
+    * ``bandwidth``: the bottleneck resource is busy at least ``BUSY_BOUND`` of the span; share = its
+      utilisation (``bottleneck_resource`` names it);
+    * else, with a critical path, its largest part (``ipcq_slot``, ``fabric_transfer``, ``fabric_wait``, ...);
+      share = that part's share of the path;
+    * else (no per-op times: a batched fast point) ``contention`` when sharing costs at least half the
+      latency, or else ``zero_load_chain`` (hops, transfers, slot reads and compute, one after another);
+      share = ``contention_ns`` or the rest, over the latency;
+    * None when nothing says (no lower bound, no critical path)."""
+    util = row.get("bottleneck_utilization")
+    if util is not None and util >= BUSY_BOUND:      # NaN compares False
+        return {"bound_by": "bandwidth", "bound_share": float(util)}
+    parts = {k: v for k, key in _CRITICAL_KEYS if (v := row.get(key)) is not None and math.isfinite(v)}
+    total = sum(parts.values())
+    if total > 0:
+        top = max(parts, key=parts.get)              # CATEGORIES order on a tie
+        return {"bound_by": top, "bound_share": parts[top] / total}
+    lat, lost = row.get("latency_ns"), row.get("contention_ns")
+    if lat is None or lost is None or not (math.isfinite(lat) and math.isfinite(lost)) or lat <= 0:
+        return {"bound_by": None, "bound_share": np.nan}
+    share = min(max(lost / lat, 0.0), 1.0)
+    return {"bound_by": "contention", "bound_share": share} if share >= 0.5 else \
+        {"bound_by": "zero_load_chain", "bound_share": 1.0 - share}

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kbfast.bottleneck import (CATEGORIES, bottleneck, critical_path, link_load_arrays, node_load_arrays,
+from kbfast.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bound_fields, critical_path, link_load_arrays, node_load_arrays,
                                top_resources)
 from kbfast.cli.main import app
 from kbfast.config import load_system
@@ -182,6 +182,43 @@ def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Ta
         own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
         for k, v in own.items():
             assert row[k] == v or row[k] == pytest.approx(v, rel=1e-12), (s, k)
+        assert row["bound_by"] in ("bandwidth", "contention", "zero_load_chain") and 0 < row["bound_share"] <= 1
+
+
+def _answer(t: Tables, router: Router, size: int, algorithm: str = "lrab", ranks: str | None = None) -> dict:
+    """A fast all-reduce's fields as kbfast run computes them: bottleneck, critical path, contention, bound."""
+    c = allreduce(t, router, size, algorithm, ranks)
+    res = run_fast(c.program)
+    lat, lo, _ = res.latency_ns(c.launch_ns)
+    row = {"latency_ns": lat, "contention_ns": lat - lo, **bottleneck(c.program, lat),
+           **{f"critical_path_{k}_ns": v for k, v in critical_path(c.program, res, c.launch_ns).items()}}
+    return {**row, **bound_fields(row)}
+
+
+def test_what_bounds_a_collective(ring6) -> None:
+    """A resource bounds a result only when busy enough to matter: at 16 B per rank lrab's busiest resource,
+    the PCIe switch, is 5 % busy and its messages queue there (contention), yet what bounds the all-reduce
+    is its critical path's largest part; a flat ring over every PE keeps a UCIe link busy: bandwidth."""
+    t, router = ring6
+    small = _answer(t, router, 16)
+    assert small["bottleneck_resource"] == "fabric.switch0" and small["bottleneck_utilization"] < 0.1
+    assert small["contention_ns"] > 0
+    parts = {k: small[f"critical_path_{k}_ns"] for k in CATEGORIES}
+    assert small["bound_by"] == max(parts, key=parts.get) == "ipcq_slot"
+    assert small["bound_share"] == pytest.approx(parts["ipcq_slot"] / small["latency_ns"])
+    big = _answer(t, router, 98304, "ring", "all_pes")
+    assert big["bottleneck_utilization"] >= BUSY_BOUND
+    assert big["bound_by"] == "bandwidth" and big["bound_share"] == big["bottleneck_utilization"]
+
+
+def test_what_bounds_a_point_without_a_critical_path() -> None:
+    """A batched point has no per-op times: the contention-free chain bounds it, or the time lost to sharing
+    when that is the larger share; nothing is claimed without a lower bound."""
+    row = {"latency_ns": 3000.0, "contention_ns": 165.0, "bottleneck_utilization": 0.049}
+    assert bound_fields(row) == {"bound_by": "zero_load_chain", "bound_share": pytest.approx(1 - 0.055)}
+    assert bound_fields({**row, "contention_ns": 2000.0})["bound_by"] == "contention"
+    assert bound_fields({**row, "bottleneck_utilization": 0.7}) == {"bound_by": "bandwidth", "bound_share": 0.7}
+    assert bound_fields({"latency_ns": 3000.0, "contention_ns": np.nan})["bound_by"] is None
 
 
 def test_a_sweeps_links_table_has_the_utilisation_of_its_bottleneck_field(tmp_path: Path) -> None:
@@ -214,6 +251,7 @@ def test_run_reports_bottleneck_and_critical_path(runner: CliRunner, tmp_path: P
     assert res.exit_code == 0, res.stderr
     out = flat(res.stdout)
     assert "busiest resources" in out and "critical path" in out and "fabric transfer" in out
+    assert "bound by:" in out
     assert max(map(len, res.stdout.splitlines())) <= 80
     links = pd.read_csv(tmp_path / "l.csv")
     assert {"src", "dst", "bytes", "busy_ns", "utilization"} <= set(links) and len(links) > 0
@@ -224,6 +262,11 @@ def test_run_reports_bottleneck_and_critical_path(runner: CliRunner, tmp_path: P
     assert len(cp) == len(CATEGORIES) and sum(cp) == pytest.approx(row["latency_ns"])
     assert row["bottleneck_resource"] and row["topology"] == "ring6" and row["buffer_kind"] == "tcm"
     assert row["contention"] is False or row["contention_ns"] > 0
+    assert row["bound_by"] in CATEGORIES and 0 < row["bound_share"] <= 1
+    small = flat(runner.invoke(app, ["run", "allreduce", "--topology", "ring6", "--size", "16B"],
+                               catch_exceptions=False).stdout)
+    assert "bound by: IPCQ slot posts and reads" in small
+    assert "the busiest resource, fabric.switch0, is 4.9 % busy (below 50 %: not a bandwidth bound)" in small
 
 
 def test_probe_names_the_busiest_link_and_writes_tables(runner: CliRunner, tmp_path: Path) -> None:

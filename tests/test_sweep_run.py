@@ -21,9 +21,10 @@ METRIC_COLUMNS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", 
 SUMMARY_COLUMNS = ["points", "failed", "min (µs)", "median (µs)", "max (µs)"]     # every sweep's summary
 
 
-def summary_columns(unit: str) -> list[str]:
-    """The latency-per-series columns with latencies in ``unit`` (the one the median reads 1 to 999 in)."""
-    return [c.replace("µs", unit) for c in SUMMARY_COLUMNS]
+def summary_columns(unit: str, bound: bool = True) -> list[str]:
+    """The latency-per-series columns with latencies in ``unit`` (kbfast.report.formats.column_unit), and
+    what bounds the points (all-reduce and pe2pe results say it)."""
+    return [c.replace("µs", unit) for c in SUMMARY_COLUMNS] + (["bound by"] if bound else [])
 # two topologies -> two batches of four points (a batch holds the points that share a topology)
 TINY = {"name": "tiny", "topology": "torus6", "workload": {"kind": "allreduce", "algorithm": "lrab"},
         "axes": [{"zip": {"topology": ["torus6", "ring6"]}},
@@ -321,7 +322,7 @@ def test_gemm_sweep_checks_and_plots(tmp_path: Path) -> None:
     pngs = default_plots(df, tmp_path / "plots")
     assert {p.name for p in pngs} == {"roofline.png", "stages.png", "parity.png"}
     assert "under-tile" in detail_table(df)[1].columns
-    assert list(summary_table(df).columns) == summary_columns("ns")        # a median below 1 µs reads in ns
+    assert list(summary_table(df).columns) == summary_columns("µs", bound=False)   # 0.1 to 3 µs: one unit
 
 
 def test_gemm_batch_without_a_maxplus_point(tmp_path: Path) -> None:
@@ -362,7 +363,7 @@ def test_summary_has_one_shape(reference: SweepOutcome, tmp_path: Path) -> None:
     """The latency-per-series table has the same columns for an all-reduce and a point-to-point sweep; the
     inputs it folds are named; pe2pe reports no bus bandwidth."""
     table = summary_table(reference.results)
-    assert list(table.columns) == SUMMARY_COLUMNS
+    assert list(table.columns) == summary_columns("µs")
     assert list(table.index.names) == ["topology", "buffer_kind"] and table.attrs["folded"] == ["size"]
     assert (table["points"] == 2).all() and (table["failed"] == 0).all()
     p2p = run_sweep(small("pe2pe", hop="h3"), tmp_path / "p2p").results

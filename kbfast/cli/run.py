@@ -11,7 +11,8 @@ import pandas as pd
 import typer
 from rich.markup import escape
 
-from kbfast.bottleneck import bottleneck, critical_fields, critical_path, link_table, top_resources
+from kbfast.bottleneck import (bottleneck, bound_fields, critical_fields, critical_path, link_table,
+                               top_resources)
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors, writable)
 from kbfast.cli.outputs import check_outputs, write_table
@@ -20,7 +21,7 @@ from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
-from kbfast.report.explain import fit, narrow_table, print_critical_path, print_resources
+from kbfast.report.explain import fit, narrow_table, print_bound, print_critical_path, print_resources
 from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.results import contended, contention_ns, rel_error
@@ -102,6 +103,7 @@ def evaluate(c: Collective, t, exact: bool, compare: bool, trace: Path | None, b
         row[f"phase_end_ns[{name}]"] = end
     row.update(bottleneck(p, lat))
     row.update(critical_fields(critical_path(p, res, c.launch_ns)))
+    row.update(bound_fields(row))
     return row, res
 
 
@@ -113,7 +115,7 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
     elif fmt is OutputFormat.csv:
         sys.stdout.write(pd.DataFrame([clean(row)]).to_csv(index=False))
     else:
-        shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_"))} \
+        shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_", "bound_"))} \
             if res is not None else row
         table = narrow_table(f"{row['workload']} ({row['mode']})", "metric", "value")
         for label, text in figures(shown):
@@ -124,6 +126,7 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
             print_resources(console, top_resources(res.program, span, res.pcs), "latency")
             print_critical_path(console, {k[len("critical_path_"):-3]: v for k, v in row.items()
                                           if k.startswith("critical_path_")})
+            print_bound(console, row)
 
 
 def _outputs(res: Result, span_ns: float, links: Path | None, pcs: Path | None, heatmap: Path | None,

@@ -17,7 +17,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from kbfast.report.formats import column_unit, in_unit, percent, with_unit
+from kbfast.bottleneck import BUSY_BOUND
+from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
 
 # short names of the resource kinds, so that the table fits 80 columns
 KIND_SHORT = {"router_mesh": "mesh", "router_to_ucie_conn": "to UCIe", "ucie_conn_to_router": "from UCIe",
@@ -135,3 +136,41 @@ def print_critical_path(console: Console, parts: dict[str, float]) -> None:
             t.add_row(k.replace("_", " "), in_unit(v, unit), percent(v / total) if total > 0 else "-")
     t.add_row("total", in_unit(total, unit), percent(1.0) if total > 0 else "-", style="bold")
     console.print(fit(console, t))
+
+
+# what each answer of kbfast.bottleneck.bound_fields means, in words
+BOUND_WORDS = {"bandwidth": "bandwidth", "compute": "compute", "hbm": "HBM access at zero load",
+               "fabric_transfer": "zero-load fabric transfers (hops and streaming)",
+               "fabric_wait": "waits in the fabric beyond zero load (contention, credits)",
+               "ipcq_backpressure": "IPCQ backpressure (senders waiting for a free slot)",
+               "ipcq_slot": "IPCQ slot posts and reads", "launch": "the launch", "other": "waits and gaps",
+               "contention": "time lost to sharing",
+               "zero_load_chain": "the contention-free chain of hops, transfers, slot reads and compute"}
+
+
+def bound_text(row: dict) -> str | None:
+    """What bounds a result in one sentence (kbfast.bottleneck.bound_fields), with the busiest resource and the
+    time sharing costs: a resource is named as the bound only when it is busy enough to matter."""
+    by, share = row.get("bound_by"), row.get("bound_share")
+    if not by:
+        return None
+    res, util = row.get("bottleneck_resource"), row.get("bottleneck_utilization")
+    if by == "bandwidth":
+        text = f"bound by: bandwidth; {res} is busy {percent(util)} of the latency"
+    else:
+        of = "of the critical path" if by not in ("contention", "zero_load_chain") else "of the latency"
+        text = f"bound by: {BOUND_WORDS.get(by, by)}, {percent(share)} {of}"
+        if res:
+            text += (f"; the busiest resource, {res}, is {percent(util)} busy (below {percent(BUSY_BOUND, 0)}: "
+                     "not a bandwidth bound)")
+    lost = row.get("contention_ns")
+    if lost is not None and lost == lost and lost > 0 and by != "contention":
+        text += f"; sharing costs {duration(lost)} ({percent(lost / row['latency_ns'])})"
+    return text + "."
+
+
+def print_bound(console: Console, row: dict) -> None:
+    """The :func:`bound_text` of ``row``, when it has one."""
+    text = bound_text(row)
+    if text:
+        console.print(text, highlight=False)

@@ -186,7 +186,8 @@ def latency_unit(ns: pd.Series) -> str | None:
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """The latency per series, the same shape for every sweep: one row per combination of the varying
     inputs (at most ``MAX_ROWS``; the inputs left out, such as the size, are folded in), with points, failed
-    points, and min / median / max latency.  ``attrs['folded']`` lists the inputs folded."""
+    points, min / median / max latency and, where results say it (kbfast.bottleneck.bound_fields), what
+    bounds most of the series' points.  ``attrs['folded']`` lists the inputs folded."""
     cols = series_columns(df, x="size")
     keys, folded = pick_series(df, cols, MAX_ROWS)
     if "size" in df and df["size"].nunique() > 1:
@@ -200,6 +201,9 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"points": g.size(), "failed": g["failed"].sum().astype(int),
                         head["min"]: g["latency"].min(), head["median"]: g["latency"].median(),
                         head["max"]: g["latency"].max()})
+    if "bound_by" in df and df["bound_by"].notna().any():     # what bounds the series' points, most often
+        bound = df["bound_by"].where(df["bound_by"].notna(), None).groupby(by, sort=False)
+        out["bound by"] = bound.agg(lambda v: v.mode().iloc[0] if v.notna().any() else "-")
     out = out.loc[_natural_order(out.index)]
     out.attrs["folded"] = folded
     out.attrs["time_units"] = dict.fromkeys(head.values(), unit)

@@ -25,8 +25,8 @@ from kbfast import __version__
 from kbfast.config.loader import FileCaches, load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.bottleneck import (bottleneck, bottleneck_fields, busy_ns, critical_fields, critical_path, link_table,
-                               link_load_arrays, node_load_arrays)
+from kbfast.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields, critical_path,
+                               link_load_arrays, link_table, node_load_arrays)
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
@@ -160,6 +160,7 @@ def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
         out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo), contention=contended(lat, lo))
     out.update(bottleneck(prog, lat))
     out.update(critical_fields(critical_path(prog, res, coll.launch_ns)))
+    out.update(bound_fields(out))
     return out
 
 
@@ -236,6 +237,7 @@ def _batched_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
                     "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
                     "contention_ns": row.contention_ns, "contention": bool(row.contention), "n_ranks": row.n_ranks,
                     **bottleneck_fields(t, *links(int(p.workload["size"])), row.latency_ns)})
+        out[-1].update(bound_fields(out[-1]))
     return out
 
 
