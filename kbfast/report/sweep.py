@@ -258,6 +258,9 @@ def detail_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:
     return (f"latency by size ({table.attrs['unit']})" if table.attrs["unit"] else "latency by size"), table
 
 
+NUMBER = re.compile(r"[+-]?[\d,]+(\.\d+)?( ?%| [nµm]?s)?|-")    # a cell already formatted as a number
+
+
 class TableView(NamedTuple):
     """A summary table laid out for printing (:func:`table_view`)."""
 
@@ -271,8 +274,9 @@ class TableView(NamedTuple):
 def table_view(table: pd.DataFrame, digits: int = 3) -> TableView:
     """A summary table laid out for printing.  The index comes first (a size as ``1 KiB``); a column level
     per varying input gives one header line per level (the value), the index header naming the levels.
-    Columns named in ``table.attrs['time_units']`` ({column: unit}) hold ns and print in that unit, or each
-    with its own when the unit is None (kbfast.report.formats.in_unit)."""
+    Numbers, and text cells already formatted as numbers (``3,083.6``, ``-1.06 %``), align right.  Columns
+    named in ``table.attrs['time_units']`` ({column: unit}) hold ns and print in that unit, or each with its
+    own when the unit is None (kbfast.report.formats.in_unit)."""
     levels = [n for n in table.columns.names if n not in (None, "_all")]
     idx = table.index.to_frame(index=False) if table.index.name or isinstance(table.index, pd.MultiIndex) else None
     units = table.attrs.get("time_units", {})
@@ -295,7 +299,8 @@ def table_view(table: pd.DataFrame, digits: int = 3) -> TableView:
             md.append(str(col))
         values.append(list(table[col]))
     right = [all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-                 or v is None for v in vals) for vals in values]
+                 or v is None or isinstance(v, str) and NUMBER.fullmatch(v) is not None for v in vals)
+             for vals in values]
     timed = [False] * (len(values) - len(table.columns)) + [c in units for c in table.columns]
     unit_of = [None] * (len(values) - len(table.columns)) + [units.get(c) for c in table.columns]
     rows = [[in_unit(None if vals[r] is None else float(vals[r]), u) if t else cell(vals[r], digits)
