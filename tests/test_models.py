@@ -6,6 +6,7 @@ import json
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -370,3 +371,31 @@ def test_documented_exact_runs_stay_below_the_warning_level():
             p = build_piece(t, r, piece, lower)
             tile_ops = sum(gemm_ops_count(piece.commands[c].plan) for c in lower.command_id)
             assert budget.program_bytes(p.n_ops + tile_ops) < budget.WARN_BYTES, (args, piece.name)
+
+
+def test_model_summary_scales_times_and_prints_utilisation_as_percent():
+    """The sweep's model table: latency and TTFT in one unit scaled to the values (µs for a sub-ms step, not
+    0.004 ms), tokens/s with one decimal, MAC utilisation as a percent; the many-point form likewise."""
+    from kbfast.report.model import MAX_ROWS, model_summary
+
+    df = pd.DataFrame({"model": "m", "phase": ["decode", "prefill"], "layout": "tp_pes", "n_sips": 2,
+                       "latency_ns": [22_638.0, 384_889.0], "tokens_per_s": [44_173.64, float("nan")],
+                       "time_to_first_token_ns": [float("nan"), 384_889.0], "mac_util": [0.014, 0.2],
+                       "error": None})
+    out = model_summary(df)
+    assert list(out.columns) == ["latency (µs)", "tokens/s", "TTFT (µs)", "MAC util"]
+    assert out["MAC util"].tolist() == ["1.4 %", "20.0 %"] and out["tokens/s"].iloc[0] == "44,173.6"
+    assert out["latency (µs)"].tolist() == [22.638, 384.889]
+    many = pd.concat([df.assign(batch=b) for b in range(MAX_ROWS)], ignore_index=True)
+    table = model_summary(many)
+    assert list(table.columns) == ["points", "min (µs)", "max (µs)", "max MAC util"]
+    assert table["max MAC util"].tolist() == ["1.4 %", "20.0 %"]
+
+
+def test_gemm_summary_prints_utilisation_as_percent():
+    from kbfast.report.gemm import gemm_summary
+
+    df = pd.DataFrame({"staging": ["load_ref", "load_ref"], "under_tile": [False, True], "mac_util": [0.461, 0.2],
+                       "macs_per_ns": [1888.0, 800.0], "bound_stage": ["dma_read", "dma_read"], "error": None})
+    out = gemm_summary(df)
+    assert out.loc["load_ref", "util median"] == "33.1 %" and out.loc["load_ref", "util max"] == "46.1 %"

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
-from kbfast.report.formats import count, num, pct, percent
+from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent
 from kbfast.report.explain import fit, narrow_table
 from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table, fit_table,
                                  inert_inputs, inert_notes, plot_xy, series_columns, summary_table, table_view,
@@ -187,8 +187,9 @@ def _exit_if_failed(df: pd.DataFrame, kept: str) -> None:
     raise typer.Exit(FAILED_EXIT)
 
 
-def _print_check(df: pd.DataFrame) -> None:
-    chk = check_summary(df)
+def _print_check(df: pd.DataFrame, drawn: int | None = None) -> None:
+    """The one-line check summary (kbfast.report.sweep.check_text); ``drawn``: the points drawn for it."""
+    chk = check_summary(df, drawn)
     if chk:
         console.print("fast vs exact: " + "; ".join(f"{k} {v}" for k, v in check_text(chk).items()))
 
@@ -285,8 +286,10 @@ def check(
     view = df[[c for c in [*series_columns(df, x="size"), "size"] if c in df]].copy()
     if "size" in view:
         view["size"] = [format_size(v) for v in view["size"]]
-    view["fast (ns)"] = [num(v) for v in df["latency_ns"]]
-    view["exact (ns)"] = [num(v) for v in df["exact_latency_ns"]]
+    unit = column_unit([*df["latency_ns"], *df["exact_latency_ns"]])
+    head = f" ({unit})" if unit else ""             # no unit: each cell carries its own
+    view[f"fast{head}"] = [in_unit(v, unit) for v in df["latency_ns"]]
+    view[f"exact{head}"] = [in_unit(v, unit) for v in df["exact_latency_ns"]]
     view["error"] = [pct(v) for v in df["rel_error"]]
     view["in bounds"] = ["-" if v is None or v != v else "yes" if v else "no" for v in df["exact_in_bounds"]]
     for c in ("error", "check_error"):
@@ -294,7 +297,7 @@ def check(
             view[f"{c} message" if c == "error" else c] = df[c].fillna("")
     _print_table(view, f"{s.name}: fast vs exact",
                  caption="error: (fast - exact) / exact; in bounds: exact inside the fast bounds")
-    _print_check(df)
+    _print_check(df, len(df))
     if out is not None:
         df.reset_index().to_csv(out, index=False)
         console.print(f"parity table written to {out}", soft_wrap=True)

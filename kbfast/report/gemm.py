@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import PercentFormatter  # noqa: E402
 
 from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.report.formats import percent  # noqa: E402
 
 RESOURCES = ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write")
 RATE = "pe.gemm_macs_per_ns"
@@ -40,8 +41,8 @@ def gemm_summary(df: pd.DataFrame) -> pd.DataFrame:
     g = ok.groupby(keys, sort=True)
     out = pd.DataFrame({
         "shapes": g.size(), "under-tile": g["under_tile"].sum().astype(int),
-        "util median": g["mac_util"].median().map("{:.1%}".format),
-        "util max": g["mac_util"].max().map("{:.1%}".format),
+        "util median": g["mac_util"].median().map(percent),
+        "util max": g["mac_util"].max().map(percent),
         "best MAC/ns": g["macs_per_ns"].max().map("{:,.0f}".format),
         "bound by": g["bound_stage"].agg(lambda s: s.value_counts().index[0])})
     out.index = [f"{k[0]} @{k[1]:g}" if isinstance(k, tuple) else str(k) for k in out.index]

@@ -22,7 +22,8 @@ from rich.console import Console  # noqa: E402
 from kbfast.evaluate_model import CATEGORIES, StepResult  # noqa: E402
 from kbfast.report.explain import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.report.formats import column_unit, count, duration, in_unit, num, pct, percent, with_unit  # noqa: E402
+from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
+                                   with_unit)
 from kbfast.results import rel_error  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
 from kbfast.workloads.commands import COUNTED  # noqa: E402
@@ -150,35 +151,40 @@ def _varying(ok: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
 
 
 def model_summary(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per point (the varying inputs, joined, as the index): step latency (ms), tokens/s (decode) or time to
-    first token (ms, prefill), MAC utilisation (%) and the critical path's largest category; above
-    ``MAX_ROWS`` points, one row per (phase, layout, SIPs) with the latency's range."""
+    """One row per point (the varying inputs, joined, as the index): step latency, tokens/s (decode) or time to
+    first token (prefill), both in one time unit (kbfast.report.formats.time_unit), MAC utilisation (a percent)
+    and the critical path's largest category; above ``MAX_ROWS`` points, one row per (phase, layout, SIPs)
+    with the latency's range."""
     ok = (df[df["error"].isna()] if "error" in df else df).copy()
     if ok.empty:
         return pd.DataFrame()
     cats = [c for c in (f"critical_path_{k}_ns" for k in CATEGORIES) if c in ok]
     keys = _varying(ok) or ["model"]
     ok = ok.sort_values(keys)
+    unit, scale = time_unit(ok["latency_ns"])
     out = pd.DataFrame(index=pd.Index(ok[keys].astype(str).agg(", ".join, axis=1), name=", ".join(keys)))
-    out["latency_ms"] = (ok["latency_ns"] / 1e6).to_numpy()
+    out[f"latency ({unit})"] = (ok["latency_ns"] / scale).to_numpy()
     if "tokens_per_s" in ok:
-        out["tokens_per_s"] = ok["tokens_per_s"].to_numpy()
+        out["tokens/s"] = [num(v, 1) for v in ok["tokens_per_s"]]
     if "time_to_first_token_ns" in ok:
-        out["ttft_ms"] = (ok["time_to_first_token_ns"] / 1e6).to_numpy()
-    out["mac_util_pct"] = (100 * ok["mac_util"]).to_numpy()
+        out[f"TTFT ({unit})"] = (ok["time_to_first_token_ns"] / scale).to_numpy()
+    util = ok["mac_util"].to_numpy()
     if cats:
-        out["bound_by"] = [c[len("critical_path_"):-len("_ns")] for c in ok[cats].idxmax(axis=1)]
+        out["bound by"] = [c[len("critical_path_"):-len("_ns")] for c in ok[cats].idxmax(axis=1)]
     if len(out) <= MAX_ROWS:
+        out.insert(len(out.columns) - bool(cats), "MAC util", [percent(u) for u in util])
         return out
     # many points: one row per (phase, layout, SIPs) with the spread over the other inputs
     by = [k for k in ("phase", "layout", "n_sips") if k in ok] or ["model"]
-    out = out.reset_index(drop=True)
+    out = out.reset_index(drop=True).assign(_util=util)
     out[by] = ok[by].to_numpy()
-    agg = {"points": ("latency_ms", "size"), "min_ms": ("latency_ms", "min"), "max_ms": ("latency_ms", "max"),
-           "max_mac_pct": ("mac_util_pct", "max")}
-    if "bound_by" in out:
-        agg["bound_by"] = ("bound_by", lambda v: v.mode().iloc[0])
+    lat = f"latency ({unit})"
+    agg = {"points": (lat, "size"), f"min ({unit})": (lat, "min"), f"max ({unit})": (lat, "max"),
+           "max MAC util": ("_util", "max")}
+    if "bound by" in out:
+        agg["bound by"] = ("bound by", lambda v: v.mode().iloc[0])
     table = out.groupby(by, sort=True).agg(**agg)
+    table["max MAC util"] = table["max MAC util"].map(percent)
     table.index = pd.Index([", ".join(map(str, i if isinstance(i, tuple) else (i,))) for i in table.index],
                            name=", ".join(by))
     return table

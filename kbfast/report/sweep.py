@@ -154,15 +154,26 @@ def inert_notes(inert: dict[str, list[str]], reasons: dict[str, str] | None = No
     return out
 
 
-def check_summary(df: pd.DataFrame) -> dict[str, float] | None:
-    """Fast-vs-exact agreement over the checked points: count, max and p95 of |relative error|, bounds held."""
-    if "rel_error" not in df or df["rel_error"].notna().sum() == 0:
+def check_summary(df: pd.DataFrame, drawn: int | None = None) -> dict[str, float] | None:
+    """Fast-vs-exact agreement over the checked points: how many were drawn (``drawn``, else the rows with an
+    exact result or an exact error) and checked, max and p95 of |relative error|, bounds held; None when no
+    point was drawn."""
+    ok = df["rel_error"].notna() if "rel_error" in df else pd.Series(False, index=df.index)
+    if drawn is None:
+        drawn = int((ok | df["check_error"].notna()).sum()) if "check_error" in df else int(ok.sum())
+    if drawn == 0:
         return None
-    err = df["rel_error"].dropna().abs()
-    held = df.loc[df["rel_error"].notna(), "exact_in_bounds"] if "exact_in_bounds" in df else pd.Series(dtype=object)
-    return {"checked": int(len(err)), "max_abs_rel_error": float(err.max()),
-            "p95_abs_rel_error": float(np.percentile(err, 95)),
+    err = df.loc[ok, "rel_error"].abs()
+    held = df.loc[ok, "exact_in_bounds"] if "exact_in_bounds" in df else pd.Series(dtype=object)
+    return {"drawn": drawn, "checked": int(len(err)),
+            "max_abs_rel_error": float(err.max()) if len(err) else float("nan"),
+            "p95_abs_rel_error": float(np.percentile(err, 95)) if len(err) else float("nan"),
             "bounds_held": int((held == True).sum()), "bounds_known": int(held.notna().sum())}  # noqa: E712
+
+
+def checked(df: pd.DataFrame) -> bool:
+    """Whether any point of ``df`` has an exact result to compare with."""
+    return "rel_error" in df and bool(df["rel_error"].notna().any())
 
 
 def _abs_pct(x: float) -> str:
@@ -170,8 +181,10 @@ def _abs_pct(x: float) -> str:
 
 
 def check_text(chk: dict[str, float]) -> dict[str, str]:
-    """The check summary as text: errors in percent (kbfast.report.formats.pct), bounds as held / known."""
-    return {"checked points": count(chk["checked"]), "max abs rel error": _abs_pct(chk["max_abs_rel_error"]),
+    """The check summary as text: points checked (of those drawn, when some failed), errors in percent
+    (kbfast.report.formats.pct), bounds as held / known."""
+    checked = count(chk["checked"]) + (f" of {count(chk['drawn'])} drawn" if chk["drawn"] != chk["checked"] else "")
+    return {"checked points": checked, "max abs rel error": _abs_pct(chk["max_abs_rel_error"]),
             "p95 abs rel error": _abs_pct(chk["p95_abs_rel_error"]),
             "exact inside fast bounds": f"{count(chk['bounds_held'])} / {count(chk['bounds_known'])}"}
 
@@ -578,13 +591,13 @@ def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     out = []
     if is_gemm(ok) or is_model(ok):
         out += gemm_plots(ok, folder) if is_gemm(ok) else model_plots(ok, folder)
-        if check_summary(df):
+        if checked(df):
             out.append(plot_parity(df, folder / "parity.png"))
         return out
     if "size" in ok and ok["size"].nunique() > 1:
         out.append(plot_xy(ok, "size", "latency_ns", None, folder / "latency_vs_size.png"))
         if ok["busbw_gbps"].notna().any():
             out.append(plot_xy(ok, "size", "busbw_gbps", None, folder / "busbw_vs_size.png"))
-    if check_summary(df):
+    if checked(df):
         out.append(plot_parity(df, folder / "parity.png"))
     return out
