@@ -5,7 +5,6 @@ contention flag, the sweep's scaled loads, and the CLI outputs (tables, fields, 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.probes import build_catalogue
 from kbfast.workloads.collectives import pe2pe
 from kbfast.workloads.registry import build
+from cli_output import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -238,10 +238,6 @@ def test_a_sweeps_links_table_has_the_utilisation_of_its_bottleneck_field(tmp_pa
 @pytest.fixture(scope="module")
 def runner() -> CliRunner:
     return CliRunner(env={"COLUMNS": "80"})
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
 
 
 def test_run_reports_bottleneck_and_critical_path(runner: CliRunner, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from kbfast.errors import ConfigError
 from kbfast.report.formats import clean
 from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import parse_spec
+from cli_output import flat
 
 TRUE = {"fabric.ns_per_mm": 0.4, "link.io_conn.bw_gbs": 200.0}   # the perturbed "truth" of the recovery test
 
@@ -42,10 +43,6 @@ def sets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def invoke(*args: str, columns: int = 200):
     return CliRunner(env={"COLUMNS": str(columns)}).invoke(app, ["calibrate", *args], catch_exceptions=False)
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from kbfast.report.formats import percent
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probes import SWEEP_SIZES, build_catalogue
+from cli_output import flat
 
 COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",
            "util_aggregate"]
@@ -28,11 +29,6 @@ def runner() -> CliRunner:
 
 def invoke(runner: CliRunner, *args: str):
     return runner.invoke(app, ["probe", *args], catch_exceptions=False)
-
-
-def flat(text: str) -> str:
-    """Collapse whitespace (rich wraps long messages at the console width)."""
-    return re.sub(r"\s+", " ", text)
 
 
 @pytest.fixture(scope="module")

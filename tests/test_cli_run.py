@@ -18,6 +18,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, busbw_gbps
+from cli_output import flat, refused
 
 PHASES = ("tile load", "P1 row reduce", "P2 column reduce", "P3 inter-SIP", "P4 column broadcast", "P5 row broadcast",
           "tile store")
@@ -36,10 +37,6 @@ def run_json(runner: CliRunner, *args: str) -> dict:
     res = run(runner, *args, "--format", "json")
     assert res.exit_code == 0, res.stderr
     return json.loads(res.stdout)
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
 
 
 @pytest.fixture(scope="module")
@@ -303,17 +300,6 @@ def test_zero_ring_depth_is_refused_not_replaced(runner: CliRunner) -> None:
     res = run(runner, "allreduce", "--n-slots", "0")
     err = flat(res.stderr)
     assert res.exit_code == 2 and "ipcq.n_slots" in err and "whole number >= 1" in err, res.output
-
-
-def refused(res, *fragments: str) -> str:
-    """Exit 2 with one error message holding every fragment, and no traceback."""
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    err = flat(res.stderr).strip()
-    assert err.startswith("error:"), err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
 
 
 @pytest.mark.parametrize("ranks,hint", [("nosuch", ""), ("all_pe", "; did you mean 'all_pes'?")])

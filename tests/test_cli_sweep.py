@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
+from cli_output import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = """\
@@ -31,10 +32,6 @@ def runner() -> CliRunner:
 
 def invoke(runner: CliRunner, *args: str):
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
 
 
 def assert_png(path: Path) -> None:

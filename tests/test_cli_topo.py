@@ -13,6 +13,7 @@ from kbfast import __version__
 from kbfast.cli import common
 from kbfast.cli.main import app
 from kbfast.config import load_system, preset_names
+from cli_output import flat
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 D7_PATH = ["sip0.cube0.pe0.pe_dma", "sip0.cube0.r0c0", "sip0.cube0.r0c1", "sip0.cube0.r0c2", "sip0.cube0.r0c3",
@@ -37,11 +38,6 @@ def run(runner: CliRunner, *args: str, code: int = 0):
     if code == 0:
         assert result.exception is None
     return result
-
-
-def flat(text: str) -> str:
-    """Rich wraps long lines at the console width; compare on whitespace-normalised text."""
-    return " ".join(text.split())
 
 
 def run_error(runner: CliRunner, *args: str) -> str:

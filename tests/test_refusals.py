@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
+from cli_output import flat, refused
 
 TWO_BATCHES = """\
 name: two
@@ -31,21 +32,6 @@ def runner() -> CliRunner:
 
 def invoke(runner: CliRunner, *args: object):
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
-
-
-def refused(res, *fragments: str) -> str:
-    """Exit 2, one 'error:' message on stderr holding every fragment, no traceback; returns the message."""
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    err = flat(res.stderr).strip()
-    assert err.startswith("error:"), err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
 
 
 def write(folder: Path, name: str, text: str | bytes) -> Path:

@@ -23,6 +23,7 @@ from kbfast.sweep.spec import (
     overrides_key,
     parse_spec,
 )
+from cli_output import flat
 
 MiB = 1 << 20
 
@@ -37,10 +38,6 @@ def make(axes: list[dict[str, Any]] | None = None, **extra: Any) -> SweepSpec:
 
 def values(points: list[Point], *keys: str) -> list[tuple]:
     return [tuple(p.params[k] for k in keys) for p in points]
-
-
-def flat(text: str) -> str:
-    return re.sub(r"\s+", " ", text)
 
 
 # ----------------------------------------------------------------------------------------------------------------

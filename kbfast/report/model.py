@@ -107,7 +107,7 @@ def print_model_report(rep: dict, console: Console) -> None:
         if "time_to_first_token_ns" in st:
             tot.add_row("time to first token", duration(st["time_to_first_token_ns"]))
         tot.add_row("MAC utilisation", percent(st["mac_util"], 2))
-        tot.add_row("useful MACs", f"{st['macs']:.3e}")
+        tot.add_row("useful MACs", count(st['macs']))
         console.print(fit(console, tot))
         cp = rep["critical_path_ns"]
         whole = sum(cp.values()) or 1.0
