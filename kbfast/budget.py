@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from kbfast.errors import KbfastError
 
@@ -147,13 +148,15 @@ def check(what: str, need: int, shrink: str, seconds: float | None = None) -> No
         f"{ENV}=<size> (e.g. {ENV}={_suggest(have + need)}) if the machine has the memory")
 
 
-def check_hbm_slice(spec, need: int, problem: str, fix: str) -> None:
+def check_hbm_slice(spec, need: int, problem: str | Callable[[], str], fix: str) -> None:
     """Refuse (KbfastError) data that one PE keeps in its own HBM slice, ``need`` bytes, beyond the slice
     (``spec.hbm_slice_bytes``: the cube's HBM shared by its PEs).  ``problem`` says what does not fit and what
-    the PE holds, ``fix`` how to make it smaller."""
+    the PE holds (a callable when it is costly to write: it is called only on a refusal, so that a sweep's
+    points that fit pay nothing for it), ``fix`` how to make it smaller."""
     have = spec.hbm_slice_bytes
     if need > have:
-        raise KbfastError(f"{problem}, {fmt_bytes(need)} in all, and its HBM slice holds {fmt_bytes(have)} "
+        text = problem() if callable(problem) else problem
+        raise KbfastError(f"{text}, {fmt_bytes(need)} in all, and its HBM slice holds {fmt_bytes(have)} "
                           f"(hbm.total_gib_per_cube {spec.hbm.total_gib_per_cube} GiB over "
                           f"{spec.hbm.slices_per_cube} PEs)\n  hint: {fix}")
 

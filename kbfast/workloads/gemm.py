@@ -122,9 +122,10 @@ def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tupl
                      epilogues=epilogues)
     a, b, c = plan.operand_bytes()
     gib = budget.fmt_bytes
-    budget.check_hbm_slice(t.spec, a + b + c, f"the {m:,} x {n:,} x {k:,} GEMM (m x n x k) does not fit: its PE lays "
-                           f"out A, B and C from address 0 of its HBM slice in whole tiles ({gib(a)} + {gib(b)} + "
-                           f"{gib(c)})", "use smaller m, n or k, or more HBM per cube (--set hbm.total_gib_per_cube=N)")
+    budget.check_hbm_slice(t.spec, a + b + c, lambda: f"the {m:,} x {n:,} x {k:,} GEMM (m x n x k) does not fit: its "
+                           f"PE lays out A, B and C from address 0 of its HBM slice in whole tiles ({gib(a)} + "
+                           f"{gib(b)} + {gib(c)})",
+                           "use smaller m, n or k, or more HBM per cube (--set hbm.total_gib_per_cube=N)")
     return plan
 
 
@@ -198,9 +199,10 @@ def ideal_ns(plan: GemmPlan, busy: dict[str, float]) -> float:
     fixed length (FETCH, the compute slot on the last k, STORE) that must come before or after it; the
     busiest such sum.  Every tile passes the stages in order and each resource serves one op at a time, so
     each sum, and the ideal, is at most the window (docs/gemm.md)."""
-    fixed = {"tcm_read": plan.fetch_ns, "compute": plan.comp_last_ns, "tcm_write": plan.store_ns}
-    total = sum(fixed.values())
-    return max(v + total - fixed.get(name, 0.0) for name, v in busy.items())
+    fetch, comp, store = plan.fetch_ns, plan.comp_last_ns, plan.store_ns     # the fixed stages of one tile
+    total = fetch + comp + store
+    return max(busy["dma_read"] + total, busy["tcm_read"] + comp + store, busy["compute"] + fetch + store,
+               busy["tcm_write"] + fetch + comp, busy["dma_write"] + total)
 
 
 def hbm_bytes(plan: GemmPlan) -> int:
