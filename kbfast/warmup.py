@@ -23,18 +23,19 @@ import sys
 from pathlib import Path
 
 # kernel -> (module, jitted function, about how many seconds its compile adds to a first run on 2 cores).
-# The seconds are CPU time (user + system) of ``python -m kbfast.warmup KERNEL`` with an empty Numba cache,
-# each kernel after the ones before it in its group, in the README main job's order: "runs" first in its
-# process (it also compiles the routing kernels every first run needs), "points" after "fast" (it calls
-# the schedule and adds its own share only).  A first run's message (cli.common.first_run) and the figure
-# in README.md and docs/README.md are :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
+# The seconds are wall time on an idle 2-core machine with an empty Numba cache, measured as a first run
+# compiles: each kernel after the ones before it in its process, in the README main job's order ("runs"
+# first in the command's own process: it also compiles the routing kernels every first run needs;
+# "points" after "fast" in the second process: it calls the schedule and adds its own share only).  A first
+# run's message (cli.common.first_run) and the figure in README.md and docs/README.md are
+# :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
 KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 40),
-    "points": ("kbfast.fast.points", "points_kernel", 15),
-    "exact": ("kbfast.exact.engine", "replay", 30),
-    "collectives": ("kbfast.workloads.symbolic", "replay", 10),
-    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 10),
-    "runs": ("kbfast.fast.bounds", "run_coefficients", 35),   # with run_charges, interference and the causal order
+    "fast": ("kbfast.fast.schedule", "schedule", 28),
+    "points": ("kbfast.fast.points", "points_kernel", 10),
+    "exact": ("kbfast.exact.engine", "replay", 25),
+    "collectives": ("kbfast.workloads.symbolic", "replay", 5),
+    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 9),
+    "runs": ("kbfast.fast.bounds", "run_coefficients", 30),   # with run_charges, interference and the causal order
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
