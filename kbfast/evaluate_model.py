@@ -286,12 +286,23 @@ class StepResult:
         return out
 
 
-def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
-                  layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid") -> StepResult:
-    """Compile ``model`` (kbfast.workloads.model.compile_model) and evaluate its pieces in each of ``modes``;
-    ``layers`` (default: all) says how many layers the step counts; ``method`` is the fast path's
-    (:func:`evaluate_piece`).  When a mode after the first is refused (a KbfastError: over the memory limit,
-    say), the modes before it are kept and the refusal is in ``refused``."""
+@dataclass(frozen=True)
+class StepPlan:
+    """A model step checked and compiled (:func:`plan_step`), before any kernel runs."""
+
+    model: Model
+    shape: Shape | None
+    layout: str
+    layers: int | None
+    method: str
+    pieces: list
+
+
+def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
+              method: str = "hybrid") -> StepPlan:
+    """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
+    Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
+    (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`)."""
     if method not in METHODS:
         raise KbfastError(f"fast method {method!r} is not one of {', '.join(METHODS)}")
     if isinstance(model, Transformer):
@@ -300,7 +311,13 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
             raise KbfastError(f"--layers {layers}: {model.name} has {model.layers} layers; use 1 to {model.layers}")
     else:
         refuse_unread(model, {"layers": layers})
-    pieces = compile_model(t, model, shape, layout)
+    return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout))
+
+
+def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",)) -> StepResult:
+    """Evaluate the pieces of ``plan`` in each of ``modes``.  When a mode after the first is refused (a
+    KbfastError: over the memory limit, say), the modes before it are kept and the refusal is in ``refused``."""
+    pieces = plan.pieces
     timer = CommandTimer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in pieces}
     system = repr(t.spec)
@@ -308,11 +325,17 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
     refused = None
     for m in modes:
         try:
-            results[m] = [_memo_piece(system, t, router, p, m, timer, method, launch[p.nodes.tobytes()])
+            results[m] = [_memo_piece(system, t, router, p, m, timer, plan.method, launch[p.nodes.tobytes()])
                           for p in pieces]
         except KbfastError as err:
             if not results:
                 raise
             refused = err
             break
-    return StepResult(model, shape, layout, layers or 1, pieces, results, modes[0], refused)
+    return StepResult(plan.model, plan.shape, plan.layout, plan.layers or 1, pieces, results, modes[0], refused)
+
+
+def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
+                  layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid") -> StepResult:
+    """:func:`plan_step` then :func:`run_step`: one step of ``model`` in each of ``modes``."""
+    return run_step(t, router, plan_step(t, model, shape, layout, layers, method), modes)

@@ -19,6 +19,7 @@ from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, busbw_gbps
 from cli_output import flat, refused
+import kbfast.cli.run as cli_run
 
 PHASES = ("tile load", "P1 row reduce", "P2 column reduce", "P3 inter-SIP", "P4 column broadcast", "P5 row broadcast",
           "tile store")
@@ -27,6 +28,10 @@ PHASES = ("tile load", "P1 row reduce", "P2 column reduce", "P3 inter-SIP", "P4 
 @pytest.fixture(scope="module")
 def runner() -> CliRunner:
     return CliRunner(env={"COLUMNS": "200"})
+
+
+def _no_compiling(*kernels: str) -> None:
+    raise AssertionError(f"a first run would compile {kernels} before the refusal")
 
 
 def run(runner: CliRunner, *args: str):
@@ -325,8 +330,21 @@ def test_allreduce_beyond_an_hbm_slice_is_refused(runner: CliRunner) -> None:
 
 @pytest.mark.parametrize("flag,name", [("--b-from", "nonsense"), ("--b-from", "sip0.cube0.pe9"),
                                        ("--pe", "sip3.cube0.pe1")])
-def test_gemm_pe_names_the_flag_and_the_value(runner: CliRunner, flag: str, name: str) -> None:
-    """--b-from nonsense reported "unknown node '.hbm_ctrl.nonsense'", a name the user never wrote."""
+def test_gemm_pe_names_the_flag_and_the_value(runner: CliRunner, monkeypatch, flag: str, name: str) -> None:
+    """--b-from nonsense reported "unknown node '.hbm_ctrl.nonsense'", a name the user never wrote; the
+    refusal comes before a first run would compile anything (it came after, on a fresh machine)."""
+    monkeypatch.setattr(cli_run, "first_run", _no_compiling)
     err = refused(run(runner, "gemm", flag, name), f"{flag} '{name}' is not a PE of this system",
                   "hint: a PE is sipS.cubeC.peP with S < 2, C < 16, P < 8")
     assert "hbm_ctrl" not in err and "pe_dma" not in err
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--layout", "tp_nosuch"], "unknown layout 'tp_nosuch'"), (["--layers", "81"], "--layers 81"),
+    (["--method", "exact"], "fast method 'exact'"),
+    (["--batch", "64", "--kv-len", "100000"], "does not fit")])
+def test_model_input_is_refused_before_compiling(runner: CliRunner, monkeypatch, args: list[str],
+                                                 fragment: str) -> None:
+    """A model step's bad input is refused before a first run compiles (kbfast.evaluate_model.plan_step)."""
+    monkeypatch.setattr(cli_run, "first_run", _no_compiling)
+    refused(run(runner, "model", "llama3_70b", *args), fragment)

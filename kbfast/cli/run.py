@@ -32,9 +32,9 @@ from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbp
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.evaluate_gemm import evaluate_gemm, fast_method, with_program
-from kbfast.evaluate_model import evaluate_step
+from kbfast.evaluate_model import plan_step, run_step
 from kbfast.report.model import model_report, print_model_report
-from kbfast.workloads.gemm import STAGINGS, gemm_case, parse_dim, parse_epilogues
+from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_nodes, parse_dim, parse_epilogues
 from kbfast.workloads.model import LAYOUTS, refuse_unread, shape_for
 from kbfast.workloads.registry import WORKLOADS, build
 
@@ -237,6 +237,7 @@ def run_gemm(
     trace_it = trace is not None
     eps = parse_epilogues(t, epilogue)
     case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps, program=False)
+    gemm_nodes(t, pe, b_from)                  # the PE names, checked before any compiling
     if exact or trace_it or (compare and fast_method(case) == "fluid"):   # one Program for both halves
         case = with_program(t, router, case)
     first_run(*(("exact",) if exact or compare or trace_it else ()),
@@ -294,8 +295,9 @@ def run_model(
     refuse_unread(m, {"phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len, "layers": layers})
     shape = shape_for(m, phase, batch, seq, kv_len)
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
+    plan = plan_step(t, m, shape, layout, layers, method)          # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
-    step = evaluate_step(t, Router(t), m, shape, layout, layers, modes, method)
+    step = run_step(t, Router(t), plan, modes)
     report = model_report(step, t)
     if fmt is OutputFormat.json:
         print(to_json(report))
