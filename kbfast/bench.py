@@ -120,7 +120,7 @@ def bench_gemm(n_points: int = 100_000) -> list[BenchRow]:
     kernel = _best_of(lambda: pipeline(*args), 20)
     rows = [BenchRow("fast: the 4096^3 recurrence alone (steady state in closed form)", kernel * 1e6, "µs", "", None),
             BenchRow("fast: one GEMM 4096^3 load_ref (2^20 tiles, closed forms included)", one * 1e3, "ms",
-                     "<= 1 ms", one <= 1e-3, f"latency {maxplus_rows(t, router, [big])[0]['latency_ns'] / 1e6:.3f} ms"),
+                     "<= 1 ms", one <= 1e-3, f"latency {duration(maxplus_rows(t, router, [big])[0]['latency_ns'])}"),
             BenchRow(f"fast: GEMM points per minute, {n_points:,} random shapes x stagings, one core", rate / 1e6,
                      "M points/min", ">= 1", rate >= 1e6)]
     run_exact(gemm_case(t, router, 32, 32, 128, "ref_ref").program)            # JIT warm-up

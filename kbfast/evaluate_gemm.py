@@ -10,7 +10,7 @@ Fast methods (docs/gemm.md "Fast path"):
   would take seconds: it leaves the writes' interference out, so it is optimistic: it is its own lower bound
   (the recurrence is monotone in its service times, and a transfer is never faster than alone), and it has
   no upper bound (``latency_hi_ns`` NaN; kbfast.fast.gemm.gemm_upper is none once a PC's read/write
-  turnaround costs time, docs/gemm.md).  Its row carries a ``warning`` saying so.
+  turnaround costs time, docs/gemm.md).  ``evaluate_gemm`` adds a ``warning`` saying so.
 
 Exact mode replays the Program (kbfast.exact).
 """
@@ -41,8 +41,9 @@ def fast_method(case: GemmCase) -> str:
 
 def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False) -> dict:
     """The figures of ``case`` (kbfast.workloads.gemm.gemm_figures), plus ``method`` and, where the method has
-    them, ``latency_lo_ns`` and ``latency_hi_ns`` (NaN otherwise).  Builds the Program if the case has none
-    and the method needs it."""
+    them, ``latency_lo_ns`` and ``latency_hi_ns`` (NaN otherwise), and a ``warning`` for a ``maxplus_estimate``
+    (``ESTIMATE_WARNING``; a sweep's rows leave it out: their method says it).  Builds the Program if the case
+    has none and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
     if exact or fast_method(case) == "fluid":
         case = with_program(t, router, case)
@@ -56,7 +57,10 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
         _, lo, hi = res.latency_ns(0.0)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
                 "latency_lo_ns": lo, "latency_hi_ns": hi}
-    return maxplus_rows(t, router, [case])[0]
+    row = maxplus_rows(t, router, [case])[0]
+    if row["method"] == "maxplus_estimate":
+        row["warning"] = ESTIMATE_WARNING
+    return row
 
 
 def with_program(t: Tables, router: Router, case: GemmCase) -> GemmCase:
@@ -90,7 +94,5 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
         # maxplus equals exact mode: its own bounds; the estimate is a lower bound and has no upper one
         row.update(method="maxplus_estimate" if est else "maxplus", latency_lo_ns=row["latency_ns"],
                    latency_hi_ns=np.nan if est else row["latency_ns"])
-        if est:
-            row["warning"] = ESTIMATE_WARNING
         rows.append(row)
     return rows

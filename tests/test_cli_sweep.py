@@ -62,7 +62,7 @@ def test_sweep_writes_results_summary_and_plots(swept) -> None:
     assert res.exit_code == 0, res.output
     text = flat(res.stdout)
     assert "tiny: latency per series" in text and "min, median and max over size" in text
-    assert "tiny: latency by size (µs)" in text
+    assert "tiny: latency by size (ns)" in text
     assert "torus6" in text and "ring6" in text and "1 KiB" in text and "4 KiB" in text
     assert "fast vs exact: checked points 1" in text
     assert "4 points (4 evaluated)" in text
@@ -73,7 +73,7 @@ def test_sweep_writes_results_summary_and_plots(swept) -> None:
     assert df["rel_error"].notna().sum() == 1 and df["rel_error"].abs().max() < 0.05
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# Sweep tiny")
-    assert "## Latency per series" in summary and "## Latency by size (µs)" in summary
+    assert "## Latency per series" in summary and "## Latency by size (ns)" in summary
     assert "## Fast vs exact" in summary and "## Errors (0 points)" in summary and "## Plots" in summary
     assert "topology=ring6" in summary          # a column of the by-size table names its input
     assert "- points: 4" in summary and "- errors: 0" in summary
@@ -324,7 +324,7 @@ def _model_results() -> pd.DataFrame:
 
 def _fragments(word: str) -> set[str]:
     """The header fragments a wrapped header may show of ``word``: runs of its whole pieces."""
-    from kbfast.report.sweep import _pieces
+    from kbfast.report.tables import _pieces
 
     pieces = [p for p, _ in _pieces(word)]
     return {"".join(pieces[i:j]) for i in range(len(pieces)) for j in range(i + 1, len(pieces) + 1)}
@@ -483,3 +483,19 @@ def test_stage_plot_names_what_distinguishes_each_panel(monkeypatch: pytest.Monk
         ticks = [t.get_text() for t in ax.get_xticklabels()]
         assert ticks == ["16x16x16", "4096x4096x4096"]              # the square shapes, once each
     assert "at 8192 MAC/ns" in figures[0].get_suptitle()
+
+
+def test_plot_of_model_results_is_the_sweeps_own_plot(runner: CliRunner, tmp_path: Path) -> None:
+    """A model sweep's latency plot and `kbfast plot` of its folder are one picture, pixel for pixel: both draw
+    latency against SIPs (even where another input has more values) through kbfast.report.sweep.plot_xy."""
+    from kbfast.report.sweep import default_plots
+
+    df = _model_results()
+    df = pd.concat([df, df[df["link.ucie_conn.bw_gbs"] == 64].assign(**{"link.ucie_conn.bw_gbs": 128})])
+    df = df[df["n_sips"] != 8]                             # 2 SIP counts, 3 bandwidths
+    df.to_csv(tmp_path / "results.csv", index=False)
+    own = {p.name: p for p in default_plots(df, tmp_path / "plots")}
+    res = invoke(runner, "plot", tmp_path, "--out", tmp_path / "f.png")
+    assert res.exit_code == 0, res.output
+    assert "(latency_ns against n_sips)" in flat(res.stdout)
+    assert (tmp_path / "f.png").read_bytes() == own["latency_vs_sips.png"].read_bytes()

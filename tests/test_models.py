@@ -257,9 +257,10 @@ def test_cli_run_model_tables_scale_times(terminal, columns):
     assert max(map(len, out.splitlines())) <= columns and "(us)" not in out
     assert re.search(r"^latency\s+2\.510 µs$", out, re.M)
     crit = out[out.index("critical path"):out.index("one layer")]
-    assert "time µs" in crit and re.search(r"^collective and fabric wait\s+1\.815\s+72\.3 %$", crit, re.M)
-    assert re.search(r"^GEMM compute\s+0\.384\s+15\.3 %$", crit, re.M)
-    assert re.search(r"^all-reduce\s+2\.510\s+1\.841$", out, re.M)          # stage ends at / takes, µs
+    # the parts, 0 to 1,815 ns: ns, the smallest unit in which they stay below 10,000
+    assert "time ns" in crit and re.search(r"^collective and fabric wait\s+1,815\.\d\s+72\.3 %$", crit, re.M)
+    assert re.search(r"^GEMM compute\s+384\.0\s+15\.3 %$", crit, re.M)
+    assert re.search(r"^all-reduce\s+2,510\.4\s+1,841\.2$", out, re.M)      # stage ends at / takes, ns
 
 
 def test_cli_run_model_prefill_prints_times_scaled(terminal):
@@ -375,7 +376,9 @@ def test_documented_exact_runs_stay_below_the_warning_level():
 
 def test_model_summary_scales_times_and_prints_utilisation_as_percent():
     """The sweep's model table: latency and TTFT in one unit scaled to the values (µs for a sub-ms step, not
-    0.004 ms), tokens/s with one decimal, MAC utilisation as a percent; the many-point form likewise."""
+    0.004 ms; none when a 25 ns and a 288 ms step share it), tokens/s with one decimal, MAC utilisation as a
+    percent; the many-point form likewise."""
+    from kbfast.report.sweep import table_view
     from kbfast.report.model import MAX_ROWS, model_summary
 
     df = pd.DataFrame({"model": "m", "phase": ["decode", "prefill"], "layout": "tp_pes", "n_sips": 2,
@@ -385,7 +388,10 @@ def test_model_summary_scales_times_and_prints_utilisation_as_percent():
     out = model_summary(df)
     assert list(out.columns) == ["latency (µs)", "tokens/s", "TTFT (µs)", "MAC util"]
     assert out["MAC util"].tolist() == ["1.4 %", "20.0 %"] and out["tokens/s"].iloc[0] == "44,173.6"
-    assert out["latency (µs)"].tolist() == [22.638, 384.889]
+    assert out["latency (µs)"].tolist() == [22_638.0, 384_889.0]            # ns, printed in µs
+    assert [r[1] for r in table_view(out).rows] == ["22.638", "384.889"]
+    mixed = model_summary(df.assign(latency_ns=[25.0, 2.88e8], time_to_first_token_ns=[float("nan"), 2.88e8]))
+    assert [r[1] for r in table_view(mixed).rows] == ["25.0 ns", "288.0 ms"]
     many = pd.concat([df.assign(batch=b) for b in range(MAX_ROWS)], ignore_index=True)
     table = model_summary(many)
     assert list(table.columns) == ["points", "min (µs)", "max (µs)", "max MAC util"]

@@ -322,7 +322,7 @@ def test_gemm_sweep_checks_and_plots(tmp_path: Path) -> None:
     pngs = default_plots(df, tmp_path / "plots")
     assert {p.name for p in pngs} == {"roofline.png", "stages.png", "parity.png"}
     assert "under-tile" in detail_table(df)[1].columns
-    assert list(summary_table(df).columns) == summary_columns("µs", bound=False)   # 0.1 to 3 µs: one unit
+    assert list(summary_table(df).columns) == summary_columns("ns", bound=False)   # 0.1 to 3 µs: ns, below 10,000
 
 
 def test_gemm_batch_without_a_maxplus_point(tmp_path: Path) -> None:
@@ -363,7 +363,7 @@ def test_summary_has_one_shape(reference: SweepOutcome, tmp_path: Path) -> None:
     """The latency-per-series table has the same columns for an all-reduce and a point-to-point sweep; the
     inputs it folds are named; pe2pe reports no bus bandwidth."""
     table = summary_table(reference.results)
-    assert list(table.columns) == summary_columns("µs")
+    assert list(table.columns) == summary_columns("ns")                 # 2 to 5 µs: ns, below 10,000
     assert list(table.index.names) == ["topology", "buffer_kind"] and table.attrs["folded"] == ["size"]
     assert (table["points"] == 2).all() and (table["failed"] == 0).all()
     p2p = run_sweep(small("pe2pe", hop="h3"), tmp_path / "p2p").results

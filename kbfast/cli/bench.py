@@ -12,7 +12,7 @@ from rich.table import Table
 from kbfast.bench import BENCHMARKS, BenchRow
 from kbfast.cli.common import console, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
-from kbfast.report.explain import fit, narrow_table
+from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import TIME_UNITS, duration
 
 

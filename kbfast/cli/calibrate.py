@@ -16,7 +16,8 @@ from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit
 from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
-from kbfast.report.explain import fit as fit_table, narrow_table
+from kbfast.report import tables
+from kbfast.report.tables import narrow_table
 from kbfast.report.formats import duration, pct
 
 
@@ -191,7 +192,7 @@ def calibrate(
         if fmt is not OutputFormat.json:   # the fit first: whatever follows, it is on the screen
             out = console if fmt is OutputFormat.table else err_console
             for table, wrap in zip(fit_tables(res), FIT_WRAP):
-                out.print(fit_table(out, table, wrap=wrap))
+                out.print(tables.fit(out, table, wrap=wrap))
             for note in fit_notes(res):
                 out.print(note, highlight=False)
         if save is not None:
@@ -211,8 +212,8 @@ def calibrate(
                           "fit": fit_json(res) if res else None}, indent=2))
     if fmt is OutputFormat.table:
         title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
-        console.print(fit_table(console, rows_table(df, modes, title), wrap=("reference",)))
-        console.print(fit_table(console, checks_table(df, modes), wrap=("case", "check, and what was measured")))
+        console.print(tables.fit(console, rows_table(df, modes, title), wrap=("reference",)))
+        console.print(tables.fit(console, checks_table(df, modes), wrap=("case", "check, and what was measured")))
     if not all_ok(df):
         off = df.loc[df["status"] == "off", "case"]
         err_console.print(f"[red]{len(off)} reference row(s) off[/]: " + ", ".join(off))

@@ -14,7 +14,7 @@ import typer
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors)
 from kbfast.config.units import format_size
-from kbfast.report.explain import fit, narrow_table
+from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, with_unit
 from kbfast.errors import KbfastError
 from kbfast.cli.outputs import check_outputs, write_table

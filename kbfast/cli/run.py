@@ -21,7 +21,8 @@ from kbfast.exact import run_exact
 from kbfast.report.trace import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
-from kbfast.report.explain import fit, narrow_table, print_bound, print_critical_path, print_resources
+from kbfast.report.explain import print_bound, print_critical_path, print_resources
+from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.results import contended, contention_ns, rel_error

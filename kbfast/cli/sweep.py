@@ -19,8 +19,8 @@ from kbfast.cli.common import check_count, console, err_console, figure_path, fi
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent
-from kbfast.report.explain import fit, narrow_table
-from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table, fit_table,
+from kbfast.report.tables import fit, fit_table, narrow_table
+from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table,
                                  inert_inputs, inert_notes, plot_xy, series_columns, summary_table, table_view,
                                  write_summary)
 from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
@@ -139,9 +139,9 @@ def _kernels(s, exact: bool, check: bool) -> list[str]:
 
 def _print_table(df: pd.DataFrame, title: str, digits: int = 3, caption: str | None = None) -> None:
     """A summary table at the console's width, in kbfast's number formats: a number is never split and a
-    word never cut; headers wrap between their pieces (kbfast.report.sweep.fit_table; a column per series
+    word never cut; headers wrap between their pieces (kbfast.report.tables.fit_table; a column per series
     puts each input's value on its own line), text cells at spaces; a table that does not fit even so is
-    stacked, a block per row (kbfast.report.explain.fit)."""
+    stacked, a block per row (kbfast.report.tables.fit)."""
     view = table_view(df, digits)
     widths, heads = fit_table(view, console.width)
     table = narrow_table(title, caption=caption)

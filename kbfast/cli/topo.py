@@ -21,7 +21,7 @@ from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.loader import load_raw, param_set_path
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
-from kbfast.report.explain import fit, narrow_table
+from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import full_name, node_id

@@ -1,24 +1,18 @@
-"""Tables for the terminal: :func:`narrow_table` and :func:`fit` (no number or status ever cut or split, at any
-width), and the view of what bounds a result: the busiest resources and the critical path (kbfast.bottleneck).
+"""The view of what bounds a result: the busiest resources, the critical path and the bound
+(kbfast.bottleneck), as tables for the terminal (kbfast.report.tables).
 
-Both sections fit 80 columns: a link is named by its ends with the shared SIP and cube said once, and
-shares are percent with one decimal.
+They fit 80 columns: a link is named by its ends with the shared SIP and cube said once, and shares are
+percent with one decimal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import replace
-
 import pandas as pd
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 
 from kbfast.bottleneck import BUSY_BOUND
 from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
+from kbfast.report.tables import fit, narrow_table
 
 # short names of the resource kinds, so that the table fits 80 columns
 KIND_SHORT = {"router_mesh": "mesh", "router_to_ucie_conn": "to UCIe", "ucie_conn_to_router": "from UCIe",
@@ -27,88 +21,6 @@ KIND_SHORT = {"router_mesh": "mesh", "router_to_ucie_conn": "to UCIe", "ucie_con
               "router_to_sram": "to SRAM", "sram_to_router": "from SRAM", "io_internal": "IO chiplet",
               "io_to_cube": "IO to cube", "cube_to_io": "cube to IO", "pcie": "PCIe", "command": "command",
               "pe_internal": "PE", "hbm_pc": "HBM PC"}
-
-
-def narrow_table(title: str | None, *columns: str, caption: str | None = None) -> Table:
-    """A table laid out for 80 columns: no outer edge, one space between columns and a rule under the header;
-    the first column left-aligned, the others right-aligned (numbers).  Print it through :func:`fit`."""
-    t = Table(*columns, title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
-              padding=(0, 1, 0, 0), title_justify="left", caption_justify="left")
-    for col in t.columns[1:]:
-        col.justify = "right"
-    return t
-
-
-def _header(col) -> str:
-    """A column's header as one line of plain text."""
-    return " ".join(col.header.plain.split() if isinstance(col.header, Text) else str(col.header).split())
-
-
-def _needed(console: Console, table: Table) -> int:
-    """The width ``table`` takes with every ``no_wrap`` column as wide as its widest cell (header included)
-    and every other column as wide as its longest word."""
-    wide = console.options.update_width(10_000)
-    for col in table.columns:
-        if col.no_wrap:
-            col.min_width = max(Measurement.get(console, wide, c).maximum for c in (col.header, *col.cells))
-    return Measurement.get(console, wide, table).minimum
-
-
-def _without(table: Table, headers: Collection[str]) -> Table:
-    """A copy of ``table`` without the columns whose header is in ``headers``."""
-    out = Table(title=table.title, caption=table.caption, box=table.box, show_edge=table.show_edge,
-                pad_edge=table.pad_edge, padding=table.padding, title_justify=table.title_justify,
-                caption_justify=table.caption_justify, show_header=table.show_header, highlight=table.highlight)
-    out.columns = [replace(c, _index=i)
-                   for i, c in enumerate(c for c in table.columns if _header(c) not in headers)]
-    out.rows = table.rows
-    return out
-
-
-def stacked(table: Table) -> RenderableType:
-    """``table`` as one block per row: the row's first cell, then one line per other column, its header then
-    its value (for a terminal too narrow for the columns side by side)."""
-    heads = [_header(c) for c in table.columns]
-    cells = [list(c.cells) for c in table.columns]
-    label = max((len(h) for h in heads[1:]), default=0) + 2
-    parts: list[RenderableType] = [Text(str(table.title), style="table.title")] if table.title else []
-    for i, row in enumerate(table.rows):
-        first = cells[0][i]
-        parts.append(Text(first, style=row.style or "bold") if isinstance(first, str) else first)
-        block = Table.grid(padding=(0, 2, 0, 0))
-        block.add_column(no_wrap=True, min_width=label)
-        block.add_column(overflow="fold")
-        for head, col in zip(heads[1:], cells[1:]):
-            block.add_row(f"  {head}", col[i])
-        parts.append(block)
-    if table.caption:
-        parts.append(Text(str(table.caption), style="table.caption"))
-    return Group(*parts)
-
-
-def fit(console: Console, table: Table, wrap: Collection[str] = (),
-        drop: Sequence[str | tuple[str, ...]] = ()) -> RenderableType:
-    """``table`` as it fits the console's width with no number or status cut or split.  Every column but those
-    whose header is in ``wrap`` (names, free text: they wrap between words) is ``no_wrap``.  When the table
-    is still too wide, the columns in ``drop`` (a header, or a tuple of headers that go together) are left
-    out, in that order, until it fits (its caption names them); when that is not enough, the whole table is
-    :func:`stacked`.  Headers are matched as one line (``"util\\nsingle"`` is ``util single``)."""
-    width = console.width
-    for col in table.columns:
-        col.no_wrap = _header(col) not in wrap
-        if not col.no_wrap:
-            col.overflow = "fold"            # a word longer than the column folds, never cut
-    if _needed(console, table) <= width:
-        return table
-    left_out: list[str] = []
-    for heads in drop:
-        left_out += [heads] if isinstance(heads, str) else heads
-        narrower = _without(table, left_out)
-        if _needed(console, narrower) <= width:
-            note = f"left out at {width} columns: {', '.join(left_out)} (a wider terminal shows them)"
-            narrower.caption = f"{table.caption}\n{note}" if table.caption else note
-            return narrower
-    return stacked(table)
 
 
 def print_resources(console: Console, top: pd.DataFrame, span_label: str) -> None:

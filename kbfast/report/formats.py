@@ -68,25 +68,22 @@ def time_unit(ns: Any) -> tuple[str, float]:
     return unit
 
 
-COLUMN_TOP = 1e5         # a column's largest value stays below this in its unit (``99,999.9`` at most)
+COLUMN_TOP = 1e4         # a column's largest value stays below this in its unit (``9,999.9`` at most)
 
 
 def column_unit(ns: Any) -> str | None:
-    """The unit of a column of times, for its header: :func:`time_unit`'s, or a smaller one when a non-zero
-    value would show fewer than two significant digits in it (``0.008`` µs: ns then), as long as the
-    largest value stays below ``COLUMN_TOP`` in it.  None when no unit shows every value: each cell then
-    carries its own (``in_unit(ns, None)``)."""
+    """The unit of a column of times, for its header: the smallest in which the largest value stays below
+    ``COLUMN_TOP`` (``282.5`` ns, not ``0.282`` µs; ``29.142`` µs, not ``29,142.0`` ns), provided the smallest
+    non-zero value keeps two significant digits in it (``0.077`` µs).  None when no unit shows every value:
+    each cell then carries its own (``in_unit(ns, None)``)."""
     x = np.abs(np.asarray(ns, dtype=float).ravel())
     x = x[np.isfinite(x) & (x > 0)]
-    unit = time_unit(x)
     if not x.size:
-        return unit[0]
+        return TIME_UNITS[0][0]
     top, low = float(x.max()), float(x.min())
-    for name, scale in reversed(TIME_UNITS[:TIME_UNITS.index(unit) + 1]):
-        if top / scale >= COLUMN_TOP:
-            break
-        if low / scale >= (0.1 if name == "ns" else 0.01):
-            return name
+    for name, scale in TIME_UNITS:
+        if top / scale < COLUMN_TOP or name == TIME_UNITS[-1][0]:
+            return name if low / scale >= (0.1 if name == "ns" else 0.01) else None
     return None
 
 
@@ -110,8 +107,8 @@ def with_unit(name: str, unit: str | None, sep: str = " ") -> str:
 
 
 def duration(ns: float | None) -> str:
-    """One time with its unit scaled to the value, ``TIME_DIGITS`` significant digits: ``403.0 ns``,
-    ``4.213 µs``, ``20.05 ms``, ``1.234 s``; ``-`` when unknown."""
+    """One time with its unit scaled to the value, ``TIME_DIGITS`` significant digits (ns to a tenth):
+    ``12.0 ns``, ``403.0 ns``, ``4.213 µs``, ``20.05 ms``, ``1.234 s``; ``-`` when unknown."""
     if ns is None or not math.isfinite(ns):
         return "-"
     if ns == 0:
@@ -119,6 +116,8 @@ def duration(ns: float | None) -> str:
     ns = float(f"{ns:.{TIME_DIGITS}g}")             # rounded first, so 999.96 ns reads 1.000 µs
     unit, scale = time_unit(ns)
     v = ns / scale
+    if unit == "ns" and abs(v) >= 1:               # ns to a tenth, the resolution of a column in ns
+        return f"{v:,.1f} ns"
     whole = len(str(int(abs(v))))
     return f"{v:,.{max(TIME_DIGITS - whole, 0)}f} {unit}"
 

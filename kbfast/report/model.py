@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from kbfast.evaluate_model import CATEGORIES, StepResult  # noqa: E402
-from kbfast.report.explain import fit, narrow_table  # noqa: E402
+from kbfast.report.tables import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
                                    with_unit)
@@ -76,7 +76,7 @@ def model_report(step: StepResult, t: Tables) -> dict:
 
 
 def print_model_report(rep: dict, console: Console) -> None:
-    """The report as narrow tables (each fits the terminal: :func:`~kbfast.report.explain.fit`), times scaled
+    """The report as narrow tables (each fits the terminal: :func:`~kbfast.report.tables.fit`), times scaled
     to their values: one unit per column, named in its header."""
     inp = rep["inputs"]
     what = ", ".join(f"{k} {inp[k]}" for k in ("phase", "batch", "seq", "kv_len", "layers") if k in inp)
@@ -135,7 +135,6 @@ def print_model_report(rep: dict, console: Console) -> None:
 
 # -- sweeps ------------------------------------------------------------------------------------------------
 KEYS = ("model", "phase", "layout", "batch", "n_sips")
-MAX_LINES = 20           # a line plot with more series keeps the standard keys and takes medians
 MAX_ROWS = 16             # a summary with more points shows their spread per (phase, layout, SIPs)
 
 
@@ -152,34 +151,38 @@ def _varying(ok: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
 
 def model_summary(df: pd.DataFrame) -> pd.DataFrame:
     """One row per point (the varying inputs, joined, as the index): step latency, tokens/s (decode) or time to
-    first token (prefill), both in one time unit (kbfast.report.formats.time_unit), MAC utilisation (a percent)
-    and the critical path's largest category; above ``MAX_ROWS`` points, one row per (phase, layout, SIPs)
-    with the latency's range."""
+    first token (prefill), MAC utilisation (a percent) and the critical path's largest category; above
+    ``MAX_ROWS`` points, one row per (phase, layout, SIPs) with the latency's range.  Times stay in ns, with
+    one unit for them all in ``attrs['time_units']`` (kbfast.report.formats.column_unit; None: each cell its
+    own), as kbfast.report.sweep.table_view prints them."""
     ok = (df[df["error"].isna()] if "error" in df else df).copy()
     if ok.empty:
         return pd.DataFrame()
     cats = [c for c in (f"critical_path_{k}_ns" for k in CATEGORIES) if c in ok]
     keys = _varying(ok) or ["model"]
     ok = ok.sort_values(keys)
-    unit, scale = time_unit(ok["latency_ns"])
+    times = [ok["latency_ns"], *([ok["time_to_first_token_ns"]] if "time_to_first_token_ns" in ok else [])]
+    unit = column_unit(pd.concat(times))
+    head = (lambda name: f"{name} ({unit})" if unit else name)
     out = pd.DataFrame(index=pd.Index(ok[keys].astype(str).agg(", ".join, axis=1), name=", ".join(keys)))
-    out[f"latency ({unit})"] = (ok["latency_ns"] / scale).to_numpy()
+    out[head("latency")] = ok["latency_ns"].to_numpy()
     if "tokens_per_s" in ok:
         out["tokens/s"] = [num(v, 1) for v in ok["tokens_per_s"]]
     if "time_to_first_token_ns" in ok:
-        out[f"TTFT ({unit})"] = (ok["time_to_first_token_ns"] / scale).to_numpy()
+        out[head("TTFT")] = ok["time_to_first_token_ns"].to_numpy()
     util = ok["mac_util"].to_numpy()
     if cats:
         out["bound by"] = [c[len("critical_path_"):-len("_ns")] for c in ok[cats].idxmax(axis=1)]
     if len(out) <= MAX_ROWS:
         out.insert(len(out.columns) - bool(cats), "MAC util", [percent(u) for u in util])
+        out.attrs["time_units"] = dict.fromkeys((head("latency"), head("TTFT")), unit)
         return out
     # many points: one row per (phase, layout, SIPs) with the spread over the other inputs
     by = [k for k in ("phase", "layout", "n_sips") if k in ok] or ["model"]
     out = out.reset_index(drop=True).assign(_util=util)
     out[by] = ok[by].to_numpy()
-    lat = f"latency ({unit})"
-    agg = {"points": (lat, "size"), f"min ({unit})": (lat, "min"), f"max ({unit})": (lat, "max"),
+    lat = head("latency")
+    agg = {"points": (lat, "size"), head("min"): (lat, "min"), head("max"): (lat, "max"),
            "max MAC util": ("_util", "max")}
     if "bound by" in out:
         agg["bound by"] = ("bound by", lambda v: v.mode().iloc[0])
@@ -187,48 +190,25 @@ def model_summary(df: pd.DataFrame) -> pd.DataFrame:
     table["max MAC util"] = table["max MAC util"].map(percent)
     table.index = pd.Index([", ".join(map(str, i if isinstance(i, tuple) else (i,))) for i in table.index],
                            name=", ".join(by))
+    table.attrs["time_units"] = dict.fromkeys((head("min"), head("max")), unit)
     return table
 
 
 def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
-    """Latency and tokens/s against SIP count (one line per other varying input), and the critical path
-    stacked by category for each layout (and phase) at each SIP count."""
+    """Latency and tokens/s against SIP count, drawn as every sweep's line plots are
+    (kbfast.report.sweep.plot_xy: one line per other varying input, at most its ``MAX_SERIES``, the rest
+    folded into medians and named), and the critical path stacked by category for each layout (and phase) at
+    each SIP count."""
+    from kbfast.report.sweep import plot_xy      # (kbfast.report.sweep draws a sweep's plots through here)
+
     ok = df[df["error"].isna()] if "error" in df else df
     if ok.empty:
         return []
     out = []
-    for y, name, label in (("latency_ns", "latency_vs_sips.png", "step latency (ms)"),
-                           ("tokens_per_s", "tokens_vs_sips.png", "decode throughput (tokens/s)")):
+    for y, name in (("latency_ns", "latency_vs_sips.png"), ("tokens_per_s", "tokens_vs_sips.png")):
         part = ok.dropna(subset=[y]) if y in ok else ok.iloc[:0]
-        if part.empty:
-            continue
-        hue = _varying(part, skip=("n_sips",))
-        if part.groupby(hue).ngroups > MAX_LINES if hue else False:     # too many lines: keep the standard keys
-            hue = [k for k in hue if k in KEYS]
-            while hue and part.groupby(hue).ngroups > MAX_LINES:
-                hue = hue[:-1]
-        others = [k for k in _varying(part, skip=("n_sips", *hue))]
-        labels = (part[hue].astype(str).agg(", ".join, axis=1) if hue
-                  else pd.Series([str(part["model"].iloc[0])] * len(part), index=part.index))
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
-        for lab, g in part.groupby(labels, sort=True):
-            g = g.groupby("n_sips")[y].median()             # one value per SIP count (the median over `others`)
-            ax.plot(g.index, g.to_numpy() / (1e6 if y == "latency_ns" else 1), marker="o", ms=4, label=lab)
-        ax.set_xscale("log", base=2)
-        sips = sorted(part["n_sips"].unique().tolist())
-        ax.set_xticks(sips, [str(v) for v in sips])
-        vals = part[y]
-        if vals.min() > 0 and vals.max() / vals.min() > 20:
-            ax.set_yscale("log")
-        ax.set_xlabel("SIPs (tensor-parallel ranks)")
-        ax.set_ylabel(label)
-        ax.set_title(textwrap.fill(f"{label} against SIP count"
-                                   + (f" (median over {', '.join(others)})" if others else ""), 70), fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, title=", ".join(hue) or None, title_fontsize=7, loc="upper left",
-                  bbox_to_anchor=(1.02, 1.0))
-        out.append(save_figure(fig, folder / name))
+        if not part.empty:
+            out.append(plot_xy(part, "n_sips", y, None, folder / name))
     cats = [k for k in CATEGORIES if f"critical_path_{k}_ns" in ok]
     if cats:
         out.append(_breakdown(ok, cats, folder / "breakdown.png"))
@@ -245,14 +225,16 @@ def _breakdown(ok: pd.DataFrame, cats: list[str], path: Path) -> Path:
                              squeeze=False)
     for ax, phase in zip(axes[0], facets):
         part = ok if phase is None else ok[ok["phase"] == phase]
-        g = part.groupby(keys, sort=True)[[f"critical_path_{k}_ns" for k in cats]].median() / 1e6
+        g = part.groupby(keys, sort=True)[[f"critical_path_{k}_ns" for k in cats]].median()
+        unit, scale = time_unit(g.sum(axis=1))          # the tallest bar reads 1 or more
+        g = g / scale
         names = [", ".join(str(v) for v in (i if isinstance(i, tuple) else (i,))) for i in g.index]
         bottom = np.zeros(len(g))
         for k in cats:
             vals = g[f"critical_path_{k}_ns"].to_numpy()
             ax.bar(names, vals, bottom=bottom, label=CATEGORY_NAMES[k])
             bottom += vals
-        ax.set_ylabel("critical path of the step (ms)")
+        ax.set_ylabel(f"critical path of the step ({unit})")
         ax.set_xlabel(", ".join(keys))
         ax.set_title(f"{phase}" if phase else "where the step's time goes")
         ax.tick_params(axis="x", labelrotation=45, labelsize=7)

@@ -131,7 +131,7 @@ def inert_inputs(df: pd.DataFrame) -> dict[str, list[str]]:
         return {}
     text = ok[inputs].astype(str)
     varying = [c for c in inputs if text[c].nunique() > 1]
-    result = pd.Series(pd.util.hash_pandas_object(ok[metrics].astype(str), index=False).to_numpy(), index=ok.index)
+    result = pd.Series(_row_hashes(ok[metrics]), index=ok.index)
     out = {}
     for c in varying:
         others = [o for o in varying if o != c and not _one_to_one(text, o, c)]
@@ -139,6 +139,15 @@ def inert_inputs(df: pd.DataFrame) -> dict[str, list[str]]:
         if (text[c].groupby(keys).nunique() == text[c].nunique()).all() and (result.groupby(keys).nunique() == 1).all():
             out[c] = [str(v) for v in _natural_order(pd.Index(text[c].unique()))]
     return out
+
+
+def _row_hashes(frame: pd.DataFrame) -> np.ndarray:
+    """One hash per row of ``frame``'s values, equal rows equal hashes (columns hashed as they are; a column of
+    values pandas cannot hash, such as lists, as text)."""
+    try:
+        return pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    except TypeError:
+        return pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy()
 
 
 def inert_notes(inert: dict[str, list[str]], reasons: dict[str, str] | None = None) -> list[str]:
@@ -190,9 +199,8 @@ def check_text(chk: dict[str, float]) -> dict[str, str]:
 
 
 def latency_unit(ns: pd.Series) -> str | None:
-    """The unit of a column of latencies (kbfast.report.formats.column_unit): one in which every value shows
-    two significant digits or more and the largest stays below 100,000; None when none does (each cell
-    then carries its own unit, ``in_unit(ns, None)``)."""
+    """The unit of a column of latencies, text coerced to NaN (kbfast.report.formats.column_unit); None when no
+    unit shows every value (each cell then carries its own, ``in_unit(ns, None)``)."""
     return column_unit(pd.to_numeric(ns, errors="coerce"))
 
 
@@ -322,62 +330,6 @@ def table_view(table: pd.DataFrame, digits: int = 3) -> TableView:
     return TableView(lines, md, rows, right, 0 if idx is None else len(idx.columns))
 
 
-def _pieces(text: str) -> list[tuple[str, bool]]:
-    """The pieces a header may break between, each with whether it starts a word: a line breaks after a
-    dot, an underscore or a hyphen (``pe.`` / ``tcm_`` / ``read_`` / ``gbs``) and at a space."""
-    return [(p, i == 0) for word in text.split(" ") for i, p in enumerate(re.findall(r"[^._-]+[._-]?|[._-]", word)
-                                                                           or [""])]
-
-
-def wrap_name(name: str, width: int = 12) -> list[str]:
-    """A header as lines of at most ``width`` characters, broken only between pieces (:func:`_pieces`): a
-    word is never cut, and a piece longer than ``width`` stays whole."""
-    lines: list[str] = []
-    for piece, starts_word in _pieces(name):
-        join = " " if starts_word and lines and lines[-1] else ""
-        if lines and len(lines[-1]) + len(join) + len(piece) <= width:
-            lines[-1] += join + piece
-        else:
-            lines.append(piece)
-    return lines or [name]
-
-
-GAP = 2      # characters between two columns of a terminal table (kbfast.report.explain.narrow_table)
-
-
-class TableFit(NamedTuple):
-    """The width of each column of a terminal table and its header, wrapped to it (:func:`fit_table`)."""
-
-    widths: list[int]
-    heads: list[str]          # header lines joined by newlines, the levels aligned across the table
-
-
-def fit_table(view: TableView, width: int) -> TableFit:
-    """Column widths for ``view`` in ``width`` characters that split no number and cut no word: headers break
-    between their pieces (:func:`wrap_name`), text cells at spaces, numbers never.  Columns narrow from the
-    widest, headers first (down to their column's widest cell), then text cells, down to their least width
-    (the longest number, word or header piece); a table wider even so keeps those least widths (the caller
-    stacks it, kbfast.report.explain.fit)."""
-    cols = range(len(view.heads))
-    cells = [[r[j] for r in view.rows] for j in cols]
-    w = [max([len(h) for h in view.heads[j]] + [len(c) for c in cells[j]]) for j in cols]
-    least = [max([len(p) for h in view.heads[j] for p, _ in _pieces(h)]
-                 + [len(c) if view.right[j] else max(map(len, c.split(" "))) for c in cells[j]]) for j in cols]
-    cell_width = [max([least[j]] + [len(c) for c in cells[j]]) for j in cols]
-    for floor in (cell_width, least):         # wrap headers first, then text cells at their spaces
-        while sum(w) + GAP * (len(w) - 1) > width:
-            narrower = [j for j in cols if w[j] > floor[j]]
-            if not narrower:
-                break
-            j = max(narrower, key=lambda j: w[j])
-            w[j] -= 1
-    wrapped = [[wrap_name(h, w[j]) for h in view.heads[j]] for j in cols]
-    depth = [max(len(c[i]) for c in wrapped) for i in range(len(wrapped[0]))] if wrapped else []
-    heads = ["\n".join(line for i, lines in enumerate(c) for line in [""] * (depth[i] - len(lines)) + lines)
-             for c in wrapped]        # a level that wraps in one column gets blank lines above it in the others
-    return TableFit(w, heads)
-
-
 def markdown(table: pd.DataFrame, digits: int = 3) -> str:
     """A table as markdown in kbfast's number formats; a column per series reads ``key=value, ...``."""
     view = table_view(table, digits)
@@ -490,11 +442,13 @@ def _short(label: str) -> str:
 
 
 def default_x(df: pd.DataFrame) -> str | None:
-    """The x axis of a plot of ``df`` when none is given: the size when it varies, else the numeric input with
-    the most values (a GEMM's ``m``, a model sweep's ``n_sips``); None when no numeric input varies."""
+    """The x axis of a plot of ``df`` when none is given, as the sweep's own plots draw it: the size when it
+    varies, a model sweep's ``n_sips`` when it varies, else the numeric input with the most values (a GEMM's
+    ``m``); None when no numeric input varies."""
     ok = _ok(df)
-    if "size" in ok and ok["size"].nunique() > 1:
-        return "size"
+    for x in ("size", *(("n_sips",) if is_model(ok) else ())):
+        if x in ok and ok[x].nunique() > 1:
+            return x
     numeric = [c for c in input_columns(ok) if pd.to_numeric(ok[c], errors="coerce").notna().all()
                and ok[c].nunique() > 1 and ok[c].dtype != bool]
     return max(numeric, key=lambda c: ok[c].nunique(), default=None)

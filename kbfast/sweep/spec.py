@@ -220,7 +220,7 @@ def _saved_set(topology: str, chosen: str | None) -> tuple[str, str] | None:
 
 def param_set_label(p: Point) -> str | None:
     """The parameter set of a point's system: the one it names (``param_set`` in ``set:`` or an axis), else
-    the saved set its topology loads (``calibration/NAME.yaml``), else its topology's own ``param_set`` label;
+    the saved set its topology loads (``NAME.yaml``, kbfast.config.loader.param_set_path), else its topology's own ``param_set`` label;
     None when the topology cannot be read (the point records that error)."""
     chosen = _set_choice(p.overrides)
     if chosen is not None:
