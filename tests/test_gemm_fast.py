@@ -64,7 +64,8 @@ def test_methods(systems) -> None:
 def test_fluid_where_writes_meet_reads(systems) -> None:
     """Several output tiles, operands streamed: the fluid schedule, within 5 % of exact and with bounds that
     hold; the recurrence alone (which leaves the writes' interference out) is below exact: its own lower bound,
-    with no upper one, and a warning that says so."""
+    with no upper one (a single GEMM's row carries a warning that says so: kbfast.evaluate_gemm.ESTIMATE_WARNING,
+    tests/test_cli_run.py::test_gemm_estimate_says_so)."""
     t, r = systems()
     for shape in ((128, 128, 256), (200, 200, 16), (64, 96, 640)):
         c = gemm_case(t, r, *shape, "ref_ref")
@@ -75,7 +76,7 @@ def test_fluid_where_writes_meet_reads(systems) -> None:
         estimate = maxplus_rows(t, r, [c])[0]
         assert estimate["method"] == "maxplus_estimate" and estimate["latency_ns"] <= exact["latency_ns"]
         assert estimate["latency_lo_ns"] == estimate["latency_ns"] and np.isnan(estimate["latency_hi_ns"])
-        assert "lower bound" in estimate["warning"] and "no upper bound" in estimate["warning"]
+        assert "warning" not in estimate                     # a sweep's row: its method says it
 
 
 @settings(max_examples=30, deadline=None)
