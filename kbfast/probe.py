@@ -22,7 +22,6 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.hybrid import run_hybrid
 from kbfast.ir import Op, Program
 from kbfast.metrics import BREAKDOWN, breakdown, utilization
-from kbfast.report.formats import duration
 from kbfast.results import contended, contention_ns, rel_error
 from kbfast.sim.lowering import hbm_constants
 from kbfast.sim.result import Result
@@ -177,7 +176,7 @@ def _chain(df: pd.DataFrame, names: list[str], strict: bool = True) -> tuple[boo
         return None
     vals = [float(got[n]) for n in names]
     ok = all((a < b) if strict else (a <= b) for a, b in zip(vals, vals[1:]))
-    return ok, " < ".join(f"{n}={duration(v)}" for n, v in zip(names, vals))
+    return ok, " < ".join(f"{n}={v:,.1f}" for n, v in zip(names, vals)) + " ns"
 
 
 def check_invariants(df: pd.DataFrame) -> list[Check]:
@@ -203,7 +202,7 @@ def check_invariants(df: pd.DataFrame) -> list[Check]:
             if c.startswith("H2D_CUBE") and f"D2H{c[3:]}" in lat.index:
                 d = f"D2H{c[3:]}"
                 checks.append(Check(f"{d} >= {c} {tag}", bool(lat[d] >= lat[c]),
-                                    f"D2H {duration(lat[d])}, H2D {duration(lat[c])}"))
+                                    f"D2H {lat[d]:,.1f} ns, H2D {lat[c]:,.1f} ns"))
         bad = sub[sub["util_aggregate"] > 1.0 + 1e-9]
         checks.append(Check(f"util_aggregate <= 100% {tag}", bad.empty,
                             "all cases" if bad.empty else ", ".join(bad["case"])))

@@ -194,25 +194,17 @@ def model_summary(df: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
-    """Latency and tokens/s against SIP count, drawn as every sweep's line plots are
-    (kbfast.report.sweep.plot_xy: one line per other varying input, at most its ``MAX_SERIES``, the rest
-    folded into medians and named), and the critical path stacked by category for each layout (and phase) at
-    each SIP count."""
-    from kbfast.report.sweep import plot_xy      # (kbfast.report.sweep draws a sweep's plots through here)
+# a model sweep's line plots: (y, file), each against SIP count (kbfast.report.sweep.default_plots draws them
+# as every sweep's line plots are, through plot_xy)
+LINE_PLOTS = (("latency_ns", "latency_vs_sips.png"), ("tokens_per_s", "tokens_vs_sips.png"))
 
+
+def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
+    """A model sweep's own plot: the critical path stacked by category for each layout (and phase) at each SIP
+    count (its line plots are :data:`LINE_PLOTS`)."""
     ok = df[df["error"].isna()] if "error" in df else df
-    if ok.empty:
-        return []
-    out = []
-    for y, name in (("latency_ns", "latency_vs_sips.png"), ("tokens_per_s", "tokens_vs_sips.png")):
-        part = ok.dropna(subset=[y]) if y in ok else ok.iloc[:0]
-        if not part.empty:
-            out.append(plot_xy(part, "n_sips", y, None, folder / name))
     cats = [k for k in CATEGORIES if f"critical_path_{k}_ns" in ok]
-    if cats:
-        out.append(_breakdown(ok, cats, folder / "breakdown.png"))
-    return out
+    return [_breakdown(ok, cats, folder / "breakdown.png")] if cats and not ok.empty else []
 
 
 def _breakdown(ok: pd.DataFrame, cats: list[str], path: Path) -> Path:

@@ -30,7 +30,7 @@ from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
-from kbfast.report.model import is_model, model_plots, model_summary  # noqa: E402
+from kbfast.report.model import LINE_PLOTS as MODEL_LINE_PLOTS, is_model, model_plots, model_summary  # noqa: E402
 from kbfast.workloads.registry import WORKLOADS  # noqa: E402
 
 INPUTS = tuple(dict.fromkeys(("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case",
@@ -506,27 +506,31 @@ def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: 
 
 
 def plot_parity(df: pd.DataFrame, out: Path) -> Path:
-    """Fast against exact latency for the checked points on log axes, with the y = x line and each point's
-    bounds."""
+    """Fast against exact latency for the checked points on log axes, in one time unit scaled to them (as
+    :func:`_axis_values` picks it), with the y = x line and each point's bounds."""
     c = df[df["rel_error"].notna()] if "rel_error" in df else df.iloc[:0]
     if c.empty:
         raise KbfastError("no cross-checked points to plot; run the sweep with --check K")
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    vals = pd.concat([c["exact_latency_ns"], c["latency_ns"], c.get("latency_lo_ns"), c.get("latency_hi_ns")])
+    cols = [k for k in ("exact_latency_ns", "latency_ns", "latency_lo_ns", "latency_hi_ns") if k in c]
+    ns = pd.concat([c[k] for k in cols])
+    unit = latency_unit(ns) or time_unit(ns)[0]          # as _axis_values picks it
+    v = {k: c[k] / dict(TIME_UNITS)[unit] for k in cols}
+    vals = pd.concat(v.values())
     vals = vals[vals > 0]
     lo, hi = vals.min() / 1.5, vals.max() * 1.5
     ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="fast = exact")
     if "latency_lo_ns" in c and c["latency_lo_ns"].notna().all():
-        ax.errorbar(c["exact_latency_ns"], c["latency_ns"], fmt="none", ecolor="#9ab",
-                    yerr=[c["latency_ns"] - c["latency_lo_ns"], c["latency_hi_ns"] - c["latency_ns"]],
+        ax.errorbar(v["exact_latency_ns"], v["latency_ns"], fmt="none", ecolor="#9ab",
+                    yerr=[v["latency_ns"] - v["latency_lo_ns"], v["latency_hi_ns"] - v["latency_ns"]],
                     label="fast bounds")
-    ax.scatter(c["exact_latency_ns"], c["latency_ns"], s=14, zorder=3, label="fast point estimate")
+    ax.scatter(v["exact_latency_ns"], v["latency_ns"], s=14, zorder=3, label="fast point estimate")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel(axis_label("exact_latency_ns"))
-    ax.set_ylabel("fast latency (ns)")
+    ax.set_xlabel(f"exact latency ({unit})")
+    ax.set_ylabel(f"fast latency ({unit})")
     chk = check_summary(df)
     ax.set_title(f"fast vs exact, {count(len(c))} points, max abs rel error {_abs_pct(chk['max_abs_rel_error'])}",
                  fontsize=10)
@@ -543,6 +547,9 @@ def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     if ok.empty:
         return []
     out = []
+    if is_model(ok):      # latency and tokens/s against SIPs, drawn as every sweep's lines are
+        out += [plot_xy(ok.dropna(subset=[y]), "n_sips", y, None, folder / name) for y, name in MODEL_LINE_PLOTS
+                if y in ok and ok[y].notna().any()]
     if is_gemm(ok) or is_model(ok):
         out += gemm_plots(ok, folder) if is_gemm(ok) else model_plots(ok, folder)
         if checked(df):
