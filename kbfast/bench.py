@@ -163,8 +163,9 @@ def bench_simpy_ratio() -> list[BenchRow]:
 
 
 def bench_fast_flows() -> list[BenchRow]:
-    """Batched isolated-flow evaluations (kbfast.fast.batch) and 1e5 random flows on the 1024-SIP what-if."""
-    from kbfast.fast.batch import isolated_latencies
+    """Batched isolated-flow evaluations (kbfast.fast.isolated) and 1e5 random flows on the 1024-SIP what-if."""
+    from kbfast.fast.isolated import isolated_latencies
+    from kbfast.sim.lowering import transfer_routes
 
     rows = []
     for preset, n in (("ahbm_2sip", 1_000_000), ("whatif_1024", 100_000)):
@@ -173,9 +174,9 @@ def bench_fast_flows() -> list[BenchRow]:
         rng = np.random.default_rng(0)
         src, dst = random_pe_flows(t, n)
         nbytes = rng.integers(1, 1 << 20, n)
-        isolated_latencies(t, router, src[:10], dst[:10], nbytes[:10])
+        isolated_latencies(transfer_routes(t, router, src[:10], dst[:10]), src[:10], dst[:10], nbytes[:10])
         t0 = time.perf_counter()
-        isolated_latencies(t, router, src, dst, nbytes)
+        isolated_latencies(transfer_routes(t, router, src, dst), src, dst, nbytes)
         wall = time.perf_counter() - t0
         if preset == "ahbm_2sip":
             rows.append(BenchRow("fast isolated flows, batched (routes included)", n / wall / 1e6, "M flows/s",

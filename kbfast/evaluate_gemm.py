@@ -2,14 +2,14 @@
 
 Fast methods (docs/gemm.md "Fast path"):
 
-* ``maxplus``: the tile pipeline's max-plus recurrence with closed-form stage times (kbfast.fast.gemm).  It
+* ``maxplus``: the tile pipeline's max-plus recurrence with closed-form stage times (kbfast.fast.maxplus_gemm).  It
   equals exact mode wherever the GEMM's transfers never overlap: one output tile, or both operands pinned;
 * ``fluid``: the fast schedule over the GEMM's Program (kbfast.fast.evaluate), with lower and upper bounds,
   when the C writes share the PE link and PCs with the next tiles' reads;
 * ``maxplus_estimate``: the recurrence for such a GEMM above ``FLUID_MAX_TILES`` tiles, where the schedule
   would take seconds: it leaves the writes' interference out, so it is optimistic: it is its own lower bound
   (the recurrence is monotone in its service times, and a transfer is never faster than alone), and it has
-  no upper bound (``latency_hi_ns`` NaN; kbfast.fast.gemm.gemm_upper is none once a PC's read/write
+  no upper bound (``latency_hi_ns`` NaN; kbfast.fast.maxplus_gemm.gemm_upper is none once a PC's read/write
   turnaround costs time, docs/gemm.md).  ``evaluate_gemm`` adds a ``warning`` saying so.
 
 Exact mode replays the Program (kbfast.exact).
@@ -21,7 +21,8 @@ import numpy as np
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.fast.gemm import dma_times, gemm_fast
+from kbfast.fast.maxplus_gemm import dma_times, gemm_fast
+from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.gemm import RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes
@@ -74,7 +75,7 @@ def with_program(t: Tables, router: Router, case: GemmCase) -> GemmCase:
 def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:
     """The figures of every case by the max-plus recurrence, in one batched call, with ``method`` (maxplus
     where that equals exact mode, else maxplus_estimate) and the bounds where it is exact.  One batch of
-    isolated latencies serves every tile transfer and up-front load (kbfast.fast.gemm.dma_times).  No cases,
+    isolated latencies serves every tile transfer and up-front load (kbfast.fast.maxplus_gemm.dma_times).  No cases,
     no rows (a batch whose GEMMs all take the fluid schedule)."""
     if not cases:
         return []
@@ -85,7 +86,7 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
             memo[c.pe, c.b_from] = gemm_nodes(t, c.pe, c.b_from)
         nodes.append(memo[c.pe, c.b_from])
     plans = [c.plan for c in cases]
-    out = gemm_fast(plans, dma_times(t, router, plans, nodes))
+    out = gemm_fast(plans, dma_times(tile_routes(t, router, nodes), plans, nodes))
     rate = t.spec.pe.gemm_macs_per_ns
     rows = []
     for c, o in zip(cases, out):

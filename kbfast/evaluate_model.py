@@ -28,11 +28,12 @@ from kbfast.errors import KbfastError
 from kbfast.evaluate_gemm import fast_method, maxplus_rows
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import finish_bounds, run_fast
-from kbfast.fast.gemm import dma_times, gemm_upper
+from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
 from kbfast.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.metrics import phase_ends
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
+from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.names import cube_locals, node_name, own_hbm_ctrls
 from kbfast.topology.routing import Router
@@ -130,7 +131,7 @@ class CommandTimer:
         case = GemmCase(None, plan, "model", pe, pe, (), -1)
         if fast_method(case) == "maxplus":
             return (maxplus_rows(t, self.router, [case])[0]["window_ns"],) * 3
-        upper = float(gemm_upper([plan], dma_times(t, self.router, [plan], [gemm_nodes(t, pe)]))[0, 1])
+        upper = float(gemm_upper([plan], dma_times(tile_routes(t, self.router, [gemm_nodes(t, pe)]), [plan], [gemm_nodes(t, pe)]))[0, 1])
         b = ProgramBuilder(t, self.router, name="gemm command")
         agent = b.pe_agent(node)
         b.start(agent)

@@ -31,7 +31,7 @@ from pathlib import Path
 # :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
 KERNELS = {
     "fast": ("kbfast.fast.schedule", "schedule", 28),
-    "points": ("kbfast.fast.points", "points_kernel", 10),
+    "points": ("kbfast.fast.rescale", "points_kernel", 10),
     "exact": ("kbfast.exact.engine", "replay", 25),
     "collectives": ("kbfast.workloads.symbolic", "replay", 5),
     "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 9),
@@ -39,7 +39,7 @@ KERNELS = {
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
-CALL_SITES = {"fast": ("kbfast.fast.evaluate", "schedule"), "points": ("kbfast.fast.points", "points_kernel")}
+CALL_SITES = {"fast": ("kbfast.fast.evaluate", "schedule"), "points": ("kbfast.fast.rescale", "points_kernel")}
 INPUTS = Path(__file__).with_name("warm_inputs.pkl")
 
 
@@ -167,8 +167,9 @@ def _warm_by_program(kernel: str) -> None:
         from kbfast.fast.evaluate import run_fast
         run_fast(c.program)
     elif kernel == "points":
-        from kbfast.fast.points import evaluate_points
-        evaluate_points(c.program, router, c.launch_ns, [64], [0], [4])
+        from kbfast.fast.rescale import evaluate_points
+        from kbfast.sim.lowering import channel_hop_bws
+        evaluate_points(c.program, channel_hop_bws(c.program, router), c.launch_ns, [64], [0], [4])
     else:
         raise ValueError(f"unknown kernel {kernel!r}; known: {', '.join(KERNELS)}")
 

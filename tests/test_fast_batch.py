@@ -1,4 +1,4 @@
-"""Batched isolated transfers (kbfast.fast.batch) equal exact mode, point by point (design §7 P1).
+"""Batched isolated transfers (kbfast.fast.isolated) equal exact mode, point by point (design §7 P1).
 
 The batch runs its points by parameter set and route, reusing the size-independent part of the
 closed form between points of one route; the cases below repeat routes with many sizes (partial
@@ -12,8 +12,9 @@ import pytest
 
 from kbfast.config import load_system
 from kbfast.exact import run_exact
-from kbfast.fast.batch import isolated_latencies
+from kbfast.fast.isolated import isolated_latencies
 from kbfast.ir import ProgramBuilder
+from kbfast.sim.lowering import transfer_routes
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, io_node
 from kbfast.topology.routing import Router
@@ -54,7 +55,7 @@ def _flows(t: Tables, n_routes: int, seed: int) -> tuple[np.ndarray, np.ndarray,
 def test_batch_pe_flows_equal_exact(ahbm) -> None:
     t, router = ahbm
     src, dst, nbytes, addr = _flows(t, 6, seed=3)
-    got = isolated_latencies(t, router, src, dst, nbytes, addr)
+    got = isolated_latencies(transfer_routes(t, router, src, dst), src, dst, nbytes, addr)
     for i in range(len(src)):
         ref = _exact(t, router, int(src[i]), int(dst[i]), int(nbytes[i]), int(addr[i]), "pe_dma")
         assert got[i] == pytest.approx(ref, rel=REL), (int(src[i]), int(dst[i]), int(nbytes[i]))
@@ -67,7 +68,7 @@ def test_batch_host_flows_equal_exact(ahbm, kind: str) -> None:
     dst = np.array([hbm_ctrl(t, 1, c, p) for c, p in ((0, 0), (5, 3), (15, 7))])
     src, dst, nbytes = np.full(len(dst) * len(SIZES), pcie), np.repeat(dst, len(SIZES)), np.tile(SIZES, len(dst))
     addr = np.arange(len(src)) * 4352
-    got = isolated_latencies(t, router, src, dst, nbytes, addr, kind=kind)
+    got = isolated_latencies(transfer_routes(t, router, src, dst, host=True), src, dst, nbytes, addr, kind=kind)
     for i in range(len(src)):
         ref = _exact(t, router, int(src[i]), int(dst[i]), int(nbytes[i]), int(addr[i]), kind)
         assert got[i] == pytest.approx(ref, rel=REL)
@@ -80,12 +81,13 @@ def test_batch_parameter_sets_equal_exact(ahbm) -> None:
                                                   "fabric.ns_per_mm": 4.0}))
     src, dst, nbytes, addr = _flows(t, 3, seed=11)
     pset = np.arange(len(src)) % 2
-    got = isolated_latencies(t, router, src, dst, nbytes, addr, variants=[t, slow], pset=pset)
+    got = isolated_latencies(transfer_routes(t, router, src, dst), src, dst, nbytes, addr, variants=[t, slow],
+                             pset=pset)
     slow_router = Router(slow)
     for i in range(len(src)):
         tt, rr = (t, router) if pset[i] == 0 else (slow, slow_router)
         ref = _exact(tt, rr, int(src[i]), int(dst[i]), int(nbytes[i]), int(addr[i]), "pe_dma")
         assert got[i] == pytest.approx(ref, rel=REL)
-    base = isolated_latencies(t, router, src, dst, nbytes, addr)
+    base = isolated_latencies(transfer_routes(t, router, src, dst), src, dst, nbytes, addr)
     assert np.array_equal(got[pset == 0], base[pset == 0])
     assert np.all(got[pset == 1] > base[pset == 1])           # slower links and routers on set 1

@@ -1,4 +1,4 @@
-"""The fast path of isolated GEMMs (kbfast.evaluate_gemm, kbfast.fast.gemm): P1 where the GEMM's transfers never
+"""The fast path of isolated GEMMs (kbfast.evaluate_gemm, kbfast.fast.maxplus_gemm): P1 where the GEMM's transfers never
 overlap, the method chosen, and the estimate where they do."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_fluid_where_writes_meet_reads(systems) -> None:
 def test_the_estimate_is_a_lower_bound(systems, m, n, k, staging, depth, rate, b_from, switch, read) -> None:
     """Writes meeting reads only slow transfers down, and the recurrence is monotone in its service times: the
     estimate never exceeds exact mode (a PC's read/write turnaround included, where the writes' upper bound
-    of kbfast.fast.gemm.gemm_upper fails)."""
+    of kbfast.fast.maxplus_gemm.gemm_upper fails)."""
     t, r = systems(**{"pe.tile_buffers": depth, "pe.gemm_macs_per_ns": rate, "hbm.switch_penalty_ns": switch,
                       "hbm.read_response": read[0], "pe.dma_read_release": read[1]})
     c = gemm_case(t, r, m, n, k, staging, b_from=b_from)

@@ -1,4 +1,4 @@
-"""Batched collective points (kbfast.sweep.points, kbfast.fast.points) equal one-at-a-time fast evaluations."""
+"""Batched collective points (kbfast.sweep.points, kbfast.fast.rescale) equal one-at-a-time fast evaluations."""
 
 from __future__ import annotations
 

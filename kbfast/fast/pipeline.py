@@ -13,7 +13,7 @@ n_k); each capacity-1 resource serves them in tile order:
   ``w = max(store_end, write_free)``, ``write_free = w + w_hold``, the tile is done at ``w + w_done``.
 
 The GEMM ends when the last output tile is done.  The service times come from the transfer closed forms
-(``kbfast.fast.gemm``), so a GEMM whose transfers never overlap equals exact mode (P1).
+(``kbfast.fast.maxplus_gemm``), so a GEMM whose transfers never overlap equals exact mode (P1).
 
 Steady state: a max-plus recurrence becomes periodic after a transient: some ``p`` steps later every
 quantity the next step reads has moved by the same amount.  :func:`pipeline` watches for that, at two

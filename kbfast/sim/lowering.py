@@ -8,6 +8,10 @@ The kernels of both evaluators take the same named inputs, built here once per P
 * :class:`~kbfast.sim.agents.Prog`: agents, ops and IPCQ channels (:func:`make_prog`);
 * :class:`OpRoutes`: per op its HBM address and forward / reverse route, per channel its route.
 
+Routes are resolved here and nowhere below: :func:`transfer_routes` (and :func:`tile_routes` for a GEMM's
+tile transfers) packs the routes of isolated transfers for ``kbfast.fast.isolated``, and
+:func:`channel_hop_bws` the PE <-> slot bank bandwidths that ``kbfast.fast.rescale`` swaps per buffer kind.
+
 :func:`compact` keeps the nodes and edges a Program touches, renumbered 0..n-1; :func:`heap_capacity` and
 :func:`estimate_memory_bytes` size the event queue and the replay.
 """
@@ -20,9 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbfast.config.schema import SystemSpec
-from kbfast.ir import Op, Program
+from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
 from kbfast.sim.agents import Prog
+from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
+from kbfast.topology.routing import Router
 
 Fabric = namedtuple("Fabric", [
     "n_ovh",     # float64 [N]  per compact node: overhead, ns (spec_fabric §2)
@@ -213,3 +219,57 @@ def lower(p: Program) -> Lowered:
     routes = OpRoutes(op_addr=p.op_addr, op_route=p.op_route.astype(np.int64),
                       op_rroute=p.op_rroute.astype(np.int64), ch_route=p.channels.route.astype(np.int64))
     return Lowered(compact=c, fabric=fabric, hbm=hbm_constants(t.spec), prog=make_prog(p), routes=routes)
+
+
+@dataclass(frozen=True)
+class TransferRoutes:
+    """The routes of isolated transfers between distinct (src, dst) node pairs, forward and reverse, over the
+    compact edges and nodes they touch (built by :func:`transfer_routes`)."""
+
+    tables: Tables
+    keys: np.ndarray      # int64 [K]: the pairs' keys ``src * n_nodes + dst``, ascending
+    edges: np.ndarray     # global edge ids of the compact edges, ascending
+    nodes: np.ndarray     # global node ids of the compact nodes, ascending
+    r_ptr: np.ndarray     # int64 [2K+1], CSR: route k < K is pair k's forward route, K + k its reverse
+    r_edges: np.ndarray   # int32: compact edge ids in path order
+    e_src: np.ndarray     # int32 per compact edge: its compact source node
+    e_dst: np.ndarray     # int32 per compact edge: its compact destination node
+
+    def pair_index(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Per (src, dst): the index of its pair (its forward route; ``K +`` that is its reverse one)."""
+        key = np.asarray(src, np.int64) * self.tables.n_nodes + np.asarray(dst, np.int64)
+        idx = np.searchsorted(self.keys, key)
+        if np.any(idx >= len(self.keys)) or np.any(self.keys[np.minimum(idx, len(self.keys) - 1)] != key):
+            raise ValueError("a (src, dst) pair has no route in these TransferRoutes")
+        return idx.astype(np.int64)
+
+
+def transfer_routes(t: Tables, router: Router, src: np.ndarray, dst: np.ndarray, host: bool = False
+                    ) -> TransferRoutes:
+    """The forward and reverse routes of every distinct (src, dst) pair: PE DMA routes, or with ``host`` the
+    host's (``memory``) routes from a pcie_ep node; compacted (:func:`renumber`)."""
+    keys = np.unique(np.asarray(src, np.int64) * t.n_nodes + np.asarray(dst, np.int64))
+    pairs = np.divmod(keys, t.n_nodes)
+    rs = router.routes(pairs[0], pairs[1], "memory" if host else "pe_dma")
+    route_edges = np.concatenate([rs.edges, reverse_route_edges(t, rs.ptr, rs.edges)])
+    edges, edge_local = renumber(route_edges, t.n_edges)
+    nodes, node_local = renumber(np.concatenate([t.edge_src[edges], t.edge_dst[edges]]), t.n_nodes)
+    r_ptr = np.concatenate([rs.ptr, len(rs.edges) + rs.ptr[1:]]).astype(np.int64)
+    return TransferRoutes(tables=t, keys=keys, edges=edges, nodes=nodes, r_ptr=r_ptr,
+                          r_edges=edge_local[route_edges], e_src=node_local[t.edge_src[edges]],
+                          e_dst=node_local[t.edge_dst[edges]])
+
+
+def tile_routes(t: Tables, router: Router, nodes: list[tuple[int, int, int]]) -> TransferRoutes:
+    """The routes of GEMM tile transfers, per GEMM's (pe_dma, own controller, B's controller): the PE to
+    each controller (``kbfast.fast.maxplus_gemm.dma_times``)."""
+    pe, own, src_b = np.asarray(nodes, np.int64).reshape(-1, 3).T
+    return transfer_routes(t, router, np.concatenate([pe, pe]), np.concatenate([own, src_b]))
+
+
+def channel_hop_bws(p: Program, router: Router) -> np.ndarray:
+    """Per IPCQ channel of ``p`` and buffer kind (``BUFFER_KINDS``): the bottleneck bandwidth of the receiving
+    PE's path to its slot bank (:meth:`~kbfast.ir.ProgramBuilder.hop_bws`), float64 [C, K]."""
+    b = ProgramBuilder(p.tables, router)
+    dst = p.agent_node[p.channels.dst]
+    return np.stack([b.hop_bws(dst, np.full(len(dst), k)) for k in range(len(BUFFER_KINDS))], axis=1)

@@ -1,5 +1,5 @@
 """Fast-path points of a batched workload: one Program, many (size, buffer kind, n_slots) points in one
-jitted call (``kbfast.fast.points``)."""
+jitted call (``kbfast.fast.rescale``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from kbfast.errors import KbfastError
-from kbfast.fast.points import evaluate_points
+from kbfast.fast.rescale import evaluate_points
+from kbfast.sim.lowering import channel_hop_bws
 from kbfast.ir import BUFFER_KINDS
 from kbfast.results import contended
 from kbfast.topology.builder import Tables
@@ -35,7 +36,7 @@ def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, b
     if np.any(sizes <= 0) or np.any(slots <= 0):
         raise KbfastError("sizes and n_slots must be > 0")
     c = build(t, router, {**workload, "size": int(sizes.max())}).collective
-    out = evaluate_points(c.program, router, c.launch_ns, sizes, kinds, slots)
+    out = evaluate_points(c.program, channel_hop_bws(c.program, router), c.launch_ns, sizes, kinds, slots)
     busbw = ([busbw_gbps(int(s), c.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])] if kind.bus_bandwidth
              else np.nan)
     return pd.DataFrame({

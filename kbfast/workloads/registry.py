@@ -48,7 +48,7 @@ class WorkloadKind:
     bool_fields: tuple[str, ...] = ()      # fields that take true or false only
     dim_fields: tuple[str, ...] = ()       # positive integers, K / M suffixes allowed (kbfast.workloads.gemm.parse_dim)
     columns: tuple[str, ...] = ()          # fields copied into the result table
-    batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.points)
+    batched: bool = False                  # the fast path evaluates all its points in one call (kbfast.fast.rescale)
     batch_fields: tuple[str, ...] = ()     # fields a batch's points may differ in (besides size)
     batch_system_keys: tuple[str, ...] = ("ipcq.buffer_kind", "ipcq.n_slots")   # system keys they may differ in
     max_batch: int | None = None           # points per batch (None: the sweep's limit)

@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from kbfast.fast.batch import isolated_latencies
+from kbfast.fast.isolated import isolated_latencies
 from kbfast.fast.pipeline import pipeline_batch
 from kbfast.sim.fabric import ctrl_latency
+from kbfast.sim.lowering import TransferRoutes
 from kbfast.tiling import GemmPlan
-from kbfast.topology.builder import Tables, reverse_route_edges
-from kbfast.topology.routing import Router
+from kbfast.topology.builder import Tables
 
 
-def response_ns(t: Tables, router: Router, pe_dma: int, ctrl: int) -> float:
+def response_ns(routes: TransferRoutes, pe_dma: int, ctrl: int) -> float:
     """A PE DMA's zero-byte response from ``ctrl`` back to ``pe_dma``: the reverse route's propagation and
     intermediate overheads, plus the PE's own overhead (kbfast.sim.fabric.ctrl_latency)."""
-    rs = router.routes(np.array([pe_dma]), np.array([ctrl]), "pe_dma")
-    rev = reverse_route_edges(t, rs.ptr, rs.edges)
-    return float(ctrl_latency(rev, 0, len(rev), t.edge_dst, t.edge_prop_ns, t.node_overhead_ns)
+    t = routes.tables
+    r = len(routes.keys) + int(routes.pair_index(np.array([pe_dma]), np.array([ctrl]))[0])
+    return float(ctrl_latency(routes.r_edges, routes.r_ptr[r], routes.r_ptr[r + 1], routes.e_dst,
+                              t.edge_prop_ns[routes.edges], t.node_overhead_ns[routes.nodes])
                  + t.node_overhead_ns[pe_dma])
 
 
@@ -42,13 +43,15 @@ def read_kind(t: Tables) -> str:
     return "pe_read" if t.spec.hbm.read_response == "accepted" else "pe_dma"
 
 
-def dma_times(t: Tables, router: Router, plans: list[GemmPlan], nodes: list[tuple[int, int, int]]) -> np.ndarray:
+def dma_times(routes: TransferRoutes, plans: list[GemmPlan], nodes: list[tuple[int, int, int]]) -> np.ndarray:
     """Per GEMM (its plan, and its (pe_dma, own controller, B's controller)): a_hold, a_done, b_hold, b_done,
-    w_done and the up-front loads' total (t0), as float64 [n, 6]; one batch of isolated latencies for all.
+    w_done and the up-front loads' total (t0), as float64 [n, 6]; one batch of isolated latencies for all,
+    over ``routes`` (:func:`kbfast.sim.lowering.tile_routes` of ``nodes``).
 
     Tile transfers are computed once per distinct (tile bytes, endpoints): they do not depend on the shape.
     A read's hold is its posted latency less its response under ``pe.dma_read_release: accepted``, else its
     ``done``."""
+    t = routes.tables
     read = read_kind(t)
     early = t.spec.pe.dma_read_release == "accepted"
     src, dst, nb, kinds = [], [], [], []
@@ -72,13 +75,13 @@ def dma_times(t: Tables, router: Router, plans: list[GemmPlan], nodes: list[tupl
         a_bytes, b_bytes, _ = p.operand_bytes()
         loads = (add(pe, own, a_bytes, read) if p.a_pinned else -1, add(pe, src_b, b_bytes, read) if p.b_pinned else -1)
         slots.append(memo[key] + loads)
-    lat = isolated_latencies(t, router, np.array(src, np.int64), np.array(dst, np.int64), np.array(nb, np.int64),
+    lat = isolated_latencies(routes, np.array(src, np.int64), np.array(dst, np.int64), np.array(nb, np.int64),
                              kind=kinds)
     resp: dict[tuple[int, int], float] = {}
 
     def response(pe: int, ctrl: int) -> float:
         if (pe, ctrl) not in resp:
-            resp[pe, ctrl] = response_ns(t, router, pe, ctrl)
+            resp[pe, ctrl] = response_ns(routes, pe, ctrl)
         return resp[pe, ctrl]
 
     out = np.zeros((len(plans), 6))

@@ -1,7 +1,7 @@
 """Batched isolated transfers: many configuration points in one jitted call (design §6 "batched").
 
-Points share one set of routes (a topology shape) and may differ in size,
-address, route and parameter set.  A parameter set is one row of the per-edge
+Points share one set of routes (a topology shape; resolved by
+:func:`kbfast.sim.lowering.transfer_routes`) and may differ in size, address, route and parameter set.  A parameter set is one row of the per-edge
 (bandwidth, propagation) and per-node (overhead) tables plus the HBM
 constants, so a sweep over bandwidths or overheads is a stack of rows, not a
 Python loop.
@@ -15,10 +15,9 @@ import numpy as np
 from numba import njit
 
 from kbfast.config.schema import SystemSpec
-from kbfast.sim.lowering import hbm_constants, ns_per_byte, renumber
 from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, transfer_end
-from kbfast.topology.builder import Tables, reverse_route_edges
-from kbfast.topology.routing import Router
+from kbfast.sim.lowering import TransferRoutes, hbm_constants, ns_per_byte
+from kbfast.topology.builder import Tables
 
 KINDS = {"pe_dma": PE_REQ, "pe_read": PE_READ, "h2d": H2D, "d2h": D2H}
 
@@ -95,36 +94,29 @@ def _by_set_and_route(pset: np.ndarray, route: np.ndarray, n_routes: int) -> np.
     return np.argsort(key.astype(np.min_scalar_type(int(key.max()))), kind="stable")
 
 
-def isolated_latencies(t: Tables, router: Router, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
+def isolated_latencies(routes: TransferRoutes, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                        addr: np.ndarray | None = None, kind: str | list[str] = "pe_dma",
                        variants: list[Tables] | None = None, pset: np.ndarray | None = None) -> np.ndarray:
-    """Isolated latency of each (src, dst, nbytes) point; ``variants`` are same-shape parameter sets.
+    """Isolated latency of each (src, dst, nbytes) point over ``routes`` (every pair's routes, from
+    :func:`kbfast.sim.lowering.transfer_routes`); ``variants`` are same-shape parameter sets.
 
     ``kind``: ``pe_dma`` (src = a pe_dma node; a write, or a read that waits for its last commit), ``pe_read``
     (a PE read whose response leaves when the controller took its last flit), ``h2d`` or ``d2h`` (src = a
-    pcie_ep node); one for every point, or one per point (PE kinds only, then: the route kind is
-    ``pe_dma``).
+    pcie_ep node, over host routes); one for every point, or one per point (PE kinds only).
     """
+    t = routes.tables
     src = np.asarray(src, np.int64)
-    dst = np.asarray(dst, np.int64)
     nbytes = np.broadcast_to(np.asarray(nbytes, np.int64), src.shape).copy()
     addr = np.zeros_like(nbytes) if addr is None else np.broadcast_to(np.asarray(addr, np.int64), src.shape).copy()
-    keys, inverse = np.unique(src * t.n_nodes + dst, return_inverse=True)
-    pairs = np.divmod(keys, t.n_nodes)
-    host = isinstance(kind, str) and kind in ("h2d", "d2h")
-    rs = router.routes(pairs[0], pairs[1], "memory" if host else "pe_dma")
-    route_edges = np.concatenate([rs.edges, reverse_route_edges(t, rs.ptr, rs.edges)])
-    edges, edge_local = renumber(route_edges, t.n_edges)
-    nodes, node_local = renumber(np.concatenate([t.edge_src[edges], t.edge_dst[edges]]), t.n_nodes)
-    k = len(pairs[0])
-    r_ptr = np.concatenate([rs.ptr, len(rs.edges) + rs.ptr[1:]]).astype(np.int64)
+    inv = routes.pair_index(src, dst).ravel()
+    k = len(routes.keys)
+    edges, nodes, r_ptr = routes.edges, routes.nodes, routes.r_ptr
     rows = param_rows(variants or [t], edges, nodes)
-    inv = inverse.ravel().astype(np.int64)
     pset = np.zeros(len(src), np.int64) if pset is None else np.broadcast_to(np.asarray(pset, np.int64),
                                                                               src.shape).copy()
     return isolated_batch(
         (np.full(len(src), KINDS[kind], np.int64) if isinstance(kind, str) else
          np.array([KINDS[k] for k in kind], np.int64)), nbytes, addr, inv, k + inv, pset, _by_set_and_route(pset, inv, k),
-        r_ptr, edge_local[route_edges], node_local[t.edge_src[edges]], node_local[t.edge_dst[edges]],
+        r_ptr, routes.r_edges, routes.e_src, routes.e_dst,
         t.node_flit_aware[nodes], rows.e_c, rows.e_bw, rows.e_prop, rows.n_ovh, rows.F, rows.burst, rows.pc_shift,
         rows.n_pcs, rows.commit, rows.burst_commit, int(np.diff(r_ptr).max()))

@@ -17,9 +17,8 @@ from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference, run_charges_all
 from kbfast.fast.evaluate import plan_fast, run_bound
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
-from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
+from kbfast.ir import BUFFER_KINDS, Op, Program
 from kbfast.sim.agents import OP_MATH, Prog
-from kbfast.topology.routing import Router
 
 
 @njit(cache=True)
@@ -131,7 +130,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
     return out
 
 
-def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, n_slots) -> np.ndarray:
+def evaluate_points(p: Program, hop_bw: np.ndarray, launch_ns: float, sizes, kinds, n_slots) -> np.ndarray:
     """Fast-path latency of Program ``p`` at every point (``sizes[i]``, buffer kind ``kinds[i]`` as an index
     of ``BUFFER_KINDS``, ``n_slots[i]``): an (n, 5) array of latency, lower bound, upper bound, contention
     (0/1) and ring peak, in the order of the inputs.
@@ -139,7 +138,8 @@ def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, 
     ``p`` is built at the largest size; its moving ops (SEND, RECV, DMA_READ, DMA_WRITE) scale with the
     size, its MATH ops' element counts too.  The upper bound is the first (window-free) pass of
     ``kbfast.fast.bounds``, co-users paid once per run where the Program is small enough: valid, looser than
-    ``run_fast``'s.
+    ``run_fast``'s.  ``hop_bw`` is per channel and buffer kind the receiving PE's slot bank bandwidth
+    (:func:`kbfast.sim.lowering.channel_hop_bws`).
     """
     sizes = np.asarray(sizes, np.int64)
     kinds = np.asarray(kinds, np.int64)
@@ -153,14 +153,11 @@ def evaluate_points(p: Program, router: Router, launch_ns: float, sizes, kinds, 
     ratio = np.where(moving, p.op_nbytes / ref, 0.0)
     math_n = np.where(p.op_code == Op.MATH, p.op_nbytes * t.spec.pe.elem_bytes / ref, 0.0)
     tiers = [getattr(t.spec.ipcq.tiers, k) for k in BUFFER_KINDS]
-    b = ProgramBuilder(t, router)
-    dst = p.agent_node[p.channels.dst]
-    hop = np.stack([b.hop_bws(dst, np.full(len(dst), k)) for k in range(len(BUFFER_KINDS))], axis=1)
     order = np.lexsort((-slots, kinds, sizes))
     out = np.empty((len(sizes), 5))
     out[order] = points_kernel(sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n,
                                t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
-                               np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop,
+                               np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop_bw,
                                launch_ns, plan.share, plan.data_route, plan.shared_edge, plan.shared_node,
                                plan.bounds, run_bound(plan.bounds), *plan.kernel_inputs)
     return out
