@@ -44,7 +44,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kbfast.fast.evaluate import data_routes
+from kbfast.fast.plan import data_routes
 from kbfast.ir import AgentKind, Op, Program
 from kbfast.metrics import breakdown, streams_at_hbm_rate
 from kbfast.sim.lowering import hbm_constants

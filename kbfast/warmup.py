@@ -35,7 +35,7 @@ KERNELS = {
     "exact": ("kbfast.exact.engine", "replay", 25),
     "collectives": ("kbfast.workloads.symbolic", "replay", 5),
     "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 9),
-    "runs": ("kbfast.fast.bounds", "run_coefficients", 30),   # with run_charges, interference and the causal order
+    "runs": ("kbfast.fast.runs", "run_coefficients", 30),   # with run_charges, interference and the causal order
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
@@ -135,9 +135,10 @@ def _warm_by_program(kernel: str) -> None:
         # the upper bound's kernels, which the fast path and the points kernel call: compiled here, beside
         # the fast group's second process, they are cached by the time that process needs them
         import numpy as np
-        from kbfast.fast.bounds import interference, run_charges, window_offsets
+        from kbfast.fast.bounds import interference, window_offsets
+        from kbfast.fast.runs import run_charges
         from kbfast.fast.causal import causal_interference, fifo_order
-        from kbfast.fast.evaluate import causal_order, plan_fast, run_bound
+        from kbfast.fast.plan import causal_order, plan_fast, run_bound
         from kbfast.ir import Op
         t = build_tables(load_system())
         p = pe2pe(t, Router(t), "h1", 64).program

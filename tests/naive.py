@@ -3,7 +3,7 @@
 * :class:`NaiveEventQueue`: the event queue of ``kbfast.sim.heap`` as a ``heapq`` of (time, sequence,
   payload): equal times pop in insertion order;
 * :func:`global_filling`: the fluid schedule's weighted max-min water-filling over all active flows at
-  once (``kbfast.fast.schedule._rates`` fills per connected component);
+  once (``kbfast.fast.waterfill._rates`` fills per connected component);
 * :func:`max_min_fair`: textbook progressive filling (every flow an equal share, no weights, optional
   demands);
 * :func:`pairwise_interference`: the interference bound of ``kbfast.fast.bounds`` by looking at every
@@ -322,13 +322,13 @@ def causal_before(p, flows) -> set[tuple[int, int]]:
 
 
 def pairwise_runs(B, nbytes, begin_lo, end_hi, use_windows, flit, max_partners, seq_pre=None, seq_post=None):
-    """(extra, done) of ``kbfast.fast.bounds.run_charges`` and ``run_coefficients``, from lists: a class's partners are the classes
+    """(extra, done) of ``kbfast.fast.runs.run_charges`` and ``run_coefficients``, from lists: a class's partners are the classes
     on any of its servers (itself if it has 2+ ops and is not serial); a run is a stretch of servers that
     follow each other on both routes; crossing runs are cut, longest first, at the crossing until every two
     nest or are apart; flow ``g`` pays ``sum o + s0 * sum c + (N - s0) * max c`` per piece, ``N * c`` per solo
     server shared.  With ``seq_pre`` and ``seq_post``, both windows are narrowed to the servers the two classes
     share, from ``seq_pre`` at the first to ``seq_post`` at the last; the partner's shift capped at its
-    shortest window (``kbfast.fast.bounds.run_charges``)."""
+    shortest window (``kbfast.fast.runs.run_charges``)."""
     n_cls = len(B.cls_ptr) - 1
     seqs = [[(int(B.seq_res[i]), float(B.seq_c[i]), float(B.seq_o[i]), bool(B.seq_solo[i]))
              for i in range(B.seq_ptr[c], B.seq_ptr[c + 1])] for c in range(n_cls)]

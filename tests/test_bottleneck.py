@@ -17,7 +17,8 @@ from kbfast.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bound_fields,
 from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import data_routes, run_fast
+from kbfast.fast.evaluate import run_fast
+from kbfast.fast.plan import data_routes
 from kbfast.ir import Op
 from kbfast.results import contended
 from kbfast.sweep.batches import _batched_fast

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbfast.fast.bounds import BoundTables, interference, run_charges, run_coefficients, window_offsets
-from kbfast.fast.evaluate import plan_fast
+from kbfast.fast.bounds import BoundTables, interference, window_offsets
+from kbfast.fast.plan import plan_fast
+from kbfast.fast.runs import run_charges, run_coefficients
 from kbfast.ir import Op
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kbfast.config import load_system
 from kbfast.fast.bounds import window_offsets
 from kbfast.fast.causal import causal_interference, fifo_order
-from kbfast.fast.evaluate import causal_order, plan_fast
+from kbfast.fast.plan import causal_order, plan_fast
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id

@@ -1,4 +1,4 @@
-"""Merged shared resources (kbfast.fast.evaluate._merge_identical) and the water-filling they feed.
+"""Merged shared resources (kbfast.fast.plan._merge_identical) and the water-filling they feed.
 
 Resources that the same routes use carry the same flows at every instant, so the
 fast schedule runs on one resource per group.  These tests pin the grouping
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbfast.config import load_system
-from kbfast.fast.evaluate import _merge_identical, _same_shape_routes, _shared_entries, plan_fast
+from kbfast.fast.plan import _merge_identical, _same_shape_routes, _shared_entries, plan_fast
 from kbfast.fast.schedule import POINT, schedule
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router

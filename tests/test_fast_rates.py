@@ -1,4 +1,4 @@
-"""The fluid schedule's max-min fair rates (``kbfast.fast.schedule._rates``), filled per connected component,
+"""The fluid schedule's max-min fair rates (``kbfast.fast.waterfill._rates``), filled per connected component,
 against a plain global water-filling over all active flows (docs/fast_path.md §3).
 
 The reference is the filling kbfast ran before it split the active flows into components, transcribed into
@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbfast.fast.schedule import _rates
+from kbfast.fast.schedule import Sharing
+from kbfast.fast.waterfill import _rates, fill_scratch
 from naive import global_filling
 
 BWS = (32.0, 64.0, 128.0, 256.0, 512.0)
@@ -25,12 +26,10 @@ def run_rates(flows, bn, res_cap, res_ovh, nbytes) -> np.ndarray:
     ends = np.cumsum([len(f) for f in flows])
     sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
     rate = np.zeros(n)
-    _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(bn, np.float64), sh_span, sh_res,
-           np.asarray(res_ovh, np.float64), np.asarray(nbytes, np.int64), np.asarray(res_cap, np.float64),
-           np.zeros(n_res), np.zeros(n_res), np.zeros(n_res, np.bool_), np.zeros(n, np.bool_), users,
-           np.empty(len(sh_res), np.int64), np.empty(len(sh_res)), np.empty(n + 1, np.int64), np.empty(n),
-           np.empty(n), np.empty(n, np.bool_), np.empty(n, np.int64), np.full(n_res, -1, np.int64),
-           np.empty(n, np.int64), np.empty(n + 1, np.int64))
+    sharing = Sharing(sh_span=sh_span, sh_res=sh_res, max_route=0, res_cap=np.asarray(res_cap, np.float64),
+                      res_ovh=np.asarray(res_ovh, np.float64), ch_iso_route=np.empty(0, np.int64))
+    _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(nbytes, np.int64), sharing,
+           fill_scratch(np.asarray(bn, np.float64), users, len(sh_res)))
     return rate
 
 

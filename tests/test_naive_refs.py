@@ -3,7 +3,7 @@
 * the event queue (``kbfast.sim.heap``) against :class:`naive.NaiveEventQueue` (``heapq`` over (time,
   sequence, payload)), with many events per time and with distinct times that share a slot of the
   queue's hash table;
-* the fluid schedule's water-filling (``kbfast.fast.schedule._rates``) against textbook max-min
+* the fluid schedule's water-filling (``kbfast.fast.waterfill._rates``) against textbook max-min
   fairness (:func:`naive.max_min_fair`), and against the invariants that define max-min fairness where
   the two models differ (see :func:`test_rates_are_max_min_fair_over_the_shared_resources`).
 """

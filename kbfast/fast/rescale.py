@@ -14,8 +14,9 @@ import numpy as np
 from numba import njit
 
 from kbfast.errors import KbfastError
-from kbfast.fast.bounds import interference, run_charges_all
-from kbfast.fast.evaluate import plan_fast, run_bound
+from kbfast.fast.bounds import interference
+from kbfast.fast.plan import plan_fast, run_bound
+from kbfast.fast.runs import run_charges_all
 from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
 from kbfast.ir import BUFFER_KINDS, Op, Program
 from kbfast.sim.agents import OP_MATH, Prog
@@ -65,9 +66,9 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
     launch : float
         the launch time, ns: latencies count from it.
     share, data_route, shared_edge, shared_node, bounds :
-        the plan of :func:`kbfast.fast.evaluate.plan_fast` (size-independent).
+        the plan of :func:`kbfast.fast.plan.plan_fast` (size-independent).
     runs : RunCoefs
-        the run bound's coefficients of ``bounds`` (:func:`kbfast.fast.evaluate.run_bound`).
+        the run bound's coefficients of ``bounds`` (:func:`kbfast.fast.plan.run_bound`).
     fabric, hbm, P, routes, sharing :
         the kernel inputs of :func:`kbfast.fast.schedule.schedule` (``P`` at the largest size).
     """

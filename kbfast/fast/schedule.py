@@ -30,6 +30,7 @@ from numba import njit
 from kbfast.sim.heap import heap_new, heap_pop, unpack
 from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
 from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, train_exit_last, transfer_end
+from kbfast.fast.waterfill import _rates
 from kbfast.sim.agents import EV_AGENT, EV_CHAN_FREE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
 
 LOWER, POINT, UPPER = 0, 1, 2
@@ -87,176 +88,6 @@ def head_offsets(data_route, op_nbytes, fabric, shared_edge, shared_node, F):  #
     return out
 
 
-@njit(cache=True, inline="always")
-def _w(r, o, res_ovh, nbytes):  # pragma: no cover - jitted
-    """Capacity flow ``o`` uses per B/ns on resource ``r``: 1 on a wire (``res_ovh = 0``), overhead / bytes
-    on a worker."""
-    return res_ovh[r] / max(nbytes[o], 1) if res_ovh[r] > 0.0 else 1.0
-
-
-@njit(cache=True, _nrt=False)
-def _rates(active, n_active, rate, bn, sh_span, sh_res, res_ovh, nbytes, cap, cap_rem, weight, r_contended,
-           o_contended, users, mr, mw, m_ptr, k_bn, k_rate, k_frozen, uf, res_first, order, c_ptr):  # pragma: no cover
-    """Max-min fair rates (water-filling) of the active flows over their shared resources.
-
-    A flow at rate ``x`` (B/ns) uses ``w * x`` of a resource's capacity: ``w = 1`` on a
-    wire (capacity = bw), ``w = overhead / bytes`` on a node's serial worker (capacity 1).
-    Each flow is also capped by its own bottleneck ``bn``.  A resource whose users could
-    not exceed it even at their bottleneck rates cannot bind and is left out; flows that
-    touch no binding resource run at ``bn``.
-
-    ``users[r]`` counts the joined, undrained flows on ``r``; on a resource of an active flow
-    they are all active (a solo flow shares nothing: one that would is moved into the fluid).
-    Only resources with two or more active users can bind (a wire's one user runs at most
-    at its bottleneck <= the wire's bw; a worker's one user pays its overhead in its isolated
-    latency), so the filling runs on those entries only: active flow ``k``'s resources and
-    weights are ``mr, mw[m_ptr[k]:m_ptr[k + 1]]``, and its cap, rate and state are ``k_bn[k]``,
-    ``k_rate[k]``, ``k_frozen[k]`` (contiguous scratch: the passes below stay in cache).
-
-    Max-min fairness decomposes over the connected components of the flows linked by those
-    entries, so each component is filled on its own (union-find, then a stable counting sort by
-    component into ``order`` / ``c_ptr``).  Within a component the operations run in the same
-    order as a filling over all flows would run them, so the rates are the same bit for bit; a
-    collective whose 16 k ranks contend in pairs then costs 16 k small fillings, not one filling
-    with 16 k levels over every flow.
-    """
-    m = 0
-    for k in range(n_active):
-        o = active[k]
-        m_ptr[k] = m
-        k_bn[k] = bn[o]
-        uf[k] = k
-        hit = False
-        for j in range(sh_span[o, 0], sh_span[o, 1]):
-            r = sh_res[j]
-            if users[r] > 1:
-                r_contended[r] = True
-                mr[m] = r
-                mw[m] = _w(r, o, res_ovh, nbytes)
-                m += 1
-                cap_rem[r] = 0.0     # demand at bottleneck rates
-                weight[r] = 0.0      # summed weights
-                if res_first[r] < 0:
-                    res_first[r] = k
-                else:
-                    _union(uf, k, res_first[r])
-            hit = hit or r_contended[r]
-        if hit:
-            o_contended[o] = True
-    m_ptr[n_active] = m
-    for i in range(m):
-        res_first[mr[i]] = -1
-    # components: roots in order of their smallest member; members in active order
-    for k in range(n_active + 1):
-        c_ptr[k] = 0
-    for k in range(n_active):
-        c_ptr[_find(uf, k) + 1] += 1
-    for k in range(n_active):
-        c_ptr[k + 1] += c_ptr[k]
-    for k in range(n_active):
-        root = _find(uf, k)
-        order[c_ptr[root]] = k
-        c_ptr[root] += 1
-    start = np.int64(0)
-    for k in range(n_active):
-        if _find(uf, k) != k:
-            continue
-        end = c_ptr[k]       # the counting sort advanced the root's pointer to its component's end
-        _fill(order, start, end, m_ptr, mr, mw, k_bn, k_rate, k_frozen, cap, cap_rem, weight)
-        start = end
-    for k in range(n_active):
-        rate[active[k]] = k_rate[k]
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _find(uf, k):  # pragma: no cover - jitted
-    while uf[k] != k:
-        uf[k] = uf[uf[k]]
-        k = uf[k]
-    return k
-
-
-@njit(cache=True, _nrt=False, inline="always")
-def _union(uf, a, b):  # pragma: no cover - jitted
-    ra, rb = _find(uf, a), _find(uf, b)
-    if ra < rb:
-        uf[rb] = ra
-    elif rb < ra:
-        uf[ra] = rb
-
-
-@njit(cache=True, _nrt=False)
-def _fill(order, lo, hi, m_ptr, mr, mw, k_bn, k_rate, k_frozen, cap, cap_rem, weight):  # pragma: no cover
-    """Water-filling of one component: the active flows ``order[lo:hi]`` (see :func:`_rates`)."""
-    for q in range(lo, hi):
-        k = order[q]
-        for i in range(m_ptr[k], m_ptr[k + 1]):
-            weight[mr[i]] += mw[i]
-            cap_rem[mr[i]] += mw[i] * k_bn[k]
-    left = 0
-    for q in range(lo, hi):
-        k = order[q]
-        binds = False
-        for i in range(m_ptr[k], m_ptr[k + 1]):
-            if cap_rem[mr[i]] > cap[mr[i]] * (1.0 + 1e-12):
-                binds = True
-        k_frozen[k] = not binds
-        if binds:
-            left += 1
-        else:
-            k_rate[k] = k_bn[k]
-    # Capacity left on binding resources, and the weights of their unfrozen users.
-    for q in range(lo, hi):
-        k = order[q]
-        for i in range(m_ptr[k], m_ptr[k + 1]):
-            cap_rem[mr[i]] = cap[mr[i]]
-            weight[mr[i]] = 0.0
-    for q in range(lo, hi):
-        k = order[q]
-        for i in range(m_ptr[k], m_ptr[k + 1]):
-            if k_frozen[k]:
-                cap_rem[mr[i]] -= mw[i] * k_rate[k]
-            else:
-                weight[mr[i]] += mw[i]
-    while left > 0:
-        level = np.inf
-        best_res = -1
-        best_flow = -1
-        for q in range(lo, hi):
-            k = order[q]
-            if k_frozen[k]:
-                continue
-            if k_bn[k] < level:
-                level = k_bn[k]
-                best_flow = k
-                best_res = -1
-            for i in range(m_ptr[k], m_ptr[k + 1]):
-                r = mr[i]
-                if weight[r] > 0.0:
-                    lv = cap_rem[r] / weight[r]
-                    if lv < level:
-                        level = lv
-                        best_res = r
-                        best_flow = -1
-        level = max(level, 0.0)
-        for q in range(lo, hi):
-            k = order[q]
-            if k_frozen[k]:
-                continue
-            hit = k == best_flow
-            if best_res >= 0:
-                for i in range(m_ptr[k], m_ptr[k + 1]):
-                    if mr[i] == best_res:
-                        hit = True
-            if hit:
-                k_frozen[k] = True
-                k_rate[k] = level
-                left -= 1
-                for i in range(m_ptr[k], m_ptr[k + 1]):
-                    cap_rem[mr[i]] -= mw[i] * level
-                    weight[mr[i]] -= mw[i]
-
-
 @njit(cache=True)
 def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
     """Run the agents (kbfast.sim.agents); returns (S, op_contended, resource_contended).
@@ -277,7 +108,7 @@ def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  #
     fabric, hbm, P, routes : Fabric, Hbm, Prog, OpRoutes
         the Program's compact fabric, HBM constants, agents and ops, and routes.
     sharing : Sharing
-        the shared resources of each flow (:func:`kbfast.fast.evaluate.plan_fast`).
+        the shared resources of each flow (:func:`kbfast.fast.plan.plan_fast`).
 
     Returns the agents' state ``S`` (op and agent times), bool [O] whether each op shared a resource
     with another active flow, and bool [n_res] whether each resource was contended.
@@ -287,7 +118,7 @@ def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  #
 
     Every DMA and every IPCQ SEND's data is a flow.  Flow ``o``'s shared resources are
     ``sh_res[sh_span[o, 0]:sh_span[o, 1]]`` (stored once per route; each is a group of wires or of
-    node workers that the same flows use, see ``kbfast.fast.evaluate._merge_identical``), with
+    node workers that the same flows use, see ``kbfast.fast.plan._merge_identical``), with
     capacity ``res_cap`` and overhead ``res_ovh`` (0 on a wire; weights in :func:`_w`).
 
     POINT mode keeps the fluid small: a flow that meets no other in-flight flow on
@@ -308,7 +139,6 @@ def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  #
                  sharing.max_route, len(fabric.r_ptr) - 1)
     _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing)
     return S, W.o_contended, W.r_contended
-
 
 
 Scratch = namedtuple("Scratch", [
@@ -369,9 +199,7 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
         t_heap = heap[0][0] if size > 0 else np.inf
         if dirty and t_heap > now:
             dirty = False
-            _rates(active, n_active, rate, W.bn, sharing.sh_span, sharing.sh_res, sharing.res_ovh, P.op_nbytes,
-                   sharing.res_cap, W.cap_rem, W.weight, W.r_contended, W.o_contended, W.users, W.mr, W.mw,
-                   W.m_ptr, W.k_bn, W.k_rate, W.k_frozen, W.uf, W.res_first, W.order, W.c_ptr)
+            _rates(active, n_active, rate, P.op_nbytes, sharing, W)
             t_drain = np.inf
             for k in range(n_active):
                 o = active[k]

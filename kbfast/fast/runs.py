@@ -1,0 +1,370 @@
+"""The run bound: a co-user paid once per run of consecutive servers it shares with an op, not once per
+server (docs/fast_path.md §4; the per-server bound is ``kbfast.fast.bounds``).
+
+:func:`run_coefficients` finds, from the routes alone, each flow class's partner classes and the work per
+unit of a partner's op on the runs the two share; :func:`run_charges` multiplies them by the units
+(:func:`run_units`) of the co-users whose windows overlap each op.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+# The run bound's coefficients (run_coefficients): per class, CSR over its partner classes ``p_cls`` with the
+# work per unit of each run_units column ``p_coef``, and ``p_span``: the first and last positions (in B.seq_*)
+# of the servers the two share, on the class's route and on the partner's; ``done``: the class is charged by runs.
+RunCoefs = namedtuple("RunCoefs", ["p_ptr", "p_cls", "p_coef", "p_span", "done"])
+
+
+@njit(cache=True)
+def _order(key):  # pragma: no cover - jitted
+    """The stable ascending order of a short int64 ``key`` (insertion sort: a class's partners and runs
+    are few, and it compiles in a fraction of the time of ``np.argsort``)."""
+    order = np.arange(len(key))
+    for i in range(1, len(key)):
+        k = order[i]
+        j = i - 1
+        while j >= 0 and key[order[j]] > key[k]:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = k
+    return order
+
+
+@njit(cache=True)
+def run_coefficients(B, max_partners):  # pragma: no cover - jitted
+    """The run bound's charges per unit of a co-user, from the routes alone (docs/fast_path.md §4): each
+    co-user paid once per *run* of consecutive servers it shares with an op (pay bursts only once).
+    Returns :data:`RunCoefs`: per class its partner classes and, per partner, the work per unit of each
+    column of :func:`run_units`; ``done[c]`` is False for a class with more than ``max_partners`` partners
+    (or too many pieces), whose ops keep :func:`interference`'s per-server charge.
+
+    Flow ``g`` (``N`` bytes, first flit ``s0 = min(N, F)``) crossing a run ``R`` of servers ahead of op
+    ``o``'s flits, in the same first-in first-out order at every server of ``R`` (they take the same
+    servers one after the other), can add at most the longest path of its own flit x server lattice over
+    ``R``: each server once at its largest cell and each later flit once at its slowest server,
+
+        V_g(R) = sum_{nodes in R} o_v + s0 * sum_{wires in R} c_k + (N - s0) * max_{wires in R} c_k,
+
+    against ``N * sum c_k + sum o_v`` per server.  Runs of different co-users that cross each other (neither
+    contains the other) are cut at the crossing, longest first, until they nest: a co-user then pays once
+    per piece.  A solo server (``B.seq_solo``) charges ``N * c`` per co-user.  A serial class's own ops
+    bring it nothing (see the module docstring).
+    """
+    n_cls = len(B.cls_ptr) - 1
+    done = np.zeros(n_cls, np.bool_)
+    p_ptr = np.zeros(n_cls + 1, np.int64)
+    p_cls = np.empty(max(16, n_cls), np.int64)           # grown by doubling
+    p_coef = np.empty((max(16, n_cls), 4))
+    p_span = np.empty((max(16, n_cls), 4), np.int64)
+    su_ptr, su_cls, su_idx = _server_users(B)
+    stamp = np.full(n_cls, -1, np.int64)
+    slot = np.zeros(n_cls, np.int64)           # a partner's slot in discovery order
+    last_i = np.zeros(n_cls, np.int64)         # the partner's last matched server: index in c's sequence,
+    last_j = np.zeros(n_cls, np.int64)         # in its own, and the run it extends
+    cur = np.zeros(n_cls, np.int64)
+    coef = np.zeros((max_partners, 4))         # per partner (by rank): the work per unit of each column
+    found = np.empty(max_partners, np.int64)   # partners in discovery order
+    rank = np.empty(max_partners, np.int64)    # discovery slot -> rank in class order
+    solo = np.zeros((max_partners, 2))         # per slot: solo servers' overhead and 1 / bw sums
+    span = np.zeros((max_partners, 4), np.int64)   # per slot: first and last shared server, on c's and on d's
+    max_len = 0
+    for c in range(n_cls):
+        max_len = max(max_len, B.seq_ptr[c + 1] - B.seq_ptr[c])
+    cap = max(1, max_len * (max_partners + 1))
+    run_d = np.empty(cap * 4, np.int64)        # runs, then pieces: partner rank, first and last position
+    run_a = np.empty(cap * 4, np.int64)
+    run_b = np.empty(cap * 4, np.int64)
+    acc_a = np.empty(cap * 4, np.int64)
+    acc_b = np.empty(cap * 4, np.int64)
+    for c in range(n_cls):
+        p_ptr[c + 1] = p_ptr[c]
+        n_p, n_run, over = _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, stamp, slot, last_i,
+                                              last_j, cur, found, solo, span, run_d, run_a, run_b)
+        if over:
+            continue
+        if n_p == 0:
+            done[c] = True
+            continue
+        partners = _rank_partners(found, n_p, solo, coef, rank, run_d, n_run)
+        if _nest_runs(B, B.seq_ptr[c], n_run, max_partners, max_len, coef, run_d, run_a, run_b, acc_a, acc_b):
+            continue                           # out of room for pieces: this class keeps the per-server charge
+        done[c] = True
+        p_cls, p_coef, p_span = _store_partners(c, n_p, partners, coef, rank, span, p_ptr, p_cls, p_coef, p_span)
+    return RunCoefs(p_ptr=p_ptr, p_cls=p_cls[:p_ptr[n_cls]].copy(), p_coef=p_coef[:p_ptr[n_cls]].copy(),
+                    p_span=p_span[:p_ptr[n_cls]].copy(), done=done)
+
+
+@njit(cache=True)
+def _server_users(B):  # pragma: no cover - jitted
+    """Per resource, the (class, sequence index) pairs of the servers on it (CSR ``su_ptr``; ``su_cls``,
+    ``su_idx``): one pass over a class's servers then finds its partners and their runs together."""
+    n_cls = len(B.cls_ptr) - 1
+    n_res = len(B.users_ptr) - 1
+    su_ptr = np.zeros(n_res + 1, np.int64)
+    for i in range(len(B.seq_res)):
+        if B.seq_res[i] >= 0:
+            su_ptr[B.seq_res[i] + 1] += 1
+    for r in range(n_res):
+        su_ptr[r + 1] += su_ptr[r]
+    fill = su_ptr[:-1].copy()
+    su_cls = np.empty(su_ptr[n_res], np.int64)
+    su_idx = np.empty(su_ptr[n_res], np.int64)
+    for x in range(n_cls):
+        for i in range(B.seq_ptr[x], B.seq_ptr[x + 1]):
+            r = B.seq_res[i]
+            if r >= 0:
+                su_cls[fill[r]], su_idx[fill[r]] = x, i
+                fill[r] += 1
+    return su_ptr, su_cls, su_idx
+
+
+@njit(cache=True)
+def _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, stamp, slot, last_i, last_j, cur, found, solo,
+                       span, run_d, run_a, run_b):  # pragma: no cover - jitted
+    """The classes sharing a wire or node worker with class ``c`` (``found``, in discovery order, with their
+    solo servers' sums ``solo`` and shared spans ``span``) and the runs (``run_d`` partner slot, ``run_a``..
+    ``run_b`` positions in c's sequence): a match at c's server i and the partner's server j extends its run
+    when its last match was (i - 1, j - 1).  Returns (partners, runs, over ``max_partners``)."""
+    s_lo, s_hi = B.seq_ptr[c], B.seq_ptr[c + 1]
+    alone = B.serial[c] or B.ops_ptr[c + 1] - B.ops_ptr[c] < 2     # no co-user in its own class
+    n_p = 0
+    n_run = 0
+    for i in range(s_lo, s_hi):
+        r = B.seq_res[i]
+        if r < 0:
+            continue
+        for u in range(su_ptr[r], su_ptr[r + 1]):
+            d, j = su_cls[u], su_idx[u]
+            if d == c and alone:
+                continue
+            if stamp[d] != c:
+                if n_p == max_partners:
+                    return n_p, n_run, True
+                stamp[d] = c
+                slot[d] = n_p
+                found[n_p] = d
+                solo[n_p] = 0.0
+                span[n_p, 0], span[n_p, 1], span[n_p, 2], span[n_p, 3] = i, i, j, j
+                last_i[d] = -2
+                n_p += 1
+            q = slot[d]
+            span[q, 1] = i                 # c's servers come in route order
+            span[q, 2] = min(span[q, 2], j)
+            span[q, 3] = max(span[q, 3], j)
+            if B.seq_solo[i]:
+                solo[q, 0] += B.seq_o[i]
+                solo[q, 1] += B.seq_c[i]
+                continue
+            if last_i[d] == i - 1 and last_j[d] == j - 1:
+                run_b[cur[d]] = i - s_lo
+            else:
+                run_d[n_run], run_a[n_run], run_b[n_run] = q, i - s_lo, i - s_lo
+                cur[d] = n_run
+                n_run += 1
+            last_i[d], last_j[d] = i, j
+    return n_p, n_run, False
+
+
+@njit(cache=True)
+def _rank_partners(found, n_p, solo, coef, rank, run_d, n_run):  # pragma: no cover - jitted
+    """Partners in class order, whatever the discovery order: fills ``rank`` (slot -> rank), starts ``coef``
+    (by rank) from the solo servers' sums, renames the runs' partners to ranks; returns the partners."""
+    by_cls = _order(found[:n_p])
+    for k in range(n_p):
+        rank[by_cls[k]] = k
+    coef[:n_p, :] = 0.0
+    for q in range(n_p):
+        coef[rank[q], 0] += solo[q, 0]
+        coef[rank[q], 1] += solo[q, 1]
+    for k in range(n_run):
+        run_d[k] = rank[run_d[k]]
+    return found[:n_p][by_cls]
+
+
+@njit(cache=True)
+def _nest_runs(B, s_lo, n_run, max_partners, max_len, coef, run_d, run_a, run_b, acc_a,
+               acc_b):  # pragma: no cover - jitted
+    """Cut crossing runs, longest first (ties: partner, then start), until the family nests, adding each
+    accepted piece's work per unit to its partner's ``coef`` row.  Returns True when out of room for pieces
+    (the class then keeps the per-server charge)."""
+    key = np.empty(n_run, np.int64)
+    for k in range(n_run):
+        key[k] = ((-(run_b[k] - run_a[k])) * (max_partners + 2) + run_d[k]) * (max_len + 1) + run_a[k]
+    order = _order(key)
+    n_acc = 0
+    top = n_run                             # work stack above the runs
+    for k in order:
+        run_d[top], run_a[top], run_b[top] = run_d[k], run_a[k], run_b[k]
+        top += 1
+        while top > n_run:
+            if top + 2 > len(run_d) or n_acc == len(acc_a):
+                return True
+            top -= 1
+            q, a, b = run_d[top], run_a[top], run_b[top]
+            cut = -1
+            for t in range(n_acc):
+                x, y = acc_a[t], acc_b[t]
+                if x < a <= y < b:
+                    cut = y              # [a, y] nests in [x, y]; [y + 1, b] goes on
+                    break
+                if a < x <= b < y:
+                    cut = x - 1          # [x, b] nests in [x, y]; [a, x - 1] goes on
+                    break
+            if cut >= 0:
+                run_d[top], run_a[top], run_b[top] = q, a, cut
+                run_d[top + 1], run_a[top + 1], run_b[top + 1] = q, cut + 1, b
+                top += 2
+                continue
+            acc_a[n_acc], acc_b[n_acc] = a, b
+            n_acc += 1
+            ovh = 0.0
+            csum = 0.0
+            cmax = 0.0
+            for i in range(s_lo + a, s_lo + b + 1):
+                ovh += B.seq_o[i]
+                csum += B.seq_c[i]
+                cmax = max(cmax, B.seq_c[i])
+            coef[q, 0] += ovh
+            coef[q, 2] += csum
+            coef[q, 3] += cmax
+    return False
+
+
+@njit(cache=True)
+def _store_partners(c, n_p, partners, coef, rank, span, p_ptr, p_cls, p_coef, p_span):  # pragma: no cover
+    """Append class ``c``'s partners, their coefficients and spans (by rank) to the CSR outputs, growing them
+    by doubling; returns the (possibly new) ``p_cls, p_coef, p_span``."""
+    m = p_ptr[c]
+    if m + n_p > len(p_cls):
+        grow = max(2 * len(p_cls), m + n_p)
+        p_cls2 = np.empty(grow, np.int64)
+        p_coef2 = np.empty((grow, 4))
+        p_span2 = np.empty((grow, 4), np.int64)
+        p_cls2[:m] = p_cls[:m]
+        p_coef2[:m] = p_coef[:m]
+        p_span2[:m] = p_span[:m]
+        p_cls, p_coef, p_span = p_cls2, p_coef2, p_span2
+    p_cls[m:m + n_p] = partners[:n_p]
+    p_coef[m:m + n_p] = coef[:n_p]
+    for q in range(n_p):
+        p_span[m + rank[q]] = span[q]
+    p_ptr[c + 1] = m + n_p
+    return p_cls, p_coef, p_span
+
+
+@njit(cache=True)
+def run_units(B, nbytes, flit):  # pragma: no cover - jitted
+    """Per op, the units the run bound's coefficients multiply: 1, its bytes, its first flit's bytes
+    ``s0 = min(N, F)`` and the bytes after it ``N - s0``."""
+    units = np.zeros((len(nbytes), 4))
+    for i in range(len(B.ops)):
+        g = B.ops[i]
+        s0 = min(nbytes[g], flit)
+        units[g, 0] = 1.0
+        units[g, 1] = nbytes[g]
+        units[g, 2] = s0
+        units[g, 3] = nbytes[g] - s0
+    return units
+
+
+@njit(cache=True)
+def run_charges_all(B, R, nbytes, flit):  # pragma: no cover - jitted
+    """:func:`run_charges` without windows: every co-user counts (the batched sweep's first pass)."""
+    n_cls = len(B.cls_ptr) - 1
+    extra = np.zeros(len(nbytes))
+    if not np.any(R.done):
+        return extra
+    units = run_units(B, nbytes, flit)
+    total = np.zeros((n_cls, 4))               # per class, the total of its ops' units
+    for c in range(n_cls):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            total[c] += units[B.ops[i]]
+    for c in range(n_cls):
+        if not R.done[c]:
+            continue
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            o = B.ops[i]
+            x = 0.0
+            for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
+                d = R.p_cls[j]
+                for u in range(4):
+                    w = total[d, u] - (units[o, u] if d == c else 0.0)     # o is no co-user of its own
+                    x += R.p_coef[j, u] * max(w, 0.0)
+            extra[o] = x
+    return extra
+
+
+@njit(cache=True)
+def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows, seq_pre, seq_post):  # pragma: no cover - jitted
+    """Per op of a class that ``R`` (:func:`run_coefficients`) has ``done``: the work its overlapping
+    co-users bring to its wires and node workers, paid once per run; 0 for the other ops.  Co-user ``g``
+    overlaps op ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]`` (every co-user
+    without ``use_windows``: :func:`run_charges_all`), with both windows narrowed to the servers the two
+    share (``R.p_span``): from ``seq_pre`` at the first to ``seq_post`` at the last (:func:`window_offsets`).
+    A partner's shift is one constant for all its ops, so its windows stay sorted; it is capped at the
+    partner's shortest window, so that no co-user's window turns empty (the prefix sums need ``begin <= end``)."""
+    if not use_windows:
+        return run_charges_all(B, R, nbytes, flit)
+    n_cls = len(B.cls_ptr) - 1
+    extra = np.zeros(len(nbytes))
+    if not np.any(R.done):
+        return extra
+    units = run_units(B, nbytes, flit)
+    by_b, by_e, cum_b, cum_e = _class_windows(B, units, begin_lo, end_hi)
+    shortest = np.full(n_cls, np.inf)
+    for c in range(n_cls):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            g = B.ops[i]
+            shortest[c] = min(shortest[c], end_hi[g] - begin_lo[g])
+    for c in range(n_cls):
+        if not R.done[c]:
+            continue
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            o = B.ops[i]
+            x = 0.0
+            for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
+                d = R.p_cls[j]
+                b_o = begin_lo[o] + seq_pre[R.p_span[j, 0]]
+                e_o = max(end_hi[o] - seq_post[R.p_span[j, 1]], b_o)
+                room = max(0.999999 * shortest[d], 0.0)
+                pre_d = min(seq_pre[R.p_span[j, 2]], room)
+                post_d = min(seq_post[R.p_span[j, 3]], room - pre_d)
+                lo, hi = B.ops_ptr[d], B.ops_ptr[d + 1]
+                b_row = lo + d + np.searchsorted(by_b[lo:hi], e_o - pre_d, side="right")   # begin[g] <= end[o]
+                e_row = lo + d + np.searchsorted(by_e[lo:hi], b_o + post_d, side="left")   # end[g] < begin[o]
+                mine = d == c and begin_lo[o] + pre_d <= e_o and end_hi[o] - post_d >= b_o     # o overlaps itself
+                for u in range(4):
+                    w = cum_b[b_row, u] - cum_e[e_row, u] - (units[o, u] if mine else 0.0)
+                    x += R.p_coef[j, u] * max(w, 0.0)
+            extra[o] = x
+    return extra
+
+
+@njit(cache=True)
+def _class_windows(B, units, begin_lo, end_hi):  # pragma: no cover - jitted
+    """Per class, its ops' windows sorted by begin and by end, with prefix sums of their ``units`` columns in
+    each order (``units[op]``: 1, bytes, first-flit bytes, the rest): row ``B.ops_ptr[c] + c + i`` of the
+    prefix holds the sum over the first ``i`` ops of class ``c``."""
+    n_cls = len(B.ops_ptr) - 1
+    n = len(B.ops)
+    m = units.shape[1]
+    by_b = np.empty(n)
+    by_e = np.empty(n)
+    cum_b = np.zeros((n + n_cls, m))
+    cum_e = np.zeros((n + n_cls, m))
+    for c in range(n_cls):
+        lo, hi = B.ops_ptr[c], B.ops_ptr[c + 1]
+        ops = B.ops[lo:hi]
+        ob = np.argsort(begin_lo[ops], kind="mergesort")
+        oe = np.argsort(end_hi[ops], kind="mergesort")
+        for i in range(hi - lo):
+            by_b[lo + i] = begin_lo[ops[ob[i]]]
+            by_e[lo + i] = end_hi[ops[oe[i]]]
+            for j in range(m):
+                cum_b[lo + c + i + 1, j] = cum_b[lo + c + i, j] + units[ops[ob[i]], j]
+                cum_e[lo + c + i + 1, j] = cum_e[lo + c + i, j] + units[ops[oe[i]], j]
+    return by_b, by_e, cum_b, cum_e
