@@ -13,7 +13,9 @@
 * :func:`pairwise_runs`: its run bound (``run_coefficients`` and ``run_charges``): every pair of classes' runs of shared
   servers from Python lists, nested by cutting, and every pair of flows charged per piece;
 * :func:`naive_pipeline`: the GEMM tile pipeline's recurrence (``kbfast.fast.pipeline``), tile by tile with
-  whole lists of stage times.
+  whole lists of stage times;
+* :func:`naive_transfer_end`: one isolated transfer's completion (``kbfast.fast.closed_form.transfer_end``),
+  flit by flit through every FIFO server of its route and every PC commit.
 """
 
 from __future__ import annotations
@@ -423,3 +425,72 @@ def naive_pipeline(n_mn, n_k, D, t0, a_hold, a_done, b_hold, b_done, fetch, comp
             write_free = w + w_hold
             done.append(w + w_done)
     return done[-1], done[0]
+
+
+def naive_train(route, e_dst, e_c, e_prop, n_ovh, n_flit, t0, nbytes, flit, to_worker=False):
+    """Per flit of a ``nbytes`` train put at ``t0`` on ``route`` (edge ids), when it reaches the route's end
+    node, or with ``to_worker`` when that node's worker takes it: every wire a FIFO server of ``size / bw``
+    per flit followed by its propagation; a flit-aware node a FIFO worker whose first flit pays the overhead;
+    a store-and-forward node waits for the whole train, then pays its overhead for all of it."""
+    n = -(-nbytes // flit)
+    sizes = [flit] * (n - 1) + [nbytes - flit * (n - 1)]
+    ready = [t0] * n
+    for k, e in enumerate(route):
+        free, out = -math.inf, []
+        for i in range(n):
+            free = max(ready[i], free) + sizes[i] * e_c[e]
+            out.append(free + e_prop[e])
+        ready = out
+        v = e_dst[e]
+        if k == len(route) - 1 and not to_worker:
+            break
+        if n_flit[v] or k == len(route) - 1:
+            free, out = -math.inf, []
+            for i in range(n):
+                free = max(ready[i], free) + (n_ovh[v] if i == 0 else 0.0)
+                out.append(free)
+            ready = out
+        else:
+            ready = [max(ready) + n_ovh[v]] * n
+    return ready
+
+
+def naive_commits(ready, addr, shift, n_pcs, commit, penalty, free):
+    """The last commit of every PC: unit ``i`` (ready at ``ready[i]``) commits on PC ``((addr >> shift) + i)
+    % n_pcs`` after the units before it on that PC; a PC's first commit waits for ``free[q]`` and pays
+    ``penalty[q]``.  Returns per PC its last commit's end (-inf: untouched)."""
+    last = [-math.inf] * n_pcs
+    for i, t in enumerate(ready):
+        q = ((addr >> shift) + i) % n_pcs
+        first = last[q] == -math.inf
+        start = max(t, free[q]) + penalty[q] if first else max(t, last[q])
+        last[q] = start + commit
+    return last
+
+
+def naive_transfer_end(kind, T, nbytes, addr, fwd, rev, e_src, e_dst, e_c, e_bw, e_prop, n_ovh, n_flit, flit,
+                       burst, shift, n_pcs, commit, burst_commit, penalty, free):
+    """Completion of one isolated transfer begun at ``T`` (kinds of ``kbfast.fast.closed_form``: 0 a PE
+    request, 1 a host write, 2 a host read, 3 a PE read finished when the controller takes its last flit),
+    over the forward route ``fwd`` and the reverse route ``rev`` (edge id lists), and per PC its last commit."""
+    def control(route):                 # a zero-byte message: propagation, intermediate overheads
+        return sum(e_prop[e] for e in route) + sum(n_ovh[e_dst[e]] for e in route[:-1])
+
+    head = T + n_ovh[e_src[fwd[0]]]
+    ctrl, back = e_dst[fwd[-1]], n_ovh[e_dst[rev[-1]]]
+    if kind == 2:
+        t0 = head + control(fwd) + n_ovh[ctrl]
+        n_chunks = -(-nbytes // burst)
+        delta = nbytes / min(e_bw[e] for e in fwd) / n_chunks if n_chunks else 0.0
+        ready = [t0 + (i + 1) * delta for i in range(n_chunks)]
+        last = naive_commits(ready, addr, shift, n_pcs, burst_commit, penalty, [-math.inf] * n_pcs)
+        send = max([t0 + n_chunks * delta] + last)
+        if nbytes == 0:
+            return send + control(rev) + back, last
+        return naive_train(rev, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, flit)[-1] + back, last
+    if nbytes == 0:
+        return head + control(fwd) + n_ovh[ctrl] + (0.0 if kind == 1 else control(rev) + back), [-math.inf] * n_pcs
+    taken = naive_train(fwd, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, flit, to_worker=True)
+    last = naive_commits(taken, addr, shift, n_pcs, commit, penalty, free)
+    fin = taken[-1] if kind == 3 else max(last)
+    return fin + (0.0 if kind == 1 else control(rev) + back), last

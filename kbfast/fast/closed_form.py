@@ -297,31 +297,43 @@ def chunk_finish(t0, nbytes, bn, addr, burst, pc_shift, n_pcs, commit, pen):  # 
 
 
 @njit(cache=True, _nrt=False)
-def transfer_end(kind, T, nbytes, addr, fwd, flo, fhi, rev, rlo, rhi, e_src, e_dst, e_c, e_bw, e_prop, n_ovh,
-                 n_flit, F, burst, pc_shift, n_pcs, commit, burst_commit, pcs, buf, memo):  # pragma: no cover - jitted
-    """Completion time of one isolated DMA begun at T (the semantics of kbfast.exact.engine).
+def transfer_end(kind, T, nbytes, addr, fwd, rev, fabric, hbm, pcs, buf, memo):  # pragma: no cover - jitted
+    """Completion time of one isolated DMA of ``kind`` (PE_REQ, H2D, D2H, PE_READ) and ``nbytes`` at byte
+    address ``addr``, begun at T (the semantics of kbfast.exact.engine; docs/fast_path.md §1).
 
     PE request: source overhead, train to the HBM controller, PC commits (PE_READ: the controller takes the
     last flit), zero-byte response.
     H2D: the same without the response.  D2H: zero-byte command, chunk loop, data train back.
+
+    ``fwd``, ``rev``: the forward and reverse route ids in ``fabric``'s routes (``r_ptr``, ``r_edges``);
+    ``fabric``: a :data:`~kbfast.sim.lowering.Fabric` (or a namedtuple with its fields ``e_src, e_dst, e_c,
+    e_bw, e_prop, n_ovh, n_flit, r_ptr, r_edges``); ``hbm``: a :data:`~kbfast.sim.lowering.Hbm` (``flit_bytes,
+    burst_bytes, pc_shift, n_pcs, commit_ns, burst_commit_ns``); ``pcs``: per-PC rows (:func:`new_pcs`;
+    row 2 receives each PC's last commit); ``buf``, ``memo``: the segment memo (:func:`new_buf`,
+    :func:`_prepare`).  The slow reference is ``tests/naive.py``'s ``naive_transfer_end``.
     """
-    head = T + n_ovh[e_src[fwd[flo]]]
+    edges, r_ptr = fabric.r_edges, fabric.r_ptr
+    flo, fhi, rlo, rhi = r_ptr[fwd], r_ptr[fwd + 1], r_ptr[rev], r_ptr[rev + 1]
+    e_dst, e_c, e_prop, n_ovh, n_flit = fabric.e_dst, fabric.e_c, fabric.e_prop, fabric.n_ovh, fabric.n_flit
+    F, n_pcs, pc_shift = hbm.flit_bytes, hbm.n_pcs, hbm.pc_shift
+    head = T + n_ovh[fabric.e_src[edges[flo]]]
     if kind == D2H:
-        t_cmd = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh)
-        hbm = e_dst[fwd[fhi - 1]]
-        bn = bottleneck(fwd, flo, fhi, e_bw)
-        send = chunk_finish(t_cmd + n_ovh[hbm], nbytes, bn, addr, burst, pc_shift, n_pcs, burst_commit, pcs[0])
+        t_cmd = head + ctrl_latency(edges, flo, fhi, e_dst, e_prop, n_ovh)
+        ctrl = e_dst[edges[fhi - 1]]
+        bn = bottleneck(edges, flo, fhi, fabric.e_bw)
+        send = chunk_finish(t_cmd + n_ovh[ctrl], nbytes, bn, addr, hbm.burst_bytes, pc_shift, n_pcs,
+                            hbm.burst_commit_ns, pcs[0])
         if nbytes == 0:
-            return send + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
-        last, _, _ = train_exit_last(rev, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf, memo)
-        return last + n_ovh[e_dst[rev[rhi - 1]]]
+            return send + ctrl_latency(edges, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[edges[rhi - 1]]]
+        last, _, _ = train_exit_last(edges, rlo, rhi, e_dst, e_c, e_prop, n_ovh, n_flit, send, nbytes, F, buf, memo)
+        return last + n_ovh[e_dst[edges[rhi - 1]]]
     if nbytes == 0:
-        fin = head + ctrl_latency(fwd, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[fwd[fhi - 1]]]
+        fin = head + ctrl_latency(edges, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[edges[fhi - 1]]]
     else:
-        fin = hbm_finish(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
-                         n_pcs, commit, pcs, buf, memo)   # (a PE_READ's commits still fill pcs[2])
+        fin = hbm_finish(edges, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
+                         n_pcs, hbm.commit_ns, pcs, buf, memo)   # (a PE_READ's commits still fill pcs[2])
         if kind == PE_READ:
-            fin = hbm_accept(fwd, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, buf, memo)
+            fin = hbm_accept(edges, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, buf, memo)
     if kind == H2D:
         return fin
-    return fin + ctrl_latency(rev, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[rev[rhi - 1]]]
+    return fin + ctrl_latency(edges, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[edges[rhi - 1]]]

@@ -9,61 +9,63 @@ Python loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
 from kbfast.config.schema import SystemSpec
 from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, transfer_end
-from kbfast.sim.lowering import TransferRoutes, hbm_constants, ns_per_byte
+from kbfast.sim.lowering import Fabric, Hbm, TransferRoutes, hbm_constants, ns_per_byte
 from kbfast.topology.builder import Tables
 
 KINDS = {"pe_dma": PE_REQ, "pe_read": PE_READ, "h2d": H2D, "d2h": D2H}
 
 
-@njit(cache=True)
-def isolated_batch(kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_src, e_dst, n_flit, e_c, e_bw,
-                   e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit,
-                   max_route):  # pragma: no cover - jitted
-    """Latency of every point: ``transfer_end`` with the point's route and parameter-set row.
+# The points of a batch: per point its kind (KINDS), bytes, HBM address, forward and reverse route ids and
+# parameter set; ``order``: the order to run them in (by parameter set, then route).
+IsoPoints = namedtuple("IsoPoints", ["kind", "nbytes", "addr", "fwd", "rev", "pset", "order"])
 
-    Points run in ``order`` (by parameter set, then route), so that consecutive points share the
+# Per parameter set (row), the kernel's attribute tables over the compact edges / nodes, and the HBM constants.
+ParamRows = namedtuple("ParamRows", [
+    "e_c",           # float64 [S, E]  ns per byte
+    "e_bw",          # float64 [S, E]  bandwidth, GB/s
+    "e_prop",        # float64 [S, E]  propagation, ns
+    "n_ovh",         # float64 [S, N]  node overhead, ns
+    "F", "burst", "pc_shift", "n_pcs",   # int64 [S]  flit and burst bytes, PC address shift, PCs
+    "commit", "burst_commit",            # float64 [S]  one flit's and one burst's commit, ns
+])
+
+
+@njit(cache=True)
+def isolated_batch(points, fabric, rows, max_route):  # pragma: no cover - jitted
+    """Latency of every point of ``points`` (:data:`IsoPoints`): :func:`~kbfast.fast.closed_form.transfer_end`
+    with the point's routes in ``fabric`` (a :data:`~kbfast.sim.lowering.Fabric`, whose attribute tables
+    ``rows`` replaces per parameter set) and its parameter-set row of ``rows`` (:data:`ParamRows`);
+    ``max_route``: the longest route, in edges.
+
+    Points run in ``points.order`` (by parameter set, then route), so that consecutive points share the
     size-independent part of the closed form (``_prepare``'s memo, named by the parameter set).
     """
-    out = np.empty(len(nbytes))
-    _batch_loop(out, new_buf(max_route), new_pcs(64), kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges,
-                e_src, e_dst, n_flit, e_c, e_bw, e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit)
+    out = np.empty(len(points.nbytes))
+    _batch_loop(out, new_buf(max_route), new_pcs(64), points, fabric, rows)
     return out
 
 
 # No NRT: the loop allocates nothing, and without it the per-point row views and the calls pay no
 # atomic reference counting (as in kbfast.fast.schedule._run).
 @njit(cache=True, _nrt=False)
-def _batch_loop(out, buf, pcs, kind, nbytes, addr, fwd, rev, pset, order, r_ptr, r_edges, e_src, e_dst, n_flit, e_c,
-                e_bw, e_prop, n_ovh, F, burst, pc_shift, n_pcs, commit, burst_commit):  # pragma: no cover - jitted
-    for i in order:
-        s = pset[i]
-        f, r = fwd[i], rev[i]
-        out[i] = transfer_end(kind[i], 0.0, nbytes[i], addr[i], r_edges, r_ptr[f], r_ptr[f + 1], r_edges,
-                              r_ptr[r], r_ptr[r + 1], e_src, e_dst, e_c[s], e_bw[s], e_prop[s], n_ovh[s], n_flit,
-                              F[s], burst[s], pc_shift[s], n_pcs[s], commit[s], burst_commit[s], pcs, buf, s)
-
-
-@dataclass(frozen=True)
-class ParamRows:
-    """Per-parameter-set rows of the kernel's attribute tables (over compact edges/nodes)."""
-
-    e_c: np.ndarray
-    e_bw: np.ndarray
-    e_prop: np.ndarray
-    n_ovh: np.ndarray
-    F: np.ndarray
-    burst: np.ndarray
-    pc_shift: np.ndarray
-    n_pcs: np.ndarray
-    commit: np.ndarray
-    burst_commit: np.ndarray
+def _batch_loop(out, buf, pcs, points, fabric, rows):  # pragma: no cover - jitted
+    """The loop of :func:`isolated_batch` (same bundles; ``buf`` and ``pcs`` the closed form's scratch)."""
+    for i in points.order:
+        s = points.pset[i]
+        fab = Fabric(rows.n_ovh[s], fabric.n_flit, fabric.n_hbm, fabric.e_src, fabric.e_dst, rows.e_bw[s], rows.e_c[s],
+                     rows.e_prop[s], fabric.r_ptr, fabric.r_edges)
+        hbm = Hbm(n_pcs=rows.n_pcs[s], pc_shift=rows.pc_shift[s], burst_bytes=rows.burst[s], flit_bytes=rows.F[s],
+                  commit_ns=rows.commit[s], burst_commit_ns=rows.burst_commit[s], switch_penalty_ns=0.0,
+                  read_accept=False)
+        out[i] = transfer_end(points.kind[i], 0.0, points.nbytes[i], points.addr[i], points.fwd[i], points.rev[i],
+                              fab, hbm, pcs, buf, s)
 
 
 def param_rows(tables_list: list[Tables], edges: np.ndarray, nodes: np.ndarray) -> ParamRows:
@@ -114,9 +116,11 @@ def isolated_latencies(routes: TransferRoutes, src: np.ndarray, dst: np.ndarray,
     rows = param_rows(variants or [t], edges, nodes)
     pset = np.zeros(len(src), np.int64) if pset is None else np.broadcast_to(np.asarray(pset, np.int64),
                                                                               src.shape).copy()
-    return isolated_batch(
-        (np.full(len(src), KINDS[kind], np.int64) if isinstance(kind, str) else
-         np.array([KINDS[k] for k in kind], np.int64)), nbytes, addr, inv, k + inv, pset, _by_set_and_route(pset, inv, k),
-        r_ptr, routes.r_edges, routes.e_src, routes.e_dst,
-        t.node_flit_aware[nodes], rows.e_c, rows.e_bw, rows.e_prop, rows.n_ovh, rows.F, rows.burst, rows.pc_shift,
-        rows.n_pcs, rows.commit, rows.burst_commit, int(np.diff(r_ptr).max()))
+    kinds = (np.full(len(src), KINDS[kind], np.int64) if isinstance(kind, str) else
+             np.array([KINDS[k] for k in kind], np.int64))
+    points = IsoPoints(kind=kinds, nbytes=nbytes, addr=addr, fwd=inv, rev=k + inv, pset=pset,
+                       order=_by_set_and_route(pset, inv, k))
+    fabric = Fabric(n_ovh=rows.n_ovh[0], n_flit=t.node_flit_aware[nodes], n_hbm=np.empty(0, np.int32),
+                    e_src=routes.e_src, e_dst=routes.e_dst, e_bw=rows.e_bw[0], e_c=rows.e_c[0],
+                    e_prop=rows.e_prop[0], r_ptr=r_ptr, r_edges=routes.r_edges)
+    return isolated_batch(points, fabric, rows, int(np.diff(r_ptr).max()))

@@ -10,6 +10,8 @@ runs the lower, point and upper schedules of each.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -22,10 +24,30 @@ from kbfast.ir import BUFFER_KINDS, Op, Program
 from kbfast.sim.agents import OP_MATH, Prog
 
 
+# The points, sorted by size, then buffer kind, then ``n_slots`` descending: per point the message size
+# (float64, bytes), the IPCQ buffer kind (int64, index into BUFFER_KINDS) and the ring depth (int64).
+SizePoints = namedtuple("SizePoints", ["sizes", "kinds", "n_slots"])
+
+# How the Program's ops follow the size: per op its bytes per byte of size (0: fixed) ``ratio`` and a MATH
+# op's elements per byte of size ``math_n`` (float64 [O]); the MATH cost ``max(math_ovh, n_elem *
+# math_per_elem)`` and the element size ``elem_bytes``.
+Scaling = namedtuple("Scaling", ["ratio", "math_n", "math_ovh", "math_per_elem", "elem_bytes"])
+
+# Per buffer kind the slot tier's setup (ns) and bandwidth (GB/s), float64 [K]; per channel and buffer kind
+# the PE <-> bank hop bandwidth ``hop_bw`` (float64 [C, K]).
+SlotTiers = namedtuple("SlotTiers", ["setup", "bw", "hop_bw"])
+
+# The size-independent plan of kbfast.fast.plan.plan_fast that the kernel reads (Plan's fields of the
+# same names).
+PlanArrays = namedtuple("PlanArrays", ["share", "data_route", "shared_edge", "shared_node"])
+
+
 @njit(cache=True)
-def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pragma: no cover - jitted
+def _scaled(P, size, scale):  # pragma: no cover - jitted
     """Per op, for tile ``size``: bytes (moving ops scale with the size; a MATH op's element count) and arg
-    (a MATH op's duration)."""
+    (a MATH op's duration), by ``scale`` (:data:`Scaling`)."""
+    ratio, math_n, math_ovh, math_per_elem, elem_bytes = (scale.ratio, scale.math_n, scale.math_ovh,
+                                                          scale.math_per_elem, scale.elem_bytes)
     n_ops = len(P.op_code)
     nbytes = np.empty(n_ops, np.int64)
     arg = P.op_arg.copy()
@@ -39,39 +61,36 @@ def _scaled(P, size, ratio, math_n, math_ovh, math_per_elem, elem_bytes):  # pra
 
 
 @njit(cache=True)
-def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem, elem_bytes, tier_setup,
-                  tier_bw, hop_bw, launch, share, data_route, shared_edge, shared_node, bounds, runs, fabric, hbm,
-                  P, routes, sharing):  # pragma: no cover - jitted
+def points_kernel(pts, scale, tiers, launch, plan, bounds, runs, fabric, hbm, P, routes,
+                  sharing):  # pragma: no cover - jitted
     """Per point: (latency, lower, upper, contention, ring peak) with latency = max agent finish - launch.
 
     Points come sorted by size, then buffer kind, then ``n_slots`` descending.  What depends on the
     size only (bytes, head offsets, interference bound, isolated latencies) is computed once per
     distinct size.  A size and kind whose three runs blocked no SEND give the same runs for every
-    ``n_slots`` above their ring peak (``kbfast.sim.agents``): those points reuse them.
+    ``n_slots`` above their ring peak (``kbfast.sim.agents``): those points reuse them.  One loop over the
+    points, and one call site of the schedule (linked into this kernel once): hence its length.
 
     Parameters
     ----------
-    sizes : float64 [n]
-        per point, the message size in bytes (sorted as above).
-    kinds, n_slots : int64 [n]
-        per point, the IPCQ buffer kind (index into ``BUFFER_KINDS``) and the ring depth.
-    ratio, math_n : float64 [O]
-        per op, its bytes per byte of size (0: fixed), and a MATH op's elements per byte of size.
-    math_ovh, math_per_elem, elem_bytes : float
-        the MATH cost ``max(math_ovh, n_elem * math_per_elem)`` and the element size.
-    tier_setup, tier_bw : float64 [K]
-        per buffer kind, the slot tier's setup (ns) and bandwidth (GB/s).
-    hop_bw : float64 [C, K]
-        per channel and buffer kind, the PE <-> bank hop bandwidth.
+    pts : SizePoints
+        the points (sorted as above).
+    scale : Scaling
+        how the ops' bytes and MATH durations follow the size.
+    tiers : SlotTiers
+        per buffer kind the slot tier, per channel and kind the hop bandwidth.
     launch : float
         the launch time, ns: latencies count from it.
-    share, data_route, shared_edge, shared_node, bounds :
-        the plan of :func:`kbfast.fast.plan.plan_fast` (size-independent).
+    plan : PlanArrays
+        and ``bounds`` (BoundTables): the plan of :func:`kbfast.fast.plan.plan_fast` (size-independent).
     runs : RunCoefs
         the run bound's coefficients of ``bounds`` (:func:`kbfast.fast.plan.run_bound`).
     fabric, hbm, P, routes, sharing :
         the kernel inputs of :func:`kbfast.fast.schedule.schedule` (``P`` at the largest size).
     """
+    sizes, kinds, n_slots = pts.sizes, pts.kinds, pts.n_slots
+    tier_setup, tier_bw, hop_bw = tiers.setup, tiers.bw, tiers.hop_bw
+    share, data_route, shared_edge, shared_node = plan.share, plan.data_route, plan.shared_edge, plan.shared_node
     n_pts = len(sizes)
     out = np.empty((n_pts, 5))
     n_ops = len(P.op_code)
@@ -91,7 +110,7 @@ def points_kernel(sizes, kinds, n_slots, ratio, math_n, math_ovh, math_per_elem,
         new_size = i == 0 or sizes[i] != sizes[i - 1]
         if new_size:
             iso[:] = np.nan
-            nbytes, arg = _scaled(P, sizes[i], ratio, math_n, math_ovh, math_per_elem, elem_bytes)
+            nbytes, arg = _scaled(P, sizes[i], scale)
             head = head_offsets(data_route, nbytes, fabric, shared_edge, shared_node, hbm.flit_bytes)
             extra = (interference(bounds, nbytes, hbm.flit_bytes, zero, zero, no_windows, zero, no_posted, runs.done,
                                   no_offsets, no_offsets)
@@ -156,9 +175,13 @@ def evaluate_points(p: Program, hop_bw: np.ndarray, launch_ns: float, sizes, kin
     tiers = [getattr(t.spec.ipcq.tiers, k) for k in BUFFER_KINDS]
     order = np.lexsort((-slots, kinds, sizes))
     out = np.empty((len(sizes), 5))
-    out[order] = points_kernel(sizes[order].astype(np.float64), kinds[order], slots[order], ratio, math_n,
-                               t.spec.pe.math_overhead_ns, t.spec.pe.math_ns_per_elem, t.spec.pe.elem_bytes,
-                               np.array([x.setup_ns for x in tiers]), np.array([x.bw_gbs for x in tiers]), hop_bw,
-                               launch_ns, plan.share, plan.data_route, plan.shared_edge, plan.shared_node,
-                               plan.bounds, run_bound(plan.bounds), *plan.kernel_inputs)
+    pts = SizePoints(sizes=sizes[order].astype(np.float64), kinds=kinds[order], n_slots=slots[order])
+    scale = Scaling(ratio=ratio, math_n=math_n, math_ovh=t.spec.pe.math_overhead_ns,
+                    math_per_elem=t.spec.pe.math_ns_per_elem, elem_bytes=t.spec.pe.elem_bytes)
+    tiers = SlotTiers(setup=np.array([x.setup_ns for x in tiers]), bw=np.array([x.bw_gbs for x in tiers]),
+                      hop_bw=hop_bw)
+    arrays = PlanArrays(share=plan.share, data_route=plan.data_route, shared_edge=plan.shared_edge,
+                        shared_node=plan.shared_node)
+    out[order] = points_kernel(pts, scale, tiers, launch_ns, arrays, plan.bounds, run_bound(plan.bounds),
+                               *plan.kernel_inputs)
     return out

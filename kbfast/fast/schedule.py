@@ -347,10 +347,8 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
             busy = busy or waits or iso_pcs[0, q] > 0.0
         record = history and kind_t == PE_READ and nbytes > 0
         if busy or np.isnan(iso[o, 0]):
-            lat[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1], r_edges,
-                                  r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, fabric.e_bw, e_prop, n_ovh, n_flit,
-                                  F, hbm.burst_bytes, hbm.pc_shift, n_pcs, hbm.commit_ns, hbm.burst_commit_ns,
-                                  iso_pcs, buf, 0)      # memo 0: one set of tables per run
+            lat[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], fwd, rev, fabric, hbm, iso_pcs, buf,
+                                  0)      # memo 0: one set of tables per run
             if not busy:
                 iso[o, 0] = lat[o]
                 for q in range(n_pcs):
@@ -370,10 +368,7 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
         if waits and share[o]:
             for q in range(n_pcs):
                 iso_pcs[1, q] = -np.inf
-            W.lat_free[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], r_edges, r_ptr[fwd], r_ptr[fwd + 1],
-                                         r_edges, r_ptr[rev], r_ptr[rev + 1], e_src, e_dst, e_c, fabric.e_bw, e_prop,
-                                         n_ovh, n_flit, F, hbm.burst_bytes, hbm.pc_shift, n_pcs, hbm.commit_ns,
-                                         hbm.burst_commit_ns, iso_pcs, buf, 0)
+            W.lat_free[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], fwd, rev, fabric, hbm, iso_pcs, buf, 0)
         if mode == POINT:
             unit = hbm.burst_bytes if kind_t == D2H else F
             nunits = (nbytes + unit - 1) // unit
