@@ -136,7 +136,7 @@ def _tail_to_segment_end(B, lo, hi, n, flit, out, total):  # pragma: no cover - 
 @njit(cache=True)
 def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
     """Where on its window a flow can be at each server of its route (docs/fast_path.md §4, "Windows per
-    server").  A flow's first flit reaches its route's server ``i`` no earlier than ``pre`` after the flow
+    server"; one pass per class over its servers, hence its length).  A flow's first flit reaches its route's server ``i`` no earlier than ``pre`` after the flow
     begins: every server before ``i`` holds it for its node overhead or its wire time.  After the last flit
     leaves server ``i``, the flow alone needs at least ``post`` more to end: every later wire's time for the
     last flit, and when every flow of the class is one flit (head and tail alike), every later node's
@@ -226,6 +226,8 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
 def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted,
                  skip_wn, pre, post):  # pragma: no cover - jitted
     """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
+    (One pass over the resources' users with sorted windows and prefix sums: a hot kernel whose cases share
+    their scratch, hence its length.)
 
     A class with ``skip_wn`` set is charged its controller entries only (its wires and node workers are
     ``kbfast.fast.runs.run_charges``'s); it still brings its work to every other class.

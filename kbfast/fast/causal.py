@@ -48,6 +48,7 @@ def knowledge(op_ptr, agent_ops, op_code, op_target, op_async, ch_src, ch_dst, c
     begins; ``clock[rows[o], A + c]`` the messages of channel ``c`` known to have arrived.  Agents advance
     in program order as far as their messages and credits allow (a worklist); an op that can never run
     (a RECV without its SEND) stops its agent, and its flows keep an empty clock (nothing is apart).
+    One worklist pass whose steps share the clock rows in place, hence its length.
     """
     n_ag = len(op_ptr) - 1
     n_ch = len(ch_src)
@@ -205,7 +206,8 @@ def _heaviest_common_order(pos_g, work):  # pragma: no cover - jitted
 @njit(cache=True)
 def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz, pre, post,
                         order):  # pragma: no cover - jitted
-    """extra[o] = own_extra[o] + per server of ``o``, the work of each co-user ``g`` whose window
+    """(One scan per server over its users sorted by window, a hot kernel: hence its length.)
+    extra[o] = own_extra[o] + per server of ``o``, the work of each co-user ``g`` whose window
     ``[begin_lo, end_hi]`` there (narrowed by ``pre`` and ``post``, as in
     :func:`kbfast.fast.bounds.interference`) overlaps ``o``'s and that is not causally apart from ``o`` (``cz``, a
     :class:`Causal`): neither has ended, in every schedule, before the other begins.  As in

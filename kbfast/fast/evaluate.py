@@ -139,6 +139,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
     order = fifo_order(B) if tight else np.full(len(B.res), -1, np.int64)
 
     def bound(end_hi: np.ndarray, windows: bool) -> np.ndarray:
+        """The interference per flow, windows closing at ``end_hi`` (or none without ``windows``)."""
         # co-users paid once per run of shared servers where a class has few enough partners; the
         # controller's commits, and the other classes' wires and workers, per server
         extra = (interference(B, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, runs.done, pre, post)
@@ -150,6 +151,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         return extra
 
     def run(extra: np.ndarray):
+        """The upper schedule with ``extra`` per flow, checked."""
         return _checked(p, schedule(UPPER, extra, share, head, iso, *args))
 
     if tight:

@@ -57,6 +57,7 @@ def dma_times(routes: TransferRoutes, plans: list[GemmPlan], nodes: list[tuple[i
     src, dst, nb, kinds = [], [], [], []
 
     def add(s: int, d: int, n: int, k: str) -> int:
+        """Append one isolated transfer; returns its index."""
         src.append(s)
         dst.append(d)
         nb.append(n)
@@ -80,6 +81,7 @@ def dma_times(routes: TransferRoutes, plans: list[GemmPlan], nodes: list[tuple[i
     resp: dict[tuple[int, int], float] = {}
 
     def response(pe: int, ctrl: int) -> float:
+        """:func:`response_ns`, once per (PE, controller)."""
         if (pe, ctrl) not in resp:
             resp[pe, ctrl] = response_ns(routes, pe, ctrl)
         return resp[pe, ctrl]
@@ -102,6 +104,7 @@ def gemm_fast(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
     :func:`dma_times` row: the pipeline starts when the up-front loads are done; ``latency`` counts from 0,
     the window from then."""
     def col(get) -> np.ndarray:
+        """One float64 column, ``get(plan)`` per plan."""
         return np.array([get(p) for p in plans], np.float64)
 
     t0 = times[:, 5].copy()

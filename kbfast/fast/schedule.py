@@ -301,7 +301,10 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
     receiver's ``pe_dma``: source overhead, train, reassembly and its overhead; a DMA's from the closed
     form, with the PC history in ``POINT``), plus ``extra`` in ``UPPER``; then either its end is scheduled,
     or (``POINT``, on a shared resource) its head joins the fluid, FIFO behind the previous train of its
-    source's virtual channel.  Returns (size, seq)."""
+    source's virtual channel.  Returns (size, seq).
+
+    Inlined into the event loop as one handler (a call would pass dozens of arrays per event), hence its
+    length: the SEND, DMA and PC-history cases share the latency and the join below them."""
     n_ovh, n_flit, e_src, e_dst, e_c, e_prop, r_ptr, r_edges = fabric.n_ovh, fabric.n_flit, fabric.e_src, \
         fabric.e_dst, fabric.e_c, fabric.e_prop, fabric.r_ptr, fabric.r_edges
     n_pcs, F = hbm.n_pcs, hbm.flit_bytes

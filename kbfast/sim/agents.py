@@ -76,6 +76,8 @@ State = namedtuple("State", [
 
 @njit(cache=True)
 def new_state(P):  # pragma: no cover - jitted
+    """Fresh agents' state for the packed Program ``P``: every agent at its first op, every op pending,
+    every channel empty (the arrays both event loops update)."""
     n_ops = len(P.op_code)
     n_agents = len(P.a_start)
     n_ch = len(P.ch_src)
@@ -116,6 +118,7 @@ def _slot_ns(P, c, n):  # pragma: no cover - jitted
 
 @njit(cache=True, inline="always")
 def push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
+    """Push event ``kind`` with payload (a, b, c) at ``time``; returns the new (size, sequence number)."""
     heap_push(heap, size, seq, time, pack(kind, a, b, c))
     return size + 1, seq + 1
 
@@ -181,7 +184,10 @@ def _end(o, t, S, heap, size, seq):  # pragma: no cover - jitted
 
 @njit(cache=True, _nrt=False)
 def run_agent(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
-    """Run agent ``a`` until it blocks; ops to begin now are appended to ``pend``."""
+    """Run agent ``a`` until it blocks; ops to begin now are appended to ``pend``.
+
+    One dispatch over the op codes, shared by both evaluators' event loops (each case a few lines), so it
+    stays one function: split, every case would pass the agents' dozens of state arrays."""
     S.a_block[a] = BLK_NONE
     while True:
         k = S.a_pc[a]

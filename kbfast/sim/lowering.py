@@ -87,6 +87,8 @@ def renumber(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def compact(p: Program) -> Compact:
+    """The nodes and edges ``p`` touches (its routes' edges, their ends, its agents' nodes), renumbered
+    0..n-1, with the HBM controllers among them numbered 0..h-1."""
     t = p.tables
     edges, edge_local = renumber(p.route_edges, len(t.edge_src))
     ends = (t.edge_src[edges], t.edge_dst[edges], p.agent_node)

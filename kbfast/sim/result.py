@@ -61,15 +61,18 @@ class Result:
 
     @property
     def makespan_lo_ns(self) -> float:
+        """The lower bound of the makespan: first start to the last agent's lower-bound finish, ns."""
         return self._span(self.agent_finish_lo_ns)
 
     @property
     def makespan_hi_ns(self) -> float:
+        """The upper bound of the makespan: first start to the last agent's upper-bound finish, ns."""
         return self._span(self.agent_finish_hi_ns)
 
     def latency_ns(self, launch_ns: float) -> tuple[float, float, float]:
         """(latency, lower bound, upper bound) from ``launch_ns``: the last agent's finish minus it."""
         def span(finish: np.ndarray) -> float:
+            """The last finish of ``finish`` minus the launch (0 without agents)."""
             return float(finish.max() - launch_ns) if len(finish) else 0.0
         return span(self.agent_finish_ns), span(self.agent_finish_lo_ns), span(self.agent_finish_hi_ns)
 
