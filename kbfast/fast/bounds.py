@@ -223,32 +223,10 @@ def window_offsets(B, nbytes, flit, message):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted,
-                 skip_wn, pre, post):  # pragma: no cover - jitted
-    """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
-    (One pass over the resources' users with sorted windows and prefix sums: a hot kernel whose cases share
-    their scratch, hence its length.)
-
-    A class with ``skip_wn`` set is charged its controller entries only (its wires and node workers are
-    ``kbfast.fast.runs.run_charges``'s); it still brings its work to every other class.
-
-    A ``posted`` op (a PE read whose response leaves when its last flit is taken) waits for no PC commit:
-    the controller entries (kind 2) add nothing to it.
-
-    Co-user ``g`` overlaps ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]``, on
-    each entry ``k`` with its windows narrowed to the server: ``[begin_lo + pre[k], end_hi - post[k]]``
-    (:func:`window_offsets`; zeros: the flows' whole windows; they must be zero on a serial class's
-    entries, whose own co-users are taken back below by whole windows).  A
-    resource whose windows all contain one instant (latest begin <= earliest end) overlaps entirely:
-    its co-users bring ``total - own work``, and summed over a class's such entries that is
-    ``A - (B0 * bytes + B1 + B2 * flits)`` per op, O(1) per op.  On the other (*windowed*) resources
-    the overlapping work is ``W(begin_lo[g] <= end_hi[o]) - W(end_hi[g] < begin_lo[o])``: two prefix
-    sums over the resource's flows sorted by begin and by end, O(U log U) for U flows on it, not the
-    O(U^2) of comparing every pair.
-    """
+def _class_totals(B, nbytes, flit, begin_lo, end_hi):  # pragma: no cover - jitted
+    """Per class of :func:`interference`: its flows' work units by kind (bytes, one, flits), their latest
+    begin and their earliest end."""
     n_cls = len(B.cls_ptr) - 1
-    n_res = len(B.users_ptr) - 1
-    # per class: its flows' work units by kind, and their latest begin and earliest end
     units = np.zeros((n_cls, 3))
     last_b = np.full(n_cls, -np.inf)
     first_e = np.full(n_cls, np.inf)
@@ -260,7 +238,15 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
             units[c, 2] += (nbytes[g] + flit - 1) // flit
             last_b[c] = max(last_b[c], begin_lo[g])
             first_e[c] = min(first_e[c], end_hi[g])
-    # per resource: its number of flows, their total work, and whether windows matter
+    return units, last_b, first_e
+
+
+@njit(cache=True)
+def _resource_totals(B, units, last_b, first_e, use_windows, pre, post):  # pragma: no cover - jitted
+    """Per resource of :func:`interference`: its number of flows, their total work, whether windows matter
+    (``windowed``: not all its windows contain one instant), and the CSR ``w_ptr`` of the windowed ones'
+    flows (their largest count ``max_u``)."""
+    n_res = len(B.users_ptr) - 1
     n_on = np.zeros(n_res, np.int64)
     total = np.zeros(n_res)
     windowed = np.zeros(n_res, np.bool_)
@@ -279,7 +265,15 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
         w_ptr[r + 1] = w_ptr[r] + (n_on[r] if windowed[r] else 0)
         if windowed[r]:
             max_u = max(max_u, n_on[r])
-    # windowed resources: begins and ends sorted, with the work prefix in each order
+    return n_on, total, windowed, w_ptr, max_u
+
+
+@njit(cache=True)
+def _windowed_prefix(B, nbytes, flit, begin_lo, end_hi, pre, post, windowed, w_ptr, max_u):  # pragma: no cover
+    """Per windowed resource of :func:`interference`: its flows' narrowed begins and ends sorted
+    (``by_b``, ``by_e`` at ``w_ptr[r]``), with the work prefix in each order (``cum_b``, ``cum_e`` at
+    ``w_ptr[r] + r``)."""
+    n_res = len(B.users_ptr) - 1
     tb = np.empty(max_u)
     te = np.empty(max_u)
     tw = np.empty(max_u)
@@ -309,6 +303,65 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
             by_e[lo + i] = te[oe[i]]
             cum_b[lo + r + i + 1] = cum_b[lo + r + i] + tw[ob[i]]
             cum_e[lo + r + i + 1] = cum_e[lo + r + i] + tw[oe[i]]
+    return by_b, by_e, cum_b, cum_e
+
+
+@njit(cache=True)
+def _serial_prefix(B, c, nbytes, begin_lo, end_hi, n_on, windowed):  # pragma: no cover - jitted
+    """For serial class ``c`` of :func:`interference`: its own co-users overlapping each op, by window:
+    its ops' begins and ends sorted (``sb``, ``se``) with prefixes of (bytes, count) in each order
+    (``pb``, ``pe``), and its wire (0) and node (1) entries' bases on resources of 2+ flows, without / with
+    windows (``base``)."""
+    n_c = B.ops_ptr[c + 1] - B.ops_ptr[c]
+    cb = np.empty(n_c)
+    ce = np.empty(n_c)
+    for i in range(n_c):
+        cb[i] = begin_lo[B.ops[B.ops_ptr[c] + i]]
+        ce[i] = end_hi[B.ops[B.ops_ptr[c] + i]]
+    ob = np.argsort(cb, kind="mergesort")
+    oe = np.argsort(ce, kind="mergesort")
+    sb, se = cb[ob], ce[oe]
+    pb = np.zeros((n_c + 1, 2))           # prefix of (bytes, count) in begin order
+    pe = np.zeros((n_c + 1, 2))           # ... in end order
+    for i in range(n_c):
+        pb[i + 1, 0] = pb[i, 0] + nbytes[B.ops[B.ops_ptr[c] + ob[i]]]
+        pb[i + 1, 1] = pb[i, 1] + 1.0
+        pe[i + 1, 0] = pe[i, 0] + nbytes[B.ops[B.ops_ptr[c] + oe[i]]]
+        pe[i + 1, 1] = pe[i, 1] + 1.0
+    base = np.zeros((2, 2))
+    for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
+        if n_on[B.res[k]] >= 2 and B.kind[k] <= 1:
+            base[int(windowed[B.res[k]]), B.kind[k]] += B.base[k]
+    return n_c, sb, se, pb, pe, base
+
+
+@njit(cache=True)
+def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, posted,
+                 skip_wn, pre, post):  # pragma: no cover - jitted
+    """extra[o] = own_extra[o] + sum over o's resources used by 2+ flows of the work of overlapping co-users.
+
+    A class with ``skip_wn`` set is charged its controller entries only (its wires and node workers are
+    ``kbfast.fast.runs.run_charges``'s); it still brings its work to every other class.
+
+    A ``posted`` op (a PE read whose response leaves when its last flit is taken) waits for no PC commit:
+    the controller entries (kind 2) add nothing to it.
+
+    Co-user ``g`` overlaps ``o`` unless ``end_hi[g] < begin_lo[o]`` or ``end_hi[o] < begin_lo[g]``, on
+    each entry ``k`` with its windows narrowed to the server: ``[begin_lo + pre[k], end_hi - post[k]]``
+    (:func:`window_offsets`; zeros: the flows' whole windows; they must be zero on a serial class's
+    entries, whose own co-users are taken back below by whole windows).  A
+    resource whose windows all contain one instant (latest begin <= earliest end) overlaps entirely:
+    its co-users bring ``total - own work``, and summed over a class's such entries that is
+    ``A - (B0 * bytes + B1 + B2 * flits)`` per op, O(1) per op.  On the other (*windowed*) resources
+    the overlapping work is ``W(begin_lo[g] <= end_hi[o]) - W(end_hi[g] < begin_lo[o])``: two prefix
+    sums over the resource's flows sorted by begin and by end, O(U log U) for U flows on it, not the
+    O(U^2) of comparing every pair.
+    """
+    n_cls = len(B.cls_ptr) - 1
+    units, last_b, first_e = _class_totals(B, nbytes, flit, begin_lo, end_hi)
+    n_on, total, windowed, w_ptr, max_u = _resource_totals(B, units, last_b, first_e, use_windows, pre, post)
+    by_b, by_e, cum_b, cum_e = _windowed_prefix(B, nbytes, flit, begin_lo, end_hi, pre, post, windowed, w_ptr,
+                                                max_u)
     extra = own_extra.copy()
     max_len = 0
     for c in range(n_cls):
@@ -336,28 +389,7 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
                     a_commit += total[r]
         serial = B.serial[c] and not skip_wn[c]      # the correction below is on wire and node entries only
         if serial:
-            # its own co-users overlapping each op, by window: bytes and counts sorted by begin and by end
-            n_c = B.ops_ptr[c + 1] - B.ops_ptr[c]
-            cb = np.empty(n_c)
-            ce = np.empty(n_c)
-            for i in range(n_c):
-                cb[i] = begin_lo[B.ops[B.ops_ptr[c] + i]]
-                ce[i] = end_hi[B.ops[B.ops_ptr[c] + i]]
-            ob = np.argsort(cb, kind="mergesort")
-            oe = np.argsort(ce, kind="mergesort")
-            sb, se = cb[ob], ce[oe]
-            pb = np.zeros((n_c + 1, 2))           # prefix of (bytes, count) in begin order
-            pe = np.zeros((n_c + 1, 2))           # ... in end order
-            for i in range(n_c):
-                pb[i + 1, 0] = pb[i, 0] + nbytes[B.ops[B.ops_ptr[c] + ob[i]]]
-                pb[i + 1, 1] = pb[i, 1] + 1.0
-                pe[i + 1, 0] = pe[i, 0] + nbytes[B.ops[B.ops_ptr[c] + oe[i]]]
-                pe[i + 1, 1] = pe[i, 1] + 1.0
-            # the class's wire (0) and node (1) entries on resources of 2+ flows: bases, without / with windows
-            base = np.zeros((2, 2))
-            for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
-                if n_on[B.res[k]] >= 2 and B.kind[k] <= 1:
-                    base[int(windowed[B.res[k]]), B.kind[k]] += B.base[k]
+            n_c, sb, se, pb, pe, base = _serial_prefix(B, c, nbytes, begin_lo, end_hi, n_on, windowed)
         for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
             o = B.ops[i]
             if posted[o]:
