@@ -22,7 +22,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from kbfast.config.schema import GRID_TOPOLOGIES, MAX_COUNT, SystemSpec
+from kbfast.config.schema import EDGE_KINDS, GRID_TOPOLOGIES, MAX_COUNT, SystemSpec
 from kbfast.errors import ConfigError, did_you_mean
 
 DEFAULT_TOPOLOGY = "ahbm_2sip"
@@ -450,9 +450,7 @@ def check_cross_fields(label: str, spec: SystemSpec) -> None:
     if span >= geo.w_mm:
         raise ConfigError(label, "cube.geometry.w_mm", geo.w_mm,
                           f"PE columns need more than {span:g} mm", "widen the cube or reduce pe_pitch_mm")
-    from kbfast.topology.kinds import EdgeKind
-
-    kinds = [k.name.lower() for k in EdgeKind]
+    kinds = list(EDGE_KINDS)
     for kind in spec.routing.weight_mm:
         if kind not in kinds:
             raise ConfigError(label, f"routing.weight_mm.{kind}", kind, "unknown edge kind", did_you_mean(kind, kinds))

@@ -274,6 +274,13 @@ class Pe(Strict):
     tcm_write_gbs: PositiveFloat         # PE_TCM write channel (STORE), ADR-0040
 
 
+# The kinds of edge in the system graph, in the order of their integer ids (spec_fabric §2–§3): the keys
+# ``routing.weight_mm`` accepts.  kbfast.topology.kinds.EdgeKind is built from this tuple.
+EDGE_KINDS = ("pe_to_router", "router_to_pe", "command", "router_mesh", "router_to_hbm", "hbm_to_router",
+              "router_to_sram", "sram_to_router", "router_to_ucie_conn", "ucie_conn_to_router", "ucie_internal",
+              "ucie_mesh", "io_internal", "io_to_cube", "cube_to_io", "pcie", "pe_internal")
+
+
 class Routing(Strict):
     """Route choice (spec_fabric §4.2; docs/routing.md).
 
