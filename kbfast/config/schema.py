@@ -259,7 +259,7 @@ class Pe(Strict):
     elem_bytes: PositiveInt
     math_ns_per_elem: NonNegativeFloat   # the add (the collectives' reduce), ns per element
     math_overhead_ns: NonNegativeFloat
-    # ns per element of every other PE_MATH op (kbfast.tiling.math_ns): mul, exp, softmax, reductions, the
+    # ns per element of every other PE_MATH op (kbfast.ir.tiling.math_ns): mul, exp, softmax, reductions, the
     # epilogues (relu, bias, scale, dequant, ...)
     math_ops: dict[str, NonNegativeFloat]
     vc_weights: VcWeights

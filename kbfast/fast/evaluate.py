@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import BoundTables, RunCoefs, interference, run_charges, run_coefficients, window_offsets
 from kbfast.fast.causal import Causal, causal_interference, fifo_order, knowledge, pair_count

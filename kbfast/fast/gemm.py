@@ -23,7 +23,7 @@ import numpy as np
 from kbfast.fast.batch import isolated_latencies
 from kbfast.fast.pipeline import pipeline_batch
 from kbfast.sim.fabric import ctrl_latency
-from kbfast.tiling import GemmPlan
+from kbfast.ir.tiling import GemmPlan
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.routing import Router
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.config.schema import SystemSpec
 from kbfast.topology.floorplan import PORTS, FloorPlan, build_floorplan
 from kbfast.topology.kinds import FLIT_AWARE, OVERHEAD_KEY, PE_BLOCK_KINDS, PE_BLOCKS, EdgeKind, NodeKind
@@ -287,7 +287,7 @@ def build_tables(spec: SystemSpec) -> Tables:
 
 
 def _check_budget(spec: SystemSpec, npc: int, nio: int, epc: int, eio: int) -> None:
-    """Refuse tables that would not fit in memory (kbfast.budget), from the template sizes and the counts."""
+    """Refuse tables that would not fit in memory (kbfast.config.budget), from the template sizes and the counts."""
     n_sips, n_cubes = spec.sips.count, spec.sip.cube_mesh.w * spec.sip.cube_mesh.h
     seams = 4 * n_cubes + 2 * len(spec.sip.io_chiplets[0].cube_ports)
     n_nodes, n_edges = 1 + n_sips * (nio + n_cubes * npc), n_sips * (eio + n_cubes * epc + seams + 2)

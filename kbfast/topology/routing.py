@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import RoutingError
 from kbfast.topology.builder import Tables
 from kbfast.topology.kinds import EXCLUDED_KINDS, PE_BLOCKS, EdgeKind, Graph
@@ -312,7 +312,7 @@ class Router:
         return row
 
     def _check_budget(self, keys: np.ndarray, kind: str) -> None:
-        """Refuse the trees of many new sources before computing them (kbfast.budget): each holds a SIP's nodes."""
+        """Refuse the trees of many new sources before computing them (kbfast.config.budget): each holds a SIP's nodes."""
         nps = self.t.layout.nodes_per_sip
         if (len(keys) + 2) * nps < (1 << 22):          # at most 16 MiB of new trees: not worth a look
             return
