@@ -50,6 +50,7 @@ class FileCaches:
         self.stamp: tuple | None = None
 
     def refresh(self) -> None:
+        """Clear every cache when the saved sets changed since the last call (:func:`param_sets_stamp`)."""
         stamp = param_sets_stamp()
         if stamp != self.stamp:
             self.stamp = stamp

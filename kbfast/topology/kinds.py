@@ -11,6 +11,8 @@ from kbfast.config.schema import EDGE_KINDS
 
 
 class NodeKind(IntEnum):
+    """Kinds of node in the system graph (spec_fabric §2): switch, IO chiplet, cube and PE blocks."""
+
     SWITCH = 0
     PCIE_EP = 1
     IO_CPU = 2

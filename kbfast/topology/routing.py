@@ -267,9 +267,11 @@ class RouteSet:
         return len(self.src)
 
     def edges_of(self, i: int) -> np.ndarray:
+        """Edge ids of route ``i``, in order."""
         return self.edges[self.ptr[i]:self.ptr[i + 1]]
 
     def nodes_of(self, i: int, edge_dst: np.ndarray) -> np.ndarray:
+        """Node ids of route ``i``, from its source (``edge_dst``: the tables' edge destinations)."""
         return np.concatenate([[self.src[i]], edge_dst[self.edges_of(i)]]).astype(np.int32)
 
 
@@ -381,6 +383,7 @@ class Router:
         return self.routes([src], [dst], kind).edges_of(0)
 
     def route_nodes(self, src: int, dst: int, kind: str = "pe_dma") -> np.ndarray:
+        """Node ids of the route from ``src`` to ``dst`` (see :meth:`route`), ``src`` first."""
         edges = self.route(src, dst, kind)
         return np.concatenate([[src], self.t.edge_dst[edges]]).astype(np.int32)
 
