@@ -56,7 +56,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
 from kbfast.report.formats import column_unit, duration, in_unit
-from kbfast.tiling import plan_gemm
+from kbfast.ir.tiling import plan_gemm
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router

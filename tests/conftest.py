@@ -1,8 +1,13 @@
-"""Shared fixtures: compiled default topology, routers, and small helpers for route checks."""
+"""Shared fixtures and the helpers test modules share: compiled topologies and routers (the default system,
+and any override of it, cached for the session), route checks, reading the CLI's output, the exact engine
+against the SimPy reference, and the hand-derived IPCQ cases.  Test modules import the plain helpers
+(``from conftest import flat``); the slow reference implementations stay in ``naive.py``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import re
 
 import numpy as np
 import pytest
@@ -10,11 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.config import load_system
-from kbfast.config.loader import PARAM_SET_DIR_ENV
+from kbfast.config.param_sets import PARAM_SET_DIR_ENV
 from kbfast.config.schema import SystemSpec
+from kbfast.ir import ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
-from kbfast.topology.names import node_id, node_names
+from kbfast.topology.names import node_id, node_names, pe_block
 from kbfast.topology.routing import Router
+
+KiB = 1024
 
 # A small but non-trivial override: 2 x 3 cubes per SIP, 3 SIPs.
 SMALL_OVERRIDES = {"sip.cube_mesh.w": 2, "sip.cube_mesh.h": 3, "sips.count": 3}
@@ -102,3 +110,107 @@ def terminal(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], CliRunner]:
         return CliRunner(env={"COLUMNS": str(columns)})
 
     return at
+
+
+# -- the CLI's output ---------------------------------------------------------------------------------------------
+def flat(text: str) -> str:
+    """Collapse whitespace: rich wraps long lines at the console width."""
+    return re.sub(r"\s+", " ", text)
+
+
+def refused(res, *fragments: str) -> str:
+    """Exit 2, one 'error:' message on stderr holding every fragment, no traceback; returns the message."""
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    err = flat(res.stderr).strip()
+    assert err.startswith("error:"), err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    return err
+
+
+# -- topologies from overrides of the default system, cached for the session ----------------------------------------
+# A 1-wide cube mesh has no cube [1, 0] for the default second IO PHY.
+ONE_PORT_IO = [{"id": "io0", "n_connections": 4,
+                "cube_ports": [{"cube": [0, 0], "side": "N", "phy": "P0", "distance_mm": 2.0}]}]
+_TOPO_CACHE: dict[tuple, tuple[Tables, Router]] = {}
+
+
+def topo(overrides: dict) -> tuple[Tables, Router]:
+    """Tables and router of the default system with ``overrides``, cached by the override items."""
+    key = tuple(sorted((k, repr(v)) for k, v in overrides.items()))
+    if key not in _TOPO_CACHE:
+        ov = dict(overrides)
+        if ov.get("sip.cube_mesh.w", 4) == 1:
+            ov["sip.io_chiplets"] = ONE_PORT_IO
+        t = build_tables(load_system(overrides=ov))
+        _TOPO_CACHE[key] = (t, Router(t))
+    return _TOPO_CACHE[key]
+
+
+def destination(t: Tables, rng, where: str, sip: int, cube: int) -> tuple[int, int]:
+    """(sip, cube) of a destination ``where`` = same_cube / other_cube / other_sip from (sip, cube),
+    falling back to a nearer class when the topology has no second cube or SIP."""
+    lay = t.layout
+    if where == "other_sip" and lay.n_sips < 2:
+        where = "other_cube"
+    if where == "other_cube" and lay.n_cubes_per_sip < 2:
+        where = "same_cube"
+    if where == "other_cube":
+        return sip, int((cube + 1 + rng.integers(lay.n_cubes_per_sip - 1)) % lay.n_cubes_per_sip)
+    if where == "other_sip":
+        d_sip = int((sip + 1 + rng.integers(lay.n_sips - 1)) % lay.n_sips)
+        return d_sip, int(rng.integers(lay.n_cubes_per_sip))
+    return sip, cube
+
+
+# -- the exact engine against the SimPy reference -------------------------------------------------------------------
+SIMPY_FIELDS = ("op_issue_ns", "op_begin_ns", "op_end_ns", "agent_finish_ns")
+
+
+def both(p) -> tuple:
+    """Run both evaluators and require identical per-op timestamps."""
+    from kbfast.exact import run_exact
+    from kbfast.reference.simpy_ref import SimpyResult, run_simpy
+
+    ex, sp = run_exact(p), run_simpy(p)
+    assert isinstance(sp, SimpyResult) and sp.n_events > 0
+    for f in SIMPY_FIELDS:
+        np.testing.assert_allclose(getattr(sp, f), getattr(ex, f), rtol=1e-9, atol=0, err_msg=f)
+    return ex, sp
+
+
+# -- IPCQ hand cases (derived in tests/test_ipcq.py's docstring) ------------------------------------------------------
+NO_PROP = {"fabric.ns_per_mm": 0.0}
+
+
+class Pair:
+    """A builder with PE agents on sip0.cube0 (pe0 sender, pe1 receiver, optional others)."""
+
+    def __init__(self, t: Tables, pes=(0, 1)):
+        self.t = t
+        self.b = ProgramBuilder(t, Router(t), name="ipcq-hand")
+        self.a = {pe: self.b.pe_agent(pe_block(t, 0, 0, pe)) for pe in pes}
+
+
+# One send at 0, one recv called at 0 (h1).  vis = V + W; r2 = vis + R + C.
+#   tcm  1 KiB: V = 4 + 6 = 10,    W = R = 2                     -> vis 12,   r2 12 + 2 + 4.0625 = 18.0625
+#   tcm  4 KiB: V = 16 + 6 = 22,   W = R = 8                     -> vis 30,   r2 42.0625
+#   tcm 64 KiB: V = 256 + 6 = 262, W = R = 128                   -> vis 390,  r2 522.0625
+#   sram 4 KiB: W = R = 2 + 8 + 32 = 42 (bank hop 4096/128)       -> vis 64,   r2 110.0625
+#   sram 64KiB: W = R = 2 + 128 + 512 = 642                       -> vis 904,  r2 1550.0625
+#   hbm  4 KiB: W = R = 6 + 16 + 16 = 38 (bank hop 4096/256)      -> vis 60,   r2 102.0625
+#   hbm 64 KiB: W = R = 6 + 256 + 256 = 518                       -> vis 780,  r2 1302.0625
+SINGLE = [("tcm", 1 * KiB, 12.0, 18.0625), ("tcm", 4 * KiB, 30.0, 42.0625), ("tcm", 64 * KiB, 390.0, 522.0625),
+          ("sram", 4 * KiB, 64.0, 110.0625), ("sram", 64 * KiB, 904.0, 1550.0625),
+          ("hbm", 4 * KiB, 60.0, 102.0625), ("hbm", 64 * KiB, 780.0, 1302.0625)]
+
+
+def two_messages(t: Tables, n_slots: int = 1, n: int = 4 * KiB):
+    """Two tcm messages of ``n`` bytes sent back to back at 0 on one channel pe0 -> pe1 of ``n_slots`` slots,
+    and their two recvs: (pair, (send 0, send 1, recv 0, recv 1))."""
+    pr = Pair(t)
+    c = pr.b.channel(pr.a[0], pr.a[1], n_slots=n_slots)
+    s0, s1 = pr.b.send(pr.a[0], c, n), pr.b.send(pr.a[0], c, n)
+    r0, r1 = pr.b.recv(pr.a[1], c, n), pr.b.recv(pr.a[1], c, n)
+    return pr, (s0, s1, r0, r1)

@@ -29,7 +29,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.probes import build_catalogue
 from kbfast.workloads.collectives import pe2pe
 from kbfast.workloads.registry import build
-from cli_output import flat
+from conftest import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -22,7 +22,7 @@ from kbfast.errors import ConfigError
 from kbfast.report.formats import clean
 from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import parse_spec
-from cli_output import flat
+from conftest import flat
 
 TRUE = {"fabric.ns_per_mm": 0.4, "link.io_conn.bw_gbs": 200.0}   # the perturbed "truth" of the recovery test
 

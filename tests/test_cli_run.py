@@ -18,7 +18,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, busbw_gbps
-from cli_output import flat, refused
+from conftest import flat, refused
 import kbfast.cli.run as cli_run
 
 PHASES = ("tile load", "P1 row reduce", "P2 column reduce", "P3 inter-SIP", "P4 column broadcast", "P5 row broadcast",
@@ -272,7 +272,7 @@ def test_gemm_estimate_says_so(runner) -> None:
 
 def tight_limit() -> dict:
     """A memory limit 20 MiB above what this process holds: any stage estimated above that is refused."""
-    from kbfast import budget
+    from kbfast.config import budget
     return {budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 20}MiB"}
 
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
-from cli_output import flat
+from conftest import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = """\

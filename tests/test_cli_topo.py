@@ -13,7 +13,7 @@ from kbfast import __version__
 from kbfast.cli import common
 from kbfast.cli.main import app
 from kbfast.config import load_system, preset_names
-from cli_output import flat
+from conftest import flat
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 D7_PATH = ["sip0.cube0.pe0.pe_dma", "sip0.cube0.r0c0", "sip0.cube0.r0c1", "sip0.cube0.r0c2", "sip0.cube0.r0c3",

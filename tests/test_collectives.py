@@ -36,7 +36,7 @@ from kbfast.workloads.install import (
     reverse_direction,
 )
 from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels
-from topo_cache import topo
+from conftest import topo
 
 # A 1 x 1 cube mesh has a single cube; its only IO port must sit on that cube.
 IO_ONE_CUBE = [{"id": "io0", "n_connections": 4,

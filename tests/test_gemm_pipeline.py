@@ -22,7 +22,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.reference.simpy_ref import run_simpy
 from kbfast.sim.lowering import estimate_memory_bytes, fabric_flits, heap_capacity
-from kbfast.tiling import Epilogue, plan_gemm
+from kbfast.ir.tiling import Epilogue, plan_gemm
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
 from kbfast.topology.routing import Router
@@ -265,7 +265,7 @@ def test_pinning_an_operand_is_never_slower(systems, m, n, k, depth) -> None:
 
 def test_math_ops_are_priced_per_op() -> None:
     """MATH = max(overhead, n_elem x ns_per_elem(op)) (decisions table): a 32 x 32 output tile (1024 elements)."""
-    from kbfast.tiling import epilogue, math_ns
+    from kbfast.ir.tiling import epilogue, math_ns
     pe = load_system().pe
     assert math_ns(pe, 1024) == 8.0                          # add: 1024 / 128
     assert [epilogue(pe, op).ns for op in ("relu", "bias", "exp", "softmax")] == [4.0, 8.0, 16.0, 32.0]

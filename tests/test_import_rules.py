@@ -13,14 +13,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
 
-BASE = {"kbfast.errors", "kbfast.budget", "kbfast.config", "kbfast.topology", "kbfast.tiling", "kbfast.ir"}
+BASE = {"kbfast.errors", "kbfast.config", "kbfast.topology", "kbfast.ir"}
 # layer -> the kbfast packages (besides itself) it may import
 RULES = {
-    "kbfast.budget": {"kbfast.errors", "kbfast.config"},     # memory estimates and the limit (sizes only)
-    "kbfast.config": {"kbfast.errors", "kbfast.topology"},   # the loader checks override keys against EdgeKind
-    "kbfast.topology": {"kbfast.errors", "kbfast.budget", "kbfast.config"},
-    "kbfast.tiling": {"kbfast.errors"},
-    "kbfast.ir": {"kbfast.errors", "kbfast.topology", "kbfast.tiling"},
+    "kbfast.config": {"kbfast.errors"},                      # system descriptions, model files, memory limits
+    "kbfast.topology": {"kbfast.errors", "kbfast.config"},
+    "kbfast.ir": {"kbfast.errors", "kbfast.config", "kbfast.topology"},   # the Program IR and GEMM tiling
     "kbfast.sim": BASE,
     "kbfast.fast": BASE | {"kbfast.sim"},
     "kbfast.exact": BASE | {"kbfast.sim"},

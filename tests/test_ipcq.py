@@ -31,15 +31,14 @@ import pytest
 from kbfast.config import load_system
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.ir import RECV_ANY, Program, ProgramBuilder
+from kbfast.ir import RECV_ANY, Program
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import pe_block
 from kbfast.topology.routing import Router
+from conftest import NO_PROP, SINGLE, KiB, Pair, two_messages
 
-KiB = 1024
 EPS = 1e-9
-NO_PROP = {"fabric.ns_per_mm": 0.0}
 
 # h1 (pe0 -> pe1): V(n) = n/256 + 6, credit 4.0625
 C_H1 = 4.0625
@@ -73,15 +72,6 @@ def t_forked() -> Tables:
 @pytest.fixture(scope="module")
 def t_poll() -> Tables:
     return _tables(**{"ipcq.backpressure": "poll", "ipcq.poll_interval_ns": 10.0})
-
-
-class Pair:
-    """A builder with PE agents on sip0.cube0 (pe0 sender, pe1 receiver, optional others)."""
-
-    def __init__(self, t: Tables, pes=(0, 1)):
-        self.t = t
-        self.b = ProgramBuilder(t, Router(t), name="ipcq-hand")
-        self.a = {pe: self.b.pe_agent(pe_block(t, 0, 0, pe)) for pe in pes}
 
 
 def run_both(p: Program):
@@ -135,19 +125,7 @@ def test_assumptions(t0: Tables) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# One send at 0, one recv called at 0 (h1).  vis = V + W; r2 = vis + R + C.
-#   tcm  1 KiB: V = 4 + 6 = 10,    W = R = 2                     -> vis 12,   r2 12 + 2 + 4.0625 = 18.0625
-#   tcm  4 KiB: V = 16 + 6 = 22,   W = R = 8                     -> vis 30,   r2 42.0625
-#   tcm 64 KiB: V = 256 + 6 = 262, W = R = 128                   -> vis 390,  r2 522.0625
-#   sram 4 KiB: W = R = 2 + 8 + 32 = 42 (bank hop 4096/128)       -> vis 64,   r2 110.0625
-#   sram 64KiB: W = R = 2 + 128 + 512 = 642                       -> vis 904,  r2 1550.0625
-#   hbm  4 KiB: W = R = 6 + 16 + 16 = 38 (bank hop 4096/256)      -> vis 60,   r2 102.0625
-#   hbm 64 KiB: W = R = 6 + 256 + 256 = 518                       -> vis 780,  r2 1302.0625
-SINGLE = [("tcm", 1 * KiB, 12.0, 18.0625), ("tcm", 4 * KiB, 30.0, 42.0625), ("tcm", 64 * KiB, 390.0, 522.0625),
-          ("sram", 4 * KiB, 64.0, 110.0625), ("sram", 64 * KiB, 904.0, 1550.0625),
-          ("hbm", 4 * KiB, 60.0, 102.0625), ("hbm", 64 * KiB, 780.0, 1302.0625)]
-
-
+# One send at 0, one recv called at 0 (h1): SINGLE (tests/conftest.py) holds the hand-derived cases.
 @pytest.mark.parametrize(("kind", "n", "vis", "r2"), SINGLE)
 def test_single_send_recv(t0: Tables, kind: str, n: int, vis: float, r2: float) -> None:
     assert vis == V_h1(n) + slot(kind, n)
@@ -204,16 +182,11 @@ def test_late_recv_starts_at_call(t0: Tables) -> None:
 #   msg 0: vis 30, r1 = 38 (recv returns), credit lands 38.0625 -> send 1 accepted at 38.0625
 #   msg 1: vis = 38.0625 + 22 + 8 = 68.0625; recv 1 called at 38, begins 68.0625, returns 76.0625.
 # The same program with the blocking credit: send 1 at r2_0 = 42.0625, vis 72.0625, r2_1 = 84.125.
-def _two_messages(t: Tables, n_slots: int = 1, n: int = 4 * KiB):
-    pr = Pair(t)
-    c = pr.b.channel(pr.a[0], pr.a[1], n_slots=n_slots)
-    s0, s1 = pr.b.send(pr.a[0], c, n), pr.b.send(pr.a[0], c, n)
-    r0, r1 = pr.b.recv(pr.a[1], c, n), pr.b.recv(pr.a[1], c, n)
-    return pr, (s0, s1, r0, r1)
+# (two_messages, tests/conftest.py, builds that program.)
 
 
 def test_forked_credit(t_forked: Tables) -> None:
-    pr, (s0, s1, r0, r1) = _two_messages(t_forked)
+    pr, (s0, s1, r0, r1) = two_messages(t_forked)
     p = pr.b.build()
     assert p.channels.credit_ns[0] == 0.0625 and not p.channels.credit_blocking
     check(p, {s0: (0.0, 0.0), r0: (30.0, 38.0), s1: (38.0625, 38.0625), r1: (68.0625, 76.0625)},
@@ -221,7 +194,7 @@ def test_forked_credit(t_forked: Tables) -> None:
 
 
 def test_blocking_credit_same_program(t0: Tables) -> None:
-    pr, (_s0, s1, r0, r1) = _two_messages(t0)
+    pr, (_s0, s1, r0, r1) = two_messages(t0)
     check(pr.b.build(), {r0: (30.0, 42.0625), s1: (42.0625, 42.0625), r1: (72.0625, 84.125)},
           finish={pr.a[0]: 42.0625, pr.a[1]: 84.125})
 
@@ -234,14 +207,14 @@ def test_blocking_credit_same_program(t0: Tables) -> None:
 #   recv 1 called at 26.0625, vis 42 -> wakes at 26.0625 + 20 = 46.0625, r2 = 46.0625 + 2 + 4.0625 = 52.125
 # Sleep (same program): recv 0 at 12 -> 18.0625; send 1 at 18.0625; vis 30.0625; recv 1 -> 36.125.
 def test_poll_backpressure(t_poll: Tables) -> None:
-    pr, (_s0, s1, r0, r1) = _two_messages(t_poll, n=1 * KiB)
+    pr, (_s0, s1, r0, r1) = two_messages(t_poll, n=1 * KiB)
     p = pr.b.build()
     assert p.channels.poll_ns == 10.0
     check(p, {r0: (20.0, 26.0625), s1: (30.0, 30.0), r1: (46.0625, 52.125)})
 
 
 def test_sleep_reference_for_poll(t0: Tables) -> None:
-    pr, (_s0, s1, r0, r1) = _two_messages(t0, n=1 * KiB)
+    pr, (_s0, s1, r0, r1) = two_messages(t0, n=1 * KiB)
     check(pr.b.build(), {r0: (12.0, 18.0625), s1: (18.0625, 18.0625), r1: (30.0625, 36.125)})
 
 

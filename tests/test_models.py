@@ -353,7 +353,7 @@ def test_documented_exact_runs_stay_below_the_warning_level():
     import shlex
     from pathlib import Path
 
-    from kbfast import budget
+    from kbfast.config import budget
     from kbfast.ir import gemm_ops_count
 
     text = (Path(__file__).parents[1] / "docs" / "models.md").read_text()

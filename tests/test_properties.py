@@ -28,7 +28,7 @@ from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
-from topo_cache import destination, topo  # noqa: E402
+from conftest import destination, topo  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024
 REL = 1e-9

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
-from cli_output import flat, refused
+from conftest import flat, refused
 
 TWO_BATCHES = """\
 name: two
@@ -281,7 +281,7 @@ def test_huge_gemm_dimension_in_spec(runner, tmp_path):
 def test_an_exact_gemm_is_estimated_before_it_is_built(runner):
     """The Program of a 32 x 32 x 4Mi GEMM (393,223 ops) is refused under a tight memory limit before a tile op
     is made, naming its estimate."""
-    from kbfast import budget
+    from kbfast.config import budget
     res = runner.invoke(app, ["run", "gemm", "--k", "4Mi", "--exact"], catch_exceptions=False,
                         env={budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 20}MiB"})
     refused(res, "the Program of the 32 x 32 x 4,194,304 GEMM (393,223 ops)", "drop --exact", "KBFAST_MAX_MEMORY")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.cli.main import app
 from kbfast.sweep.spec import CONFIRM_POINTS, load_spec, parse_spec
 
@@ -82,7 +82,8 @@ def test_a_stage_above_the_warning_level_says_so(monkeypatch, capsys) -> None:
 
 MEASURE = textwrap.dedent("""
     import json, re, sys
-    from kbfast import budget, load_system, build_tables, Router
+    from kbfast import load_system, build_tables, Router
+    from kbfast.config import budget
     from kbfast.workloads.collectives import allreduce
     from kbfast.fast.evaluate import run_fast
     from kbfast.exact import run_exact

@@ -17,9 +17,7 @@ import random
 
 import numpy as np
 import pytest
-from test_ipcq import NO_PROP, SINGLE, Pair, _two_messages
-from test_simpy_reference import both
-from topo_cache import topo
+from conftest import NO_PROP, SINGLE, Pair, both, topo, two_messages
 
 from kbfast.exact import run_exact
 from kbfast.sim.diagnostics import ReplayDeadlock
@@ -75,7 +73,7 @@ def test_hand_single_send_recv(kind, n, vis, r2):
     ({}, 1 * KiB, (18.0625, 12.0, 18.0625, 30.0625, 36.125)),            # sleep reference for poll
 ])
 def test_hand_two_messages_one_slot(over, n, expect):
-    pr, (_s0, s1, r0, r1) = _two_messages(topo({**NO_PROP, **over})[0], n=n)
+    pr, (_s0, s1, r0, r1) = two_messages(topo({**NO_PROP, **over})[0], n=n)
     _, sp = ipcq(pr.b.build())
     got = (sp.op_begin_ns[s1], sp.op_begin_ns[r0], sp.op_end_ns[r0], sp.op_begin_ns[r1], sp.op_end_ns[r1])
     assert got == expect

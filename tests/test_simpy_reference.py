@@ -16,28 +16,17 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.exact import run_exact
-from kbfast.reference.simpy_ref import SimpyResult, run_simpy
+from kbfast.reference.simpy_ref import run_simpy
 from kbfast.ir import WAIT_ALL, ProgramBuilder
 from kbfast.topology.builder import build_tables
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import node_id
 from kbfast.topology.routing import Router
-
-FIELDS = ("op_issue_ns", "op_begin_ns", "op_end_ns", "agent_finish_ns")
-
+from conftest import both
 
 @pytest.fixture(scope="module")
 def penalty_tables():
     return build_tables(load_system(overrides={"hbm.switch_penalty_ns": 4.0}))
-
-
-def both(p) -> tuple:
-    """Run both evaluators and require identical per-op timestamps."""
-    ex, sp = run_exact(p), run_simpy(p)
-    assert isinstance(sp, SimpyResult) and sp.n_events > 0
-    for f in FIELDS:
-        np.testing.assert_allclose(getattr(sp, f), getattr(ex, f), rtol=1e-9, atol=0, err_msg=f)
-    return ex, sp
 
 
 def pe(t, sip, cube, x):

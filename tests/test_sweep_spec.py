@@ -23,7 +23,7 @@ from kbfast.sweep.spec import (
     overrides_key,
     parse_spec,
 )
-from cli_output import flat
+from conftest import flat
 
 MiB = 1 << 20
 

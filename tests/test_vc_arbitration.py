@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_simpy_reference import both
-from topo_cache import topo
+from conftest import both, topo
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast

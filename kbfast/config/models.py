@@ -21,7 +21,8 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, ValidationError
 
-from kbfast.config.loader import format_validation, parse_yaml, read_text
+from kbfast.config.validation import format_validation
+from kbfast.config.yaml_reading import parse_yaml, read_text
 from kbfast.config.schema import PositiveInt, Strict, _no_bool_int
 from kbfast.errors import ConfigError, did_you_mean
 

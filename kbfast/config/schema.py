@@ -74,6 +74,8 @@ Bandwidth = Annotated[float, BeforeValidator(_bandwidth), Field(gt=0)]   # GB/s;
 
 
 class Strict(BaseModel):
+    """Base of every section: unknown keys are refused, and a validated spec is frozen."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -125,11 +127,15 @@ class Overheads(Strict):
 
 
 class Fabric(Strict):
+    """The wire: flit size in bytes and propagation delay in ns per mm (spec_fabric §3)."""
+
     flit_bytes: PositiveInt
     ns_per_mm: NonNegativeFloat
 
 
 class Sips(Strict):
+    """How many SIPs and how they connect (``ring_1d``, a 2-D grid of ``w`` x ``h``, ...; spec_fabric §1.3)."""
+
     count: PositiveInt
     topology: Literal[SIP_TOPOLOGIES]  # type: ignore[valid-type]
     w: PositiveInt | None = None
@@ -137,6 +143,8 @@ class Sips(Strict):
 
 
 class MeshSize(Strict):
+    """A ``w`` x ``h`` mesh (the cubes of a SIP)."""
+
     w: PositiveInt
     h: PositiveInt
 
@@ -151,42 +159,58 @@ class CubePort(Strict):
 
 
 class IoChiplet(Strict):
+    """An IO chiplet of a SIP: its id, UCIe connections and the cube ports its PHYs attach to."""
+
     id: str = Field(pattern=r"^io[0-9]+$")
     n_connections: PositiveInt
     cube_ports: list[CubePort] = Field(min_length=1)
 
 
 class SipLayout(Strict):
+    """One SIP: its cube mesh and IO chiplet (spec_fabric §1.2)."""
+
     cube_mesh: MeshSize
     io_chiplets: list[IoChiplet] = Field(min_length=1, max_length=1)
 
 
 class Geometry(Strict):
+    """A cube's outline in mm."""
+
     w_mm: PositiveFloat
     h_mm: PositiveFloat
 
 
 class PeLayout(Strict):
+    """Where a cube's PEs sit: PEs per corner, inset from the corner and pitch, in mm (spec_fabric §1.4)."""
+
     pe_per_corner: PositiveInt
     corner_inset_mm: NonNegativeFloat
     pe_pitch_mm: PositiveFloat
 
 
 class NocLayout(Strict):
+    """The cube's router grid: the largest router spacing and the gap beside the HBM, in mm (spec_fabric §1.4)."""
+
     max_spacing_mm: PositiveFloat
     hbm_gap_mm: PositiveFloat
 
 
 class Ucie(Strict):
+    """A cube's UCIe ports: connections per port."""
+
     n_connections: PositiveInt
 
 
 class Placement(Strict):
+    """Where the M_CPU and the cube SRAM attach, as (x, y) in mm."""
+
     m_cpu_mm: tuple[Float, Float]
     sram_mm: tuple[Float, Float]
 
 
 class CubeLayout(Strict):
+    """One cube's floor plan: outline, PEs, router grid, UCIe and attachments (spec_fabric §1.4)."""
+
     geometry: Geometry
     pe_layout: PeLayout
     noc: NocLayout
@@ -218,6 +242,8 @@ class SlotTier(Strict):
 
 
 class SlotTiers(Strict):
+    """The IPCQ slot tier of each buffer kind."""
+
     tcm: SlotTier
     sram: SlotTier
     hbm: SlotTier
@@ -259,7 +285,7 @@ class Pe(Strict):
     elem_bytes: PositiveInt
     math_ns_per_elem: NonNegativeFloat   # the add (the collectives' reduce), ns per element
     math_overhead_ns: NonNegativeFloat
-    # ns per element of every other PE_MATH op (kbfast.tiling.math_ns): mul, exp, softmax, reductions, the
+    # ns per element of every other PE_MATH op (kbfast.ir.tiling.math_ns): mul, exp, softmax, reductions, the
     # epilogues (relu, bias, scale, dequant, ...)
     math_ops: dict[str, NonNegativeFloat]
     vc_weights: VcWeights
@@ -272,6 +298,13 @@ class Pe(Strict):
     tile_buffers: PositiveInt            # tile t+D's reads wait until tile t has left FETCH
     tcm_read_gbs: PositiveFloat          # PE_TCM read channel (FETCH), ADR-0040
     tcm_write_gbs: PositiveFloat         # PE_TCM write channel (STORE), ADR-0040
+
+
+# The kinds of edge in the system graph, in the order of their integer ids (spec_fabric §2–§3): the keys
+# ``routing.weight_mm`` accepts.  kbfast.topology.kinds.EdgeKind is built from this tuple.
+EDGE_KINDS = ("pe_to_router", "router_to_pe", "command", "router_mesh", "router_to_hbm", "hbm_to_router",
+              "router_to_sram", "sram_to_router", "router_to_ucie_conn", "ucie_conn_to_router", "ucie_internal",
+              "ucie_mesh", "io_internal", "io_to_cube", "cube_to_io", "pcie", "pe_internal")
 
 
 class Routing(Strict):
@@ -308,10 +341,12 @@ class SystemSpec(Strict):
 
     @property
     def n_sips(self) -> int:
+        """Number of SIPs."""
         return self.sips.count
 
     @property
     def n_cubes_per_sip(self) -> int:
+        """Cubes per SIP (the cube mesh's w x h)."""
         return self.sip.cube_mesh.w * self.sip.cube_mesh.h
 
     @property
@@ -321,6 +356,7 @@ class SystemSpec(Strict):
 
     @property
     def hbm_slice_bytes(self) -> int:
+        """Bytes of one PE's HBM slice: the cube's HBM shared by its slices."""
         return self.hbm.total_gib_per_cube * (1 << 30) // self.hbm.slices_per_cube
 
     def sip_grid(self) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import KbfastError
 from kbfast.exact import engine
 from kbfast.ir import Program

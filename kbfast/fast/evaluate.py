@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.fast.bounds import interference, window_offsets
 from kbfast.fast.causal import causal_interference, fifo_order
 from kbfast.fast.plan import RUN_MAX_FLOWS, Plan, _dma_controller, causal_order, plan_fast, run_bound

@@ -24,7 +24,7 @@ from kbfast.fast.isolated import isolated_latencies
 from kbfast.fast.pipeline import pipeline_batch
 from kbfast.sim.fabric import ctrl_latency
 from kbfast.sim.lowering import TransferRoutes
-from kbfast.tiling import GemmPlan
+from kbfast.ir.tiling import GemmPlan
 from kbfast.topology.builder import Tables
 
 

@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from kbfast import __version__, budget
+from kbfast import __version__
+from kbfast.config import budget
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, override_error,
                                   param_set_path, parse_yaml, read_param_set, read_text)

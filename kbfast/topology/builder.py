@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.config.schema import SystemSpec
 from kbfast.topology.floorplan import PORTS, FloorPlan, build_floorplan
 from kbfast.topology.kinds import FLIT_AWARE, OVERHEAD_KEY, PE_BLOCK_KINDS, PE_BLOCKS, EdgeKind, NodeKind
@@ -145,12 +145,15 @@ class Layout:
 
     @property
     def n_cubes_per_sip(self) -> int:
+        """Cubes per SIP."""
         return self.cube_w * self.cube_h
 
     def sip_node_base(self, sip: int) -> int:
+        """Global id of SIP ``sip``'s first node (its IO chiplet's; node 0 is the switch)."""
         return 1 + sip * self.nodes_per_sip
 
     def cube_node_base(self, sip: int, cube: int) -> int:
+        """Global id of the first node of cube ``cube`` of SIP ``sip``."""
         return 1 + sip * self.nodes_per_sip + self.io_nodes + cube * self.nodes_per_cube
 
 
@@ -179,10 +182,12 @@ class Tables:
 
     @property
     def n_nodes(self) -> int:
+        """Number of nodes of the whole system."""
         return len(self.node_kind)
 
     @property
     def n_edges(self) -> int:
+        """Number of (directed) edges of the whole system."""
         return len(self.edge_src)
 
     @functools.cached_property
@@ -191,6 +196,7 @@ class Tables:
         return self.edge_mm * self.spec.fabric.ns_per_mm
 
     def nbytes(self) -> int:
+        """Bytes held by the global node and edge arrays."""
         return sum(a.nbytes for a in (self.node_kind, self.node_overhead_ns, self.node_flit_aware, self.edge_src,
                                       self.edge_dst, self.edge_kind, self.edge_bw_gbs, self.edge_mm))
 
@@ -201,25 +207,12 @@ def _tile(local: np.ndarray, count: int, stride: int, base: int = 0) -> np.ndarr
     return (local[None, :].astype(np.int64) + offsets[:, None]).ravel()
 
 
-def build_tables(spec: SystemSpec) -> Tables:
-    """Compile ``spec`` into flat tables (spec_fabric §1.4–§3).
-
-    >>> from kbfast import load_system
-    >>> t = build_tables(load_system("ahbm_2sip"))
-    >>> t.n_nodes > 0 and len(t.edge_src) == t.n_edges
-    True
-    """
-    plan = build_floorplan(spec.cube)
-    cube, io = _cube_template(spec, plan), _io_template(spec)
+def _sip_edges(spec: SystemSpec, cube_local: dict[str, int], io_local: dict[str, int], nio: int,
+               npc: int) -> _Template:
+    """The SIP-level edges, in SIP-local ids (the IO chiplet's ``nio`` nodes, then the cubes' ``npc`` each): IO
+    PHYs to the cubes' shoreline ports, then the UCIe seams between neighbouring cubes (vertical first)."""
     cw, ch = spec.sip.cube_mesh.w, spec.sip.cube_mesh.h
-    n_cubes = cw * ch
-    npc, nio = len(cube.names), len(io.names)
     cube_base = lambda c: nio + c * npc  # noqa: E731  (SIP-local)
-    cube_local = {n: i for i, n in enumerate(cube.names)}
-    io_local = {n: i for i, n in enumerate(io.names)}
-    _check_budget(spec, npc, nio, len(cube.src), len(io.src))
-
-    # SIP-level edges: IO PHYs to shoreline ports, then UCIe seams (vertical first).
     s = _Template()
     chip = spec.sip.io_chiplets[0]
     for port in chip.cube_ports:
@@ -237,6 +230,28 @@ def build_tables(spec: SystemSpec) -> Tables:
                     s.link(cube_base(y * cw + x) + cube_local[f"ucie-{a}"],
                            cube_base(ny * cw + nx) + cube_local[f"ucie-{b}"],
                            EdgeKind.UCIE_MESH, EdgeKind.UCIE_MESH, seam.bw_gbs, seam.distance_mm)
+    return s
+
+
+def build_tables(spec: SystemSpec) -> Tables:
+    """Compile ``spec`` into flat tables (spec_fabric §1.4–§3).
+
+    >>> from kbfast import load_system
+    >>> t = build_tables(load_system("ahbm_2sip"))
+    >>> t.n_nodes > 0 and len(t.edge_src) == t.n_edges
+    True
+    """
+    plan = build_floorplan(spec.cube)
+    cube, io = _cube_template(spec, plan), _io_template(spec)
+    cw, ch = spec.sip.cube_mesh.w, spec.sip.cube_mesh.h
+    n_cubes = cw * ch
+    npc, nio = len(cube.names), len(io.names)
+    cube_local = {n: i for i, n in enumerate(cube.names)}
+    io_local = {n: i for i, n in enumerate(io.names)}
+    _check_budget(spec, npc, nio, len(cube.src), len(io.src))
+
+    s = _sip_edges(spec, cube_local, io_local, nio, npc)
+    chip = spec.sip.io_chiplets[0]
 
     def arr(t: _Template, attr: str, dtype) -> np.ndarray:
         return np.asarray(getattr(t, attr), dtype=dtype)
@@ -287,7 +302,7 @@ def build_tables(spec: SystemSpec) -> Tables:
 
 
 def _check_budget(spec: SystemSpec, npc: int, nio: int, epc: int, eio: int) -> None:
-    """Refuse tables that would not fit in memory (kbfast.budget), from the template sizes and the counts."""
+    """Refuse tables that would not fit in memory (kbfast.config.budget), from the template sizes and the counts."""
     n_sips, n_cubes = spec.sips.count, spec.sip.cube_mesh.w * spec.sip.cube_mesh.h
     seams = 4 * n_cubes + 2 * len(spec.sip.io_chiplets[0].cube_ports)
     n_nodes, n_edges = 1 + n_sips * (nio + n_cubes * npc), n_sips * (eio + n_cubes * epc + seams + 2)

@@ -33,6 +33,8 @@ PORTS = ("N", "E", "S", "W")
 
 @dataclass(frozen=True)
 class FloorPlan:
+    """One cube's router grid and what attaches where (spec_fabric §1.4); lengths in mm."""
+
     col_x: tuple[float, ...]
     row_y: tuple[float, ...]
     routers: tuple[tuple[int, int], ...]          # (row, col), row-major, hole excluded
@@ -47,12 +49,15 @@ class FloorPlan:
 
     @property
     def n_routers(self) -> int:
+        """Routers of the cube."""
         return len(self.routers)
 
     def router_index(self, row: int, col: int) -> int:
+        """Index of the router at grid position (``row``, ``col``)."""
         return self.routers.index((row, col))
 
     def router_xy(self, r: int) -> tuple[float, float]:
+        """(x, y) in mm of router ``r``."""
         row, col = self.routers[r]
         return self.col_x[col], self.row_y[row]
 

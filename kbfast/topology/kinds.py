@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from kbfast.config.schema import EDGE_KINDS
+
 
 class NodeKind(IntEnum):
+    """Kinds of node in the system graph (spec_fabric §2): switch, IO chiplet, cube and PE blocks."""
+
     SWITCH = 0
     PCIE_EP = 1
     IO_CPU = 2
@@ -50,24 +54,11 @@ PE_BLOCKS = ("pe_dma", "pe_cpu", "pe_scheduler", "pe_fetch_store", "pe_gemm", "p
 PE_BLOCK_KINDS = tuple(NodeKind[b.upper()] for b in PE_BLOCKS)
 
 
-class EdgeKind(IntEnum):
-    PE_TO_ROUTER = 0
-    ROUTER_TO_PE = 1
-    COMMAND = 2
-    ROUTER_MESH = 3
-    ROUTER_TO_HBM = 4
-    HBM_TO_ROUTER = 5
-    ROUTER_TO_SRAM = 6
-    SRAM_TO_ROUTER = 7
-    ROUTER_TO_UCIE_CONN = 8
-    UCIE_CONN_TO_ROUTER = 9
-    UCIE_INTERNAL = 10
-    UCIE_MESH = 11
-    IO_INTERNAL = 12
-    IO_TO_CUBE = 13
-    CUBE_TO_IO = 14
-    PCIE = 15
-    PE_INTERNAL = 16
+EdgeKind = IntEnum("EdgeKind", [(name.upper(), i) for i, name in enumerate(EDGE_KINDS)], module=__name__)
+EdgeKind.__doc__ = """Kinds of edge in the system graph; names and ids come from ``kbfast.config.schema.EDGE_KINDS``
+(the keys of ``routing.weight_mm``): PE_TO_ROUTER = 0, ROUTER_TO_PE, COMMAND, ROUTER_MESH, ROUTER_TO_HBM,
+HBM_TO_ROUTER, ROUTER_TO_SRAM, SRAM_TO_ROUTER, ROUTER_TO_UCIE_CONN, UCIE_CONN_TO_ROUTER, UCIE_INTERNAL, UCIE_MESH,
+IO_INTERNAL, IO_TO_CUBE, CUBE_TO_IO, PCIE, PE_INTERNAL = 16."""
 
 
 # Edge kinds that the same-cube graph excludes (spec_fabric §4.2 `_adj_local`).

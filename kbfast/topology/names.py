@@ -129,6 +129,7 @@ def sip_local_names(t: Tables) -> list[str]:
 
 
 def node_names(t: Tables, nodes: np.ndarray) -> list[str]:
+    """The name of each of ``nodes``."""
     return [node_name(t, int(n)) for n in nodes]
 
 
@@ -138,6 +139,7 @@ def pe_block(t: Tables, sip: int, cube: int, pe: int, block: str = "pe_dma") -> 
 
 
 def hbm_ctrl(t: Tables, sip: int, cube: int, pe: int) -> int:
+    """Id of PE ``pe``'s HBM controller, ``sip{sip}.cube{cube}.hbm_ctrl.pe{pe}``."""
     return node_id(t, f"sip{sip}.cube{cube}.hbm_ctrl.pe{pe}")
 
 

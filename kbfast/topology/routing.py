@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import RoutingError
 from kbfast.topology.builder import Tables
 from kbfast.topology.kinds import EXCLUDED_KINDS, PE_BLOCKS, EdgeKind, Graph
@@ -267,9 +267,11 @@ class RouteSet:
         return len(self.src)
 
     def edges_of(self, i: int) -> np.ndarray:
+        """Edge ids of route ``i``, in order."""
         return self.edges[self.ptr[i]:self.ptr[i + 1]]
 
     def nodes_of(self, i: int, edge_dst: np.ndarray) -> np.ndarray:
+        """Node ids of route ``i``, from its source (``edge_dst``: the tables' edge destinations)."""
         return np.concatenate([[self.src[i]], edge_dst[self.edges_of(i)]]).astype(np.int32)
 
 
@@ -312,7 +314,7 @@ class Router:
         return row
 
     def _check_budget(self, keys: np.ndarray, kind: str) -> None:
-        """Refuse the trees of many new sources before computing them (kbfast.budget): each holds a SIP's nodes."""
+        """Refuse the trees of many new sources before computing them (kbfast.config.budget): each holds a SIP's nodes."""
         nps = self.t.layout.nodes_per_sip
         if (len(keys) + 2) * nps < (1 << 22):          # at most 16 MiB of new trees: not worth a look
             return
@@ -381,6 +383,7 @@ class Router:
         return self.routes([src], [dst], kind).edges_of(0)
 
     def route_nodes(self, src: int, dst: int, kind: str = "pe_dma") -> np.ndarray:
+        """Node ids of the route from ``src`` to ``dst`` (see :meth:`route`), ``src`` first."""
         edges = self.route(src, dst, kind)
         return np.concatenate([[src], self.t.edge_dst[edges]]).astype(np.int32)
 

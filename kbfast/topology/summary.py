@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from kbfast.config.loader import lookup
+from kbfast.config.validation import lookup
 from kbfast.topology.builder import Tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name

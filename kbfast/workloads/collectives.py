@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import KbfastError, did_you_mean, shown
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables

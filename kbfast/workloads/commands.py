@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.ir import Op, ProgramBuilder, gemm_ops, gemm_ops_count
-from kbfast.tiling import GemmPlan
+from kbfast.ir.tiling import GemmPlan
 from kbfast.topology.names import own_hbm_ctrls
 
 COUNTED = {"gemm": Op.GEMM, "ipcq_send": Op.SEND, "ipcq_recv": Op.RECV, "dma_read": Op.DMA_READ,

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import KbfastError, UnknownNodeError, clip, shown
 from kbfast.ir import Op, Program, ProgramBuilder, gemm_ops_count
-from kbfast.tiling import MAX_DIM, Epilogue, GemmPlan, epilogue, plan_gemm
+from kbfast.ir.tiling import MAX_DIM, Epilogue, GemmPlan, epilogue, plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import node_id, node_name
 from kbfast.topology.routing import Router

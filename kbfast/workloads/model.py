@@ -42,11 +42,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
-from kbfast.tiling import plan_gemm
+from kbfast.ir.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import _converge, _pe_nodes, _roles, _spread, intercube_peers, kernel_info, \

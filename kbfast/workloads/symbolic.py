@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 from numba import njit
 
-from kbfast import budget
+from kbfast.config import budget
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring

@@ -70,6 +70,7 @@ class GemmPlan:
 
     @property
     def n_tile_total(self) -> int:
+        """Hardware tiles of the GEMM: m_tiles x n_tiles x k_tiles."""
         return self.m_tiles * self.n_tiles * self.k_tiles
 
     @property
@@ -88,12 +89,15 @@ class GemmPlan:
         return self.gemm_ns + self.k_epilogue_ns + self.out_epilogue_ns
 
     def a_addr(self, base: int, m: int, k: int) -> int:
+        """HBM address of A's tile (``m``, ``k``), A laid out tile-major from ``base``."""
         return base + (m * self.k_tiles + k) * self.a_tile_bytes
 
     def b_addr(self, base: int, k: int, n: int) -> int:
+        """HBM address of B's tile (``k``, ``n``), B laid out tile-major from ``base``."""
         return base + (k * self.n_tiles + n) * self.b_tile_bytes
 
     def c_addr(self, base: int, m: int, n: int) -> int:
+        """HBM address of C's tile (``m``, ``n``), C laid out tile-major from ``base``."""
         return base + (m * self.n_tiles + n) * self.c_tile_bytes
 
     def operand_bytes(self) -> tuple[int, int, int]:

@@ -1,147 +1,22 @@
-"""The Program IR: a workload as flat numpy arrays (design §4).
-
-A Program has *agents* (PEs, or the host at a SIP's ``pcie_ep``), each with a
-sequential op list in program order, plus the routes its transfers take, all
-resolved from the shared :class:`~kbfast.topology.routing.Router`.  Both
-evaluators read the same Program; neither owns routing or workload logic.
-
-Ops (``op_code``):
-
-* ``START``      the kernel body starts (at the launch barrier, spec_pe §3.3);
-* ``DMA_WRITE`` / ``DMA_READ`` (``op_target`` = destination node, ``op_nbytes``,
-  ``op_addr`` = HBM byte offset of the first byte, which selects the PCs);
-  blocking, or asynchronous (``op_async``) with a later ``WAIT``;
-* ``WAIT``       waits for op ``op_target`` (a global op index), or for every
-  outstanding asynchronous op of the agent when ``op_target = -1``;
-* ``COMPUTE``    busy for ``op_arg`` ns;
-* ``SEND``       posts ``op_nbytes`` on IPCQ channel ``op_target`` (blocks only while the ring is full);
-* ``RECV``       takes the next message of channel ``op_target`` (``-1``: any inbound channel of the
-  agent, round robin); ``op_arg`` = 1 consumes the slot (slot read charged), 0 is ``recv_no_consume``;
-  asynchronous with ``op_async`` (then a later ``WAIT`` on it);
-* ``MATH``       PE_MATH over ``op_nbytes`` elements for ``op_arg`` ns (``max(overhead, n * ns_per_elem)``).
-
-Channels (IPCQ queue pairs, spec_ccl §1.2) carry sender and receiver agents, the
-data route, ring depth and slot size, the slot tier and the credit latency.
-
-Generators build Programs through :class:`ProgramBuilder`, never by hand.
-"""
+"""Build Programs: :class:`ProgramBuilder` collects agents, ops and IPCQ channels, then resolves every route
+in one batch through the shared :class:`~kbfast.topology.routing.Router` and freezes the arrays of a
+:class:`~kbfast.ir.program.Program` (design §4)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 
 from kbfast.errors import KbfastError
-from kbfast.tiling import GemmPlan, math_ns
+from kbfast.ir.gemm_pipeline import gemm_ops
+from kbfast.ir.program import BUFFER_KINDS, RECV_ANY, WAIT_ALL, AgentKind, Channels, Op, Program
+from kbfast.ir.tiling import GemmPlan, math_ns
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import cube_locals, node_name
 from kbfast.topology.routing import Router
 
-
-class Op(IntEnum):
-    START = 0
-    DMA_WRITE = 1
-    DMA_READ = 2
-    WAIT = 3
-    COMPUTE = 4
-    SEND = 5
-    RECV = 6
-    MATH = 7
-    FETCH = 8
-    STORE = 9
-    GEMM = 10
-
-
-RECV_ANY = -1
-BUFFER_KINDS = ("tcm", "sram", "hbm")
-
-
-class AgentKind(IntEnum):
-    PE = 0
-    HOST = 1
-
-
-WAIT_ALL = -1
 # dtypes of an op row / block: agent, code, target, nbytes, addr, async, arg, phase
 _OP_DTYPES = (np.int64, np.int8, np.int32, np.int64, np.int64, bool, np.float64, np.int16)
-
-
-@dataclass(frozen=True)
-class Program:
-    """A compiled workload.  Route ``r`` has edges ``route_edges[route_ptr[r]:route_ptr[r+1]]``."""
-
-    tables: Tables
-    name: str
-    agent_node: np.ndarray     # int32 [A]: pe_dma node (PE) or pcie_ep node (host)
-    agent_kind: np.ndarray     # int8 [A]
-    agent_start_ns: np.ndarray  # float64 [A]: when the agent's first op may run
-    op_ptr: np.ndarray         # int64 [A+1]: agent a runs agent_ops[op_ptr[a]:op_ptr[a+1]] in order
-    agent_ops: np.ndarray      # int64 [O]: op ids grouped by agent, in program order
-    op_code: np.ndarray        # int8 [O]
-    op_target: np.ndarray      # int32 [O]
-    op_nbytes: np.ndarray      # int64 [O]
-    op_addr: np.ndarray        # int64 [O]
-    op_async: np.ndarray       # bool [O]
-    op_arg: np.ndarray         # float64 [O]
-    op_route: np.ndarray       # int32 [O]: forward route (-1: none)
-    op_rroute: np.ndarray      # int32 [O]: reverse route, taken by the response
-    route_ptr: np.ndarray      # int64 [R+1]
-    route_edges: np.ndarray    # int32: global edge ids
-    channels: "Channels"
-    launch_ns: float = 0.0     # target_start_ns of the launch barrier (0 when there is no launch)
-    op_phase: np.ndarray | None = None   # int16 [O]: index into phase_names (-1: none)
-    phase_names: tuple[str, ...] = ()
-
-    @property
-    def n_agents(self) -> int:
-        return len(self.agent_node)
-
-    @property
-    def n_ops(self) -> int:
-        return len(self.op_code)
-
-    @property
-    def op_agent(self) -> np.ndarray:
-        out = np.empty(self.n_ops, np.int32)
-        out[self.agent_ops] = np.repeat(np.arange(self.n_agents, dtype=np.int32), np.diff(self.op_ptr))
-        return out
-
-    def ops_of(self, a: int) -> np.ndarray:
-        """Op ids of agent ``a`` in program order."""
-        return self.agent_ops[self.op_ptr[a]:self.op_ptr[a + 1]]
-
-    def agent_name(self, a: int) -> str:
-        name = node_name(self.tables, int(self.agent_node[a]))
-        return name.rsplit(".", 1)[0] if self.agent_kind[a] == AgentKind.PE else f"host@{name}"
-
-    def route(self, r: int) -> np.ndarray:
-        return self.route_edges[self.route_ptr[r]:self.route_ptr[r + 1]]
-
-
-@dataclass(frozen=True)
-class Channels:
-    """IPCQ channels (queue pairs), one row per channel; see spec_ccl §1–§2."""
-
-    src: np.ndarray            # int64: sending agent
-    dst: np.ndarray            # int64: receiving agent
-    route: np.ndarray          # int64: data route (sender pe_dma -> receiver pe_dma)
-    n_slots: np.ndarray        # int64
-    slot_size: np.ndarray      # int64 (grown to fit the largest message)
-    kind: np.ndarray           # int8: 0 tcm, 1 sram, 2 hbm
-    setup_ns: np.ndarray       # float64: slot tier setup, charged at slot write and slot read
-    tier_bw: np.ndarray        # float64: slot tier bandwidth
-    hop_bw: np.ndarray         # float64: PE <-> bank hop bottleneck (inf for tcm)
-    credit_ns: np.ndarray      # float64: credit latency (blocking: path latency of the credit bytes)
-    in_ptr: np.ndarray         # int64 [A+1]: inbound channels of agent a = in_list[in_ptr[a]:in_ptr[a+1]]
-    in_list: np.ndarray        # int64, in install order
-    credit_blocking: bool = True
-    poll_ns: float = 0.0       # 0: backpressure sleep; else the poll interval
-
-    def __len__(self) -> int:
-        return len(self.src)
 
 
 class ProgramBuilder:
@@ -256,6 +131,7 @@ class ProgramBuilder:
             self._rows = []
 
     def start(self, agent: int) -> int:
+        """START: the agent's kernel body starts (at the launch barrier)."""
         return self._add(agent, Op.START)
 
     def dma(self, agent: int, dst: int, nbytes: int, addr: int = 0, *, write: bool = True,
@@ -268,9 +144,11 @@ class ProgramBuilder:
         return self._add(agent, Op.DMA_WRITE if write else Op.DMA_READ, dst, nbytes, addr, is_async)
 
     def wait(self, agent: int, op: int = WAIT_ALL) -> int:
+        """WAIT for op id ``op`` (an op of an agent on the same PE), or for every outstanding asynchronous op."""
         return self._add(agent, Op.WAIT, op)
 
     def compute(self, agent: int, ns: float) -> int:
+        """COMPUTE: the agent is busy for ``ns`` ns."""
         if ns < 0:
             raise KbfastError(f"COMPUTE needs ns >= 0 (got {ns})")
         return self._add(agent, Op.COMPUTE, arg=ns)
@@ -304,16 +182,19 @@ class ProgramBuilder:
         return np.arange(first, first + n, dtype=np.int64)
 
     def send(self, agent: int, channel: int, nbytes: int) -> int:
+        """SEND ``nbytes`` on channel ``channel``, whose sender ``agent`` is."""
         self._check_channel(agent, channel, self._ch_src)
         return self._add(agent, Op.SEND, channel, nbytes)
 
     def recv(self, agent: int, channel: int, nbytes: int, *, consume: bool = True, is_async: bool = False) -> int:
+        """RECV the next message of ``channel`` (``RECV_ANY``: any inbound channel); ``consume=False`` is
+        ``recv_no_consume`` (no slot read charged)."""
         if channel != RECV_ANY:
             self._check_channel(agent, channel, self._ch_dst)
         return self._add(agent, Op.RECV, channel, nbytes, is_async=is_async, arg=1.0 if consume else 0.0)
 
     def gemm(self, agent: int, plan: GemmPlan, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int]) -> int:
-        """A GEMM command of PE agent ``agent`` (kbfast.tiling): ``a``, ``b``, ``c`` are each operand's
+        """A GEMM command of PE agent ``agent`` (kbfast.ir.tiling): ``a``, ``b``, ``c`` are each operand's
         (HBM controller node, byte address).  Returns the op that ends when the GEMM's last DMA_WRITE is done.
 
         The tile pipeline runs on five helper agents of the PE (reader, fetcher, compute, storer, writer),
@@ -346,10 +227,11 @@ class ProgramBuilder:
         return self._gemm_agents[node]
 
     def math(self, agent: int, n_elem: int, op: str = "add") -> int:
-        """PE_MATH ``op`` over ``n_elem`` elements on the PE's compute slot (kbfast.tiling.math_ns)."""
+        """PE_MATH ``op`` over ``n_elem`` elements on the PE's compute slot (kbfast.ir.tiling.math_ns)."""
         return self._add(agent, Op.MATH, nbytes=n_elem, arg=self.math_ns(n_elem, op))
 
     def math_ns(self, n_elem: int, op: str = "add") -> float:
+        """How long PE_MATH ``op`` over ``n_elem`` elements takes (kbfast.ir.tiling.math_ns)."""
         return math_ns(self.t.spec.pe, n_elem, op)
 
     def _check_channel(self, agent: int, channel: int, side: list[int]) -> None:
@@ -495,121 +377,8 @@ class ProgramBuilder:
         return vals[inverse.ravel()]
 
 
-def gemm_ops_count(plan: GemmPlan) -> int:
-    """How many ops :func:`gemm_ops` returns for ``plan`` (its five helper agents' together)."""
-    T, D, r = plan.n_tile_total, plan.depth, (not plan.a_pinned) + (not plan.b_pinned)
-    n_o = sum(e.scope == "output_tile" for e in plan.epilogues)
-    ci = 2 + sum(e.scope == "k_tile" for e in plan.epilogues)
-    reader = (1 + T * r + max(T - D, 0)) if r else 0
-    return reader + 1 + T * (2 if r else 1) + T * ci + plan.n_out * (n_o + 4)
-
-
-def gemm_ops(plan: GemmPlan, marker: int, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int],
-             first: int | None = None) -> list:
-    """The ops of the five helper agents of a GEMM (reader, fetcher, compute, storer, writer), to be appended
-    in that order from op id ``first`` (default: right after ``marker``): per agent the columns (code,
-    target, nbytes, arg, addr, async); :func:`gemm_ops_count` says how many.
-
-    Op ids are known in advance, so every WAIT names its op.  Reader: WAIT marker, then per tile t
-    (WAIT FETCH(t - D) from t = D) and its asynchronous reads (A, B, unless pinned).  Fetcher: WAIT marker,
-    per tile (WAIT its last read) and FETCH.  Compute: per tile WAIT FETCH, GEMM, the k_tile epilogues and on
-    the last k the output_tile epilogues.  Storer: per output tile WAIT its last compute op, STORE.  Writer:
-    per output tile WAIT STORE, DMA_WRITE C.
-    """
-    T, nk, D = plan.n_tile_total, plan.k_tiles, plan.depth
-    t = np.arange(T, dtype=np.int64)
-    m, rem = np.divmod(t, plan.n_tiles * nk)
-    n, k = np.divmod(rem, nk)
-    reads = [(a, plan.a_tile_bytes, plan.a_addr(a[1], m, k))] if not plan.a_pinned else []
-    reads += [(b, plan.b_tile_bytes, plan.b_addr(b[1], k, n))] if not plan.b_pinned else []
-    r = len(reads)
-    k_eps = [e for e in plan.epilogues if e.scope == "k_tile"]
-    o_eps = [e for e in plan.epilogues if e.scope == "output_tile"]
-    n_out = plan.n_out
-    last = np.flatnonzero(k == nk - 1)
-    # op id layout (see the docstring), from the reader's first op
-    R0 = marker + 1 if first is None else first
-    gated = t >= D                                    # tiles whose reads wait for FETCH(t - D)
-    r_pos = 1 + t * r + np.maximum(t - D, 0)           # per tile: its first reader op after the marker's WAIT
-    size_r = (1 + T * r + max(T - D, 0)) if r else 0
-    F0 = R0 + size_r
-    f = 2 if r else 1
-    fetch_id = F0 + 1 + t * f + (f - 1)
-    C0 = F0 + 1 + T * f
-    ci, n_o = 2 + len(k_eps), len(o_eps)
-    c_pos = t * ci + (t // nk) * n_o
-    S0 = C0 + T * ci + n_out * n_o
-    W0 = S0 + 2 * n_out
-
-    def cols(code, target, nbytes=0, arg=0.0, addr=0, is_async=False):
-        return [np.broadcast_to(np.asarray(x), len(code)).copy() for x in (code, target, nbytes, arg, addr, is_async)]
-
-    out = []
-    # reader
-    if r:
-        per = np.full((T, 1 + r), -1, np.int64)      # per tile: [WAIT or -1, read...]
-        code = np.full((T, 1 + r), int(Op.DMA_READ), np.int8)
-        code[:, 0] = int(Op.WAIT)
-        per[:, 0] = np.where(gated, fetch_id[np.maximum(t - D, 0)], -1)
-        nbytes = np.zeros((T, 1 + r), np.int64)
-        addr = np.zeros((T, 1 + r), np.int64)
-        for j, ((node, _), nb, ad) in enumerate(reads):
-            per[:, 1 + j] = node
-            nbytes[:, 1 + j] = nb
-            addr[:, 1 + j] = ad
-        keep = np.ones((T, 1 + r), bool)
-        keep[:, 0] = gated
-        code, target, nbytes, addr = (np.concatenate([[x0], x[keep]]) for x0, x in
-                                      ((int(Op.WAIT), code), (marker, per), (0, nbytes), (0, addr)))
-        out.append(cols(code, target, nbytes, 0.0, addr, code == int(Op.DMA_READ)))
-    else:
-        out.append(cols(np.zeros(0, np.int8), -1))
-    # fetcher
-    fetch_bytes = plan.a_tile_bytes + plan.b_tile_bytes
-    last_read = R0 + r_pos + gated + r - 1
-    if r:
-        code = np.tile(np.array([int(Op.WAIT), int(Op.FETCH)], np.int8), T)
-        target = np.stack([last_read, np.full(T, -1)], 1).ravel()
-        arg = np.tile([0.0, plan.fetch_ns], T)
-        nbytes = np.tile([0, fetch_bytes], T)
-    else:
-        code, target = np.full(T, int(Op.FETCH), np.int8), np.full(T, -1)
-        arg, nbytes = np.full(T, plan.fetch_ns), np.full(T, fetch_bytes)
-    out.append(cols(np.concatenate([[int(Op.WAIT)], code]), np.concatenate([[marker], target]),
-                    np.concatenate([[0], nbytes]), np.concatenate([[0.0], arg])))
-    # compute: per tile WAIT FETCH, GEMM, k epilogues; the last k adds the output epilogues
-    elems = plan.out_elems
-    inner = [(int(Op.GEMM), plan.tile_macs, plan.gemm_ns)] + [(int(Op.MATH), elems, e.ns) for e in k_eps]
-    tail = [(int(Op.MATH), elems, e.ns) for e in o_eps]
-    size = T * ci + n_out * n_o
-    code = np.empty(size, np.int8)
-    target = np.full(size, -1, np.int64)
-    nbytes = np.zeros(size, np.int64)
-    arg = np.zeros(size)
-    base = c_pos
-    code[base] = int(Op.WAIT)
-    target[base] = fetch_id
-    for j, (cd, nb, ns) in enumerate(inner):
-        code[base + 1 + j], nbytes[base + 1 + j], arg[base + 1 + j] = cd, nb, ns
-    for j, (cd, nb, ns) in enumerate(tail):
-        code[base[last] + ci + j], nbytes[base[last] + ci + j], arg[base[last] + ci + j] = cd, nb, ns
-    out.append(cols(code, target, nbytes, arg))
-    comp_last = C0 + c_pos[last] + ci + n_o - 1
-    # storer and writer: per output tile
-    j = np.arange(n_out)
-    store_id = S0 + 2 * j + 1
-    out.append(cols(np.tile(np.array([int(Op.WAIT), int(Op.STORE)], np.int8), n_out),
-                    np.stack([comp_last, np.full(n_out, -1)], 1).ravel(),
-                    np.tile([0, plan.c_tile_bytes], n_out), np.tile([0.0, plan.store_ns], n_out)))
-    mo, no = np.divmod(j, plan.n_tiles)
-    out.append(cols(np.tile(np.array([int(Op.WAIT), int(Op.DMA_WRITE)], np.int8), n_out),
-                    np.stack([store_id, np.full(n_out, c[0])], 1).ravel(),
-                    np.tile([0, plan.c_tile_bytes], n_out), 0.0,
-                    np.stack([np.zeros(n_out, np.int64), plan.c_addr(c[1], mo, no)], 1).ravel()))
-    assert W0 + 2 * n_out == R0 + sum(len(x[0]) for x in out) == R0 + gemm_ops_count(plan)
-    return out
-
 
 def _check_start(start_ns: float) -> None:
+    """Refuse a negative (or NaN) start time."""
     if not start_ns >= 0.0:
         raise KbfastError(f"an agent's start time must be >= 0 ns (got {start_ns}); all resources start idle at 0")

@@ -180,6 +180,7 @@ def routing_bytes(new_trees: int, old_trees: int, nodes_per_sip: int) -> int:
 
 
 def routing_seconds(new_trees: int, nodes_per_sip: int) -> float:
+    """About how long computing ``new_trees`` shortest-path trees over ``nodes_per_sip`` nodes each takes."""
     return ROUTE_TREE_NS_PER_NODE * 1e-9 * new_trees * nodes_per_sip
 
 
