@@ -24,7 +24,7 @@ class Algorithm:
     * ``wiring(t, n, info)``: the IPCQ install of ``n`` ranks (``info``: :func:`placement.kernel_info`), a
       :class:`Wiring` when traced, an :class:`Install` when ``roles`` is None;
     * ``roles(n, info)``: per rank, the features its control flow depends on (ranks with equal rows run the
-      same ops, so the kernel is traced once per distinct row and replayed); None runs one generator per
+      same ops, so the kernel is traced once per distinct row and its template run per rank); None runs one generator per
       rank (``run_kernels``), for kernels whose payloads steer them;
     * ``ranks``: the default rank set (``cube_pe0`` or ``all_pes``); ``only_ranks``: the refusal when another
       rank set is asked for ("" accepts either);

@@ -1,7 +1,7 @@
 """rs_ag: chunked ring reduce-scatter then all-gather (bandwidth optimal).
 
 Its payloads carry chunk tags (bit arithmetic), so it runs one generator per rank (``run_kernels``), not
-the traced replay; it is limited to :data:`MAX_RANKS` ranks.
+the traced templates; it is limited to :data:`MAX_RANKS` ranks.
 """
 
 from __future__ import annotations
