@@ -1,7 +1,7 @@
 """The traced generator path (trace once per role, replay in Numba) against the generator reference.
 
 ``allreduce`` builds lrab, lrab_corner, ring, tree and hier3 by tracing each kernel once per rank role
-(kbfast.workloads.trace) and replaying every rank (kbfast.workloads.symbolic).  Its Program must be
+(kbfast.workloads.templates) and replaying every rank (kbfast.workloads.symbolic).  Its Program must be
 bit-for-bit the one ``run_kernels`` (one generator per rank) emits, with the tile load and store
 (``tile_io``, the default) and without, and its symbolic check must raise the same ScheduleErrors.  ``tests/snapshot_programs.py`` compares many more cases against a saved snapshot.
 """

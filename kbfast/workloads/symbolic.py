@@ -21,14 +21,14 @@ from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring
 from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
-from kbfast.workloads.trace import templates_to_arrays, trace
+from kbfast.workloads.templates import templates_to_arrays, trace
 
 OK, E_TWICE, E_DEADLOCK, E_MISSING = 0, 1, 2, 3
 _SEND, _RECV, _ADD, _PHASE = int(Op.SEND), int(Op.RECV), 8, 9
 _READ, _WRITE, _GEMM = int(Op.DMA_READ), int(Op.DMA_WRITE), int(Op.GEMM)
 
 
-# The traced templates of every role, flat (kbfast.workloads.trace.templates_to_arrays): ``tpl_of[rank]`` the
+# The traced templates of every role, flat (kbfast.workloads.templates.templates_to_arrays): ``tpl_of[rank]`` the
 # rank's template; ``ptr`` CSR of instructions by template; per instruction ``op``, ``label`` (direction
 # index), ``val`` (value defined or sent), ``a``, ``b`` (add operands), ``phase``; ``kill_ptr`` / ``kill`` CSR
 # of the values dead after each instruction; per template ``n_values`` and ``ret`` (the value returned).
