@@ -111,6 +111,7 @@ class Install:
     sender_of: dict[tuple[int, str], tuple[int, str]]   # (receiver, label) -> (sender, its direction)
 
     def peer(self, rank: int, d: str) -> int:
+        """The rank that ``rank``'s direction ``d`` reaches; F1 when ``d`` is not installed."""
         try:
             return self.tables[rank][d]
         except KeyError:

@@ -80,6 +80,7 @@ class Shape:
 
     @property
     def tokens(self) -> int:
+        """Tokens in the step: batch x sequence length."""
         return self.batch * self.seq
 
 
