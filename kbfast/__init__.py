@@ -26,7 +26,7 @@ _API = {
     "Router": "kbfast.topology.routing",
     "allreduce": "kbfast.workloads.collectives",
     "pe2pe": "kbfast.workloads.collectives",
-    "build_catalogue": "kbfast.workloads.probes",
+    "build_catalogue": "kbfast.workloads.probe_catalogue",
     "run_fast": "kbfast.fast.evaluate",
     "run_exact": "kbfast.exact",
     "compare": "kbfast.results",

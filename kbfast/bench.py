@@ -19,7 +19,7 @@ from kbfast.exact import run_exact
 from kbfast.report.formats import duration
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import build_catalogue, random_pe_flows
+from kbfast.workloads.probe_catalogue import build_catalogue, random_pe_flows
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import Collective, allreduce, hop_endpoints, pe2pe
 from kbfast.workloads.gemm import gemm_case
-from kbfast.workloads.probes import ProbeCase, build_catalogue
+from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue
 
 MODES = ("fast", "exact")
 TOL = 0.03                       # latency rows: |measured / reference - 1| <= 3 %

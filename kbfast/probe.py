@@ -28,7 +28,7 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
-from kbfast.workloads.probes import ProbeCase
+from kbfast.workloads.probe_catalogue import ProbeCase
 
 COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",
            "util_aggregate"]

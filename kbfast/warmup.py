@@ -33,7 +33,7 @@ KERNELS = {
     "fast": ("kbfast.fast.schedule", "schedule", 28),
     "points": ("kbfast.fast.rescale", "points_kernel", 10),
     "exact": ("kbfast.exact.engine", "replay", 25),
-    "collectives": ("kbfast.workloads.symbolic", "replay", 5),
+    "collectives": ("kbfast.workloads.symbolic", "run_templates", 5),
     "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 9),
     "runs": ("kbfast.fast.runs", "run_coefficients", 30),   # with run_charges, interference and the causal order
 }

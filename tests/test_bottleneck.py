@@ -26,7 +26,7 @@ from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import Point, parse_spec
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.probe_catalogue import build_catalogue
 from kbfast.workloads.collectives import pe2pe
 from kbfast.workloads.registry import build
 from conftest import flat

@@ -64,7 +64,7 @@ def test_interference_matches_the_pairwise_reference(seed, n_ops, n_cls, n_res, 
 @pytest.fixture(scope="module")
 def bound_programs(tables, router, torus6_tables):
     """Real bound tables: congestion probes (long shared routes, funnels) and an lrab all-reduce on 6 SIPs."""
-    from kbfast.workloads.probes import build_catalogue
+    from kbfast.workloads.probe_catalogue import build_catalogue
 
     cat = build_catalogue(tables, router)
     progs = [cat[case].program(tables, router, n) for case, n in

@@ -14,7 +14,7 @@ from kbfast.cli.main import app
 from kbfast.report.formats import percent
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import SWEEP_SIZES, build_catalogue
+from kbfast.workloads.probe_catalogue import SWEEP_SIZES, build_catalogue
 from conftest import flat
 
 COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",

@@ -242,6 +242,20 @@ def _ranks_for(alg: str) -> list[str | None]:
     return [None] if alg.startswith("lrab") or alg == "hier3" else ["cube_pe0"]
 
 
+def test_a_new_algorithm_is_a_module_and_one_table_line(small, monkeypatch) -> None:
+    """allreduce reads an algorithm from the table alone: an entry added there (here a copy of ring's
+    Algorithm under a new name) builds, and its Program is ring's, op for op."""
+    from kbfast.workloads.collectives import ring, table
+
+    assert ALGORITHMS == tuple(table.TABLE)
+    monkeypatch.setitem(table.TABLE, "ring_copy", ring.RING)
+    t, r = next(iter(small.values()))
+    new, old = (allreduce(t, r, 2048, alg, ranks="cube_pe0").program for alg in ("ring_copy", "ring"))
+    assert new.name == old.name.replace("ring", "ring_copy")
+    for f in ("op_code", "op_agent", "op_target", "op_nbytes"):
+        assert np.array_equal(getattr(new, f), getattr(old, f)), f
+
+
 def _check_matched(p: Program) -> None:
     n_ch = len(p.channels)
     sends = np.bincount(p.op_target[p.op_code == Op.SEND], minlength=n_ch)

@@ -1,7 +1,7 @@
 """The traced generator path (trace once per role, replay in Numba) against the generator reference.
 
 ``allreduce`` builds lrab, lrab_corner, ring, tree and hier3 by tracing each kernel once per rank role
-(kbfast.workloads.trace) and replaying every rank (kbfast.workloads.symbolic).  Its Program must be
+(kbfast.workloads.templates) and replaying every rank (kbfast.workloads.symbolic).  Its Program must be
 bit-for-bit the one ``run_kernels`` (one generator per rank) emits, with the tile load and store
 (``tile_io``, the default) and without, and its symbolic check must raise the same ScheduleErrors.  ``tests/snapshot_programs.py`` compares many more cases against a saved snapshot.
 """
@@ -21,6 +21,8 @@ from kbfast.topology.builder import build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads import collectives as C
+from kbfast.workloads.collectives import hier3
+from kbfast.workloads.collectives.placement import sip_grid
 from kbfast.workloads.install import (
     grid_peers,
     install,
@@ -30,6 +32,7 @@ from kbfast.workloads.install import (
     wire,
 )
 from kbfast.workloads.kernels import ScheduleError, Tl, run_kernels, with_tile_io
+from kbfast.workloads.launch import launch_timing
 from kbfast.workloads.symbolic import _distinct_rows, run_traced
 
 SYSTEMS = {
@@ -51,14 +54,14 @@ def systems():
 
 
 # The installs as neighbour functions over the dict-form install(): the reference the array wirings
-# (C.intercube_wiring, C._hier3_wiring) must equal.
+# (C.intercube_wiring, hier3.wiring) must equal.
 def intercube_install(t):
     """pe0 of every cube: N/S/E/W on the cube mesh (no wrap) and ``global_*`` to the same cube of the
     neighbouring SIPs per ``sips.topology`` (spec_ccl §5.10)."""
     lay = t.layout
     nc = lay.n_cubes_per_sip
     cube_fn = neighbor_fn("mesh_2d_no_wrap", nc, lay.cube_w, lay.cube_h)
-    kind, w, h = C._sip_fn(t)
+    kind, w, h = sip_grid(t)
     assert kind in ("ring_1d", "torus_2d", "mesh_2d_no_wrap")
     sip_fn = neighbor_fn(kind, lay.n_sips, w, h, prefix="global_")
 
@@ -99,7 +102,7 @@ def _reference(t, router, algorithm: str, nbytes: int, ranks: str, tile_io: bool
     nodes = [pe_block(t, s, c, p) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)
              for p in range(1 if ranks == "cube_pe0" else n_pe)]
     n = len(nodes)
-    kind, w, h = C._sip_fn(t)
+    kind, w, h = sip_grid(t)
     corner = algorithm == "lrab_corner"
     info = {"cube_w": lay.cube_w, "cube_h": lay.cube_h, "n_sips": lay.n_sips, "sip_kind": kind, "sip_w": w,
             "sip_h": h, "n_pe": n_pe, "n_cubes": lay.n_cubes_per_sip,
@@ -113,7 +116,7 @@ def _reference(t, router, algorithm: str, nbytes: int, ranks: str, tile_io: bool
     agents = [b.pe_agent(v) for v in nodes]
     kernel = with_tile_io(C.KERNELS[algorithm]) if tile_io else C.KERNELS[algorithm]
     run_kernels(b, agents, inst, kernel, nbytes, info=info)
-    p = b.build(launch_ns=C.launch_timing(t, router, np.array(nodes)).target_start_ns)
+    p = b.build(launch_ns=launch_timing(t, router, np.array(nodes)).target_start_ns)
     if tile_io:   # every rank's own slice, by name
         own = [hbm_ctrl(t, s, c, pe) for s in range(lay.n_sips) for c in range(lay.n_cubes_per_sip)
                for pe in range(1 if ranks == "cube_pe0" else n_pe)]
@@ -168,7 +171,7 @@ def test_array_install_is_the_dict_install(systems) -> None:
                               install(w * h, neighbor_fn(kind, w * h, w, h)))
     for t, _ in systems.values():
         _same_install(C.intercube_wiring(t).to_install(), intercube_install(t))
-    _same_install(C._hier3_wiring(4, 3, 2).to_install(), hier3_install(4, 3, 2))
+    _same_install(hier3.wiring(4, 3, 2).to_install(), hier3_install(4, 3, 2))
 
 
 def test_array_install_errors_match() -> None:

@@ -20,7 +20,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
-from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.probe_catalogue import build_catalogue
 
 KiB = 1024
 

@@ -30,7 +30,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.kinds import NodeKind
 from kbfast.topology.names import hbm_ctrl, io_node, node_id, node_name, pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.probe_catalogue import build_catalogue
 
 KiB = 1024
 EPS = 1e-9

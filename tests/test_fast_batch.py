@@ -18,7 +18,7 @@ from kbfast.sim.lowering import transfer_routes
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, io_node
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import random_pe_flows
+from kbfast.workloads.probe_catalogue import random_pe_flows
 
 REL = 1e-9
 SIZES = np.array([1, 255, 256, 257, 4096, 5000, 65536, 300_001])

@@ -20,7 +20,7 @@ from kbfast.fast.schedule import POINT, schedule
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
-from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.probe_catalogue import build_catalogue
 
 
 @settings(max_examples=80, deadline=None)

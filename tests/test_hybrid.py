@@ -27,7 +27,7 @@ def congestion(catalogue_default):
 
 @pytest.fixture(scope="module")
 def catalogue_default(tables, router):
-    from kbfast.workloads.probes import build_catalogue
+    from kbfast.workloads.probe_catalogue import build_catalogue
     return build_catalogue(tables, router)
 
 

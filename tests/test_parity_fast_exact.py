@@ -29,7 +29,7 @@ from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import ProbeCase, build_catalogue
+from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue
 from conftest import destination, topo  # noqa: E402
 
 KiB, MiB = 1024, 1024 * 1024

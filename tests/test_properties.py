@@ -307,7 +307,7 @@ def test_deterministic(p: Program) -> None:
 
 def test_deterministic_congestion_probe(tables: Tables, router: Router) -> None:
     """A heavily contended case, rebuilt from scratch each time: identical results."""
-    from kbfast.workloads.probes import build_catalogue
+    from kbfast.workloads.probe_catalogue import build_catalogue
 
     runs = []
     for _ in range(2):
@@ -326,7 +326,7 @@ def test_fluid_schedule_ends_late_in_a_long_run(tables: Tables, router: Router, 
     the schedule used to wait for it forever (an rs_ag all-reduce of 16 B on ring6 never ended)."""
     import dataclasses
 
-    from kbfast.workloads.probes import build_catalogue
+    from kbfast.workloads.probe_catalogue import build_catalogue
 
     p = build_catalogue(tables, router)[case].program(tables, router, nbytes)
     late = run_fast(dataclasses.replace(p, agent_start_ns=p.agent_start_ns + 1e12))

@@ -18,7 +18,7 @@ from kbfast.topology.builder import Tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
 from kbfast.topology.routing import POLICIES, Router
-from kbfast.workloads.probes import build_catalogue
+from kbfast.workloads.probe_catalogue import build_catalogue
 
 CASES = ["ctrl_hot_2", "ucie_eastbound_8pe", "REMOTE_CUBE_PE_REMOTE_WORST"]
 SIZES = [4096, 16384]

@@ -20,12 +20,12 @@ from kbfast.errors import KbfastError
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
 from kbfast.report.heatmap import plot_link_heatmap
-from kbfast.report.trace import write_trace
+from kbfast.report.perfetto import write_trace
 from kbfast.probe import (ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator,
                           resource_tables, run_probes)
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
+from kbfast.workloads.probe_catalogue import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
 
 
 class FastMethod(str, Enum):

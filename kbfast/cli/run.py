@@ -18,7 +18,7 @@ from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_c
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.config.units import format_size
 from kbfast.exact import run_exact
-from kbfast.report.trace import write_trace
+from kbfast.report.perfetto import write_trace
 from kbfast.fast.evaluate import run_fast
 from kbfast.metrics import phase_ends
 from kbfast.report.explain import print_bound, print_critical_path, print_resources

@@ -502,6 +502,7 @@ class _Sim:
             self.done[txn.op].succeed()
 
     def run(self) -> int:
+        """Step the environment until no event is left; returns the number of events."""
         n_events = 0
         while self.env.peek() < float("inf"):
             self.env.step()

@@ -33,7 +33,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
 from kbfast.topology.routing import POLICIES, Router
-from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, ProbeCase, build_catalogue, select
+from kbfast.workloads.probe_catalogue import DEFAULT_PROBE_BYTES, ProbeCase, build_catalogue, select
 
 EXTRA_CASES = ("REMOTE_CUBE_PE_REMOTE_WORST", "REMOTE_SIP")
 REFERENCE_POLICY = "kernbench"

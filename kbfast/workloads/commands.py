@@ -61,6 +61,7 @@ class TileLowering(_Counting):
     """Exact mode: every command becomes its tile pipeline (see the module docstring)."""
 
     def emit(self, b: ProgramBuilder, agent, code, target, nbytes, arg, phase) -> None:
+        """Append the emitted rows to ``b``, each GEMM command row expanded into its tile pipeline."""
         self._count(code)
         g = code == Op.GEMM
         rep = np.where(g, 2, 1)
@@ -99,6 +100,7 @@ class TimedLowering(_Counting):
         self.ns = ns
 
     def emit(self, b: ProgramBuilder, agent, code, target, nbytes, arg, phase) -> None:
+        """Append the emitted rows to ``b``, each GEMM command row as a COMPUTE of its timed duration."""
         self._count(code)
         g = np.flatnonzero(code == Op.GEMM)
         code, nbytes, arg = code.copy(), np.array(nbytes, np.int64), np.array(arg, np.float64)

@@ -38,6 +38,9 @@ TILE_STAGES = (Op.DMA_READ, Op.FETCH, Op.GEMM, Op.MATH, Op.STORE, Op.DMA_WRITE)
 
 @dataclass(frozen=True)
 class GemmCase:
+    """One GEMM as built: its Program (None until built), its tiling plan, the staging, the PE, where B comes
+    from, the up-front operand loads and the op that ends with its last write."""
+
     program: Program | None
     plan: GemmPlan
     staging: str

@@ -35,10 +35,12 @@ class IpcqInitError(KbfastError):
 
 
 def ring_1d(rank: int, n: int) -> Table:
+    """Bidirectional ring: E to the next rank, W to the previous (none below two ranks)."""
     return {} if n < 2 else {"E": (rank + 1) % n, "W": (rank - 1) % n}
 
 
 def ring_1d_unidir(rank: int, n: int) -> Table:
+    """Unidirectional ring: E to the next rank only (the previous receives on the opposite label)."""
     return {} if n < 2 else {"E": (rank + 1) % n}
 
 
@@ -60,6 +62,7 @@ def grid(w: int, h: int, wrap: bool, prefix: str = "") -> NeighborFn:
 
 
 def tree_binary(rank: int, n: int) -> Table:
+    """Binary tree in heap order: ``parent`` (r - 1) // 2, ``child_left`` 2r + 1, ``child_right`` 2r + 2."""
     out: Table = {}
     if rank > 0:
         out["parent"] = (rank - 1) // 2
@@ -69,19 +72,33 @@ def tree_binary(rank: int, n: int) -> Table:
     return out
 
 
-def neighbor_fn(kind: str, n: int, w: int = 0, h: int = 0, prefix: str = "") -> NeighborFn:
-    """The neighbour table of a built-in topology (spec_ccl §1.4, §5.2–§5.4, §5.9)."""
-    if kind in ("ring_1d", "ring_1d_unidir"):
-        base = ring_1d if kind == "ring_1d" else ring_1d_unidir
-        return lambda r, m: {prefix + d: p for d, p in base(r, m).items()}
-    if kind in ("mesh_2d", "torus_2d", "mesh_2d_no_wrap"):
+def _labelled(base: NeighborFn) -> Callable[[str, int, int, int, str], NeighborFn]:
+    """A fixed-shape topology's table maker: ``base``'s directions behind ``prefix``."""
+    return lambda kind, n, w, h, prefix: (lambda r, m: {prefix + d: p for d, p in base(r, m).items()})
+
+
+def _grid_of(wrap: bool) -> Callable[[str, int, int, int, str], NeighborFn]:
+    """A w x h grid topology's table maker (a torus when ``wrap``); refuses ``w * h != n``."""
+
+    def make(kind: str, n: int, w: int, h: int, prefix: str) -> NeighborFn:
         if w * h != n:
             raise IpcqInitError(f"{kind} needs w*h == {n} ranks (got {w}x{h})")
-        return grid(w, h, wrap=kind != "mesh_2d_no_wrap", prefix=prefix)
-    if kind == "tree_binary":
-        return lambda r, m: {prefix + d: p for d, p in tree_binary(r, m).items()}
-    raise IpcqInitError(f"unknown IPCQ topology {kind!r}; use ring_1d, ring_1d_unidir, mesh_2d, torus_2d, "
-                        "mesh_2d_no_wrap, tree_binary or a custom neighbors() function")
+        return grid(w, h, wrap=wrap, prefix=prefix)
+
+    return make
+
+
+# the built-in IPCQ topologies (spec_ccl §1.4): name -> maker(kind, n, w, h, prefix) of the neighbour table
+TOPOLOGIES = {"ring_1d": _labelled(ring_1d), "ring_1d_unidir": _labelled(ring_1d_unidir), "mesh_2d": _grid_of(True),
+              "torus_2d": _grid_of(True), "mesh_2d_no_wrap": _grid_of(False), "tree_binary": _labelled(tree_binary)}
+
+
+def neighbor_fn(kind: str, n: int, w: int = 0, h: int = 0, prefix: str = "") -> NeighborFn:
+    """The neighbour table of a built-in topology (spec_ccl §1.4, §5.2–§5.4, §5.9)."""
+    if kind not in TOPOLOGIES:
+        raise IpcqInitError(f"unknown IPCQ topology {kind!r}; use {', '.join(TOPOLOGIES)} "
+                            "or a custom neighbors() function")
+    return TOPOLOGIES[kind](kind, n, w, h, prefix)
 
 
 @dataclass(frozen=True)
@@ -94,6 +111,7 @@ class Install:
     sender_of: dict[tuple[int, str], tuple[int, str]]   # (receiver, label) -> (sender, its direction)
 
     def peer(self, rank: int, d: str) -> int:
+        """The rank that ``rank``'s direction ``d`` reaches; F1 when ``d`` is not installed."""
         try:
             return self.tables[rank][d]
         except KeyError:

@@ -45,6 +45,9 @@ class ScheduleError(KbfastError):
 
 @dataclass(frozen=True)
 class Request:
+    """One op a kernel yields: its kind, a direction (or phase name, or MATH op), the payload (a contributor
+    set, or a GEMM command number), the bytes (or MATH elements) and a COMPUTE time in ns."""
+
     kind: str                 # "send", "recv", "math", "compute", "phase", "load", "store", "gemm"
     direction: str = ""
     payload: int = 0
@@ -63,6 +66,7 @@ class Tl:
     info: dict = field(default_factory=dict)
 
     def contribution(self) -> int:
+        """This rank's own contribution: the set of one contributor, itself."""
         return 1 << self.rank
 
     def add(self, acc: int, other: int) -> int:
@@ -73,9 +77,11 @@ class Tl:
         return acc | other
 
     def send(self, direction: str, payload: int, nbytes: int | None = None) -> Request:
+        """IPCQ send of ``payload`` on ``direction``, ``nbytes`` (default: the tile)."""
         return Request("send", direction, payload, self.nbytes if nbytes is None else nbytes)
 
     def recv(self, direction: str, nbytes: int | None = None) -> Request:
+        """IPCQ recv on ``direction``, ``nbytes`` (default: the tile); the kernel gets the payload back."""
         return Request("recv", direction, nbytes=self.nbytes if nbytes is None else nbytes)
 
     def math(self, n_elem: int | None = None, op: str = "add") -> Request:
@@ -88,9 +94,11 @@ class Tl:
         return Request("gemm", payload=command)
 
     def compute(self, ns: float) -> Request:
+        """COMPUTE for ``ns`` nanoseconds."""
         return Request("compute", value=ns)
 
     def phase(self, name: str) -> Request:
+        """Tag the ops that follow with phase ``name``."""
         return Request("phase", direction=name)
 
     def load(self, nbytes: int | None = None) -> Request:
@@ -179,20 +187,9 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
                 queues.setdefault((r, req.direction), deque()).append(req.payload)
                 b.send(agents[r], channel(r, req.direction), req.nbytes)
                 value[r] = 0
-            elif req.kind == "math":
-                b.math(agents[r], req.nbytes, req.direction or "add")
+            else:
+                _emit_local(b, agents[r], req, own_slice, r)
                 value[r] = 0
-            elif req.kind == "compute":
-                b.compute(agents[r], req.value)
-                value[r] = 0
-            elif req.kind in ("load", "store"):
-                b.dma(agents[r], own_slice(r), req.nbytes, write=req.kind == "store")
-                value[r] = 0
-            elif req.kind == "phase":
-                b.phase(agents[r], req.direction)
-                value[r] = 0
-            else:       # a GEMM command needs the traced path's lowering (kbfast.workloads.symbolic.run_traced)
-                raise ScheduleError(f"run_kernels cannot emit a {req.kind!r} request; use run_traced")
             req = None
             blocked_since = 0
         pending[r] = req
@@ -203,6 +200,28 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
                 waits = [f"rank {i} on recv {pending[i].direction!r}" for i in live if pending[i] is not None]
                 raise ScheduleError("the collective deadlocks (every remaining rank waits on an empty channel): "
                                     + "; ".join(waits[:8]))
+    _check_contributions(done, expect)
+    return [int(x) for x in done]
+
+
+def _emit_local(b: ProgramBuilder, agent: int, req: Request, own_slice: Callable[[int], int], r: int) -> None:
+    """Append a request that involves no peer (MATH, COMPUTE, the tile DMA, a phase tag) to ``agent``;
+    ``own_slice(r)`` is rank ``r``'s HBM controller."""
+    if req.kind == "math":
+        b.math(agent, req.nbytes, req.direction or "add")
+    elif req.kind == "compute":
+        b.compute(agent, req.value)
+    elif req.kind in ("load", "store"):
+        b.dma(agent, own_slice(r), req.nbytes, write=req.kind == "store")
+    elif req.kind == "phase":
+        b.phase(agent, req.direction)
+    else:       # a GEMM command needs the traced path's lowering (kbfast.workloads.symbolic.run_traced)
+        raise ScheduleError(f"run_kernels cannot emit a {req.kind!r} request; use run_traced")
+
+
+def _check_contributions(done: list, expect: Callable[[int], int] | None) -> None:
+    """Every rank ends with the contributor set ``expect(rank)`` (default: every rank), else ScheduleError."""
+    n = len(done)
     full = (1 << n) - 1
     for r, got in enumerate(done):
         want = expect(r) if expect else full
@@ -210,4 +229,3 @@ def run_kernels(b: ProgramBuilder, agents: Sequence[int], inst: Install, kernel:
             missing = [i for i in range(n) if (want & ~got) >> i & 1]
             raise ScheduleError(f"rank {r} ends without the contributions of ranks {missing[:8]}"
                                 + (f" (and {len(missing) - 8} more)" if len(missing) > 8 else ""))
-    return [int(x) for x in done]

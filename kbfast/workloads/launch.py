@@ -27,6 +27,8 @@ from kbfast.topology.routing import Router
 
 @dataclass(frozen=True)
 class LaunchTiming:
+    """A launch's barrier: the common start time, when IO_CPU is ready, and when each PE gets its command."""
+
     target_start_ns: float
     io_cpu_ready_ns: float          # IO_CPU has paid its overhead (per SIP; identical SIPs)
     pe_arrival_ns: np.ndarray       # when each targeted PE_CPU receives its launch command

@@ -49,8 +49,10 @@ from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.ir.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import _converge, _pe_nodes, _roles, _spread, intercube_peers, kernel_info, \
-    lrab_body
+from kbfast.workloads.collectives import lrab
+from kbfast.workloads.collectives.lrab import intercube_peers
+from kbfast.workloads.collectives.placement import kernel_info, pe_nodes
+from kbfast.workloads.collectives.steps import converge, spread
 from kbfast.workloads.commands import GemmCommand
 from kbfast.workloads.install import ring_peers, wire
 from kbfast.workloads.kernels import Tl
@@ -78,6 +80,7 @@ class Shape:
 
     @property
     def tokens(self) -> int:
+        """Tokens in the step: batch x sequence length."""
         return self.batch * self.seq
 
 
@@ -148,7 +151,7 @@ def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
     if layout not in LAYOUTS:
         raise KbfastError(f"unknown layout {layout!r}: {did_you_mean(layout, LAYOUTS)}")
     n = len(t.plan.pe_router) if layout == "tp_pes" else 1
-    return _pe_nodes(t, n), n
+    return pe_nodes(t, n), n
 
 
 def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
@@ -171,7 +174,7 @@ def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray
     cols.append(np.where((pe == 0)[:, None] & (inter[cube] >= 0), inter[cube] * n_pe, -1))
     info = kernel_info(t)
     # a PE other than its cube's first never runs lrab: its ops do not depend on its cube
-    roles = np.concatenate([np.where((pe == 0)[:, None], _roles("lrab", n_cubes, info)[cube], -1), pe[:, None]],
+    roles = np.concatenate([np.where((pe == 0)[:, None], lrab.roles(n_cubes, info)[cube], -1), pe[:, None]],
                            axis=1)
     return labels, np.concatenate(cols, axis=1), roles, info
 
@@ -206,10 +209,10 @@ def _allreduce(tl: Tl, nbytes: int, pe: int, n_pe: int, cube_rank: int, tile_io:
     if tile_io:
         yield tl.load(nbytes)
     acc = tl.contribution()
-    acc = yield from _converge(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
+    acc = yield from converge(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
     if pe == 0:
-        acc = yield from lrab_body(tl, acc, cube_rank, tag=False)
-    acc = yield from _spread(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
+        acc = yield from lrab.body(tl, acc, cube_rank, tag=False)
+    acc = yield from spread(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
     if tile_io:
         yield tl.store(nbytes)
     return acc
@@ -467,11 +470,11 @@ def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:
         have = len(t.plan.pe_router)
         if p.n_ranks > have:
             raise KbfastError(f"panel {name}: {p.n_ranks} ranks on the PEs of one cube, which has {have}")
-        nodes = _pe_nodes(t, p.n_ranks)[:p.n_ranks]
+        nodes = pe_nodes(t, p.n_ranks)[:p.n_ranks]
     else:
         if p.n_ranks > lay.n_cubes_per_sip:
             raise KbfastError(f"panel {name}: {p.n_ranks} ranks on cubes, SIP 0 has {lay.n_cubes_per_sip}")
-        nodes = _pe_nodes(t, 1)[:p.n_ranks]
+        nodes = pe_nodes(t, 1)[:p.n_ranks]
     n = p.n_ranks
     table = _Table(t)
     kv_rows = model.kv_len // n

@@ -21,7 +21,7 @@ from kbfast.workloads.collectives import Collective, allreduce, pe2pe
 from kbfast.workloads.commands import TileLowering
 from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
 from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
-from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
+from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue, random_traffic, select
 
 
 @dataclass(frozen=True)

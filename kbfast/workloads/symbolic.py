@@ -1,4 +1,4 @@
-"""Replay traced kernel templates on every rank, in :func:`~kbfast.workloads.kernels.run_kernels`'s order.
+"""Run traced kernel templates on every rank, in :func:`~kbfast.workloads.kernels.run_kernels`'s order.
 
 Same scheduler as the generator path: ranks in a round-robin queue, each running until it blocks
 on a recv whose channel is empty; a channel is created at the first send on it.  Same symbolic
@@ -6,12 +6,12 @@ check (spec_ccl §5.0, kernels.py): every value is a set of contributing ranks (
 bitset row of a refcounted pool), ``add`` refuses a rank counted twice, every rank must end with
 every contribution.  Returns the emitted ops in program order, ready for
 :meth:`~kbfast.ir.ProgramBuilder.add_ops`; a tile DMA (``tl.load`` / ``tl.store``) gets its rank's own
-HBM controller as target after the replay, in one array lookup.
+HBM controller as target after the run, in one array lookup.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 
 import numpy as np
 from numba import njit
@@ -21,11 +21,19 @@ from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring
 from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
-from kbfast.workloads.trace import templates_to_arrays, trace
+from kbfast.workloads.templates import templates_to_arrays, trace
 
 OK, E_TWICE, E_DEADLOCK, E_MISSING = 0, 1, 2, 3
 _SEND, _RECV, _ADD, _PHASE = int(Op.SEND), int(Op.RECV), 8, 9
 _READ, _WRITE, _GEMM = int(Op.DMA_READ), int(Op.DMA_WRITE), int(Op.GEMM)
+
+
+# The traced templates of every role, flat (kbfast.workloads.templates.templates_to_arrays): ``tpl_of[rank]`` the
+# rank's template; ``ptr`` CSR of instructions by template; per instruction ``op``, ``label`` (direction
+# index), ``val`` (value defined or sent), ``a``, ``b`` (add operands), ``phase``; ``kill_ptr`` / ``kill`` CSR
+# of the values dead after each instruction; per template ``n_values`` and ``ret`` (the value returned).
+Templates = namedtuple("Templates", ["tpl_of", "ptr", "op", "label", "val", "a", "b", "phase", "kill_ptr", "kill",
+                                     "n_values", "ret"])
 
 
 @njit(cache=True)
@@ -37,24 +45,139 @@ def _has(pool, h, q):
 
 
 @njit(cache=True)
-def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_values, ret, peer, inbound,
-           n_phases, n_emit, n_msgs):
-    """Returns (err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst,
-    phase_order, last_phase, pc).  ``err_ranks``: twice-counted or missing ranks, or the deadlocked ranks in
-    queue order."""
-    W = (n + 63) >> 6
+def _both(pool, x, y, n, out):
+    """The ranks values ``x`` and ``y`` both contain, into ``out``; returns how many."""
+    m = 0
+    for q in range(n):
+        if _has(pool, x, q) and _has(pool, y, q):
+            out[m] = q
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def _grow(pool, refc, free, cap):
+    """Double the value pool: (pool, refcounts, free list, capacity); the new rows are the free ones."""
+    W = pool.shape[1]
+    pool2 = np.zeros((2 * cap, W), np.uint64)
+    pool2[:cap] = pool
+    refc2 = np.zeros(2 * cap, np.int64)
+    refc2[:cap] = refc
+    free2 = np.empty(2 * cap, np.int64)
+    free2[:cap] = np.arange(2 * cap - 1, cap - 1, -1)
+    return pool2, refc2, free2, 2 * cap
+
+
+@njit(cache=True)
+def _union(pool, row, x, y):
+    """Pool row ``row`` := value ``x`` | value ``y``; returns whether they share a rank (counted twice)."""
+    W = pool.shape[1]
+    if x >= 0:
+        pool[row] = pool[x]
+    else:
+        pool[row] = 0
+        q = -x - 1
+        pool[row, q >> 6] |= np.uint64(1) << np.uint64(q & 63)
+    if y >= 0:
+        overlap = np.uint64(0)
+        for w in range(W):                   # branch-free, so it vectorises
+            overlap |= pool[row, w] & pool[y, w]
+            pool[row, w] |= pool[y, w]
+        return overlap != 0
+    q = -y - 1
+    bit = np.uint64(1) << np.uint64(q & 63)
+    twice = (pool[row, q >> 6] & bit) != 0
+    pool[row, q >> 6] |= bit
+    return twice
+
+
+@njit(cache=True)
+def _missing(pool, slot, base, tp, n, out):
+    """The exactly-once check at the end: the first rank whose returned value lacks a contribution, and the
+    ranks it lacks (into ``out``): (rank, how many), or (-1, 0) when every rank holds all ``n``.  Ranks often
+    share a pool row: each row is checked once."""
+    W = pool.shape[1]
+    checked = np.zeros(len(pool), np.bool_)
+    for r in range(n):
+        v = tp.ret[tp.tpl_of[r]]
+        h = slot[base[r] + v] if v >= 0 else -(n + 1)
+        full = True
+        if h >= 0:
+            if checked[h]:
+                continue
+            checked[h] = True
+            for w in range(W):
+                want = np.uint64(0xFFFFFFFFFFFFFFFF) if (w + 1) * 64 <= n else \
+                    (np.uint64(1) << np.uint64(n - w * 64)) - np.uint64(1)
+                full &= pool[h, w] == want
+        else:
+            full = n == 1 and h == -1
+        if not full:
+            m = 0
+            for q in range(n):
+                if not _has(pool, h, q):
+                    out[m] = q
+                    m += 1
+            return r, m
+    return -1, 0
+
+
+@njit(cache=True)
+def _start(tp, n):
+    """Each rank's value slots and program counter: (base, slot, pc, end); rank r's values are
+    ``slot[base[r]:base[r + 1]]``, value 0 its own contribution (the leaf ``-r - 1``), and it runs
+    instructions ``pc[r]`` to ``end[r]`` of its template."""
     base = np.zeros(n + 1, np.int64)
     for r in range(n):
-        base[r + 1] = base[r] + n_values[tpl_of[r]]
+        base[r + 1] = base[r] + tp.n_values[tp.tpl_of[r]]
     slot = np.full(base[n], -1, np.int64)
     pc = np.empty(n, np.int64)
     end = np.empty(n, np.int64)
     for r in range(n):
-        slot[base[r]] = -r - 1                         # value 0: the rank's own contribution (a leaf)
-        pc[r] = ptr[tpl_of[r]]
-        end[r] = ptr[tpl_of[r] + 1]
+        slot[base[r]] = -r - 1
+        pc[r] = tp.ptr[tp.tpl_of[r]]
+        end[r] = tp.ptr[tp.tpl_of[r] + 1]
+    return base, slot, pc, end
+
+
+@njit(cache=True)
+def _blocked_in_queue(live, lh, n_live, blocked, out):
+    """The blocked ranks of the round-robin queue (``n_live`` from ``live[lh]``), in queue order, into
+    ``out``; returns how many."""
+    m = 0
+    for j in range(n_live):
+        q = live[(lh + j) % len(live)]
+        if blocked[q]:
+            out[m] = q
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs):
+    """Run every rank's traced template (``tp``, a :data:`Templates`) in ``run_kernels``'s order over the
+    install ``peer`` / ``inbound`` (:class:`~kbfast.workloads.install.Wiring`), checking that every
+    contribution is counted exactly once; ``n_phases``, ``n_emit``, ``n_msgs``: phase names, emitted ops and
+    messages (the output sizes).
+
+    Ranks take turns in a round-robin queue, each running until it blocks on a recv whose channel is empty;
+    a channel is created at its first send.  A value is a leaf (``-rank - 1``) or a refcounted row of a
+    bitset pool.  Returns (err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst,
+    phase_order, last_phase, pc): ``err`` OK, E_TWICE (``err_rank`` adds ``err_ranks`` twice), E_DEADLOCK
+    (``err_ranks``: the blocked ranks in queue order) or E_MISSING (``err_rank`` ends without ``err_ranks``);
+    per emitted op its rank, instruction, channel (-1: none) and phase id; per channel its ranks; the phase
+    ids in order of first use, each rank's last phase and its next instruction.
+
+    One dispatch loop over the instructions, about 115 lines: the round-robin queue, the message FIFOs and
+    the value pool are its locals (counters among them); moving the per-op steps (the FIFO push and pop,
+    the release of dead values) into functions of their own made it 10 % slower, so they stay inline.  The
+    set-up, the pool's growth, the union and the end and error checks are functions of their own."""
+    n = len(tp.tpl_of)
+    L = peer.shape[1]
+    base, slot, pc, end = _start(tp, n)
+    op, label, val, a, b, phase, kill_ptr, kill = tp.op, tp.label, tp.val, tp.a, tp.b, tp.phase, tp.kill_ptr, tp.kill
     cap = 64
-    pool = np.zeros((cap, W), np.uint64)
+    pool = np.zeros((cap, (n + 63) >> 6), np.uint64)
     refc = np.zeros(cap, np.int64)
     free = np.arange(cap - 1, -1, -1)
     n_free = cap
@@ -122,43 +245,15 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
                 n_msg += 1
                 out_chan[k] = chan_of[link]
             elif o == _ADD:
-                if n_free == 0:                          # grow the pool
-                    pool2 = np.zeros((2 * cap, W), np.uint64)
-                    pool2[:cap] = pool
-                    refc2 = np.zeros(2 * cap, np.int64)
-                    refc2[:cap] = refc
-                    free2 = np.empty(2 * cap, np.int64)
-                    free2[:cap] = np.arange(2 * cap - 1, cap - 1, -1)
+                if n_free == 0:
                     n_free = cap
-                    pool, refc, free, cap = pool2, refc2, free2, 2 * cap
+                    pool, refc, free, cap = _grow(pool, refc, free, cap)
                 n_free -= 1
                 row = free[n_free]
                 refc[row] = 1
                 x, y = slot[s + a[i]], slot[s + b[i]]
-                if x >= 0:
-                    pool[row] = pool[x]
-                else:
-                    pool[row] = 0
-                    q = -x - 1
-                    pool[row, q >> 6] |= np.uint64(1) << np.uint64(q & 63)
-                twice = False
-                if y >= 0:
-                    overlap = np.uint64(0)
-                    for w in range(W):                   # branch-free, so it vectorises
-                        overlap |= pool[row, w] & pool[y, w]
-                        pool[row, w] |= pool[y, w]
-                    twice = overlap != 0
-                else:
-                    q = -y - 1
-                    bit = np.uint64(1) << np.uint64(q & 63)
-                    twice = (pool[row, q >> 6] & bit) != 0
-                    pool[row, q >> 6] |= bit
-                if twice:
-                    m = 0
-                    for q in range(n):
-                        if _has(pool, x, q) and _has(pool, y, q):
-                            err_ranks[m] = q
-                            m += 1
+                if _union(pool, row, x, y):
+                    m = _both(pool, x, y, n, err_ranks)
                     return (E_TWICE, r, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
                             ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
                 slot[s + val[i]] = row
@@ -173,7 +268,7 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
                 out_ins[k] = i
                 out_phase[k] = cur_phase[r]
                 k += 1
-            for j in range(kill_ptr[i], kill_ptr[i + 1]):
+            for j in range(kill_ptr[i], kill_ptr[i + 1]):     # the values dead after i: free their rows
                 h = slot[s + kill[j]]
                 if h >= 0:
                     refc[h] -= 1
@@ -188,49 +283,21 @@ def replay(n, L, tpl_of, ptr, op, label, val, a, b, phase, kill_ptr, kill, n_val
             n_live += 1
             blocked_since += 1
             if blocked_since > n_live:
-                m = 0
-                for j in range(n_live):
-                    q = live[(lh + j) % (n + 1)]
-                    if blocked[q]:
-                        err_ranks[m] = q
-                        m += 1
+                m = _blocked_in_queue(live, lh, n_live, blocked, err_ranks)
                 return (E_DEADLOCK, -1, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
                         ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
-    # every rank must hold every contribution exactly once (ranks often share a pool row: check each once)
-    checked = np.zeros(cap, np.bool_)
-    for r in range(n):
-        v = ret[tpl_of[r]]
-        h = slot[base[r] + v] if v >= 0 else -(n + 1)
-        full = True
-        if h >= 0:
-            if checked[h]:
-                continue
-            checked[h] = True
-            for w in range(W):
-                want = np.uint64(0xFFFFFFFFFFFFFFFF) if (w + 1) * 64 <= n else \
-                    (np.uint64(1) << np.uint64(n - w * 64)) - np.uint64(1)
-                full &= pool[h, w] == want
-        else:
-            full = n == 1 and h == -1
-        if not full:
-            m = 0
-            for q in range(n):
-                if not _has(pool, h, q):
-                    err_ranks[m] = q
-                    m += 1
-            return (E_MISSING, r, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
-                    ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
-    return (OK, -1, err_ranks[:0], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch], ch_dst[:n_ch],
-            phase_order[:n_seen], cur_phase, pc)
+    err_rank, m = _missing(pool, slot, base, tp, n, err_ranks)
+    return (OK if err_rank < 0 else E_MISSING, err_rank, err_ranks[:m], out_rank, out_ins, out_chan, out_phase,
+            ch_src[:n_ch], ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
 
 
-_TRACED: OrderedDict = OrderedDict()     # (kernel, sizes, roles, wiring, info, PE costs) -> a checked replay
+_TRACED: OrderedDict = OrderedDict()     # (kernel, sizes, roles, wiring, info, PE costs) -> a checked run
 TRACED_CACHE = 128      # up to a few MB each: a sweep system's shapes, layer and head
 
 
-def _trace_and_replay(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nbytes: int, roles: np.ndarray,
+def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nbytes: int, roles: np.ndarray,
                       info: dict | None):
-    """Trace every role, replay the templates on every rank and run the symbolic check: (phase names, the
+    """Trace every role, run the templates on every rank and run the symbolic check: (phase names, the
     template arrays, the emitted rows (rank, instruction, channel, phase), the channels, the phase order and
     each rank's last phase).  Raises ScheduleError on a double count, a deadlock or a missing contribution."""
     elem = b.t.spec.pe.elem_bytes
@@ -245,15 +312,14 @@ def _trace_and_replay(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel,
     per_tpl = np.bincount(tpl_of, minlength=len(tpls))
     emits = np.array([sum(o not in (8, 9) for o in tp.op) for tp in tpls], np.int64)
     sends = np.array([sum(o == _SEND for o in tp.op) for tp in tpls], np.int64)
-    L = len(wiring.labels)
     n_emit = int(per_tpl @ emits)
     budget.check(f"generating {b.name} on {n:,} ranks ({n_emit:,} ops)",
                  budget.program_bytes(n_emit) + 16 * n * ((n + 63) // 64),      # + the symbolic check's bitsets
                  "use fewer ranks (fewer SIPs or cubes, or ranks=cube_pe0) or an algorithm with fewer messages "
                  "per rank")
-    res = replay(n, L, tpl_of, ar["ptr"], ar["op"], ar["label"], ar["val"], ar["a"], ar["b"], ar["phase"],
-                 ar["kill_ptr"], ar["kill"], ar["n_values"], ar["ret"], wiring.peer, wiring.inbound,
-                 len(phases), n_emit, int(per_tpl @ sends))
+    tp = Templates(tpl_of, ar["ptr"], ar["op"], ar["label"], ar["val"], ar["a"], ar["b"], ar["phase"],
+                   ar["kill_ptr"], ar["kill"], ar["n_values"], ar["ret"])
+    res = run_templates(tp, wiring.peer, wiring.inbound, len(phases), n_emit, int(per_tpl @ sends))
     err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst, phase_order, last, pc = res
     bad = err_ranks.tolist()
     if err == E_TWICE:
@@ -275,7 +341,7 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
 
     A kernel's GEMM commands (``tl.gemm(i)``) need ``lower``, a :class:`kbfast.workloads.commands.Lowering`:
     it turns the emitted command rows into ops (the tile pipeline, or a timed stand-in) and appends what
-    follows the bulk (the pipelines' helper agents).  ``cache`` keeps the checked replay for the next call
+    follows the bulk (the pipelines' helper agents).  ``cache`` keeps the checked run for the next call
     with the same kernel, sizes, roles, wiring, info and PE costs (a sweep's points that differ elsewhere)."""
     n = len(agents)
     agents = np.asarray(agents, np.int64)
@@ -288,7 +354,7 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
         _TRACED.move_to_end(key)
         phases, ar, res = _TRACED[key]
     else:
-        phases, ar, res = _trace_and_replay(b, n, wiring, kernel, nbytes, roles, info)
+        phases, ar, res = _trace_and_run(b, n, wiring, kernel, nbytes, roles, info)
         if key is not None:
             _TRACED[key] = (phases, ar, res)
             if len(_TRACED) > TRACED_CACHE:

@@ -17,6 +17,8 @@ from kbfast.topology.names import node_name
 
 
 def trace_events(res: ExactResult) -> list[dict]:
+    """The trace events of ``res``: a thread per agent with a slice per op (times in µs), then a counter per
+    busy edge with its whole-run utilisation."""
     p = res.program
     events: list[dict] = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": p.name}}]
     for a in range(p.n_agents):
@@ -45,6 +47,8 @@ def trace_events(res: ExactResult) -> list[dict]:
 
 
 def write_trace(res: ExactResult, path: str | Path) -> Path:
+    """Write :func:`trace_events` of ``res`` as a Perfetto / Chrome trace JSON at ``path`` (its folder made);
+    returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": trace_events(res), "displayTimeUnit": "ns"}))

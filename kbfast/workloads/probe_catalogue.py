@@ -34,6 +34,8 @@ SWEEP_SIZES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20)
 
 @dataclass(frozen=True)
 class Flow:
+    """One DMA of a probe: its issuer, the HBM controller it targets and the byte offset there."""
+
     issuer: int        # pe_dma node, or the pcie_ep node for a host flow
     dst: int           # HBM controller node
     addr: int          # HBM byte offset of the first byte
@@ -41,6 +43,8 @@ class Flow:
 
 @dataclass(frozen=True)
 class ProbeCase:
+    """A catalogue probe: its name, kind (pe_dma, h2d, d2h or launch), description and flows."""
+
     name: str
     kind: str          # "pe_dma", "h2d", "d2h" or "launch"
     description: str
@@ -49,9 +53,11 @@ class ProbeCase:
 
     @property
     def n_issuers(self) -> int:
+        """How many flows (issuers) the probe has."""
         return len(self.flows)
 
     def program(self, t: Tables, router: Router, nbytes: int) -> Program:
+        """The probe's Program at ``nbytes`` per flow: every flow's DMA (a launch probe: the START barrier)."""
         b = ProgramBuilder(t, router, name=f"{self.name}@{nbytes}B")
         if self.kind == "launch":
             pes = np.array([f.issuer for f in self.flows], np.int64)

@@ -4,7 +4,7 @@ The built-in kernels' control flow depends on the rank's position (its role), ne
 payloads, so ranks of one role run the same op sequence.  :func:`trace` runs the kernel's
 generator once with symbolic payloads: ``tl.contribution()`` is value 0, every recv and every
 ``tl.add`` defines a new value id, and sends name the value they carry (SSA form).  The
-template is what :mod:`kbfast.workloads.symbolic` replays for every rank of the role.
+template is what :mod:`kbfast.workloads.symbolic` runs for every rank of the role.
 """
 
 from __future__ import annotations
