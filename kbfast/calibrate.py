@@ -50,11 +50,11 @@ from kbfast.config.loader import (PARAM_SET_DIR_ENV, apply_overrides, check_key_
                                   load_raw, lookup, param_set_path, preset_names, user_param_set_dir, validate)
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import ConfigError, KbfastError
-from kbfast.evaluate_gemm import evaluate_gemm
+from kbfast.measure.gemm import evaluate_gemm
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
-from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
+from kbfast.measure.probe import evaluate_case, exact_evaluator, fluid_evaluator, run_probes
 from kbfast.report.formats import column_unit, duration, in_unit
 from kbfast.tiling import plan_gemm
 from kbfast.topology.builder import Tables, build_tables

@@ -14,7 +14,7 @@ import pytest
 
 from kbfast.calibrate import LATENCY_ROWS, ROWS, TOL, Bench, LatencyRow, OrderingRow, reference_csv, reference_table
 from kbfast.config.schema import SystemSpec
-from kbfast.probe import check_invariants
+from kbfast.measure.probe import check_invariants
 
 REPO = Path(__file__).resolve().parents[1]
 KiB = 1024

@@ -345,6 +345,6 @@ def test_gemm_pe_names_the_flag_and_the_value(runner: CliRunner, monkeypatch, fl
     (["--batch", "64", "--kv-len", "100000"], "does not fit")])
 def test_model_input_is_refused_before_compiling(runner: CliRunner, monkeypatch, args: list[str],
                                                  fragment: str) -> None:
-    """A model step's bad input is refused before a first run compiles (kbfast.evaluate_model.plan_step)."""
+    """A model step's bad input is refused before a first run compiles (kbfast.measure.model.plan_step)."""
     monkeypatch.setattr(cli_run, "first_run", _no_compiling)
     refused(run(runner, "model", "llama3_70b", *args), fragment)

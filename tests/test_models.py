@@ -14,7 +14,7 @@ from kbfast import Router, build_tables, load_system
 from kbfast.cli.main import app
 from kbfast.config.models import load_model, model_names
 from kbfast.errors import ConfigError, KbfastError
-from kbfast.evaluate_model import evaluate_piece, evaluate_step
+from kbfast.measure.model import evaluate_piece, evaluate_step
 from kbfast.workloads.kernels import ScheduleError
 from kbfast.workloads.model import build_piece, compile_model, shape_for
 from kbfast.workloads.commands import TimedLowering

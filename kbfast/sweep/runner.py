@@ -37,7 +37,7 @@ from kbfast.errors import KbfastError
 from kbfast.report.formats import clean_columns
 from kbfast.sweep.batches import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
 from kbfast.sweep.spec import Point, SweepSpec, param_set_label
-from kbfast.workloads.registry import WORKLOADS
+from kbfast.measure.registry import WORKLOADS
 
 FORMATS = ("parquet", "csv")
 PROVENANCE = ("kbfast_version", "config_hash", "mode", "param_set", "seed")

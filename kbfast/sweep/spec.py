@@ -44,7 +44,7 @@ from kbfast.config.models import load_model
 from kbfast.config.units import _GEOM, MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
-from kbfast.workloads.registry import WORKLOADS
+from kbfast.measure.registry import WORKLOADS
 
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
 MODES = ("fast", "exact")
