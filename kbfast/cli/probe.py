@@ -21,6 +21,7 @@ from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.trace import write_trace
+from kbfast.measure.methods import FAST_CHOICES
 from kbfast.measure.probe import (ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator,
                           resource_tables, run_probes)
 from kbfast.topology.builder import build_tables
@@ -28,9 +29,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.probes import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
 
 
-class FastMethod(str, Enum):
-    hybrid = "hybrid"
-    fluid = "fluid"
+FastMethod = Enum("FastMethod", {c: c for c in FAST_CHOICES}, type=str)   # --method (kbfast.measure.methods)
 
 
 # The fast path's method per row (kbfast.measure.hybrid), short enough for the table.

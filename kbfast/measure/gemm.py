@@ -26,6 +26,7 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.fast.gemm import dma_times, gemm_fast
 from kbfast.config.schema import SystemSpec
+from kbfast.measure.methods import EXACT, FLUID, MAXPLUS, MAXPLUS_ESTIMATE
 from kbfast.measure.kind import Built, Measurement, WorkloadKind
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
@@ -38,11 +39,11 @@ ESTIMATE_WARNING = ("maxplus_estimate: more tiles than the fluid schedule takes,
 
 
 def fast_method(case: GemmCase) -> str:
-    """The fast method of ``case`` (see the module docstring)."""
+    """The fast method of ``case`` (see the module docstring; one of kbfast.measure.methods.GEMM_FAST_METHODS)."""
     plan = case.plan
     if plan.n_out == 1 or (plan.a_pinned and plan.b_pinned):
-        return "maxplus"
-    return "fluid" if plan.n_tile_total <= FLUID_MAX_TILES else "maxplus_estimate"
+        return MAXPLUS
+    return FLUID if plan.n_tile_total <= FLUID_MAX_TILES else MAXPLUS_ESTIMATE
 
 
 def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False) -> dict:
@@ -51,20 +52,20 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
     (``ESTIMATE_WARNING``; a sweep's rows leave it out: their method says it).  Builds the Program if the case
     has none and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
-    if exact or fast_method(case) == "fluid":
+    if exact or fast_method(case) == FLUID:
         case = with_program(t, router, case)
     if exact:
         res = run_exact(case.program)
-        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": "exact",
+        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": EXACT,
                 "latency_lo_ns": np.nan, "latency_hi_ns": np.nan}
     method = fast_method(case)
-    if method == "fluid":
+    if method == FLUID:
         res = run_fast(case.program)
         _, lo, hi = res.latency_ns(0.0)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
                 "latency_lo_ns": lo, "latency_hi_ns": hi}
     row = maxplus_rows(t, router, [case])[0]
-    if row["method"] == "maxplus_estimate":
+    if row["method"] == MAXPLUS_ESTIMATE:
         row["warning"] = ESTIMATE_WARNING
     return row
 
@@ -96,9 +97,9 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
     rows = []
     for c, o in zip(cases, out):
         row = gemm_figures(c, float(o[0]), float(o[1]), dict(zip(RESOURCES, o[2:].tolist())), rate)
-        est = fast_method(c) != "maxplus"
+        est = fast_method(c) != MAXPLUS
         # maxplus equals exact mode: its own bounds; the estimate is a lower bound and has no upper one
-        row.update(method="maxplus_estimate" if est else "maxplus", latency_lo_ns=row["latency_ns"],
+        row.update(method=MAXPLUS_ESTIMATE if est else MAXPLUS, latency_lo_ns=row["latency_ns"],
                    latency_hi_ns=np.nan if est else row["latency_ns"])
         rows.append(row)
     return rows
@@ -143,7 +144,7 @@ def _measure_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
     """GEMM points of one system on the fast path: the max-plus ones in one batched call, the others (the
     fluid schedule) one by one."""
     cases = [case_of(t, router, w, program=False) for w in workloads]
-    batch = [i for i, c in enumerate(cases) if fast_method(c) != "fluid"]
+    batch = [i for i, c in enumerate(cases) if fast_method(c) != FLUID]
     out: list[dict[str, Any] | None] = [None] * len(cases)
     for i, row in zip(batch, maxplus_rows(t, router, [cases[i] for i in batch])):
         out[i] = gemm_row(row, t)

@@ -42,11 +42,12 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
+from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID
 from kbfast.measure.kind import Built, Measurement, WorkloadKind
 from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
 
 MODES = ("fast", "exact")
-METHODS = ("hybrid", "fluid")   # the fast path's point: the stand-in replayed exactly when it fits, or scheduled
+METHODS = tuple(FAST_CHOICES)   # the fast path's choice (kbfast.measure.methods): hybrid replays the stand-in when it fits
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
 # critical-path categories (docs/models.md "Breakdown")
 CATEGORIES = ("gemm_compute", "hbm_stream", "math", "collective", "other")
@@ -66,7 +67,7 @@ class PieceResult:
     phase_ns: dict[str, float]
     counts: dict[str, int]
     wall_s: float
-    method: str                      # exact; or the fast path's: exact replay, closed form, fluid (kbfast.measure.hybrid)
+    method: str                      # how it was made (kbfast.measure.methods): exact; or exact replay, fluid
     program: Program | None = field(default=None, repr=False)
 
 
@@ -158,7 +159,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         p = build_piece(t, router, piece, lower, launch_ns)
         res = run_exact(p)
         lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
-        method = "exact"
+        method = EXACT
     else:
         timer = timer or CommandTimer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
@@ -219,10 +220,10 @@ def _point(p: Program, method: str):
     the hybrid evaluator's first fast pass would only say so: it is skipped."""
     if method == "hybrid" and replay_events_estimate(p) <= 2 * DEFAULT_BUDGET_EVENTS:
         try:
-            return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), "exact replay"
+            return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), EXACT_REPLAY
         except ReplayBudgetExceeded:
             pass
-    return run_fast(p, tight=False), "fluid"    # a stand-in: GEMM tile DMAs are no flows of it
+    return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
 
 
 def last_pe_time_by_category(p: Program, res, piece: Piece, lower) -> dict[str, float]:

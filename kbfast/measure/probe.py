@@ -28,6 +28,7 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
+from kbfast.measure.methods import CLOSED_FORM, FLUID
 from kbfast.measure.kind import Built, Measurement, WorkloadKind
 from kbfast.workloads.probes import ProbeCase, build_catalogue, random_traffic, select
 
@@ -45,7 +46,7 @@ class Timing:
     op_end_lo_ns: np.ndarray | None = None
     op_end_hi_ns: np.ndarray | None = None
     shared: bool = False      # two flows were on one resource at once (the fast path's fluid ran)
-    method: str = ""          # how the point estimate was made (kbfast.measure.hybrid.METHODS); "" for exact mode
+    method: str = ""          # how the point estimate was made (kbfast.measure.methods); "" for exact mode
 
 
 Evaluator = Callable[[Program], Timing]
@@ -60,7 +61,7 @@ def fluid_evaluator(p: Program) -> Timing:
     """The fast path alone: closed form, or the fluid estimate where flows meet."""
     r = run_fast(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared,
-                  "fluid" if r.shared else "closed form")
+                  FLUID if r.shared else CLOSED_FORM)
 
 
 def fast_evaluator(p: Program) -> Timing:
