@@ -1,4 +1,4 @@
-"""First-run compiling (kbfast/warmup.py, cli.common.first_run): a cached kernel is seen as cached, an empty
+"""First-run compiling (kbfast/measure/warmup.py, cli.common.first_run): a cached kernel is seen as cached, an empty
 cache as empty, and a run with everything cached says nothing and starts no process."""
 
 from __future__ import annotations

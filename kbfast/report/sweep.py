@@ -53,8 +53,6 @@ LABELS = {
     "macs_per_ns": "MAC/ns over the window", "macs_per_ns_overall": "MAC/ns over the latency",
     "m": "M", "n": "N", "k": "K",
 }
-SIZE_LABELS = {"allreduce": "message size per rank (bytes)", "pe2pe": "transfer size (bytes)",
-               "probe": "bytes per issuer", "traffic": "bytes per flow"}
 UNITS = {"_ns": "ns", "_gbs": "GB/s", "_gbps": "GB/s", "_mm": "mm"}
 
 
@@ -62,7 +60,8 @@ def axis_label(col: str, df: pd.DataFrame | None = None) -> str:
     """The label of a column on a plot axis, with its unit."""
     if col == "size":
         kinds = set(df["workload"].dropna()) if df is not None and "workload" in df else set()
-        return SIZE_LABELS.get(next(iter(kinds)), "size (bytes)") if len(kinds) == 1 else "size (bytes)"
+        kind = WORKLOADS.get(next(iter(kinds))) if len(kinds) == 1 else None
+        return kind.size_label if kind is not None else "size (bytes)"     # the kind's own words (its size_label)
     if col in LABELS:
         return LABELS[col]
     unit = next((u for s, u in UNITS.items() if col.endswith(s)), None)
