@@ -85,6 +85,9 @@ class WorkloadKind:
     # A point's fields checked against each other and completed before the point runs: (spec label, fields)
     # -> fields; a ConfigError names the spec, the key and the value.
     resolve: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+    # Fields that name a file (a model YAML, say) and how it is read: (field, loader); a sweep reads each value
+    # before any point runs (kbfast.sweep.spec.check_files).
+    file_fields: tuple[tuple[str, Callable[[str], Any]], ...] = ()
     size_label: str = "size (bytes)"       # what ``size`` means, on a plot's axis (kbfast.report.sweep)
     report: str | None = None              # the kind's own sweep tables and plots, by name (kbfast.report.kinds)
 

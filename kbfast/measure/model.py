@@ -431,4 +431,4 @@ MODEL = WorkloadKind(
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly
-    report="model")
+    file_fields=(("model", load_model),), report="model")

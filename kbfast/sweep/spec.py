@@ -40,7 +40,6 @@ from kbfast import __version__, budget
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, override_error,
                                   param_set_path, parse_yaml, read_param_set, read_text)
-from kbfast.config.models import load_model
 from kbfast.config.units import _GEOM, MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
@@ -490,7 +489,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     spec = parse_spec(data, str(path))
     check_topologies(spec)
     check_set(spec)
-    check_models(spec)
+    check_files(spec)
     return spec
 
 
@@ -550,18 +549,18 @@ def check_set(spec: SweepSpec) -> None:
         raise ConfigError(spec.label, f"set.{err.key}", err.value, err.problem, err.hint)
 
 
-def check_models(spec: SweepSpec) -> None:
-    """A model workload's model (``workload.model``, unless an axis sets it, and every value of a model axis) is
-    a bundled model or a model YAML that reads and validates; else a ConfigError naming the spec, the key and
-    the model, before any point runs."""
-    if spec.workload["kind"] != "model":
-        return
-    places = _axis_values(spec, "workload.model")
-    if "workload.model" not in spec.axis_keys:
-        places.insert(0, ("workload.model", [spec.workload["model"]]))
-    for key, values in places:
-        for value in values:
-            _readable(spec, key, str(value), "model", load_model)
+def check_files(spec: SweepSpec) -> None:
+    """Every field of the spec's workload kind that names a file (the kind's ``file_fields``: a model workload's
+    model, say) reads and validates, in ``workload.<field>`` unless an axis sets it and in every value of its
+    axis; else a ConfigError naming the spec, the key and the value, before any point runs."""
+    for name, load in WORKLOADS[spec.workload["kind"]].file_fields:
+        key = f"workload.{name}"
+        places = _axis_values(spec, key)
+        if key not in spec.axis_keys:
+            places.insert(0, (key, [spec.workload[name]]))
+        for where, values in places:
+            for value in values:
+                _readable(spec, where, str(value), name, load)
 
 
 def example_specs() -> list[str]:
