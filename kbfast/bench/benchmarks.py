@@ -24,6 +24,8 @@ from kbfast.workloads.probes import build_catalogue, random_pe_flows
 
 @dataclass(frozen=True)
 class BenchRow:
+    """One figure of a benchmark: its value and unit, the design target, whether it is met (None: no target)."""
+
     name: str
     value: float
     unit: str

@@ -48,6 +48,7 @@ class FitParam:
 
     @property
     def span(self) -> float:
+        """The width of the parameter's bounds, hi - lo."""
         return self.hi - self.lo
 
 
@@ -114,6 +115,7 @@ class FitResult:
 
     @property
     def fitted_values(self) -> dict[str, float]:
+        """The values of the parameters that were fitted (those that move a row)."""
         return {k: self.values[k] for k in self.fitted}
 
 

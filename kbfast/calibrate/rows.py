@@ -53,6 +53,7 @@ class Row:
         return []
 
     def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
+        """The row measured on ``bench``'s systems in ``mode``, against the reference table ``ref``."""
         raise NotImplementedError
 
 

@@ -75,6 +75,7 @@ class Bench:
         self._gemm: dict[tuple, dict] = {}
 
     def system(self, sips: str | None = None, buffer_kind: str | None = None) -> tuple[Tables, Router]:
+        """Tables and router of the spec with the SIPs of preset ``sips`` and IPCQ ``buffer_kind`` (built once)."""
         key = (sips, buffer_kind)
         if key not in self._systems:
             over: dict[str, Any] = {}
@@ -95,6 +96,7 @@ class Bench:
         return self._gemm[key]
 
     def catalogue(self) -> dict[str, ProbeCase]:
+        """The probe catalogue of the spec's system (built once)."""
         if self._catalogue is None:
             self._catalogue = build_catalogue(*self.system())
         return self._catalogue

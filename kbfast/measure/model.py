@@ -267,6 +267,7 @@ class StepResult:
     refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
 
     def repeat(self, piece: Piece) -> int:
+        """How often the step runs ``piece``: the step's layers for a transformer layer, else its own count."""
         return self.layers if piece.name == "layer" else piece.repeat
 
     def latency_ns(self, mode: str | None = None) -> float:
@@ -274,6 +275,7 @@ class StepResult:
         return sum(self.repeat(p) * r.latency_ns for p, r in zip(self.pieces, self.results[mode or self.mode]))
 
     def macs(self) -> int:
+        """The step's useful multiply-accumulates."""
         return sum(self.repeat(p) * p.macs for p in self.pieces)
 
     def mac_util(self, t: Tables) -> float:

@@ -53,6 +53,7 @@ Evaluator = Callable[[Program], Timing]
 
 
 def exact_evaluator(p: Program) -> Timing:
+    """The exact replay's per-op times."""
     r = run_exact(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns)
 
@@ -167,6 +168,8 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Check:
+    """One invariant checked on a probe table: its name, whether it holds, and the figures behind it."""
+
     name: str
     passed: bool
     detail: str

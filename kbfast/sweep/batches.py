@@ -52,6 +52,8 @@ class Batch:
 
 @dataclass
 class BatchResult:
+    """A batch's rows, its per-link and per-PC tables when asked for, and its time in the evaluators."""
+
     batch_id: int
     rows: pd.DataFrame
     links: pd.DataFrame | None = None

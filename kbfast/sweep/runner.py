@@ -71,6 +71,7 @@ class SweepOutcome:
 
     @property
     def n_errors(self) -> int:
+        """Points that failed (a non-empty ``error``)."""
         return int(self.results["error"].notna().sum()) if "error" in self.results else 0
 
 

@@ -84,6 +84,7 @@ class SweepSpec:
 
     @property
     def axis_keys(self) -> list[str]:
+        """Every axis key of the spec, in group order."""
         return [k for group in self.axes for k in _group_values(group)]
 
     @property
