@@ -327,7 +327,7 @@ def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
     together = make_batches(points, "fast")
     assert len(together) == 1
     joint = evaluate_batch(together[0]).rows
-    from kbfast import evaluate_model
+    from kbfast.measure import model as evaluate_model
     from kbfast.workloads import symbolic
     for cache in (evaluate_model._MEMO, evaluate_model._PIECES, evaluate_model._LAUNCH, symbolic._TRACED):
         cache.clear()                       # alone, and cold: nothing carried over from the batch
