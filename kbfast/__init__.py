@@ -29,7 +29,7 @@ _API = {
     "build_catalogue": "kbfast.workloads.probe_catalogue",
     "run_fast": "kbfast.fast.evaluate",
     "run_exact": "kbfast.exact",
-    "compare": "kbfast.results",
+    "compare": "kbfast.measure.rows",
 }
 
 __all__ = ["__version__", *_API]

@@ -1,4 +1,4 @@
-"""What bounds a result (kbfast.bottleneck, docs/bottlenecks.md): resource loads against the exact replay's
+"""What bounds a result (kbfast.measure.bottleneck, docs/bottlenecks.md): resource loads against the exact replay's
 own per-edge statistics and a naive per-op sum, the critical path against hand-derived cases, the
 contention flag, the sweep's scaled loads, and the CLI outputs (tables, fields, --links/--pcs/--heatmap)."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kbfast.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bound_fields, critical_path, link_load_arrays, node_load_arrays,
+from kbfast.measure.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bound_fields, critical_path_by_category, link_load_arrays, node_load_arrays,
                                top_resources)
 from kbfast.cli.main import app
 from kbfast.config import load_system
@@ -20,15 +20,15 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.fast.plan import data_routes
 from kbfast.ir import Op
-from kbfast.results import contended
-from kbfast.sweep.batches import _batched_fast
+from kbfast.measure.rows import contended
+from kbfast.sweep.batches import _measure_together
 from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import Point, parse_spec
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probe_catalogue import build_catalogue
 from kbfast.workloads.collectives import pe2pe
-from kbfast.workloads.registry import build
+from kbfast.measure.registry import build
 from conftest import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -87,7 +87,7 @@ def test_critical_path_of_a_lone_dma_is_its_zero_load_latency(tables: Tables, ro
     Across cubes it streams at a 128 GB/s UCIe connection: only the commit is HBM."""
     p = build_catalogue(tables, router)[name].program(tables, router, 16384)
     res = run_exact(p)
-    parts = critical_path(p, res, 0.0)
+    parts = critical_path_by_category(p, res, 0.0)
     assert parts["hbm"] == pytest.approx(hbm) and parts["fabric_wait"] == pytest.approx(0.0)
     assert parts["hbm"] + parts["fabric_transfer"] == pytest.approx(res.makespan_ns)
     if name == "SAME_CUBE_PE_LOCAL":
@@ -97,7 +97,7 @@ def test_critical_path_of_a_lone_dma_is_its_zero_load_latency(tables: Tables, ro
 def test_critical_path_of_two_writers_to_one_controller_shows_the_wait(tables: Tables, router: Router) -> None:
     p = build_catalogue(tables, router)["ctrl_hot_2"].program(tables, router, 16384)
     res = run_exact(p)
-    parts = critical_path(p, res, 0.0)
+    parts = critical_path_by_category(p, res, 0.0)
     alone = run_fast(p).makespan_lo_ns          # the farther writer's isolated latency: its zero-load time
     assert parts["hbm"] + parts["fabric_transfer"] == pytest.approx(alone)
     assert parts["fabric_wait"] == pytest.approx(res.makespan_ns - alone) and parts["fabric_wait"] > 0
@@ -120,7 +120,7 @@ def test_a_raw_dma_splits_into_hbm_and_fabric_transfer(tables: Tables, router: R
     load, store = (np.flatnonzero(c.program.op_code == code)[0] for code in (Op.DMA_READ, Op.DMA_WRITE))
     assert res.op_end_ns[load] - res.op_begin_ns[load] == pytest.approx(21.0)
     assert res.op_end_ns[store] - res.op_begin_ns[store] == pytest.approx(183.0)
-    parts = critical_path(c.program, res, c.launch_ns)
+    parts = critical_path_by_category(c.program, res, c.launch_ns)
     assert parts["hbm"] == pytest.approx(15 + 8)
     assert parts["fabric_transfer"] == pytest.approx(6 + 175)
     assert parts["fabric_wait"] == pytest.approx(0.0) and parts["launch"] == pytest.approx(0.0)
@@ -134,7 +134,7 @@ def test_critical_path_sums_to_the_latency(ring6, mode, size, algorithm, ranks) 
     t, router = ring6
     c = allreduce(t, router, size, algorithm, ranks)
     res = mode(c.program)
-    parts = critical_path(c.program, res, c.launch_ns)
+    parts = critical_path_by_category(c.program, res, c.launch_ns)
     assert tuple(parts) == CATEGORIES and min(parts.values()) >= 0
     assert sum(parts.values()) == pytest.approx(res.latency_ns(c.launch_ns)[0], rel=1e-12)
     assert parts["compute"] > 0 and parts["fabric_transfer"] > 0
@@ -149,7 +149,7 @@ def test_a_saturated_ring_waits_on_credits(ring6) -> None:
     lat = res.latency_ns(c.launch_ns)[0]
     top = top_resources(c.program, lat, res.pcs)
     assert top["utilization"].iloc[0] > 0.95
-    parts = critical_path(c.program, res, c.launch_ns)
+    parts = critical_path_by_category(c.program, res, c.launch_ns)
     assert max(parts, key=parts.get) == "ipcq_backpressure"
 
 
@@ -179,7 +179,7 @@ def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Ta
                          workload={"kind": "allreduce", "algorithm": algorithm, "size": s, "ranks": None,
                                    "tile_io": True}) for i, s in enumerate(sizes))
     t, router = ring6 if topology == "ring6" else (tables, router)
-    for s, row in zip(sizes, _batched_fast(points)):
+    for s, row in zip(sizes, _measure_together(points)):
         own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
         for k, v in own.items():
             assert row[k] == v or row[k] == pytest.approx(v, rel=1e-12), (s, k)
@@ -192,7 +192,7 @@ def _answer(t: Tables, router: Router, size: int, algorithm: str = "lrab", ranks
     res = run_fast(c.program)
     lat, lo, _ = res.latency_ns(c.launch_ns)
     row = {"latency_ns": lat, "contention_ns": lat - lo, **bottleneck(c.program, lat),
-           **{f"critical_path_{k}_ns": v for k, v in critical_path(c.program, res, c.launch_ns).items()}}
+           **{f"critical_path_{k}_ns": v for k, v in critical_path_by_category(c.program, res, c.launch_ns).items()}}
     return {**row, **bound_fields(row)}
 
 

@@ -319,7 +319,7 @@ def test_unknown_ranks_are_refused(runner: CliRunner, ranks: str, hint: str) -> 
 
 def test_allreduce_beyond_an_hbm_slice_is_refused(runner: CliRunner) -> None:
     """run allreduce --size 64GiB ran, though each rank keeps its 64 GiB tile in a 6 GiB HBM slice (run model
-    refuses the same with the same check, kbfast.budget.check_hbm_slice)."""
+    refuses the same with the same check, kbfast.config.budget.check_hbm_slice)."""
     refused(run(runner, "allreduce", "--size", "64GiB"),
             "--size 64GiB: an all-reduce of 64 GiB per rank does not fit: each rank holds its tile, 64 GiB in all, "
             "and its HBM slice holds 6 GiB", "hint: use at most 6 GiB per rank")
@@ -345,6 +345,6 @@ def test_gemm_pe_names_the_flag_and_the_value(runner: CliRunner, monkeypatch, fl
     (["--batch", "64", "--kv-len", "100000"], "does not fit")])
 def test_model_input_is_refused_before_compiling(runner: CliRunner, monkeypatch, args: list[str],
                                                  fragment: str) -> None:
-    """A model step's bad input is refused before a first run compiles (kbfast.evaluate_model.plan_step)."""
+    """A model step's bad input is refused before a first run compiles (kbfast.measure.model.plan_step)."""
     monkeypatch.setattr(cli_run, "first_run", _no_compiling)
     refused(run(runner, "model", "llama3_70b", *args), fragment)

@@ -17,7 +17,7 @@ from kbfast.sim.lowering import Fabric, hbm_constants, ns_per_byte, transfer_rou
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import hbm_ctrl, io_node
 from kbfast.topology.routing import Router
-from kbfast.workloads.probes import random_pe_flows
+from kbfast.workloads.probe_catalogue import random_pe_flows
 from naive import naive_transfer_end
 
 SIZES = [0, 1, 255, 256, 257, 512, 1000, 4096, 5000, 65537]

@@ -24,7 +24,7 @@ from kbfast.sim.diagnostics import ReplayDeadlock
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
-from kbfast.metrics import phase_ends
+from kbfast.measure.metrics import phase_ends
 from kbfast.topology.names import node_id, pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, allreduce, intercube_wiring

@@ -1,4 +1,4 @@
-"""The fast path of isolated GEMMs (kbfast.evaluate_gemm, kbfast.fast.maxplus_gemm): P1 where the GEMM's transfers never
+"""The fast path of isolated GEMMs (kbfast.measure.gemm, kbfast.fast.maxplus_gemm): P1 where the GEMM's transfers never
 overlap, the method chosen, and the estimate where they do."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kbfast.config import load_system
-from kbfast.evaluate_gemm import FLUID_MAX_TILES, evaluate_gemm, fast_method, maxplus_rows
+from kbfast.measure.gemm import FLUID_MAX_TILES, evaluate_gemm, fast_method, maxplus_rows
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.gemm import gemm_case
@@ -64,7 +64,7 @@ def test_methods(systems) -> None:
 def test_fluid_where_writes_meet_reads(systems) -> None:
     """Several output tiles, operands streamed: the fluid schedule, within 5 % of exact and with bounds that
     hold; the recurrence alone (which leaves the writes' interference out) is below exact: its own lower bound,
-    with no upper one (a single GEMM's row carries a warning that says so: kbfast.evaluate_gemm.ESTIMATE_WARNING,
+    with no upper one (a single GEMM's row carries a warning that says so: kbfast.measure.gemm.ESTIMATE_WARNING,
     tests/test_cli_run.py::test_gemm_estimate_says_so)."""
     t, r = systems()
     for shape in ((128, 128, 256), (200, 200, 16), (64, 96, 640)):

@@ -1,4 +1,4 @@
-"""The GEMM tile pipeline (spec_pe §4–§5; kbfast.tiling, ProgramBuilder.gemm): hand-derived cases in exact
+"""The GEMM tile pipeline (spec_pe §4–§5; kbfast.ir.tiling, ProgramBuilder.gemm): hand-derived cases in exact
 mode, the SimPy reference, the fast path (P1 where no two transfers of the GEMM overlap), and the public
 calibration rows (calibration/reference_public.csv, gemm_*).
 

@@ -1,4 +1,4 @@
-"""The hybrid evaluator (kbfast.hybrid): fast path, with small contended Programs replayed exactly.
+"""The hybrid evaluator (kbfast.measure.hybrid): fast path, with small contended Programs replayed exactly.
 
 Target of the fidelity issue on the congestion probes at 256 B .. 1 MiB: point estimate within 5 % of exact
 (2 % target) and lower <= exact <= upper, with the method named per row.
@@ -11,8 +11,8 @@ import pytest
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.hybrid import METHODS, replay_events_estimate, run_hybrid
-from kbfast.probe import fast_evaluator, fluid_evaluator, run_probes
+from kbfast.measure.hybrid import METHODS, replay_events_estimate, run_hybrid
+from kbfast.measure.probe import fast_evaluator, fluid_evaluator, run_probes
 from kbfast.workloads.collectives import allreduce
 
 KiB, MiB = 1024, 1024 * 1024

@@ -14,7 +14,7 @@ from kbfast import Router, build_tables, load_system
 from kbfast.cli.main import app
 from kbfast.config.models import load_model, model_names
 from kbfast.errors import ConfigError, KbfastError
-from kbfast.evaluate_model import evaluate_piece, evaluate_step
+from kbfast.measure.model import evaluate_piece, evaluate_step
 from kbfast.workloads.kernels import ScheduleError
 from kbfast.workloads.model import build_piece, compile_model, shape_for
 from kbfast.workloads.commands import TimedLowering
@@ -327,7 +327,7 @@ def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
     together = make_batches(points, "fast")
     assert len(together) == 1
     joint = evaluate_batch(together[0]).rows
-    from kbfast import evaluate_model
+    from kbfast.measure import model as evaluate_model
     from kbfast.workloads import symbolic
     for cache in (evaluate_model._MEMO, evaluate_model._PIECES, evaluate_model._LAUNCH, symbolic._TRACED):
         cache.clear()                       # alone, and cold: nothing carried over from the batch
@@ -349,7 +349,7 @@ def test_model_sweep_rows_carry_only_what_the_model_reads(tmp_path):
 
 def test_documented_exact_runs_stay_below_the_warning_level():
     """Every `kbfast run model ... --exact | --compare` in docs/models.md builds an exact Program below
-    kbfast.budget.WARN_BYTES (the prefill example at --seq 512 needed 56 M tile ops, about 19 GiB, and exited 2)."""
+    kbfast.config.budget.WARN_BYTES (the prefill example at --seq 512 needed 56 M tile ops, about 19 GiB, and exited 2)."""
     import shlex
     from pathlib import Path
 

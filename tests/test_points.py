@@ -1,4 +1,4 @@
-"""Batched collective points (kbfast.sweep.points, kbfast.fast.rescale) equal one-at-a-time fast evaluations."""
+"""Batched collective points (kbfast.measure.collective, kbfast.fast.rescale) equal one-at-a-time fast evaluations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from kbfast.config import load_system
 from kbfast.errors import KbfastError
 from kbfast.fast.evaluate import run_fast
-from kbfast.sweep.points import allreduce_points
+from kbfast.measure.collective import allreduce_points
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce

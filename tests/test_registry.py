@@ -1,4 +1,4 @@
-"""The workload registry (kbfast/workloads/registry.py): every kind builds from its defaults, the sweep
+"""The workload registry (kbfast/measure/registry.py): every kind builds from its defaults, the sweep
 spec accepts exactly its fields, and the CLI's defaults are the registry's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kbfast.errors import ConfigError
 from kbfast.sweep.spec import parse_spec
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.registry import WORKLOADS, build
+from kbfast.measure.registry import WORKLOADS, build
 
 
 @pytest.mark.parametrize("kind", list(WORKLOADS))

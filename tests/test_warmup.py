@@ -1,4 +1,4 @@
-"""First-run compiling (kbfast/warmup.py, cli.common.first_run): a cached kernel is seen as cached, an empty
+"""First-run compiling (kbfast/measure/warmup.py, cli.common.first_run): a cached kernel is seen as cached, an empty
 cache as empty, and a run with everything cached says nothing and starts no process."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from kbfast import warmup
+from kbfast.measure import warmup
 from kbfast.cli import common
 
 
@@ -21,7 +21,7 @@ def test_a_compiled_kernel_is_cached_and_a_warm_first_run_is_silent(capsys, monk
 
 
 def test_an_empty_cache_is_seen_as_empty(tmp_path) -> None:
-    code = "from kbfast import warmup; print(','.join(warmup.missing(*warmup.KERNELS)))"
+    code = "from kbfast.measure import warmup; print(','.join(warmup.missing(*warmup.KERNELS)))"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out.split(",") == list(warmup.KERNELS)
@@ -42,7 +42,7 @@ def test_the_stored_inputs_have_the_numba_types_of_todays_calls() -> None:
     assert stored.keys() == fresh.keys() == warmup.CALL_SITES.keys()
     for kernel, args in fresh.items():
         assert [typeof(a) for a in stored[kernel]] == [typeof(a) for a in args], (
-            f"{warmup.INPUTS.name} is stale for {kernel}: run python -m kbfast.warmup --save-inputs")
+            f"{warmup.INPUTS.name} is stale for {kernel}: run python -m kbfast.measure.warmup --save-inputs")
 
 
 def test_missing_inputs_fall_back_to_building_the_program(tmp_path, monkeypatch) -> None:

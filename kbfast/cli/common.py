@@ -17,7 +17,7 @@ from rich.markup import escape
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system
 from kbfast.config.loader import parse_overrides
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
-from kbfast import warmup
+from kbfast.measure import warmup
 from kbfast.errors import KbfastError, clip
 
 console = Console()
@@ -58,7 +58,7 @@ def user_errors(fn: F) -> F:
 def first_run(*kernels: str) -> None:
     """Before a command's work: when kernels it needs are not cached yet (a first run), say so on stderr
     with about how long compiling takes (``warmup.estimate_s``), then compile them on both cores
-    (``kbfast.warmup``): the largest group (the fast path's) in a second process, the rest in this one, and
+    (``kbfast.measure.warmup``): the largest group (the fast path's) in a second process, the rest in this one, and
     wait.  The work then loads every kernel from the cache.  Otherwise a first run looks hung.  Silent and
     free when all are cached."""
     todo = warmup.missing(*kernels)

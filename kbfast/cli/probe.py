@@ -21,21 +21,20 @@ from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.perfetto import write_trace
-from kbfast.probe import (ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator,
+from kbfast.measure.methods import FAST_CHOICES
+from kbfast.measure.probe import (ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator,
                           resource_tables, run_probes)
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probe_catalogue import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
 
 
-class FastMethod(str, Enum):
-    hybrid = "hybrid"
-    fluid = "fluid"
+FastMethod = Enum("FastMethod", {c: c for c in FAST_CHOICES}, type=str)   # --method (kbfast.measure.methods)
 
 
-# The fast path's method per row (kbfast.hybrid), short enough for the table.
+# The fast path's method per row (kbfast.measure.hybrid), short enough for the table.
 METHOD_SHORT = {"closed form": "closed", "exact replay": "replay", "fluid": "fluid"}
-# The breakdown categories (kbfast.metrics.BREAKDOWN) by their short headers, and what each holds.
+# The breakdown categories (kbfast.measure.metrics.BREAKDOWN) by their short headers, and what each holds.
 BREAKDOWN_SHORT = {"pe_setup": "setup", "noc_mesh": "mesh", "ucie": "ucie", "fabric": "fabric",
                    "wire_transfer": "wire", "hbm_ctrl": "hbm", "contention": "rest"}
 BREAKDOWN_LEGEND = ("setup: channel wait; mesh: cube NoC; ucie: UCIe; fabric: IO chiplet, PCIe, switch, "
@@ -120,7 +119,7 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
 def _resource_outputs(t, router, cases, df: pd.DataFrame, evaluate, links: Path | None, pcs: Path | None,
                       heatmap: Path | None) -> None:
     """--links, --pcs (every row's case and size, tagged) and --heatmap (the one case) from the evaluation
-    behind each row, link utilisation over the row's makespan (kbfast.probe.resource_tables): the figures
+    behind each row, link utilisation over the row's makespan (kbfast.measure.probe.resource_tables): the figures
     the table printed."""
     by_name = {c.name: c for c in cases}
     edge_parts, pc_parts = [], []

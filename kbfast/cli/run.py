@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,33 +12,30 @@ import pandas as pd
 import typer
 from rich.markup import escape
 
-from kbfast.bottleneck import (bottleneck, bound_fields, critical_fields, critical_path, link_table,
-                               top_resources)
+from kbfast.measure.bottleneck import link_table, top_resources
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors, writable)
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.config.units import format_size
 from kbfast.exact import run_exact
 from kbfast.report.perfetto import write_trace
-from kbfast.fast.evaluate import run_fast
-from kbfast.metrics import phase_ends
 from kbfast.report.explain import print_bound, print_critical_path, print_resources
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
-from kbfast.results import contended, contention_ns, rel_error
+from kbfast.measure.rows import rel_error
 from kbfast.sim.result import Result
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import ALGORITHMS, HOPS, Collective, busbw_gbps, check_tile_fits
+from kbfast.workloads.collectives import ALGORITHMS, HOPS, check_tile_fits
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
-from kbfast.evaluate_gemm import evaluate_gemm, fast_method, with_program
-from kbfast.evaluate_model import plan_step, run_step
+from kbfast.measure.gemm import evaluate_gemm, fast_method, with_program
+from kbfast.measure.model import plan_step, run_step
 from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_nodes, parse_dim, parse_epilogues
 from kbfast.workloads.model import LAYOUTS, refuse_unread, shape_for
-from kbfast.workloads.registry import WORKLOADS, build
+from kbfast.measure.registry import WORKLOADS, measure
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
 run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer, a GEMM or a model step.",
@@ -73,38 +71,35 @@ def _flags(buffer_kind: str | None, n_slots: int | None) -> dict[str, str]:
                               ("ipcq.n_slots", None if n_slots is None else f"--n-slots {n_slots}")) if v}
 
 
-def evaluate(c: Collective, t, exact: bool, compare: bool, trace: Path | None, bus_bandwidth: bool) -> tuple[dict, Result]:
-    """The inputs and metrics of one point: latency = max pe_exec_ns from the start barrier (spec_pe §3.6),
-    contention (kbfast.results), the busiest link and the critical path (kbfast.bottleneck); and the
-    result they came from."""
-    p, ipcq = c.program, t.spec.ipcq
-    row: dict = {"topology": t.spec.name, "workload": c.algorithm, "nbytes": c.nbytes, "n_ranks": c.n_ranks,
-                 "buffer_kind": ipcq.buffer_kind, "n_slots": ipcq.n_slots}
-    if c.tile_io is not None:
-        row["tile_io"] = c.tile_io
-    row.update(mode="exact" if exact else "fast", n_ops=p.n_ops)
+def evaluate(t, workload: dict, exact: bool, compare: bool, trace: Path | None) -> tuple[dict, Result]:
+    """The inputs and metrics of one collective point, measured through the registry (its metric row:
+    kbfast.measure.collective), in the order the command shows them; and the result they came from."""
+    ipcq, router = t.spec.ipcq, Router(t)
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "fast")))
-    res = run_exact(p) if exact else run_fast(p)
+    mode = "exact" if exact else "fast"
+    got = measure(t, router, workload, mode)
+    res, m, d = got.result, got.row, got.details
+    row: dict = {"topology": t.spec.name, "workload": d["workload"], "nbytes": d["nbytes"], "n_ranks": m["n_ranks"],
+                 "buffer_kind": ipcq.buffer_kind, "n_slots": ipcq.n_slots}
+    if d["tile_io"] is not None:
+        row["tile_io"] = d["tile_io"]
+    row.update(mode=mode, n_ops=d["n_ops"])
     if trace is not None:
-        write_trace(res if exact else run_exact(p), trace)
-    lat, lo, hi = res.latency_ns(c.launch_ns)
-    row["latency_ns"] = lat
-    if bus_bandwidth:
-        row["busbw_gbps"] = busbw_gbps(c.nbytes, c.n_ranks, lat)
-    row["launch_ns"] = c.launch_ns
+        write_trace(res if exact else run_exact(res.program), trace)
+    row["latency_ns"] = m["latency_ns"]
+    if not math.isnan(m["busbw_gbps"]):           # a collective's, not a point-to-point transfer's
+        row["busbw_gbps"] = m["busbw_gbps"]
+    row["launch_ns"] = d["launch_ns"]
     if not exact:
-        row.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo),
-                   contention=contended(lat, lo))
-    row[f"{row['mode']}_wall_s"] = res.wall_s
+        row.update({k: m[k] for k in ("latency_lo_ns", "latency_hi_ns", "contention_ns", "contention")})
+    row[f"{mode}_wall_s"] = d["wall_s"]
     if compare and not exact:
-        ex = run_exact(p)
-        ex_lat = ex.latency_ns(c.launch_ns)[0]
-        row.update(exact_latency_ns=ex_lat, rel_error=rel_error(lat, ex_lat), exact_wall_s=ex.wall_s)
-    for name, end in phase_ends(p, res.op_end_ns, c.launch_ns).items():
+        ex = measure(t, router, workload, "exact")
+        row.update(exact_latency_ns=ex.row["latency_ns"], rel_error=rel_error(m["latency_ns"], ex.row["latency_ns"]),
+                   exact_wall_s=ex.details["wall_s"])
+    for name, end in d["phase_ends"].items():
         row[f"phase_end_ns[{name}]"] = end
-    row.update(bottleneck(p, lat))
-    row.update(critical_fields(critical_path(p, res, c.launch_ns)))
-    row.update(bound_fields(row))
+    row.update({k: v for k, v in m.items() if k.startswith(("bottleneck_", "critical_path_", "bound_"))})
     return row, res
 
 
@@ -174,7 +169,7 @@ def run_allreduce(
     check_tile_fits(spec, nbytes, f"--size {size}: ")
     t = build_tables(spec)
     w = {"kind": "allreduce", "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
-    row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=True)
+    row, res = evaluate(t, w, exact, compare, trace)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
 
@@ -203,7 +198,7 @@ def run_pe2pe(
     heatmap = check_outputs(trace, links, pcs, heatmap)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None), _flags(buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
-    row, res = evaluate(build(t, Router(t), w).collective, t, exact, compare, trace, bus_bandwidth=False)
+    row, res = evaluate(t, w, exact, compare, trace)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])}")
 

@@ -27,7 +27,7 @@ from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
 from kbfast.sweep.spec import CONFIRM_POINTS, SweepSpec, example_specs, load_spec
-from kbfast.workloads.registry import WORKLOADS
+from kbfast.measure.registry import WORKLOADS
 
 
 class Fmt(str, Enum):
@@ -130,7 +130,7 @@ def _progress(label: str) -> Iterator:
 
 
 def _kernels(s, exact: bool, check: bool) -> list[str]:
-    """The Numba kernels a sweep of ``s`` uses (kbfast.warmup): the fast path (batched or not) unless
+    """The Numba kernels a sweep of ``s`` uses (kbfast.measure.warmup): the fast path (batched or not) unless
     ``exact``, the workload generator's own, the exact replay for --exact or --check."""
     kind = WORKLOADS[s.workload["kind"]]
     fast = [] if exact else list(kind.fast_kernels)

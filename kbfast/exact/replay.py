@@ -83,7 +83,7 @@ def _names(t, nodes: np.ndarray) -> list[str]:
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
               max_memory_bytes: int | None = None) -> ExactResult:
     """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate (against
-    ``max_memory_bytes``, else the memory limit of kbfast.budget).  A replay estimated to take more than
+    ``max_memory_bytes``, else the memory limit of kbfast.config.budget).  A replay estimated to take more than
     ``ANNOUNCE_S`` says so on stderr when stderr is a terminal (:func:`_announce`).
 
     >>> from kbfast import Router, build_tables, load_system, pe2pe
@@ -129,7 +129,7 @@ def _stderr(text: str) -> None:
 
 
 def _announce(p: Program) -> bool:
-    """Before a long replay (estimated from its events, kbfast.budget.exact_seconds), say on stderr how long it
+    """Before a long replay (estimated from its events, kbfast.config.budget.exact_seconds), say on stderr how long it
     should take and when it should end: the Numba kernel runs in one call that holds the interpreter, so no
     live progress can be drawn while it runs.  Only when stderr is a terminal: piped output stays clean."""
     if not sys.stderr.isatty():

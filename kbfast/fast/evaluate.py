@@ -54,7 +54,7 @@ class FastResult(Result):
     @property
     def shared(self) -> bool:
         """Whether two flows were ever on one resource at once (the hybrid replays such a Program exactly;
-        whether sharing cost time is :func:`kbfast.results.contention_ns`)."""
+        whether sharing cost time is :func:`kbfast.measure.rows.contention_ns`)."""
         return bool(self.op_contended.any())
 
 

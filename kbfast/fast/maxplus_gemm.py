@@ -1,7 +1,7 @@
 """Fast path of isolated GEMMs: stage service times from the transfer closed forms, then the tile pipeline's
 max-plus recurrence with its steady state in closed form (kbfast.fast.pipeline).
 
-Per GEMM (kbfast.tiling, kbfast.workloads.gemm): the A and B tile reads (PE_READ under
+Per GEMM (kbfast.ir.tiling, kbfast.workloads.gemm): the A and B tile reads (PE_READ under
 ``hbm.read_response: accepted``) complete ``done`` after they start and hold the read channel ``hold =
 done - response`` under ``pe.dma_read_release: accepted`` (the zero-byte response's path latency back to
 the PE), else the whole ``done``; the C write holds its channel for its round trip; FETCH, GEMM, epilogues

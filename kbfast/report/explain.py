@@ -1,5 +1,5 @@
 """The view of what bounds a result: the busiest resources, the critical path and the bound
-(kbfast.bottleneck), as tables for the terminal (kbfast.report.tables).
+(kbfast.measure.bottleneck), as tables for the terminal (kbfast.report.tables).
 
 They fit 80 columns: a link is named by its ends with the shared SIP and cube said once, and shares are
 percent with one decimal.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from kbfast.bottleneck import BUSY_BOUND
+from kbfast.measure.bottleneck import BUSY_BOUND
 from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
 from kbfast.report.tables import fit, narrow_table
 
@@ -50,7 +50,7 @@ def print_critical_path(console: Console, parts: dict[str, float]) -> None:
     console.print(fit(console, t))
 
 
-# what each answer of kbfast.bottleneck.bound_fields means, in words
+# what each answer of kbfast.measure.bottleneck.bound_fields means, in words
 BOUND_WORDS = {"bandwidth": "bandwidth", "compute": "compute", "hbm": "HBM access at zero load",
                "fabric_transfer": "zero-load fabric transfers (hops and streaming)",
                "fabric_wait": "waits in the fabric beyond zero load (contention, credits)",
@@ -61,7 +61,7 @@ BOUND_WORDS = {"bandwidth": "bandwidth", "compute": "compute", "hbm": "HBM acces
 
 
 def bound_text(row: dict) -> str | None:
-    """What bounds a result in one sentence (kbfast.bottleneck.bound_fields), with the busiest resource and the
+    """What bounds a result in one sentence (kbfast.measure.bottleneck.bound_fields), with the busiest resource and the
     time sharing costs: a resource is named as the bound only when it is busy enough to matter."""
     by, share = row.get("bound_by"), row.get("bound_share")
     if not by:

@@ -1,6 +1,6 @@
 """What model runs report (docs/models.md): ``kbfast run model`` and model sweeps.
 
-:func:`model_report` turns a :class:`~kbfast.evaluate_model.StepResult` into plain data (JSON and CSV write
+:func:`model_report` turns a :class:`~kbfast.measure.model.StepResult` into plain data (JSON and CSV write
 it as is, full precision); :func:`print_model_report` prints it for people, at 80 columns.  A model sweep's
 summary (:func:`model_summary`) and plots (:func:`model_plots`): latency and tokens/s against SIP count,
 and the critical path stacked by category per layout.
@@ -19,12 +19,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from kbfast.evaluate_model import CATEGORIES, StepResult  # noqa: E402
+from kbfast.measure.model import CATEGORIES, StepResult  # noqa: E402
 from kbfast.report.tables import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
                                    with_unit)
-from kbfast.results import rel_error  # noqa: E402
+from kbfast.measure.rows import rel_error  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
 from kbfast.workloads.commands import COUNTED  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 For each probe case, each size and each policy of :data:`kbfast.topology.routing.POLICIES`
 (``kernbench``, ``balanced``, ``hops``; docs/routing.md) the same Program is built with
-``Router(tables, policy=...)`` and run through both evaluators of :mod:`kbfast.probe` (the fast one
+``Router(tables, policy=...)`` and run through both evaluators of :mod:`kbfast.measure.probe` (the fast one
 may replay a small contended Program exactly, see ``fast_method``), and through the fast path's own
 fluid estimate (:func:`kbfast.fast.evaluate.run_fast`, no replay).  Next to the makespans the frame
 lists which UCIe connections the case's routes load, how many flows each carries, how often a route
@@ -27,8 +27,8 @@ from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.fast.plan import data_routes
 from kbfast.ir import Op, Program
-from kbfast.probe import evaluate_case, exact_evaluator, fast_evaluator, fluid_evaluator
-from kbfast.results import rel_error
+from kbfast.measure.probe import evaluate_case, exact_evaluator, fast_evaluator, fluid_evaluator
+from kbfast.measure.rows import rel_error
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 from kbfast.topology.names import node_name
@@ -161,8 +161,8 @@ def compare_routing(spec: SystemSpec | Tables, cases: Sequence[str] | None = Non
     :class:`~kbfast.errors.KbfastError` with a did-you-mean hint.  ``sizes``: bytes per issuer
     (default 16 KiB).  Columns (:data:`COLUMNS`):
 
-    * ``exact_makespan_ns``, ``fast_makespan_ns``: max DMA end - min issue (:func:`kbfast.probe.evaluate_case`) with
-      :func:`kbfast.probe.exact_evaluator` and :func:`kbfast.probe.fast_evaluator`; ``fast_rel_error`` =
+    * ``exact_makespan_ns``, ``fast_makespan_ns``: max DMA end - min issue (:func:`kbfast.measure.probe.evaluate_case`) with
+      :func:`kbfast.measure.probe.exact_evaluator` and :func:`kbfast.measure.probe.fast_evaluator`; ``fast_rel_error`` =
       (fast - exact) / exact; ``fast_method``: how the fast evaluator got its estimate ("" if it does not say);
       ``fluid_makespan_ns``, ``fluid_rel_error``: the same with :func:`fluid_evaluator`;
     * ``exact_vs_kernbench``: exact makespan / the ``kernbench`` row's (same case and size) - 1, NaN without one;

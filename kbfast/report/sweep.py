@@ -31,7 +31,7 @@ from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit  # noqa: E402
 from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
 from kbfast.report.model import LINE_PLOTS as MODEL_LINE_PLOTS, is_model, model_plots, model_summary  # noqa: E402
-from kbfast.workloads.registry import WORKLOADS  # noqa: E402
+from kbfast.measure.registry import WORKLOADS  # noqa: E402
 
 INPUTS = tuple(dict.fromkeys(("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case",
                               "buffer_kind", "n_slots", *(c for k in WORKLOADS.values() for c in k.columns))))
@@ -53,8 +53,6 @@ LABELS = {
     "macs_per_ns": "MAC/ns over the window", "macs_per_ns_overall": "MAC/ns over the latency",
     "m": "M", "n": "N", "k": "K",
 }
-SIZE_LABELS = {"allreduce": "message size per rank (bytes)", "pe2pe": "transfer size (bytes)",
-               "probe": "bytes per issuer", "traffic": "bytes per flow"}
 UNITS = {"_ns": "ns", "_gbs": "GB/s", "_gbps": "GB/s", "_mm": "mm"}
 
 
@@ -62,7 +60,8 @@ def axis_label(col: str, df: pd.DataFrame | None = None) -> str:
     """The label of a column on a plot axis, with its unit."""
     if col == "size":
         kinds = set(df["workload"].dropna()) if df is not None and "workload" in df else set()
-        return SIZE_LABELS.get(next(iter(kinds)), "size (bytes)") if len(kinds) == 1 else "size (bytes)"
+        kind = WORKLOADS.get(next(iter(kinds))) if len(kinds) == 1 else None
+        return kind.size_label if kind is not None else "size (bytes)"     # the kind's own words (its size_label)
     if col in LABELS:
         return LABELS[col]
     unit = next((u for s, u in UNITS.items() if col.endswith(s)), None)
@@ -207,7 +206,7 @@ def latency_unit(ns: pd.Series) -> str | None:
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """The latency per series, the same shape for every sweep: one row per combination of the varying
     inputs (at most ``MAX_ROWS``; the inputs left out, such as the size, are folded in), with points, failed
-    points, min / median / max latency and, where results say it (kbfast.bottleneck.bound_fields), what
+    points, min / median / max latency and, where results say it (kbfast.measure.bottleneck.bound_fields), what
     bounds most of the series' points.  ``attrs['folded']`` lists the inputs folded."""
     cols = series_columns(df, x="size")
     keys, folded = pick_series(df, cols, MAX_ROWS)

@@ -1,11 +1,11 @@
 """Evaluate sweep points in batches that share a topology (design §6 "batched", §8 outputs, §10).
 
-Points of a batched kind (the registry's ``batched``) whose system differs only in the kind's
-``batch_system_keys`` and whose workload differs only in its ``batch_fields`` (and size) form one batch:
-an all-reduce batch (buffer kind, ring depth, size) is planned once and evaluated in one jitted call; a GEMM
-batch's max-plus shapes in one call; a model batch (one system, up to the kind's ``max_batch`` points of any
-model fields) shares the tables and the GEMM command timings.  Other workloads share the tables of their batch and
-are evaluated point by point.  A point that raises is recorded with its error; if a batched call fails, its
+Every point is measured through the registry (kbfast.measure.registry): its kind's ``measure``, or, for
+the points of a batched kind (one with ``measure_batch``) whose system differs only in the kind's
+``batch_system_keys`` and whose workload differs only in its ``batch_fields`` (and size), the kind's
+``measure_batch`` over the whole batch (an all-reduce batch in one jitted call, a GEMM batch's max-plus
+shapes in one call, a model batch sharing its GEMM command timings: kbfast.measure).  Other workloads share
+the tables of their batch and are measured point by point.  A point that raises is recorded with its error; if a batched call fails, its
 points are retried one at a time so that only the bad ones
 fail.  A point's result never depends on which batch it was in, so results are
 the same whatever the number of jobs.
@@ -18,29 +18,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from kbfast import __version__
 from kbfast.config.loader import FileCaches, load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields, critical_path,
-                               link_load_arrays, link_table, node_load_arrays)
+from kbfast.measure.bottleneck import link_table
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.probe import evaluate_case, exact_evaluator, fluid_evaluator
-from kbfast.results import contended, contention_ns, in_bounds, rel_error
-from kbfast.sweep.points import batched_points
+from kbfast.measure.rows import in_bounds, rel_error
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import busbw_gbps
-from kbfast.config.models import load_model
-from kbfast.evaluate_gemm import evaluate_gemm, fast_method, maxplus_rows
-from kbfast.evaluate_model import evaluate_step
-from kbfast.workloads.gemm import GemmCase, gemm_case, parse_epilogues
-from kbfast.workloads.registry import WORKLOADS, build, model_shape
+from kbfast.measure.registry import WORKLOADS, build, measure
 
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
            "contention_ns", "n_ranks")
@@ -61,6 +52,8 @@ class Batch:
 
 @dataclass
 class BatchResult:
+    """A batch's rows, its per-link and per-PC tables when asked for, and its time in the evaluators."""
+
     batch_id: int
     rows: pd.DataFrame
     links: pd.DataFrame | None = None
@@ -133,139 +126,16 @@ def tables_of(p: Point) -> tuple[Tables, Router]:
 
 
 def evaluate_point(p: Point, exact: bool) -> dict[str, Any]:
-    """Metrics of one point on one evaluator."""
-    t, router = tables_of(p)
-    if p.workload["kind"] == "model":
-        return _model_point(p.workload, t, router, exact)
-    built = build(t, router, p.workload)
-    prog, coll, case = built.program, built.collective, built.case
-    if built.gemm is not None:
-        return _gemm_point(built.gemm, t, router, exact)
-    size = int(p.workload["size"])
-    if case is not None:
-        row = evaluate_case(t, router, case, size, exact_evaluator if exact else fluid_evaluator, prog)
-        lat = row["makespan_ns"]
-        out = {"latency_ns": lat, "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
-               "latency_hi_ns": row.get("makespan_hi_ns", np.nan), "busbw_gbps": np.nan,
-               "effective_bw_gbps": row["effective_bw_gbps"], "contention": row.get("contention", np.nan),
-               "contention_ns": row.get("contention_ns", np.nan),
-               "n_ranks": case.n_issuers, "util_single": row["util_single"], "util_aggregate": row["util_aggregate"]}
-        return out
-    res = run_exact(prog) if exact else run_fast(prog)
-    lat, lo, hi = res.latency_ns(coll.launch_ns)
-    out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
-           "busbw_gbps": busbw_gbps(size, coll.n_ranks, lat) if WORKLOADS[p.workload["kind"]].bus_bandwidth else np.nan,
-           "effective_bw_gbps": size / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": coll.n_ranks}
-    if not exact:
-        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo), contention=contended(lat, lo))
-    out.update(bottleneck(prog, lat))
-    out.update(critical_fields(critical_path(prog, res, coll.launch_ns)))
-    out.update(bound_fields(out))
-    return out
+    """The metric row of one point on one evaluator (its kind's ``measure``, kbfast.measure.registry)."""
+    return measure(*tables_of(p), p.workload, "exact" if exact else "fast").row
 
 
-def _model_point(w: dict[str, Any], t: Tables, router: Router, exact: bool) -> dict[str, Any]:
-    """A model step (kbfast.evaluate_model): latency with bounds, tokens/s or time to first token, MAC
-    utilisation, the critical path by category (``critical_path_<category>_ns``) and the fast method."""
-    model = load_model(str(w["model"]))
-    layers = None if w["layers"] is None else int(w["layers"])
-    step = evaluate_step(t, router, model, model_shape(model, w), str(w["layout"]), layers,
-                         ("exact",) if exact else ("fast",), str(w["method"]))
-    res = step.results[step.mode]
-    lat = step.latency_ns()
-    out = {"latency_ns": lat, "latency_lo_ns": sum(step.repeat(p) * r.lo_ns for p, r in zip(step.pieces, res)),
-           "latency_hi_ns": sum(step.repeat(p) * r.hi_ns for p, r in zip(step.pieces, res)),
-           "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
-           "n_ranks": len(step.pieces[0].nodes), "mac_util": step.mac_util(t),
-           "method": ",".join(sorted({r.method for r in res}))}
-    if step.shape is not None:
-        out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \
-            step.shape.batch / (lat * 1e-9) if step.shape.phase == "decode" else lat
-    out.update({f"critical_path_{k}_ns": v for k, v in step.breakdown().items()})
-    return out
-
-
-def _model_batch(points: tuple[Point, ...]) -> list[dict[str, Any]]:
-    """Model points of one system on the fast path: they share its tables and GEMM command timings."""
-    t, router = tables_of(points[0])
-    return [_model_point(p.workload, t, router, False) for p in points]
-
-
-def _gemm_point(case: GemmCase, t: Tables, router: Router, exact: bool) -> dict[str, Any]:
-    """A GEMM point (kbfast.evaluate_gemm): latency (with any up-front loads), bounds where the method has
-    them, the GEMM figures and the method."""
-    return _gemm_row(evaluate_gemm(t, router, case, exact), t)
-
-
-def _gemm_row(g: dict[str, Any], t: Tables) -> dict[str, Any]:
-    out = {k: v for k, v in g.items() if k not in ("m", "n", "k", "staging", "pe", "b_from")}
-    pe, link = t.spec.pe, t.spec.link
-    out.update(busbw_gbps=np.nan, effective_bw_gbps=np.nan, contention=np.nan, n_ranks=1,
-               peak_macs_per_ns=pe.gemm_macs_per_ns, hbm_gbps=min(link.pe_to_router.bw_gbs, link.router_hbm.bw_gbs))
-    return out
-
-
-def _gemm_batch(points: tuple[Point, ...]) -> list[dict[str, Any]]:
-    """GEMM points of one system on the fast path: the max-plus ones in one batched call, the others (the
-    fluid schedule) one by one."""
-    t, router = tables_of(points[0])
-    cases = [gemm_case(t, router, int(p.workload["m"]), int(p.workload["n"]), int(p.workload["k"]),
-                       str(p.workload["staging"]), str(p.workload["pe"]), p.workload["b_from"], program=False,
-                       epilogues=parse_epilogues(t, p.workload["epilogues"]))
-             for p in points]
-    batch = [i for i, c in enumerate(cases) if fast_method(c) != "fluid"]
-    out: list[dict[str, Any] | None] = [None] * len(points)
-    for i, row in zip(batch, maxplus_rows(t, router, [cases[i] for i in batch])):
-        out[i] = _gemm_row(row, t)
-    for i, c in enumerate(cases):
-        if out[i] is None:
-            out[i] = _gemm_point(c, t, router, False)
-    return out
-
-
-def _batched_fast(points: tuple[Point, ...]) -> list[dict[str, Any]]:
-    """All points of a batch in one ``batched_points`` call (they share everything but the batched keys)."""
-    specs = [system_of(p) for p in points]
-    t, router = tables_of(points[0])
-    df = batched_points(t, router, points[0].workload, [int(p.workload["size"]) for p in points],
-                        [s.ipcq.buffer_kind for s in specs], [s.ipcq.n_slots for s in specs])
-    out = []
-    links = _link_loads(t, router, points)
-    for row, p in zip(df.itertuples(index=False), points):
-        out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
-                    "latency_hi_ns": row.latency_hi_ns, "busbw_gbps": row.busbw_gbps,
-                    "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
-                    "contention_ns": row.contention_ns, "contention": bool(row.contention), "n_ranks": row.n_ranks,
-                    **bottleneck_fields(t, *links(int(p.workload["size"])), row.latency_ns)})
-        out[-1].update(bound_fields(out[-1]))
-    return out
-
-
-def _link_loads(t: Tables, router: Router, points: tuple[Point, ...]):
-    """size -> (links, nodes) loads of the batch's workload (kbfast.bottleneck).  When the link loads at the
-    batch's smallest and largest sizes are proportional to the size and the node loads equal (every
-    batched kind but ``rs_ag``, whose chunks round), every size's loads are the largest one's, links
-    scaled: one Program per batch, not per point.  Otherwise each size's Program is built."""
-    w = points[0].workload
-    sizes = sorted({int(p.workload["size"]) for p in points})
-
-    def loads(size: int):
-        prog = build(t, router, {**w, "size": size}).program
-        e, load, f = link_load_arrays(prog)
-        return (e, busy_ns(t, e, load), f), node_load_arrays(prog)
-
-    big = loads(sizes[-1])
-    small = loads(sizes[0]) if len(sizes) > 1 else big
-    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))  # noqa: E731
-    linear = (np.array_equal(small[0][0], big[0][0]) and np.array_equal(small[0][2], big[0][2])
-              and np.array_equal(small[0][1] * sizes[-1], big[0][1] * sizes[0]) and same(small[1], big[1]))
-
-    def at(size: int):
-        if not linear:
-            return loads(size)
-        (e, busy, f), nodes = big
-        return (e, busy * (size / sizes[-1]), f), nodes
-    return at
+def _measure_together(points: tuple[Point, ...]) -> list[dict[str, Any]]:
+    """The fast-path metric rows of points of one batch, measured together by their kind
+    (``WorkloadKind.measure_points``): they share the first point's tables and differ only in the kind's
+    batched keys."""
+    kind = WORKLOADS[points[0].workload["kind"]]
+    return kind.measure_points(*tables_of(points[0]), [p.workload for p in points], [system_of(p) for p in points])
 
 
 def _describe(p: Point) -> dict[str, Any]:
@@ -299,7 +169,7 @@ def evaluate_batch(batch: Batch) -> BatchResult:
     kernel_s = 0.0
     pts = batch.points
     batched = batch.mode == "fast" and WORKLOADS[pts[0].workload["kind"]].batched
-    fast_batch = {"gemm": _gemm_batch, "model": _model_batch}.get(pts[0].workload["kind"], _batched_fast)
+    fast_batch = _measure_together
     if batched and len(pts) > 1:
         k0 = time.perf_counter()
         try:

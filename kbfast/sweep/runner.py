@@ -37,7 +37,7 @@ from kbfast.errors import KbfastError
 from kbfast.report.formats import clean_columns
 from kbfast.sweep.batches import CHECK_COLUMNS, METRICS, Batch, BatchResult, evaluate_batch, make_batches
 from kbfast.sweep.spec import Point, SweepSpec, param_set_label
-from kbfast.workloads.registry import WORKLOADS
+from kbfast.measure.registry import WORKLOADS
 
 FORMATS = ("parquet", "csv")
 PROVENANCE = ("kbfast_version", "config_hash", "mode", "param_set", "seed")
@@ -71,6 +71,7 @@ class SweepOutcome:
 
     @property
     def n_errors(self) -> int:
+        """Points that failed (a non-empty ``error``)."""
         return int(self.results["error"].notna().sum()) if "error" in self.results else 0
 
 

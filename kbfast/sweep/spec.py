@@ -41,11 +41,10 @@ from kbfast.config import budget
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path, load_raw, override_error,
                                   param_set_path, parse_yaml, read_param_set, read_text)
-from kbfast.config.models import load_model
 from kbfast.config.units import _GEOM, MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
-from kbfast.workloads.registry import WORKLOADS
+from kbfast.measure.registry import WORKLOADS
 
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
 MODES = ("fast", "exact")
@@ -86,6 +85,7 @@ class SweepSpec:
 
     @property
     def axis_keys(self) -> list[str]:
+        """Every axis key of the spec, in group order."""
         return [k for group in self.axes for k in _group_values(group)]
 
     @property
@@ -108,7 +108,7 @@ class SweepSpec:
         return n
 
     def check_size(self, yes: bool = False) -> int:
-        """The point count, refused when expanding it would not fit in memory (kbfast.budget) or, without
+        """The point count, refused when expanding it would not fit in memory (kbfast.config.budget) or, without
         ``yes`` (``--yes``), when it exceeds ``CONFIRM_POINTS``."""
         n = self.count_points()
         budget.check(f"{self.label}: expanding its {n:,} points", n * POINT_BYTES,
@@ -491,7 +491,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     spec = parse_spec(data, str(path))
     check_topologies(spec)
     check_set(spec)
-    check_models(spec)
+    check_files(spec)
     return spec
 
 
@@ -551,18 +551,18 @@ def check_set(spec: SweepSpec) -> None:
         raise ConfigError(spec.label, f"set.{err.key}", err.value, err.problem, err.hint)
 
 
-def check_models(spec: SweepSpec) -> None:
-    """A model workload's model (``workload.model``, unless an axis sets it, and every value of a model axis) is
-    a bundled model or a model YAML that reads and validates; else a ConfigError naming the spec, the key and
-    the model, before any point runs."""
-    if spec.workload["kind"] != "model":
-        return
-    places = _axis_values(spec, "workload.model")
-    if "workload.model" not in spec.axis_keys:
-        places.insert(0, ("workload.model", [spec.workload["model"]]))
-    for key, values in places:
-        for value in values:
-            _readable(spec, key, str(value), "model", load_model)
+def check_files(spec: SweepSpec) -> None:
+    """Every field of the spec's workload kind that names a file (the kind's ``file_fields``: a model workload's
+    model, say) reads and validates, in ``workload.<field>`` unless an axis sets it and in every value of its
+    axis; else a ConfigError naming the spec, the key and the value, before any point runs."""
+    for name, load in WORKLOADS[spec.workload["kind"]].file_fields:
+        key = f"workload.{name}"
+        places = _axis_values(spec, key)
+        if key not in spec.axis_keys:
+            places.insert(0, (key, [spec.workload[name]]))
+        for where, values in places:
+            for value in values:
+                _readable(spec, where, str(value), name, load)
 
 
 def example_specs() -> list[str]:

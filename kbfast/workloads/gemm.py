@@ -86,7 +86,7 @@ def gemm_nodes(t: Tables, pe: str, b_from: str | None = None) -> tuple[int, int,
 
 def parse_epilogues(t: Tables, text: str | list[str] | tuple[str, ...] | None) -> tuple[Epilogue, ...]:
     """Fused epilogues from ``op[:scope]`` items (a list, or one comma-separated string), in order, each
-    priced by kbfast.tiling.epilogue: ``bias,relu`` or ``dequant:k_tile,relu``."""
+    priced by kbfast.ir.tiling.epilogue: ``bias,relu`` or ``dequant:k_tile,relu``."""
     items = text.split(",") if isinstance(text, str) else list(text or ())
     out = []
     for item in (i.strip() for i in items):

@@ -85,7 +85,7 @@ class Tl:
         return Request("recv", direction, nbytes=self.nbytes if nbytes is None else nbytes)
 
     def math(self, n_elem: int | None = None, op: str = "add") -> Request:
-        """PE_MATH ``op`` over ``n_elem`` elements (default: the tile's), priced by kbfast.tiling.math_ns."""
+        """PE_MATH ``op`` over ``n_elem`` elements (default: the tile's), priced by kbfast.ir.tiling.math_ns."""
         return Request("math", direction=op, nbytes=self.n_elem if n_elem is None else n_elem)
 
     def gemm(self, command: int) -> Request:

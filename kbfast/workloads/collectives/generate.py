@@ -39,7 +39,7 @@ class Collective:
 
 def check_tile_fits(spec, nbytes: int, label: str = "") -> None:
     """Refuse an all-reduce whose tile, ``nbytes`` per rank, exceeds a PE's HBM slice, where each rank keeps it
-    (kbfast.budget.check_hbm_slice); ``label`` names the input (``"--size 64GiB: "``)."""
+    (kbfast.config.budget.check_hbm_slice); ``label`` names the input (``"--size 64GiB: "``)."""
     budget.check_hbm_slice(spec, nbytes, f"{label}an all-reduce of {budget.fmt_bytes(nbytes)} per rank does not "
                            "fit: each rank holds its tile", f"use at most {budget.fmt_bytes(spec.hbm_slice_bytes)} "
                            "per rank, or more HBM per cube (hbm.total_gib_per_cube)")

@@ -15,20 +15,22 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kbfast.bottleneck import bottleneck, link_table
+from kbfast.measure.bottleneck import bottleneck, link_table
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.hybrid import run_hybrid
+from kbfast.measure.hybrid import run_hybrid
 from kbfast.ir import Op, Program
-from kbfast.metrics import BREAKDOWN, breakdown, utilization
-from kbfast.results import contended, contention_ns, rel_error
+from kbfast.measure.metrics import BREAKDOWN, breakdown, utilization
+from kbfast.measure.rows import contended, contention_ns, rel_error
 from kbfast.sim.lowering import hbm_constants
 from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
-from kbfast.workloads.probe_catalogue import ProbeCase
+from kbfast.measure.methods import CLOSED_FORM, FLUID
+from kbfast.measure.kind import Built, Measurement, WorkloadKind
+from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue, random_traffic, select
 
 COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",
            "util_aggregate"]
@@ -44,13 +46,14 @@ class Timing:
     op_end_lo_ns: np.ndarray | None = None
     op_end_hi_ns: np.ndarray | None = None
     shared: bool = False      # two flows were on one resource at once (the fast path's fluid ran)
-    method: str = ""          # how the point estimate was made (kbfast.hybrid.METHODS); "" for exact mode
+    method: str = ""          # how the point estimate was made (kbfast.measure.methods); "" for exact mode
 
 
 Evaluator = Callable[[Program], Timing]
 
 
 def exact_evaluator(p: Program) -> Timing:
+    """The exact replay's per-op times."""
     r = run_exact(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns)
 
@@ -59,11 +62,11 @@ def fluid_evaluator(p: Program) -> Timing:
     """The fast path alone: closed form, or the fluid estimate where flows meet."""
     r = run_fast(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared,
-                  "fluid" if r.shared else "closed form")
+                  FLUID if r.shared else CLOSED_FORM)
 
 
 def fast_evaluator(p: Program) -> Timing:
-    """The hybrid fast path (kbfast.hybrid): a small contended Program is replayed exactly."""
+    """The hybrid fast path (kbfast.measure.hybrid): a small contended Program is replayed exactly."""
     r = run_hybrid(p)
     return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared, r.method)
 
@@ -165,6 +168,8 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Check:
+    """One invariant checked on a probe table: its name, whether it holds, and the figures behind it."""
+
     name: str
     passed: bool
     detail: str
@@ -216,3 +221,47 @@ def check_invariants(df: pd.DataFrame) -> list[Check]:
             checks.append(Check(f"launch: every PE starts at the barrier {tag}", spread == 0.0 and slack >= 0.0,
                                 f"start spread {spread} ns; earliest start minus latest command arrival {slack} ns"))
     return checks
+
+
+# -- the probe and traffic workload kinds -------------------------------------------------------------------
+
+def _build_probe(t: Tables, router: Router, w: dict) -> Built:
+    """One case of the probe catalogue at ``size`` bytes per issuer."""
+    case = select(build_catalogue(t, router), [str(w["case"])])[0]
+    return Built(case.program(t, router, int(w["size"])), case=case)
+
+
+def _build_traffic(t: Tables, router: Router, w: dict) -> Built:
+    """Random PE-to-HBM flows of ``size`` bytes each."""
+    if w["pattern"] != "random":
+        raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
+    case = random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
+    return Built(case.program(t, router, int(w["size"])), case=case)
+
+
+def case_row(t: Tables, router: Router, built: Built, nbytes: int, mode: str) -> dict:
+    """The metric row of a probe case or traffic pattern (:func:`evaluate_case` on the fluid fast path or
+    exactly): its makespan as the latency, with the bounds, contention and utilisation."""
+    case = built.case
+    row = evaluate_case(t, router, case, nbytes, exact_evaluator if mode == "exact" else fluid_evaluator,
+                        built.program)
+    return {"latency_ns": row["makespan_ns"], "latency_lo_ns": row.get("makespan_lo_ns", np.nan),
+            "latency_hi_ns": row.get("makespan_hi_ns", np.nan), "busbw_gbps": np.nan,
+            "effective_bw_gbps": row["effective_bw_gbps"], "contention": row.get("contention", np.nan),
+            "contention_ns": row.get("contention_ns", np.nan),
+            "n_ranks": case.n_issuers, "util_single": row["util_single"], "util_aggregate": row["util_aggregate"]}
+
+
+def _measurer(build: Callable[[Tables, Router, dict], Built]):
+    """The ``measure`` of a kind whose Program ``build`` makes from a probe case."""
+    def measure(t: Tables, router: Router, w: dict, mode: str) -> Measurement:
+        return Measurement(case_row(t, router, build(t, router, w), int(w["size"]), mode))
+    return measure
+
+
+PROBE = WorkloadKind("probe", "one case of the probe catalogue (kbfast probe --list)",
+                     {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB"}, _build_probe, _measurer(_build_probe),
+                     columns=("case",), ignores=("ipcq.",), size_label="bytes per issuer")
+TRAFFIC = WorkloadKind("traffic", "random PE-to-HBM flows",
+                       {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB"}, _build_traffic,
+                       _measurer(_build_traffic), ignores=("ipcq.",), size_label="bytes per flow")

@@ -1,4 +1,5 @@
-"""One GEMM on one PE, evaluated: which fast method, and the figures (kbfast run gemm, GEMM sweeps, calibrate).
+"""The ``gemm`` workload kind: one GEMM on one PE, evaluated: which fast method, and the figures (kbfast run
+gemm, GEMM sweeps, calibrate).
 
 Fast methods (docs/gemm.md "Fast path"):
 
@@ -17,15 +18,21 @@ Exact mode replays the Program (kbfast.exact).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_fast
+from kbfast.config.schema import SystemSpec
+from kbfast.measure.methods import EXACT, FLUID, MAXPLUS, MAXPLUS_ESTIMATE
+from kbfast.measure.kind import Built, Measurement, WorkloadKind
 from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.gemm import RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes
+from kbfast.workloads.gemm import (RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes,
+                                   parse_epilogues)
 
 FLUID_MAX_TILES = 1 << 16
 ESTIMATE_WARNING = ("maxplus_estimate: more tiles than the fluid schedule takes, so the C writes' share of the PE "
@@ -33,11 +40,11 @@ ESTIMATE_WARNING = ("maxplus_estimate: more tiles than the fluid schedule takes,
 
 
 def fast_method(case: GemmCase) -> str:
-    """The fast method of ``case`` (see the module docstring)."""
+    """The fast method of ``case`` (see the module docstring; one of kbfast.measure.methods.GEMM_FAST_METHODS)."""
     plan = case.plan
     if plan.n_out == 1 or (plan.a_pinned and plan.b_pinned):
-        return "maxplus"
-    return "fluid" if plan.n_tile_total <= FLUID_MAX_TILES else "maxplus_estimate"
+        return MAXPLUS
+    return FLUID if plan.n_tile_total <= FLUID_MAX_TILES else MAXPLUS_ESTIMATE
 
 
 def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False) -> dict:
@@ -46,20 +53,20 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
     (``ESTIMATE_WARNING``; a sweep's rows leave it out: their method says it).  Builds the Program if the case
     has none and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
-    if exact or fast_method(case) == "fluid":
+    if exact or fast_method(case) == FLUID:
         case = with_program(t, router, case)
     if exact:
         res = run_exact(case.program)
-        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": "exact",
+        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": EXACT,
                 "latency_lo_ns": np.nan, "latency_hi_ns": np.nan}
     method = fast_method(case)
-    if method == "fluid":
+    if method == FLUID:
         res = run_fast(case.program)
         _, lo, hi = res.latency_ns(0.0)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
                 "latency_lo_ns": lo, "latency_hi_ns": hi}
     row = maxplus_rows(t, router, [case])[0]
-    if row["method"] == "maxplus_estimate":
+    if row["method"] == MAXPLUS_ESTIMATE:
         row["warning"] = ESTIMATE_WARNING
     return row
 
@@ -91,9 +98,67 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
     rows = []
     for c, o in zip(cases, out):
         row = gemm_figures(c, float(o[0]), float(o[1]), dict(zip(RESOURCES, o[2:].tolist())), rate)
-        est = fast_method(c) != "maxplus"
+        est = fast_method(c) != MAXPLUS
         # maxplus equals exact mode: its own bounds; the estimate is a lower bound and has no upper one
-        row.update(method="maxplus_estimate" if est else "maxplus", latency_lo_ns=row["latency_ns"],
+        row.update(method=MAXPLUS_ESTIMATE if est else MAXPLUS, latency_lo_ns=row["latency_ns"],
                    latency_hi_ns=np.nan if est else row["latency_ns"])
         rows.append(row)
     return rows
+
+
+# -- the gemm workload kind ---------------------------------------------------------------------------------
+
+INPUTS = ("m", "n", "k", "staging", "pe", "b_from")    # a GEMM's inputs, in its figures (not metrics)
+
+
+def case_of(t: Tables, router: Router, w: dict[str, Any], program: bool = True) -> GemmCase:
+    """The GEMM case of a ``gemm`` workload (``program=False``: its plan only, kbfast.workloads.gemm)."""
+    return gemm_case(t, router, int(w["m"]), int(w["n"]), int(w["k"]), staging=str(w["staging"]), pe=str(w["pe"]),
+                     b_from=w["b_from"], program=program, epilogues=parse_epilogues(t, w["epilogues"]))
+
+
+def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    case = case_of(t, router, w)
+    return Built(case.program, gemm=case)
+
+
+def gemm_row(figures: dict[str, Any], t: Tables) -> dict[str, Any]:
+    """The metric row of a GEMM point from its figures (:func:`evaluate_gemm`, :func:`maxplus_rows`): the
+    figures but the inputs and the warning (a sweep's method says it), with the PE's peak MAC rate and its
+    HBM bandwidth."""
+    out = {k: v for k, v in figures.items() if k not in INPUTS and k != "warning"}
+    pe, link = t.spec.pe, t.spec.link
+    out.update(busbw_gbps=np.nan, effective_bw_gbps=np.nan, contention=np.nan, n_ranks=1,
+               peak_macs_per_ns=pe.gemm_macs_per_ns, hbm_gbps=min(link.pe_to_router.bw_gbs, link.router_hbm.bw_gbs))
+    return out
+
+
+def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
+    """One GEMM: latency (with any up-front loads), bounds where the method has them, the GEMM figures and
+    the method; ``details`` holds the figures with the inputs (and a ``maxplus_estimate``'s warning)."""
+    figures = evaluate_gemm(t, router, case_of(t, router, w, program=False), mode == "exact")
+    return Measurement(gemm_row(figures, t), None, figures)
+
+
+def _measure_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
+                   systems: list[SystemSpec]) -> list[dict[str, Any]]:
+    """GEMM points of one system on the fast path: the max-plus ones in one batched call, the others (the
+    fluid schedule) one by one."""
+    cases = [case_of(t, router, w, program=False) for w in workloads]
+    batch = [i for i, c in enumerate(cases) if fast_method(c) != FLUID]
+    out: list[dict[str, Any] | None] = [None] * len(cases)
+    for i, row in zip(batch, maxplus_rows(t, router, [cases[i] for i in batch])):
+        out[i] = gemm_row(row, t)
+    for i, c in enumerate(cases):
+        if out[i] is None:
+            out[i] = gemm_row(evaluate_gemm(t, router, c, False), t)
+    return out
+
+
+GEMM = WorkloadKind(
+    "gemm", "one GEMM through a PE's tile pipeline (kbfast run gemm)",
+    {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None, "epilogues": ""},
+    _build, _measure, _measure_batch, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"),
+    batch_fields=("m", "n", "k", "staging"), fast_kernels=("runs", "fast", "pipeline"), ignores=("ipcq.",),
+    max_batch=25,   # a fluid GEMM takes up to seconds: progress and workers move every few seconds
+    report="gemm")

@@ -32,6 +32,7 @@ _HBM_EDGES = (EdgeKind.ROUTER_TO_HBM, EdgeKind.HBM_TO_ROUTER)
 
 
 def bottleneck_gbs(t: Tables, edges: np.ndarray) -> float:
+    """The slowest bandwidth along ``edges`` (GB/s); infinite for an empty route."""
     return float(t.edge_bw_gbs[edges].min()) if len(edges) else float("inf")
 
 

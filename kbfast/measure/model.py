@@ -1,13 +1,13 @@
-"""A model step, evaluated: the pieces of kbfast.workloads.model in either mode, and the figures people read.
+"""The ``model`` workload kind: a model step, evaluated: the pieces of kbfast.workloads.model in either mode, and the figures people read.
 
 * Exact mode replays each piece's Program with every GEMM command lowered to its tile pipeline
   (kbfast.workloads.commands.TileLowering).
 * The fast path times each distinct GEMM command once per distinct PE-to-own-slice route (every PE's route
   is private: no other PE's GEMM shares it) with the GEMM fast path: the max-plus recurrence where it
-  equals exact mode, else the fluid schedule of the one-PE Program with its bounds (kbfast.evaluate_gemm).
+  equals exact mode, else the fluid schedule of the one-PE Program with its bounds (kbfast.measure.gemm).
   The piece's Program then carries each command as one COMPUTE of that time, with everything else: MATH,
   loads and stores, IPCQ rings and all-reduces.  This stand-in Program is small (no tiles), so it is
-  replayed exactly when it fits kbfast.hybrid's event budget, else the fast schedule times it; its bounds
+  replayed exactly when it fits kbfast.measure.hybrid's event budget, else the fast schedule times it; its bounds
   are the fast schedule's on the same Program with the commands' lower and upper times.
 
 A step's latency is ``sum(repeat x piece latency)``: each piece starts from a launch barrier with idle
@@ -20,18 +20,22 @@ import dataclasses
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from kbfast.config.models import Model, Transformer
+from kbfast.config.models import Model, Transformer, load_model
+from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.evaluate_gemm import fast_method, maxplus_rows
+from kbfast.measure.gemm import fast_method, maxplus_rows
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import finish_bounds, run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
-from kbfast.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
+from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
+from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
-from kbfast.metrics import phase_ends
+from kbfast.measure.metrics import phase_ends
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables, reverse_route_edges
@@ -40,10 +44,12 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
-from kbfast.workloads.model import Piece, Shape, build_piece, compile_model, refuse_unread
+from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID
+from kbfast.measure.kind import Built, Measurement, WorkloadKind
+from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
 
 MODES = ("fast", "exact")
-METHODS = ("hybrid", "fluid")   # the fast path's point: the stand-in replayed exactly when it fits, or scheduled
+METHODS = tuple(FAST_CHOICES)   # the fast path's choice (kbfast.measure.methods): hybrid replays the stand-in when it fits
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
 # critical-path categories (docs/models.md "Breakdown")
 CATEGORIES = ("gemm_compute", "hbm_stream", "math", "collective", "other")
@@ -63,7 +69,7 @@ class PieceResult:
     phase_ns: dict[str, float]
     counts: dict[str, int]
     wall_s: float
-    method: str                      # exact; or the fast path's: exact replay, closed form, fluid (kbfast.hybrid)
+    method: str                      # how it was made (kbfast.measure.methods): exact; or exact replay, fluid
     program: Program | None = field(default=None, repr=False)
 
 
@@ -146,7 +152,7 @@ class CommandTimer:
 def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                    timer: CommandTimer | None = None, method: str = "hybrid", launch_ns: float | None = None) -> PieceResult:
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
-    stand-in Program exactly when it fits the budget, kbfast.hybrid) or ``fluid`` (the fast schedule only)."""
+    stand-in Program exactly when it fits the budget, kbfast.measure.hybrid) or ``fluid`` (the fast schedule only)."""
     if mode not in MODES or method not in METHODS:
         raise ValueError((mode, method))
     t0 = time.perf_counter()
@@ -155,7 +161,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         p = build_piece(t, router, piece, lower, launch_ns)
         res = run_exact(p)
         lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
-        method = "exact"
+        method = EXACT
     else:
         timer = timer or CommandTimer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
@@ -171,7 +177,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                                    dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
         lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
     wall = time.perf_counter() - t0
-    return PieceResult(piece, mode, float(lat), float(lo), float(hi), critical_path(p, res, piece, lower),
+    return PieceResult(piece, mode, float(lat), float(lo), float(hi), last_pe_time_by_category(p, res, piece, lower),
                        phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p)
 
 
@@ -211,18 +217,18 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
 
 def _point(p: Program, method: str):
     """The stand-in Program's point estimate and how it was made: ``exact replay`` when ``method`` is hybrid
-    and the replay fits kbfast.hybrid's event budget (its estimate first, then the replay's own guard), else
+    and the replay fits kbfast.measure.hybrid's event budget (its estimate first, then the replay's own guard), else
     ``fluid``, the fast schedule.  A stand-in is small (no tiles), and a model's collectives always meet, so
     the hybrid evaluator's first fast pass would only say so: it is skipped."""
     if method == "hybrid" and replay_events_estimate(p) <= 2 * DEFAULT_BUDGET_EVENTS:
         try:
-            return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), "exact replay"
+            return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), EXACT_REPLAY
         except ReplayBudgetExceeded:
             pass
-    return run_fast(p, tight=False), "fluid"    # a stand-in: GEMM tile DMAs are no flows of it
+    return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
 
 
-def critical_path(p: Program, res, piece: Piece, lower) -> dict[str, float]:
+def last_pe_time_by_category(p: Program, res, piece: Piece, lower) -> dict[str, float]:
     """The last-finishing working PE's time from the launch barrier, by category (CATEGORIES): each GEMM
     command's compute-slot time (its tiles x the tile's GEMM time) and the rest of it (HBM streaming and the
     pipeline's fill and drain), MATH, the IPCQ sends and receives (collective, waiting for peers included),
@@ -263,6 +269,7 @@ class StepResult:
     refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
 
     def repeat(self, piece: Piece) -> int:
+        """How often the step runs ``piece``: the step's layers for a transformer layer, else its own count."""
         return self.layers if piece.name == "layer" else piece.repeat
 
     def latency_ns(self, mode: str | None = None) -> float:
@@ -270,6 +277,7 @@ class StepResult:
         return sum(self.repeat(p) * r.latency_ns for p, r in zip(self.pieces, self.results[mode or self.mode]))
 
     def macs(self) -> int:
+        """The step's useful multiply-accumulates."""
         return sum(self.repeat(p) * p.macs for p in self.pieces)
 
     def mac_util(self, t: Tables) -> float:
@@ -340,3 +348,91 @@ def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None =
                   layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid") -> StepResult:
     """:func:`plan_step` then :func:`run_step`: one step of ``model`` in each of ``modes``."""
     return run_step(t, router, plan_step(t, model, shape, layout, layers, method), modes)
+
+
+# -- the model workload kind --------------------------------------------------------------------------------
+
+def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    """The first piece of the model step (a transformer's layer) as its exact Program; a model point is measured
+    as a whole step (:func:`step_row`), and this Program serves the link and PC tables."""
+    model = load_model(str(w["model"]))
+    piece = compile_model(t, model, model_shape(model, w), str(w["layout"]))[0]
+    return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
+
+
+def model_shape(model, w: dict[str, Any]) -> Shape | None:
+    """The step's shape from a model workload's fields (None for a model without one, which refuses them:
+    kbfast.workloads.model.shape_for)."""
+    return shape_for(model, w["phase"], None if w["batch"] is None else int(w["batch"]), w["seq"], w["kv_len"])
+
+
+def _model_fields(label: str, w: dict[str, Any]) -> dict[str, Any]:
+    """A model point's fields: the step options its model does not read are refused (``workload.phase`` on the
+    TP MLP, say), and a transformer's phase and batch defaults filled in (decode, 1) so its row names them;
+    the shape itself is checked when the point runs.  A model that cannot be read is left to the point, which
+    records why."""
+    try:
+        model = _model_of(str(w["model"]))
+    except KbfastError:
+        return w
+    refuse_unread(model, w, label)
+    if model.kind != "transformer":
+        return w
+    return {**w, **{k: v for k, v in STEP_DEFAULTS.items() if w[k] is None}}
+
+
+_MODELS: dict[tuple, Any] = {}
+
+
+def _model_of(name: str):
+    """``load_model(name)``, remembered while the file is unchanged (a sweep expands thousands of points)."""
+    path = Path(name)
+    stat = path.stat() if path.is_file() else None
+    key = (name, stat and (stat.st_mtime_ns, stat.st_size))
+    if key not in _MODELS:
+        _MODELS[key] = load_model(name)
+    return _MODELS[key]
+
+
+def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
+    """The metric row of a model step: latency with bounds, tokens/s or time to first token, MAC
+    utilisation, the critical path by category (``critical_path_<category>_ns``) and the fast method."""
+    res = step.results[step.mode]
+    lat = step.latency_ns()
+    out = {"latency_ns": lat, "latency_lo_ns": sum(step.repeat(p) * r.lo_ns for p, r in zip(step.pieces, res)),
+           "latency_hi_ns": sum(step.repeat(p) * r.hi_ns for p, r in zip(step.pieces, res)),
+           "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
+           "n_ranks": len(step.pieces[0].nodes), "mac_util": step.mac_util(t),
+           "method": ",".join(sorted({r.method for r in res}))}
+    if step.shape is not None:
+        out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \
+            step.shape.batch / (lat * 1e-9) if step.shape.phase == "decode" else lat
+    out.update({f"critical_path_{k}_ns": v for k, v in step.breakdown().items()})
+    return out
+
+
+def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
+    """One model step (:func:`evaluate_step`) in ``mode``: its metric row and the step's result."""
+    model = load_model(str(w["model"]))
+    layers = None if w["layers"] is None else int(w["layers"])
+    step = evaluate_step(t, router, model, model_shape(model, w), str(w["layout"]), layers, (mode,), str(w["method"]))
+    return Measurement(step_row(step, t), step)
+
+
+def _measure_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
+                   systems: list[SystemSpec]) -> list[dict[str, Any]]:
+    """Model points of one system on the fast path: they share its tables and GEMM command timings."""
+    return [_measure(t, router, w, "fast").row for w in workloads]
+
+
+MODEL = WorkloadKind(
+    "model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the attention panels "
+             "(kbfast run model)",
+    {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
+     "layout": "tp_pes", "method": "hybrid"},          # phase and batch: decode and 1 for a transformer
+    _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
+    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method"),
+    batch_system_keys=(),                          # a batch shares one system: tables and timings
+    max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
+    fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly
+    file_fields=(("model", load_model),), report="model")

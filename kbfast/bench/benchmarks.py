@@ -24,6 +24,8 @@ from kbfast.workloads.probe_catalogue import build_catalogue, random_pe_flows
 
 @dataclass(frozen=True)
 class BenchRow:
+    """One figure of a benchmark: its value and unit, the design target, whether it is met (None: no target)."""
+
     name: str
     value: float
     unit: str
@@ -97,8 +99,8 @@ def bench_gemm(n_points: int = 100_000) -> list[BenchRow]:
     """The GEMM tile pipeline: one 4096^3 GEMM (2^20 tiles) on the fast path; GEMM points per minute through
     the batched max-plus path (plans, closed forms, recurrence, figures: what a GEMM sweep runs per batch);
     exact-mode event rate on a 1024^3 GEMM (16,384 tiles, both operands streamed), and the fast schedule on
-    the same Program (kbfast.workloads.gemm, kbfast.evaluate_gemm)."""
-    from kbfast.evaluate_gemm import maxplus_rows
+    the same Program (kbfast.workloads.gemm, kbfast.measure.gemm)."""
+    from kbfast.measure.gemm import maxplus_rows
     from kbfast.fast.evaluate import run_fast
     from kbfast.workloads.gemm import gemm_case
     t = build_tables(load_system())
@@ -207,7 +209,7 @@ def bench_allreduce() -> list[BenchRow]:
     wall = time.perf_counter() - t0
     rows.append(BenchRow("exact: 36-point seed all-reduce grid (6 SIPs)", wall, "s", "<= 5 s", wall <= 5.0,
                          f"{events:,} events, {events / wall / 1e6:.1f} M events/s"))
-    from kbfast.sweep.points import allreduce_points
+    from kbfast.measure.collective import allreduce_points
 
     n_points = 0
     wall = 0.0
@@ -275,10 +277,10 @@ MAIN_JOB = ("sweep", "seed36", "--check", "3", "--overwrite")
 
 
 def bench_model() -> list[BenchRow]:
-    """Model steps (kbfast.evaluate_model): a whole 80-layer Llama-3-70B decode step on the fast path, the
+    """Model steps (kbfast.measure.model): a whole 80-layer Llama-3-70B decode step on the fast path, the
     model's compilation and its GEMM command timings included (kernels warm); one such layer exactly."""
     from kbfast.config.models import load_model
-    from kbfast.evaluate_model import _MEMO, _PIECES, evaluate_piece, evaluate_step
+    from kbfast.measure.model import _MEMO, _PIECES, evaluate_piece, evaluate_step
     from kbfast.workloads.model import compile_model, shape_for
     from kbfast.workloads.symbolic import _TRACED
 

@@ -3,13 +3,13 @@
 A first run compiles each kernel once and caches it (docs/README.md, "First run").  Numba compiles on one
 core; the machine kbfast targets has 2.  So a command whose kernels are not cached compiles the largest
 group (:func:`split`) in a second process and the rest in its own, each on a tiny Program of the same
-types, waits, and then loads every kernel from the cache.  ``python -m kbfast.warmup points`` runs one
+types, waits, and then loads every kernel from the cache.  ``python -m kbfast.measure.warmup points`` runs one
 such compile.
 
 The fast group compiles from stored inputs (``warm_inputs.pkl``: the arguments of the schedule's and the
 points kernel's calls on that tiny Program), so that it starts at once instead of first compiling the
 routing and planning kernels that build the Program, which the command's own process compiles anyway.
-``python -m kbfast.warmup --save-inputs`` records them again; a test checks that their Numba types are
+``python -m kbfast.measure.warmup --save-inputs`` records them again; a test checks that their Numba types are
 those of today's calls.  Inputs that do not load fall back to building the Program.
 """
 
@@ -180,7 +180,7 @@ def start(kernels: list[str]) -> subprocess.Popen | None:
     if not kernels:
         return None
     try:
-        return subprocess.Popen([sys.executable, "-m", "kbfast.warmup", *kernels],
+        return subprocess.Popen([sys.executable, "-m", "kbfast.measure.warmup", *kernels],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:       # no second process: the command compiles them itself, as it goes
         return None

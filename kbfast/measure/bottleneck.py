@@ -15,7 +15,7 @@ current time is on the path; its time splits into
 
 * ``compute``: COMPUTE, MATH, GEMM, FETCH and STORE;
 * ``hbm``: a DMA's HBM side at zero load: the controller's overhead and the PC commit, and the payload's
-  streaming when the last stretch of its route streams at an HBM link's rate (kbfast.metrics.breakdown,
+  streaming when the last stretch of its route streams at an HBM link's rate (kbfast.measure.metrics.breakdown,
   ``streams_at_hbm_rate``);
 * ``fabric_transfer``: an IPCQ message's zero-load transfer, from the SEND to its arrival, and the rest of
   a DMA's zero-load time: its route's overheads, first flit and propagation, and streaming through a
@@ -46,7 +46,7 @@ import pandas as pd
 
 from kbfast.fast.plan import data_routes
 from kbfast.ir import AgentKind, Op, Program
-from kbfast.metrics import breakdown, streams_at_hbm_rate
+from kbfast.measure.metrics import breakdown, streams_at_hbm_rate
 from kbfast.sim.lowering import hbm_constants
 from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind, NodeKind
@@ -191,7 +191,7 @@ def bottleneck(p: Program, span_ns: float) -> dict:
 
 
 def _zero_load(p: Program, o: int, hbm_c) -> tuple[float, float]:
-    """(HBM, fabric transfer) of an op's transfer alone on an idle system (kbfast.metrics.breakdown without
+    """(HBM, fabric transfer) of an op's transfer alone on an idle system (kbfast.measure.metrics.breakdown without
     its residual; ``hbm_c``: the Program's ``hbm_constants``).  HBM: the controller's overhead and the PC
     commit (a PE read whose response leaves when the controller took its last flit waits for none), and the
     payload's streaming when its last stretch streams at an HBM link's rate (``streams_at_hbm_rate``);
@@ -225,7 +225,7 @@ def _send_of(p: Program) -> dict[int, int]:
     return out
 
 
-def critical_path(p: Program, res: Result, launch_ns: float) -> dict[str, float]:
+def critical_path_by_category(p: Program, res: Result, launch_ns: float) -> dict[str, float]:
     """The critical path from ``launch_ns`` to the last agent's finish, by category (CATEGORIES), ns."""
     out = dict.fromkeys(CATEGORIES, 0.0)
     if p.n_ops == 0 or len(res.agent_finish_ns) == 0:

@@ -27,9 +27,10 @@ from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import replay_events_estimate
 from kbfast.fast.evaluate import FastResult, run_fast
 from kbfast.ir import Program
+from kbfast.measure.methods import CLOSED_FORM, EXACT_REPLAY, FLUID, HYBRID_METHODS
 
 DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.3 s of replay at the measured 6-10 M events/s
-METHODS = ("closed form", "exact replay", "fluid")
+METHODS = HYBRID_METHODS          # how the point estimate was made (kbfast.measure.methods)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +52,13 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     """Fast path; replay exactly when flows met and the replay fits in ``budget`` events (module docstring)."""
     fast = run_fast(p)
     if not fast.shared:
-        return HybridResult(fast, "closed form", 0)
+        return HybridResult(fast, CLOSED_FORM, 0)
     if budget <= 0 or replay_events_estimate(p) > 2 * budget:
-        return HybridResult(fast, "fluid", 0)
+        return HybridResult(fast, FLUID, 0)
     try:
         ex = run_exact(p, max_events=budget)
     except ReplayBudgetExceeded:
-        return HybridResult(fast, "fluid", 0)
+        return HybridResult(fast, FLUID, 0)
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns)
-    return HybridResult(point, "exact replay", ex.n_events)
+    return HybridResult(point, EXACT_REPLAY, ex.n_events)

@@ -1,0 +1,176 @@
+"""The collective kinds, ``allreduce`` and ``pe2pe``: their Programs, one point's metric row, and batches of
+all-reduce points in one jitted call (``kbfast.fast.rescale``).
+
+A collective's latency counts from its launch barrier to the last PE's finish (spec_pe §3.6).  Its metric
+row (:func:`collective_row`) is built here only: ``kbfast run allreduce|pe2pe`` shows it, sweeps store it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kbfast.config.schema import SystemSpec
+from kbfast.errors import KbfastError
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.fast.rescale import evaluate_points
+from kbfast.sim.lowering import channel_hop_bws
+from kbfast.ir import BUFFER_KINDS
+from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields,
+                                       critical_path_by_category, link_load_arrays, node_load_arrays)
+from kbfast.measure.kind import Built, Measurement, WorkloadKind
+from kbfast.measure.metrics import phase_ends
+from kbfast.measure.rows import contended, contention_ns
+from kbfast.sim.result import Result
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.collectives import Collective, allreduce, busbw_gbps, pe2pe
+
+
+def _build_allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    """One all-reduce of ``size`` bytes per rank."""
+    c = allreduce(t, router, int(w["size"]), w["algorithm"], w["ranks"], tile_io=bool(w["tile_io"]))
+    return Built(c.program, collective=c)
+
+
+def _build_pe2pe(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    """One PE-to-PE transfer of a hop class."""
+    c = pe2pe(t, router, w["hop"], int(w["size"]), raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
+    return Built(c.program, collective=c)
+
+
+def collective_row(c: Collective, res: Result, exact: bool, bus_bandwidth: bool) -> dict[str, Any]:
+    """The metric row of one collective point: latency from the launch (with the fast path's bounds and
+    contention, kbfast.measure.rows; NaN for an exact replay), bus bandwidth (a collective, not a
+    point-to-point transfer), effective bandwidth, the busiest resource, the critical path by category and
+    what bounds it (kbfast.measure.bottleneck)."""
+    p = c.program
+    lat, lo, hi = res.latency_ns(c.launch_ns)
+    out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
+           "busbw_gbps": busbw_gbps(c.nbytes, c.n_ranks, lat) if bus_bandwidth else np.nan,
+           "effective_bw_gbps": c.nbytes / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": c.n_ranks}
+    if not exact:
+        out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo), contention=contended(lat, lo))
+    out.update(bottleneck(p, lat))
+    out.update(critical_fields(critical_path_by_category(p, res, c.launch_ns)))
+    out.update(bound_fields(out))
+    return out
+
+
+def _measure(c: Collective, mode: str, bus_bandwidth: bool) -> Measurement:
+    """One collective on ``mode``'s evaluator: the metric row, the result, and the details a command shows
+    (its name, bytes per rank and tile I/O, the Program's size, the launch, the evaluator's wall time and the
+    per-phase ends)."""
+    exact = mode == "exact"
+    res = run_exact(c.program) if exact else run_fast(c.program)
+    details = {"workload": c.algorithm, "nbytes": c.nbytes, "tile_io": c.tile_io, "n_ops": c.program.n_ops,
+               "launch_ns": c.launch_ns, "wall_s": res.wall_s,
+               "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns)}
+    return Measurement(collective_row(c, res, exact, bus_bandwidth), res, details)
+
+
+def _measure_allreduce(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
+    return _measure(_build_allreduce(t, router, w).collective, mode, bus_bandwidth=True)
+
+
+def _measure_pe2pe(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
+    return _measure(_build_pe2pe(t, router, w).collective, mode, bus_bandwidth=False)
+
+
+def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, buffer_kinds,
+                   n_slots) -> pd.DataFrame:
+    """Fast-path latencies of an all-reduce ``workload`` (every field given; its ``size`` is ignored) for
+    every (size, buffer kind, n_slots) triple, one jitted call.
+
+    The Program is built once, at the largest size.  The upper bound is the first (window-free) pass of
+    ``kbfast.fast.bounds``: valid, looser than ``run_fast``'s.  ``ring_peak`` is the deepest ring
+    occupancy a SEND met (``head - tail_cache``, over the three runs): the point saw backpressure iff
+    ``n_slots <= ring_peak``.  ``contention``: kbfast.measure.rows.contended (latency above the lower bound).
+    """
+    sizes = np.asarray(sizes, np.int64)
+    kinds = np.array([BUFFER_KINDS.index(k) for k in np.broadcast_to(np.asarray(buffer_kinds), sizes.shape)])
+    slots = np.broadcast_to(np.asarray(n_slots, np.int64), sizes.shape).copy()
+    if np.any(sizes <= 0) or np.any(slots <= 0):
+        raise KbfastError("sizes and n_slots must be > 0")
+    c = _build_allreduce(t, router, {**workload, "size": int(sizes.max())}).collective
+    out = evaluate_points(c.program, channel_hop_bws(c.program, router), c.launch_ns, sizes, kinds, slots)
+    busbw = [busbw_gbps(int(s), c.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])]
+    return pd.DataFrame({
+        **{f: workload[f] for f in ALLREDUCE.columns}, "size": sizes,
+        "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
+        "n_ranks": c.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
+        "busbw_gbps": busbw, "contention_ns": np.maximum(out[:, 0] - out[:, 1], 0.0),
+        "contention": [contended(x, lo) for x, lo in zip(out[:, 0], out[:, 1])], "ring_peak": out[:, 4].astype(np.int64),
+    })
+
+
+def allreduce_points(t: Tables, router: Router, sizes, buffer_kinds, n_slots, algorithm: str = "lrab",
+                     ranks: str | None = None, tile_io: bool = True) -> pd.DataFrame:
+    """:func:`batched_points` of one all-reduce (``tile_io``: every rank's tile load and store, whose
+    bytes scale with the size like the messages')."""
+    workload = {"kind": "allreduce", "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
+    return batched_points(t, router, workload, sizes, buffer_kinds, n_slots)
+
+
+def _measure_allreduce_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
+                             systems: list[SystemSpec]) -> list[dict[str, Any]]:
+    """All-reduce points of one batch in one :func:`batched_points` call (they share everything but the
+    size, the buffer kind and the ring depth): the metric rows, with the busiest resource (no per-op times,
+    so no critical path) and what bounds each point."""
+    df = batched_points(t, router, workloads[0], [int(w["size"]) for w in workloads],
+                        [s.ipcq.buffer_kind for s in systems], [s.ipcq.n_slots for s in systems])
+    out = []
+    links = _link_loads(t, router, workloads)
+    for row, w in zip(df.itertuples(index=False), workloads):
+        out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
+                    "latency_hi_ns": row.latency_hi_ns, "busbw_gbps": row.busbw_gbps,
+                    "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
+                    "contention_ns": row.contention_ns, "contention": bool(row.contention), "n_ranks": row.n_ranks,
+                    **bottleneck_fields(t, *links(int(w["size"])), row.latency_ns)})
+        out[-1].update(bound_fields(out[-1]))
+    return out
+
+
+def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
+    """size -> (links, nodes) loads of the batch's workload (kbfast.measure.bottleneck).  When the link loads
+    at the batch's smallest and largest sizes are proportional to the size and the node loads equal (every
+    algorithm but ``rs_ag``, whose chunks round), every size's loads are the largest one's, links
+    scaled: one Program per batch, not per point.  Otherwise each size's Program is built."""
+    w = workloads[0]
+    sizes = sorted({int(x["size"]) for x in workloads})
+
+    def loads(size: int):
+        prog = _build_allreduce(t, router, {**w, "size": size}).program
+        e, load, f = link_load_arrays(prog)
+        return (e, busy_ns(t, e, load), f), node_load_arrays(prog)
+
+    big = loads(sizes[-1])
+    small = loads(sizes[0]) if len(sizes) > 1 else big
+    same = lambda a, b: all(np.array_equal(x, y) for x, y in zip(a, b))  # noqa: E731
+    linear = (np.array_equal(small[0][0], big[0][0]) and np.array_equal(small[0][2], big[0][2])
+              and np.array_equal(small[0][1] * sizes[-1], big[0][1] * sizes[0]) and same(small[1], big[1]))
+
+    def at(size: int):
+        if not linear:
+            return loads(size)
+        (e, busy, f), nodes = big
+        return (e, busy * (size / sizes[-1]), f), nodes
+    return at
+
+
+ALLREDUCE = WorkloadKind(
+    "allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
+    {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _build_allreduce, _measure_allreduce,
+    _measure_allreduce_batch, bool_fields=("tile_io",), columns=("algorithm", "tile_io"),
+    kernels=("collectives",), fast_kernels=("runs", "fast", "points"),
+    ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),),     # one message in flight per channel
+    size_label="message size per rank (bytes)")
+
+PE2PE = WorkloadKind(
+    "pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
+    {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _build_pe2pe, _measure_pe2pe,
+    bool_fields=("raw_dma", "consume"), columns=("hop",),
+    ignores_if=(("raw_dma", True, ("ipcq.", "workload.consume")),), size_label="transfer size (bytes)")

@@ -1,0 +1,31 @@
+"""One vocabulary for "method": how a figure was made, and which of those the fast path may use.
+
+A *method* is how one figure was made.  Every result row's ``method`` column holds one of :data:`METHODS`
+(a model step's row joins its pieces' methods with commas).  A *fast-path choice* says which methods the
+fast path may use for a point: the ``--method`` option of ``kbfast probe`` and ``kbfast run model``, and a
+model sweep's ``workload.method``, take one of :data:`FAST_CHOICES`.  docs/README.md ("Methods") lists both.
+"""
+
+from __future__ import annotations
+
+EXACT, CLOSED_FORM, EXACT_REPLAY, FLUID = "exact", "closed form", "exact replay", "fluid"
+MAXPLUS, MAXPLUS_ESTIMATE = "maxplus", "maxplus_estimate"
+
+# method -> how it makes the figure (docs/fast_path.md, docs/gemm.md, docs/models.md)
+METHODS: dict[str, str] = {
+    EXACT: "exact mode: the flit-level replay of the whole Program (kbfast.exact)",
+    CLOSED_FORM: "the fast path where no flows met: each transfer's closed form, exact (parity P1)",
+    EXACT_REPLAY: "the fast path replayed a small contended Program exactly (its bounds stay the fast path's)",
+    FLUID: "the fast path's fluid schedule of flows sharing resources, with its bounds",
+    MAXPLUS: "a GEMM's tile-pipeline max-plus recurrence, equal to exact mode where no transfers overlap",
+    MAXPLUS_ESTIMATE: "the max-plus recurrence beyond the fluid schedule's size: optimistic, a lower bound",
+}
+HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, FLUID)   # what the hybrid fast path may use (kbfast.measure.hybrid)
+GEMM_FAST_METHODS = (MAXPLUS, FLUID, MAXPLUS_ESTIMATE)   # a GEMM's fast path (kbfast.measure.gemm.fast_method)
+
+# fast-path choice -> the methods it allows
+FAST_CHOICES: dict[str, str] = {
+    "hybrid": "closed form where no flows meet, else an exact replay of the Program when it fits the event "
+              "budget, else fluid",
+    "fluid": "closed form or fluid: never a replay (quicker, less exact on short contended transfers)",
+}
