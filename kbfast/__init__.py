@@ -29,7 +29,7 @@ _API = {
     "build_catalogue": "kbfast.workloads.probe_catalogue",
     "run_fast": "kbfast.fast.evaluate",
     "run_exact": "kbfast.exact",
-    "compare": "kbfast.measure.rows",
+    "compare": "kbfast.measure.compare",
 }
 
 __all__ = ["__version__", *_API]

@@ -14,8 +14,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
 
 BASE = {"kbfast.errors", "kbfast.config", "kbfast.topology", "kbfast.ir"}
-# layer -> the kbfast packages (besides itself) it may import
+EVALUATORS = {"kbfast.sim", "kbfast.fast", "kbfast.exact"}
+# what the report may read of the measuring layer: the registry's kind descriptions and the pure definitions
+# of a row (never a module that evaluates)
+MEASURE_DEFINITIONS = {"kbfast.measure.registry", "kbfast.measure.kind", "kbfast.measure.rows", "kbfast.measure.methods"}
+# the modules of the public API (kbfast.__init__), which the command line may call as any user does
+PUBLIC_API = {"kbfast.config", "kbfast.topology", "kbfast.workloads", "kbfast.fast.evaluate", "kbfast.exact",
+              "kbfast.measure"}
+# layer -> the kbfast packages (besides itself) it may import; every package and root module is named
 RULES = {
+    "kbfast.errors": set(),
     "kbfast.config": {"kbfast.errors"},                      # system descriptions, model files, memory limits
     "kbfast.topology": {"kbfast.errors", "kbfast.config"},
     "kbfast.ir": {"kbfast.errors", "kbfast.config", "kbfast.topology"},   # the Program IR and GEMM tiling
@@ -23,12 +31,24 @@ RULES = {
     "kbfast.fast": BASE | {"kbfast.sim"},
     "kbfast.exact": BASE | {"kbfast.sim"},
     "kbfast.workloads": BASE,
+    "kbfast.reference": BASE | {"kbfast.sim", "kbfast.exact"},            # checks exact mode
+    "kbfast.measure": BASE | EVALUATORS | {"kbfast.workloads"},
+    "kbfast.report": BASE | {"kbfast.workloads"} | MEASURE_DEFINITIONS,   # never runs an evaluator
+    "kbfast.sweep": BASE | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.rows",
+                            "kbfast.report"},       # measures through the registry only
+    "kbfast.calibrate": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure", "kbfast.report"},
+    "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure", "kbfast.report", "kbfast.sweep",
+                                         "kbfast.reference"},
+    "kbfast.cli": BASE | PUBLIC_API | {"kbfast.report", "kbfast.sweep", "kbfast.calibrate", "kbfast.bench"},
+    "kbfast.__main__": {"kbfast.cli"},
+    "kbfast": set(),                                         # the public API names its modules lazily
 }
 
 
 def layer_of(module: str) -> str | None:
+    """The layer of ``module``: its package (or itself, for a root module); None when no rule names it."""
     for layer in RULES:
-        if module == layer or module.startswith(layer + "."):
+        if module == layer or (layer != "kbfast" and module.startswith(layer + ".")):
             return layer
     return None
 
@@ -42,7 +62,12 @@ def module_name(path: Path) -> str:
 def kbfast_imports(path: Path) -> list[tuple[int, str]]:
     """(line, imported module) for every kbfast import in ``path``, including ``from kbfast import x``."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {id(n) for guard in ast.walk(tree) if isinstance(guard, ast.If) and _is_type_checking(guard.test)
+                 for stmt in guard.body for n in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in type_only:        # ``if TYPE_CHECKING:`` imports name types only, never run
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "kbfast"]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -53,14 +78,20 @@ def kbfast_imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def violations() -> list[str]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         me = module_name(path)
         layer = layer_of(me)
         if layer is None:
+            found.append(f"{path.relative_to(PACKAGE.parent)}: {me} is in no layer: name it in RULES")
             continue
-        allowed = RULES[layer] | {layer}
+        allowed = RULES[layer] | ({layer} if layer != "kbfast" else set())
         for line, target in kbfast_imports(path):
             if target == "kbfast.__version__":
                 continue
@@ -81,6 +112,19 @@ def test_the_rules_see_function_level_imports(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("module, layer", [("kbfast.fast.rescale", "kbfast.fast"), ("kbfast.sim", "kbfast.sim"),
-                                           ("kbfast.simulate", None), ("kbfast.cli.run", None)])
+                                           ("kbfast.simulate", None), ("kbfast.cli.run", "kbfast.cli"),
+                                           ("kbfast", "kbfast"), ("kbfast.measure.rows", "kbfast.measure")])
 def test_layers_are_matched_by_package_not_by_prefix(module: str, layer: str | None) -> None:
     assert layer_of(module) == layer
+
+
+def test_type_only_imports_are_not_dependencies(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from kbfast.exact import ExactResult\n"
+                 "from kbfast.ir import Op\n")
+    assert kbfast_imports(f) == [(4, "kbfast.ir")]
+
+
+def test_the_package_root_holds_only_the_api_the_entry_point_and_the_errors() -> None:
+    """Every other module lives in the package of its layer (docs/README.md "Architecture")."""
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "errors.py"]

@@ -1,4 +1,4 @@
-"""``kbfast.report.routing_compare`` and ``kbfast topo compare-routing``: probe cases under every routing policy."""
+"""``kbfast.measure.routing_compare`` and ``kbfast topo compare-routing``: probe cases under every routing policy."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from kbfast.cli import common
 from kbfast.cli.main import app
-from kbfast.report.routing_compare import (COLUMNS, EXTRA_CASES, compare_routing, default_case_names, flow_routes,
+from kbfast.measure.routing_compare import (COLUMNS, EXTRA_CASES, compare_routing, default_case_names, flow_routes,
                                            top_conns)
 from kbfast.topology.builder import Tables
 from kbfast.topology.kinds import EdgeKind, NodeKind

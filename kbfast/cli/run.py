@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import pandas as pd
 import typer
@@ -24,7 +24,6 @@ from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.measure.rows import rel_error
-from kbfast.sim.result import Result
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, check_tile_fits
@@ -36,6 +35,9 @@ from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_nodes, parse_dim, parse_epilogues
 from kbfast.workloads.model import LAYOUTS, refuse_unread, shape_for
 from kbfast.measure.registry import WORKLOADS, measure
+
+if TYPE_CHECKING:                       # a type only: the command measures through the registry
+    from kbfast.sim.result import Result
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
 run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer, a GEMM or a model step.",

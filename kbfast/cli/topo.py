@@ -205,7 +205,7 @@ def compare_routing_cmd(
 ) -> None:
     """Run probe cases under every routing policy (kernbench, balanced, hops): exact and fast makespans,
     the UCIe connections each policy loads, and the most loaded edge (docs/routing.md)."""
-    from kbfast.report.routing_compare import compare_routing
+    from kbfast.measure.routing_compare import compare_routing
 
     sizes = [parse_size(s) for s in size] if size else None
     df = compare_routing(load(topology, sets), case, sizes)
@@ -238,7 +238,7 @@ def _pack(items: list[str], first: str, indent: str, width: int, sep: str = ",")
 def _print_comparison(df: pd.DataFrame) -> None:
     """One block per case: the makespans per size and policy, then each policy's routes, which do not
     depend on the size: the most loaded edge, the endpoint bus passes and the loaded UCIe connections."""
-    from kbfast.report.routing_compare import REFERENCE_POLICY, top_conns
+    from kbfast.measure.routing_compare import REFERENCE_POLICY, top_conns
 
     width = max(console.width, 40)
     flagged = False

@@ -47,6 +47,7 @@ import pandas as pd
 from kbfast.fast.plan import data_routes
 from kbfast.ir import AgentKind, Op, Program
 from kbfast.measure.metrics import breakdown, streams_at_hbm_rate
+from kbfast.measure.rows import BUSY_BOUND
 from kbfast.sim.lowering import hbm_constants
 from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind, NodeKind
@@ -57,7 +58,6 @@ CATEGORIES = ("compute", "hbm", "fabric_transfer", "fabric_wait", "ipcq_backpres
 COMPUTE_OPS = (Op.COMPUTE, Op.MATH, Op.GEMM, Op.FETCH, Op.STORE)
 TOP = 5
 _EPS = 1e-9
-BUSY_BOUND = 0.5        # a resource busy at least half the span bounds the result (it is bandwidth-bound)
 _CRITICAL_KEYS = tuple((k, f"critical_path_{k}_ns") for k in CATEGORIES)
 
 

@@ -36,6 +36,7 @@ from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.measure.metrics import phase_ends
+from kbfast.measure.rows import STEP_CATEGORIES
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables, reverse_route_edges
@@ -51,8 +52,7 @@ from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, com
 MODES = ("fast", "exact")
 METHODS = tuple(FAST_CHOICES)   # the fast path's choice (kbfast.measure.methods): hybrid replays the stand-in when it fits
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
-# critical-path categories (docs/models.md "Breakdown")
-CATEGORIES = ("gemm_compute", "hbm_stream", "math", "collective", "other")
+CATEGORIES = STEP_CATEGORIES    # critical-path categories (kbfast.measure.rows)
 
 
 @dataclass

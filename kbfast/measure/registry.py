@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.measure.bottleneck import link_table
 from kbfast.measure.collective import ALLREDUCE, PE2PE
 from kbfast.measure.gemm import GEMM
 from kbfast.measure.kind import MODES, Built, Measurement, WorkloadKind
@@ -19,7 +24,7 @@ from kbfast.measure.probe import PROBE, TRAFFIC
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 
-__all__ = ["MODES", "WORKLOADS", "Built", "Measurement", "WorkloadKind", "build", "measure"]
+__all__ = ["MODES", "WORKLOADS", "Built", "Measurement", "WorkloadKind", "build", "measure", "occupancy"]
 
 WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (ALLREDUCE, PE2PE, PROBE, TRAFFIC, GEMM, MODEL)}
 
@@ -34,3 +39,12 @@ def measure(t: Tables, router: Router, workload: dict[str, Any], mode: str) -> M
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     return WORKLOADS[workload["kind"]].measure(t, router, workload, mode)
+
+
+def occupancy(t: Tables, router: Router, workload: dict[str, Any], mode: str,
+              span_ns: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The per-edge link table (utilisation over ``span_ns``, kbfast.measure.bottleneck.link_table) and the
+    per (controller, pc) table of ``workload``'s Program on ``mode``'s evaluator: one more evaluation."""
+    prog = build(t, router, workload).program
+    res = run_exact(prog) if mode == "exact" else run_fast(prog)
+    return link_table(res.edges, span_ns), res.pcs

@@ -1,5 +1,6 @@
-"""The figures every command reports, computed once: relative error, bounds check, and the fast-vs-exact
-comparison of one Program (design §7, parity contract).  Latency from launch and makespan are methods of
+"""The figures every command reports, computed once: relative error, bounds check and contention (design §7,
+parity contract); pure arithmetic on a row's numbers, so the report may use it (the fast-vs-exact comparison
+of one Program is kbfast.measure.compare).  Latency from launch and makespan are methods of
 the evaluators' common result type, :class:`kbfast.sim.result.Result`.
 
 * relative error = (fast - exact) / exact, 0 when exact is 0;
@@ -12,13 +13,8 @@ the evaluators' common result type, :class:`kbfast.sim.result.Result`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
-from kbfast.ir import Program
 
 
 def rel_error(value: float, reference: float) -> float:
@@ -49,45 +45,6 @@ def contended(value: float, lower: float) -> bool | None:
     return bool(value - lower > CONTENTION_REL * max(abs(value), 1.0))
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """One Program on both evaluators: latencies from ``launch_ns`` (ns) and wall times (s)."""
-
-    program: str
-    launch_ns: float
-    fast_ns: float
-    fast_lower_ns: float
-    fast_upper_ns: float
-    exact_ns: float
-    fast_wall_s: float
-    exact_wall_s: float
-
-    @property
-    def rel_error(self) -> float:
-        """(fast - exact) / exact."""
-        return rel_error(self.fast_ns, self.exact_ns)
-
-    @property
-    def exact_in_bounds(self) -> bool | None:
-        """Whether the exact latency lies inside the fast path's bounds (parity P2)."""
-        return in_bounds(self.fast_lower_ns, self.exact_ns, self.fast_upper_ns)
-
-
-def compare(p: Program, launch_ns: float | None = None) -> Comparison:
-    """Evaluate ``p`` on the fast path and by exact replay; latencies count from ``launch_ns`` (default: the
-    earliest agent start, so they are makespans).
-
-    >>> from kbfast import Router, allreduce, build_tables, compare, load_system
-    >>> t = build_tables(load_system("ring6"))
-    >>> c = allreduce(t, Router(t), 4096)
-    >>> r = compare(c.program, c.launch_ns)
-    >>> abs(r.rel_error) < 0.05 and r.exact_in_bounds
-    True
-    """
-    start = float(p.agent_start_ns.min()) if launch_ns is None else float(launch_ns)
-    fast = run_fast(p)
-    exact = run_exact(p)
-    fast_ns, lower_ns, upper_ns = fast.latency_ns(start)
-    return Comparison(program=p.name, launch_ns=start, fast_ns=fast_ns, fast_lower_ns=lower_ns,
-                      fast_upper_ns=upper_ns, exact_ns=exact.latency_ns(start)[0], fast_wall_s=fast.wall_s,
-                      exact_wall_s=exact.wall_s)
+BUSY_BOUND = 0.5        # a resource busy at least half the span bounds the result (it is bandwidth-bound)
+# a model step's critical-path categories (docs/models.md "Breakdown")
+STEP_CATEGORIES = ("gemm_compute", "hbm_stream", "math", "collective", "other")

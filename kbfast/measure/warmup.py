@@ -125,7 +125,10 @@ def record_inputs() -> dict[str, tuple]:
 
 def _warm_by_program(kernel: str) -> None:
     """Compile ``kernel`` by building and evaluating its warm-up Program (:func:`warm`)."""
-    from kbfast import Router, allreduce, build_tables, load_system, pe2pe
+    from kbfast.config import load_system
+    from kbfast.topology.builder import build_tables
+    from kbfast.topology.routing import Router
+    from kbfast.workloads.collectives import allreduce, pe2pe
 
     if kernel == "collectives":
         t6 = build_tables(load_system("ring6"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from kbfast.measure.bottleneck import BUSY_BOUND
+from kbfast.measure.rows import BUSY_BOUND
 from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
 from kbfast.report.tables import fit, narrow_table
 

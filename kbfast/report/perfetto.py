@@ -8,12 +8,14 @@ utilisation over the whole run.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 from pathlib import Path
 
-
-from kbfast.exact.replay import ExactResult
 from kbfast.ir import Op
 from kbfast.topology.names import node_name
+
+if TYPE_CHECKING:                       # a type only: the report never runs a replay
+    from kbfast.exact.replay import ExactResult
 
 
 def trace_events(res: ExactResult) -> list[dict]:

@@ -24,14 +24,11 @@ from kbfast import __version__
 from kbfast.config.loader import FileCaches, load_raw, resolve
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.measure.bottleneck import link_table
-from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
 from kbfast.measure.rows import in_bounds, rel_error
 from kbfast.sweep.spec import Point, overrides_key
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
-from kbfast.measure.registry import WORKLOADS, build, measure
+from kbfast.measure.registry import WORKLOADS, measure, occupancy
 
 METRICS = ("latency_ns", "latency_lo_ns", "latency_hi_ns", "busbw_gbps", "effective_bw_gbps", "contention",
            "contention_ns", "n_ranks")
@@ -235,12 +232,11 @@ def _occupancy(batch: Batch, errors: dict[int, str],
     for p in batch.points:
         if p.index in errors:
             continue
-        prog = build(*tables_of(p), p.workload).program
-        res = run_exact(prog) if batch.mode == "exact" else run_fast(prog)
+        edges, pc_table = occupancy(*tables_of(p), p.workload, batch.mode, float(metrics[p.index]["latency_ns"]))
         tag = {"point": p.index, "config_hash": p.config_hash}
         if batch.links:
-            links.append(link_table(res.edges, float(metrics[p.index]["latency_ns"])).assign(**tag))
+            links.append(edges.assign(**tag))
         if batch.pcs:
-            pcs.append(res.pcs.assign(**tag))
+            pcs.append(pc_table.assign(**tag))
     cat = lambda parts: pd.concat(parts, ignore_index=True) if parts else None  # noqa: E731
     return cat(links), cat(pcs)
