@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 from kbfast.config import load_system
 from kbfast.config.param_sets import PARAM_SET_DIR_ENV
 from kbfast.config.schema import SystemSpec
+from kbfast.fast.schedule import Sharing
+from kbfast.fast.waterfill import _rates, fill_scratch
 from kbfast.ir import ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import node_id, node_names, pe_block
@@ -214,3 +216,23 @@ def two_messages(t: Tables, n_slots: int = 1, n: int = 4 * KiB):
     s0, s1 = pr.b.send(pr.a[0], c, n), pr.b.send(pr.a[0], c, n)
     r0, r1 = pr.b.recv(pr.a[1], c, n), pr.b.recv(pr.a[1], c, n)
     return pr, (s0, s1, r0, r1)
+
+
+# The fast path's max-min rates (kbfast.fast.waterfill._rates) on hand-built flows: test_fast_rates and
+# test_naive_refs.
+BWS = (32.0, 64.0, 128.0, 256.0, 512.0)
+
+
+def run_rates(flows, bn, res_cap, res_ovh, nbytes) -> np.ndarray:
+    """``_rates`` on every flow of ``flows`` (lists of resource ids), all active and joined."""
+    n, n_res = len(flows), len(res_cap)
+    users = np.bincount([r for f in flows for r in f], minlength=n_res).astype(np.int64)
+    sh_res = np.array([r for f in flows for r in f], np.int64)
+    ends = np.cumsum([len(f) for f in flows])
+    sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
+    rate = np.zeros(n)
+    sharing = Sharing(sh_span=sh_span, sh_res=sh_res, max_route=0, res_cap=np.asarray(res_cap, np.float64),
+                      res_ovh=np.asarray(res_ovh, np.float64), ch_iso_route=np.empty(0, np.int64))
+    _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(nbytes, np.int64), sharing,
+           fill_scratch(np.asarray(bn, np.float64), users, len(sh_res)))
+    return rate

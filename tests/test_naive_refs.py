@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kbfast.sim import heap as heap_mod
 from kbfast.sim.heap import heap_new, heap_pop, heap_push, pack, unpack
 from naive import NaiveEventQueue, global_filling, max_min_fair
-from test_fast_rates import BWS, run_rates
+from conftest import BWS, run_rates
 
 # ---------------------------------------------------------------------------------------------------------
 # event queue
