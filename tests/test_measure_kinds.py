@@ -66,3 +66,18 @@ def test_a_toy_kind_runs_through_the_registry_and_the_sweep(toy: WorkloadKind) -
     assert list(df["scale"]) == [1.0, 3.0, 1.0, 3.0] and (df["workload"] == "toy").all()
     assert df.loc[0, "exact_latency_ns"] == 2 * df.loc[0, "latency_ns"]     # the check: measure in exact mode
     assert (sum(BATCHES), max(BATCHES, default=0) > 1) == ((4, True) if toy.batched else (0, False))
+
+
+def test_every_report_a_kind_names_exists_and_is_the_one_its_results_get() -> None:
+    """A kind's ``report`` names an entry of kbfast.report.kinds.REPORTS; results of that kind (carrying its
+    figures) get it, mixed or common kinds none."""
+    from kbfast.report.kinds import REPORTS, kind_report
+
+    named = {k.name: k.report for k in WORKLOADS.values() if k.report is not None}
+    assert named == {"gemm": "gemm", "model": "model"}
+    for kind, report in named.items():
+        rows = pd.DataFrame({"workload": [kind, kind], REPORTS[report].needs: [1.0, 2.0]})
+        assert kind_report(rows) is REPORTS[report]
+        assert kind_report(rows.drop(columns=REPORTS[report].needs)) is None
+    assert kind_report(pd.DataFrame({"workload": ["gemm", "model"], "macs_per_ns": [1.0, 2.0]})) is None
+    assert kind_report(pd.DataFrame({"workload": ["allreduce"], "latency_ns": [1.0]})) is None

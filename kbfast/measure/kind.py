@@ -89,7 +89,7 @@ class WorkloadKind:
     # before any point runs (kbfast.sweep.spec.check_files).
     file_fields: tuple[tuple[str, Callable[[str], Any]], ...] = ()
     size_label: str = "size (bytes)"       # what ``size`` means, on a plot's axis (kbfast.report.sweep)
-    report: str | None = None              # the kind's own sweep tables and plots, by name (kbfast.report.kinds)
+    report: str | None = None              # the name of its own sweep tables and plots (kbfast.report.kinds)
 
     @property
     def batched(self) -> bool:

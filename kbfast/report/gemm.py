@@ -25,10 +25,6 @@ RESOURCES = ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write")
 RATE = "pe.gemm_macs_per_ns"
 
 
-def is_gemm(df: pd.DataFrame) -> bool:
-    return "workload" in df and (df["workload"] == "gemm").all() and "macs_per_ns" in df
-
-
 def _shape(df: pd.DataFrame) -> pd.Series:
     return df["m"].astype(int).astype(str) + "x" + df["n"].astype(int).astype(str) + "x" + df["k"].astype(int).astype(str)
 

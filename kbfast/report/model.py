@@ -141,10 +141,6 @@ KEYS = ("model", "phase", "layout", "batch", "n_sips")
 MAX_ROWS = 16             # a summary with more points shows their spread per (phase, layout, SIPs)
 
 
-def is_model(df: pd.DataFrame) -> bool:
-    return "workload" in df and (df["workload"] == "model").all() and "mac_util" in df
-
-
 def _varying(ok: pd.DataFrame, skip: tuple[str, ...] = ()) -> list[str]:
     """The input columns that vary over the points: the standard keys, then any other axis."""
     axes = [c for c in ok.columns if "." in c and c != "sips.count" and c.split(".", 1)[1] not in KEYS

@@ -29,8 +29,7 @@ from kbfast.config.units import format_size  # noqa: E402
 from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit  # noqa: E402
-from kbfast.report.gemm import gemm_plots, gemm_summary, is_gemm  # noqa: E402
-from kbfast.report.model import LINE_PLOTS as MODEL_LINE_PLOTS, is_model, model_plots, model_summary  # noqa: E402
+from kbfast.report.kinds import kind_report  # noqa: E402
 from kbfast.measure.registry import WORKLOADS  # noqa: E402
 
 INPUTS = tuple(dict.fromkeys(("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case",
@@ -268,10 +267,9 @@ def detail_table(df: pd.DataFrame) -> tuple[str, pd.DataFrame] | None:
     ok = _ok(df)
     if ok.empty:
         return None
-    if is_gemm(ok):
-        return "GEMMs per staging", gemm_summary(ok)
-    if is_model(ok):
-        return "model steps", model_summary(ok)
+    own = kind_report(ok)
+    if own is not None:
+        return own.title, own.summary(ok)
     table = size_table(df)
     if table is None:
         return None
@@ -445,7 +443,8 @@ def default_x(df: pd.DataFrame) -> str | None:
     varies, a model sweep's ``n_sips`` when it varies, else the numeric input with the most values (a GEMM's
     ``m``); None when no numeric input varies."""
     ok = _ok(df)
-    for x in ("size", *(("n_sips",) if is_model(ok) else ())):
+    own = kind_report(ok)
+    for x in ("size", *((own.x,) if own is not None and own.x else ())):
         if x in ok and ok[x].nunique() > 1:
             return x
     numeric = [c for c in input_columns(ok) if pd.to_numeric(ok[c], errors="coerce").notna().all()
@@ -541,16 +540,17 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
 def default_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     """Latency and bus bandwidth against size, one line per series (:func:`plot_xy`, as ``kbfast plot`` draws
     them; the inputs that would make too many lines are folded into medians and named in the title), and
-    the parity scatter when points were checked.  GEMM and model sweeps: their own plots (kbfast.report.gemm, kbfast.report.model)."""
+    the parity scatter when points were checked.  A kind with a report of its own (kbfast.report.kinds: GEMM,
+    model): its line plots and its own plots."""
     ok = _ok(df)
     if ok.empty:
         return []
     out = []
-    if is_model(ok):      # latency and tokens/s against SIPs, drawn as every sweep's lines are
-        out += [plot_xy(ok.dropna(subset=[y]), "n_sips", y, None, folder / name) for y, name in MODEL_LINE_PLOTS
+    own = kind_report(ok)
+    if own is not None:   # its line plots (a model's latency and tokens/s against SIPs), then its own plots
+        out += [plot_xy(ok.dropna(subset=[y]), own.x, y, None, folder / name) for y, name in own.line_plots
                 if y in ok and ok[y].notna().any()]
-    if is_gemm(ok) or is_model(ok):
-        out += gemm_plots(ok, folder) if is_gemm(ok) else model_plots(ok, folder)
+        out += own.plots(ok, folder)
         if checked(df):
             out.append(plot_parity(df, folder / "parity.png"))
         return out
