@@ -22,6 +22,8 @@ from kbfast.report.formats import duration, pct
 
 
 class Mode(str, Enum):
+    """Which evaluators a calibration runs: the fast path, exact mode, or both."""
+
     fast = "fast"
     exact = "exact"
     both = "both"
@@ -117,6 +119,8 @@ def fit_tables(res: FitResult) -> list[Table]:
 
 
 def fit_notes(res: FitResult) -> list[str]:
+    """The notes printed under a fit: the optimiser's evaluations and message, a parameter at 0 (its
+    sensitivity is then per bound span), and a floor-plan parameter (its response is piecewise constant)."""
     notes = [f"least_squares: {res.nfev} evaluations; {res.message}"]
     for p in res.params:
         if sensitivity_scale(p, res.values[p.key]) == p.span:
@@ -140,6 +144,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def fit_json(res: FitResult) -> dict[str, Any]:
+    """A fit as JSON: values, the figures before and after, sensitivities, bounds and start values."""
     return {"values": res.values, "fitted": res.fitted, "reference": res.reference, "before": res.before,
             "after": res.after, "sensitivity": res.sensitivity, "nfev": res.nfev, "message": res.message,
             "bounds": {p.key: [p.lo, p.hi] for p in res.params}, "start": {p.key: p.start for p in res.params}}

@@ -31,6 +31,8 @@ from kbfast.measure.registry import WORKLOADS
 
 
 class Fmt(str, Enum):
+    """The file format of a sweep's results table."""
+
     parquet = "parquet"
     csv = "csv"
 
@@ -65,6 +67,7 @@ class ProgressLines:
         self.start = self.done = self.total = 0
 
     def update(self, done: int, total: int) -> None:
+        """Record progress; print a line at the first update, at the end, and ``every`` seconds."""
         with self.lock:
             if self.last is None:
                 self.start = done               # points saved before (--resume) do not count in the rate
@@ -73,6 +76,7 @@ class ProgressLines:
                 self._line()
 
     def tick(self) -> None:
+        """The timer's call: print a line when no update printed one for ``every`` seconds."""
         with self.lock:   # (a timer's wait may end a hair before ``every`` has passed on ``clock``)
             if self.last is not None and self.done < self.total and self.clock() - self.last >= 0.95 * self.every:
                 self._line()

@@ -32,6 +32,8 @@ topo_app = typer.Typer(help="Inspect topologies: summaries, floor plans and rout
 
 
 class TextFormat(str, Enum):
+    """How a topo command prints: a table for people, or JSON."""
+
     table = "table"
     json = "json"
 

@@ -143,4 +143,5 @@ def plot_stages(df: pd.DataFrame, out: Path) -> Path:
 
 
 def gemm_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
+    """A GEMM sweep's own plots: the roofline and the stage breakdown."""
     return [plot_roofline(df, folder / "roofline.png"), plot_stages(df, folder / "stages.png")]
