@@ -17,7 +17,7 @@ from rich.markup import escape
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system
 from kbfast.config.loader import parse_overrides
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
-from kbfast.measure import warmup
+import kbfast.measure.warmup as warmup
 from kbfast.errors import KbfastError, clip
 
 console = Console()
