@@ -13,6 +13,7 @@ from kbfast.config.loader import apply_overrides, load_raw, validate
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.measure.gemm import evaluate_gemm
+from kbfast.measure.methods import MODES
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.ir import Program, ProgramBuilder
@@ -24,7 +25,6 @@ from kbfast.workloads.collectives import Collective, allreduce, hop_endpoints, p
 from kbfast.workloads.gemm import gemm_case
 from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue
 
-MODES = ("fast", "exact")
 TOL = 0.03                       # latency rows: |measured / reference - 1| <= 3 %
 KiB = 1024
 ORDER_BYTES = 16 * KiB           # the ordering rows compare 16 KiB PE DMA writes

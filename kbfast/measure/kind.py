@@ -16,10 +16,9 @@ from typing import Any
 
 from kbfast.config.schema import SystemSpec
 from kbfast.ir import Program
+from kbfast.measure.methods import MODES
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-
-MODES = ("fast", "exact")     # the two evaluators a point is measured on
 
 
 @dataclass(frozen=True)

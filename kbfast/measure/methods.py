@@ -8,6 +8,8 @@ model sweep's ``workload.method``, take one of :data:`FAST_CHOICES`.  docs/READM
 
 from __future__ import annotations
 
+MODES = ("fast", "exact")     # the two evaluators a point is measured on
+
 EXACT, CLOSED_FORM, EXACT_REPLAY, FLUID = "exact", "closed form", "exact replay", "fluid"
 MAXPLUS, MAXPLUS_ESTIMATE = "maxplus", "maxplus_estimate"
 

@@ -45,14 +45,11 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
-from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID
+from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES
 from kbfast.measure.kind import Built, Measurement, WorkloadKind
 from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
 
-MODES = ("fast", "exact")
-METHODS = tuple(FAST_CHOICES)   # the fast path's choice (kbfast.measure.methods): hybrid replays the stand-in when it fits
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
-CATEGORIES = STEP_CATEGORIES    # critical-path categories (kbfast.measure.rows)
 
 
 @dataclass
@@ -153,7 +150,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                    timer: CommandTimer | None = None, method: str = "hybrid", launch_ns: float | None = None) -> PieceResult:
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
     stand-in Program exactly when it fits the budget, kbfast.measure.hybrid) or ``fluid`` (the fast schedule only)."""
-    if mode not in MODES or method not in METHODS:
+    if mode not in MODES or method not in FAST_CHOICES:
         raise ValueError((mode, method))
     t0 = time.perf_counter()
     if mode == "exact":
@@ -229,7 +226,7 @@ def _point(p: Program, method: str):
 
 
 def last_pe_time_by_category(p: Program, res, piece: Piece, lower) -> dict[str, float]:
-    """The last-finishing working PE's time from the launch barrier, by category (CATEGORIES): each GEMM
+    """The last-finishing working PE's time from the launch barrier, by category (STEP_CATEGORIES): each GEMM
     command's compute-slot time (its tiles x the tile's GEMM time) and the rest of it (HBM streaming and the
     pipeline's fill and drain), MATH, the IPCQ sends and receives (collective, waiting for peers included),
     loads and stores (HBM streaming), and the rest of its time from the launch barrier (``other``)."""
@@ -238,7 +235,7 @@ def last_pe_time_by_category(p: Program, res, piece: Piece, lower) -> dict[str, 
     ops = p.ops_of(a)
     code = p.op_code[ops]
     took = res.op_end_ns[ops] - res.op_issue_ns[ops]
-    out = dict.fromkeys(CATEGORIES, 0.0)
+    out = dict.fromkeys(STEP_CATEGORIES, 0.0)
     mine = np.isin(lower.command_op, ops)
     starts = np.asarray(lower.command_op, np.int64)[mine]
     ends = starts + 1 if isinstance(lower, TileLowering) else starts
@@ -288,7 +285,7 @@ class StepResult:
 
     def breakdown(self) -> dict[str, float]:
         """The critical path of the step by category: each piece's, times its repeat count."""
-        out = dict.fromkeys(CATEGORIES, 0.0)
+        out = dict.fromkeys(STEP_CATEGORIES, 0.0)
         for p, r in zip(self.pieces, self.results[self.mode]):
             for k, v in r.breakdown.items():
                 out[k] += self.repeat(p) * v
@@ -312,8 +309,8 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`)."""
-    if method not in METHODS:
-        raise KbfastError(f"fast method {method!r} is not one of {', '.join(METHODS)}")
+    if method not in FAST_CHOICES:
+        raise KbfastError(f"fast method {method!r} is not one of {', '.join(FAST_CHOICES)}")
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
         if not 1 <= layers <= model.layers:

@@ -24,7 +24,7 @@ from kbfast.report.tables import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
                                    with_unit)
-from kbfast.measure.rows import STEP_CATEGORIES as CATEGORIES, rel_error  # noqa: E402
+from kbfast.measure.rows import STEP_CATEGORIES, rel_error  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
 from kbfast.workloads.commands import COUNTED  # noqa: E402
 
@@ -116,7 +116,7 @@ def print_model_report(rep: dict, console: Console) -> None:
         whole = sum(cp.values()) or 1.0
         unit = column_unit(list(cp.values()))
         crit = narrow_table("critical path (last PE to finish)", "category", with_unit("time", unit), "share")
-        for k in CATEGORIES:
+        for k in STEP_CATEGORIES:
             crit.add_row(CATEGORY_NAMES[k], in_unit(cp[k], unit), percent(cp[k] / whole))
         console.print(fit(console, crit, wrap=("category",)))
     ends = rep["stage_end_ns"].get("layer") or rep["stage_end_ns"].get("mlp")
@@ -157,7 +157,7 @@ def model_summary(df: pd.DataFrame) -> pd.DataFrame:
     ok = (df[df["error"].isna()] if "error" in df else df).copy()
     if ok.empty:
         return pd.DataFrame()
-    cats = [c for c in (f"critical_path_{k}_ns" for k in CATEGORIES) if c in ok]
+    cats = [c for c in (f"critical_path_{k}_ns" for k in STEP_CATEGORIES) if c in ok]
     keys = _varying(ok) or ["model"]
     ok = ok.sort_values(keys)
     times = [ok["latency_ns"], *([ok["time_to_first_token_ns"]] if "time_to_first_token_ns" in ok else [])]
@@ -202,7 +202,7 @@ def model_plots(df: pd.DataFrame, folder: Path) -> list[Path]:
     """A model sweep's own plot: the critical path stacked by category for each layout (and phase) at each SIP
     count (its line plots are :data:`LINE_PLOTS`)."""
     ok = df[df["error"].isna()] if "error" in df else df
-    cats = [k for k in CATEGORIES if f"critical_path_{k}_ns" in ok]
+    cats = [k for k in STEP_CATEGORIES if f"critical_path_{k}_ns" in ok]
     return [_breakdown(ok, cats, folder / "breakdown.png")] if cats and not ok.empty else []
 
 

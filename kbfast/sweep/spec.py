@@ -44,10 +44,9 @@ from kbfast.config.loader import (FileCaches, applied_param_set, check_key_path,
 from kbfast.config.units import _GEOM, MAX_BYTES, is_geom, parse_geom, parse_size
 from kbfast.errors import ConfigError, KbfastError, did_you_mean
 from kbfast.workloads.gemm import parse_dim
-from kbfast.measure.registry import WORKLOADS
+from kbfast.measure.registry import MODES, WORKLOADS
 
 SPEC_KEYS = ("name", "description", "topology", "workload", "set", "axes", "seed", "mode")
-MODES = ("fast", "exact")
 GROUPS = ("grid", "zip", "random")
 CONFIRM_POINTS = 1_000_000      # a sweep with more points runs only with --yes
 POINT_BYTES = 2048              # an expanded point and its rows (about 1.2 KB measured for mixed_1e5's points)
