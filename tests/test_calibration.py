@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kbfast.calibrate import (LATENCY_ROWS, ROWS, TOL, Bench, LatencyRow, OrderingRow, probe_frame, reference_csv,
+from kbfast.calibrate import (LATENCY_ROWS, ROWS, TOL, Bench, LatencyRow, OrderingRow, probe_table, reference_csv,
                               reference_table)
 from kbfast.config.schema import SystemSpec
-from kbfast.measure.probe import check_invariants
+from kbfast.measure.probe_table import check_invariants
 
 REPO = Path(__file__).resolve().parents[1]
 KiB = 1024
@@ -39,7 +39,7 @@ def bench(spec: SystemSpec) -> Bench:
 @pytest.fixture(scope="module")
 def probes(bench: Bench) -> pd.DataFrame:
     """Every catalogue case the targets and orderings need, at each size they need (exact replay)."""
-    return probe_frame(bench, "exact")
+    return probe_table(bench, "exact")
 
 
 def latency(probes: pd.DataFrame, case: str, nbytes: int) -> float:

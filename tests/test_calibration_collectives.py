@@ -109,7 +109,7 @@ def test_buffer_kinds_64k(ref: pd.DataFrame, bench: Bench) -> None:
 # PE-to-PE, inter-cube hops h3 (cube0 -> cube1) and h4 (cube0 -> cube w), default topology.
 #
 # IPCQ overhead (ADR-0023 T5 target < 100 ns): send/recv pair minus a DMA write of the same size
-# (``Bench.dma_write_ns``: issue to response into the peer PE's HBM slice).  Measured (exact, ns):
+# (``Bench.pe2pe_ns`` with ``raw_dma=True, load=False``: issue to response into the peer PE's HBM slice).  Measured (exact, ns):
 #   size      128     256     512     1024    2048    4096    8192    10240
 #   h3 ipcq  66.875  73.625  75.625  80.625  92.625 116.625 164.625 188.625
 #   h3 write 74.250  80.500  81.500  84.500  92.500 108.500 140.500 156.500
@@ -122,7 +122,7 @@ def test_buffer_kinds_64k(ref: pd.DataFrame, bench: Bench) -> None:
 def test_ipcq_overhead_under_100ns(ref: pd.DataFrame, bench: Bench, hop: str) -> None:
     limit = float(ref.loc["ipcq_overhead_target", "value"])
     assert limit == 100.0
-    ovh = np.array([bench.ipcq_ns(hop, n) - bench.dma_write_ns(hop, n) for n in PE2PE_SIZES])
+    ovh = np.array([bench.pe2pe_ns(hop, n) - bench.pe2pe_ns(hop, n, raw_dma=True, load=False) for n in PE2PE_SIZES])
     assert np.all(ovh < limit), dict(zip(PE2PE_SIZES, ovh))
     assert ovh.max() == pytest.approx(32.125) and ovh.min() == pytest.approx(-7.375)
 
@@ -147,5 +147,5 @@ def test_ipcq_below_raw_dma_by_the_documented_gap(ref: pd.DataFrame, bench: Benc
     assert ref.loc["ipcq_vs_dma_intercube", "metric"] == "ordering"      # the retired row
     for n in PE2PE_SIZES:
         load_fixed = 4 + n / 256 if n < 256 else 5.0          # the load minus its n/256 streaming
-        gap = bench.ipcq_ns(hop, n) - bench.raw_dma_ns(hop, n)
+        gap = bench.pe2pe_ns(hop, n) - bench.pe2pe_ns(hop, n, raw_dma=True)
         assert gap == pytest.approx(-(load_fixed + 8.0 - 16 / 128), abs=1e-9), (hop, n, gap)

@@ -203,6 +203,27 @@ def test_pe2pe_exact_and_no_consume(runner: CliRunner) -> None:
     assert nc["rel_error"] == 0.0
 
 
+def test_pe2pe_store_alone_is_one_dma_write_and_needs_raw_dma(runner: CliRunner) -> None:
+    """--raw-dma --no-load times the store into the peer's slice alone: from the launch, exactly one DMA
+    write's issue-to-response latency (no start cost before the issue), below the load-then-store."""
+    from kbfast import Router, build_tables, load_system
+    from kbfast.exact import run_exact
+    from kbfast.ir import ProgramBuilder
+    from kbfast.topology.names import hbm_ctrl, pe_block
+    from kbfast.workloads.collectives import hop_endpoints
+
+    t = build_tables(load_system())
+    s, d = hop_endpoints(t, "h3")
+    b = ProgramBuilder(t, Router(t), name="one write")
+    w = b.dma(b.pe_agent(pe_block(t, *s)), hbm_ctrl(t, *d), 4096, write=True)
+    one_write = run_exact(b.build()).op_latency_ns(w)
+    store = run_json(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--raw-dma", "--no-load", "--compare")
+    both = run_json(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--raw-dma", "--exact")
+    assert store["latency_ns"] == store["exact_latency_ns"] == one_write < both["latency_ns"]
+    res = run(runner, "pe2pe", "--hop", "h3", "--no-load")
+    assert res.exit_code == 2 and "add --raw-dma" in flat(res.stderr)
+
+
 def test_pe2pe_unknown_hop(runner: CliRunner) -> None:
     res = run(runner, "pe2pe", "--hop", "h9", "--size", "4KiB")
     assert res.exit_code == 2 and "unknown hop class 'h9'" in flat(res.stderr)

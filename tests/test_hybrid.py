@@ -12,7 +12,8 @@ import pytest
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.measure.hybrid import METHODS, replay_events_estimate, run_hybrid
-from kbfast.measure.probe import fast_evaluator, fluid_evaluator, run_probes
+from kbfast.measure.probe_table import probe_frame
+from kbfast.measure.registry import measure_each
 from kbfast.workloads.collectives import allreduce
 
 KiB, MiB = 1024, 1024 * 1024
@@ -93,10 +94,15 @@ def test_estimate_counts_ipcq_sends(tables, router):
     assert replay_events_estimate(p) >= run_exact(p).n_events > 0
 
 
-def test_probe_rows_name_the_method(tables, router, catalogue_default):
-    cases = [catalogue_default[n] for n in ("SAME_CUBE_PE_LOCAL", "ctrl_hot_2")]
-    hybrid = run_probes(tables, router, cases, [4 * KiB], fast_evaluator, compare=True)
-    fluid = run_probes(tables, router, cases, [4 * KiB], fluid_evaluator, compare=True)
+def _probe_table(tables, router, method: str):
+    points = [{"kind": "probe", "case": n, "size": 4 * KiB, "method": method} for n in ("SAME_CUBE_PE_LOCAL", "ctrl_hot_2")]
+    got = measure_each(tables, router, points, ("fast", "exact"))
+    return probe_frame([m[0].details for m in got], [m[1].details for m in got])
+
+
+def test_probe_rows_name_the_method(tables, router):
+    """Through the registry, as kbfast probe measures: the probe kind's method field picks the fast path."""
+    hybrid, fluid = _probe_table(tables, router, "hybrid"), _probe_table(tables, router, "fluid")
     assert list(hybrid["method"]) == ["closed form", "exact replay"]
     assert list(fluid["method"]) == ["closed form", "fluid"]
     assert hybrid["rel_error"].abs().max() == 0.0

@@ -22,10 +22,9 @@ MEASURE_DEFINITIONS = {"kbfast.measure.registry", "kbfast.measure.kind", "kbfast
 PUBLIC_API = {"kbfast.config", "kbfast.topology", "kbfast.workloads", "kbfast.fast.evaluate", "kbfast.exact",
               "kbfast.measure.compare"}
 # what the command line uses of the measuring layer: the registry and what presents or prepares a
-# measurement; `run gemm`, `run model` and `probe` still call their kind's module directly (docs/README.md)
+# measurement (docs/README.md)
 CLI_MEASURE = {"kbfast.measure.registry", "kbfast.measure.rows", "kbfast.measure.methods", "kbfast.measure.warmup",
-               "kbfast.measure.bottleneck", "kbfast.measure.routing_compare",
-               "kbfast.measure.gemm", "kbfast.measure.model", "kbfast.measure.probe"}
+               "kbfast.measure.bottleneck", "kbfast.measure.routing_compare", "kbfast.measure.probe_table"}
 # layer -> the kbfast packages (besides itself) it may import; every package and root module is named
 RULES = {
     "kbfast.errors": set(),
@@ -41,9 +40,12 @@ RULES = {
     "kbfast.report": BASE | {"kbfast.workloads"} | MEASURE_DEFINITIONS,   # never runs an evaluator
     "kbfast.sweep": BASE | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.rows",
                             "kbfast.report"},       # measures through the registry only
-    "kbfast.calibrate": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure", "kbfast.report"},
-    "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure", "kbfast.report", "kbfast.sweep",
-                                         "kbfast.reference"},
+    "kbfast.calibrate": BASE | {"kbfast.workloads", "kbfast.report", "kbfast.measure.registry",   # through the
+                                "kbfast.measure.methods", "kbfast.measure.probe_table"},        # registry only
+    # workload rows through the registry; kernel rows time an evaluator or a kernel by name on purpose: the
+    # batched all-reduce points (kbfast.measure.collective) and one exact model layer (kbfast.measure.model)
+    "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.collective",
+                                         "kbfast.measure.model", "kbfast.report", "kbfast.sweep", "kbfast.reference"},
     "kbfast.cli": BASE | PUBLIC_API | CLI_MEASURE | {"kbfast.report", "kbfast.sweep", "kbfast.calibrate",
                                                      "kbfast.bench"},
     "kbfast.__main__": {"kbfast.cli"},

@@ -26,7 +26,7 @@ def _row(w: dict[str, Any], mode: str) -> dict[str, Any]:
             "effective_bw_gbps": np.nan, "contention": np.nan, "n_ranks": 1, "toy_metric": w["scale"]}
 
 
-def _measure(t, router, w: dict[str, Any], mode: str) -> Measurement:
+def _measure(t, router, w: dict[str, Any], mode: str, prepared) -> Measurement:
     return Measurement(_row(w, mode))
 
 

@@ -327,10 +327,8 @@ def test_model_sweep_points_do_not_depend_on_their_batch(tmp_path):
     together = make_batches(points, "fast")
     assert len(together) == 1
     joint = evaluate_batch(together[0]).rows
-    from kbfast.measure import model as evaluate_model
-    from kbfast.workloads import symbolic
-    for cache in (evaluate_model._MEMO, evaluate_model._PIECES, evaluate_model._LAUNCH, symbolic._TRACED):
-        cache.clear()                       # alone, and cold: nothing carried over from the batch
+    from kbfast.measure.registry import forget
+    forget()                                # alone, and cold: nothing carried over from the batch
     alone = [evaluate_batch(b).rows for b in make_batches(points, "fast", max_points=1)]
     cols = ["latency_ns", "latency_lo_ns", "latency_hi_ns", "tokens_per_s", "mac_util"]
     for i, row in enumerate(alone):

@@ -39,16 +39,16 @@ from kbfast.calibrate.param_sets import param_set_document, param_set_file, save
 from kbfast.calibrate.rows import (GEMM_TILE_COUNTS, LATENCY_ROWS, ROWS, BufferKindRow, CentreCornerRow, GemmOrderingRow,
                                    GemmRow, GemmTileCountRow, IpcqOverheadRow, LatencyRow, OrderingRow, Outcome,
                                    RetiredIpcqRow, Row, WindowRow, all_ok, buffer_kind_targets, chain_text,
-                                   check_registry, evaluate_rows, older_torus_ns, probe_frame)
+                                   check_registry, evaluate_rows, older_torus_ns, probe_table)
 from kbfast.calibrate.systems import (COLUMNS, MODES, ORDER_BYTES, PE2PE_HOPS, PE2PE_SIZES, REFERENCE_FILE, TILE_64K,
-                                      TILE_96K, TOL, Bench, KiB, collective_ns, derive, reference_csv, reference_table)
+                                      TILE_96K, TOL, Bench, KiB, derive, reference_csv, reference_table)
 
 __all__ = [
     "BufferKindRow", "Bench", "COLUMNS", "CentreCornerRow", "FIT_DEFAULTS", "FitParam", "FitResult", "GEMM_TILE_COUNTS",
     "GemmOrderingRow", "GemmRow", "GemmTileCountRow", "IpcqOverheadRow", "KiB", "LATENCY_ROWS", "LatencyRow", "MODES",
     "NO_SENSITIVITY", "ORDER_BYTES", "OrderingRow", "Outcome", "PE2PE_HOPS", "PE2PE_SIZES", "REFERENCE_FILE", "ROWS",
     "RetiredIpcqRow", "Row", "TILE_64K", "TILE_96K", "TOL", "WindowRow", "all_ok", "buffer_kind_targets", "chain_text",
-    "check_registry", "collective_ns", "derive", "evaluate_rows", "fit", "older_torus_ns", "param_set_document",
-    "param_set_file", "parse_fit", "probe_frame", "reference_csv", "reference_table", "save_param_set",
+    "check_registry", "derive", "evaluate_rows", "fit", "older_torus_ns", "param_set_document",
+    "param_set_file", "parse_fit", "probe_table", "reference_csv", "reference_table", "save_param_set",
     "sensitivity_scale", "topology_labels",
 ]

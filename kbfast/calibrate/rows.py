@@ -13,7 +13,8 @@ from kbfast.calibrate.systems import (COLUMNS, MODES, ORDER_BYTES, PE2PE_HOPS, P
                                       TILE_96K, TOL, Bench, KiB, reference_table)
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.measure.probe import exact_evaluator, fluid_evaluator, run_probes
+from kbfast.measure.probe_table import probe_frame
+from kbfast.measure.registry import measure_each
 from kbfast.report.formats import column_unit, duration, in_unit
 from kbfast.ir.tiling import plan_gemm
 
@@ -176,7 +177,7 @@ class IpcqOverheadRow(Row):
     criterion: str = "max overhead < 100 ns"
 
     def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
-        worst = max(bench.ipcq_ns(h, n, mode) - bench.dma_write_ns(h, n, mode)
+        worst = max(bench.pe2pe_ns(h, n, mode) - bench.pe2pe_ns(h, n, mode, raw_dma=True, load=False)
                     for h in PE2PE_HOPS for n in PE2PE_SIZES)
         holds = worst < float(ref.loc[self.case, "value"])
         return Outcome(worst, holds, holds)
@@ -192,7 +193,7 @@ class RetiredIpcqRow(Row):
     retired: bool = True
 
     def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
-        gaps = [bench.ipcq_ns(h, n, mode) - bench.raw_dma_ns(h, n, mode) for h in PE2PE_HOPS for n in PE2PE_SIZES]
+        gaps = [bench.pe2pe_ns(h, n, mode) - bench.pe2pe_ns(h, n, mode, raw_dma=True) for h in PE2PE_HOPS for n in PE2PE_SIZES]
         return Outcome(max(gaps), None, None)
 
 
@@ -263,18 +264,17 @@ ROWS: dict[str, Row] = {r.case: r for r in (
 LATENCY_ROWS = tuple(c for c, r in ROWS.items() if isinstance(r, LatencyRow))
 
 
-def probe_frame(bench: Bench, mode: str) -> pd.DataFrame:
-    """``run_probes`` on ``bench``'s system of every probe case the probe rows use, at the sizes they use (for the invariants)."""
+def probe_table(bench: Bench, mode: str) -> pd.DataFrame:
+    """The probe table (kbfast.measure.probe_table) on ``bench``'s system of every probe case the probe rows
+    use, at the sizes they use, on the fluid fast path or exactly (for the invariants)."""
     by_size: dict[int, set[str]] = {}
     ref = reference_table()
     for row in ROWS.values():
         for case, nbytes in row.probes(ref):
             by_size.setdefault(nbytes, set()).add(case)
-    evaluator = exact_evaluator if mode == "exact" else fluid_evaluator
-    t, r = bench.system()
-    frames = [run_probes(t, r, [bench.catalogue()[n] for n in sorted(names)], [nbytes], evaluator)
-              for nbytes, names in sorted(by_size.items())]
-    return pd.concat(frames, ignore_index=True)
+    points = [{"kind": "probe", "case": name, "size": nbytes, "method": "fluid"}
+              for nbytes, names in sorted(by_size.items()) for name in sorted(names)]
+    return probe_frame([m[0].details for m in measure_each(*bench.system(), points, (mode,))])
 
 
 def check_registry(ref: pd.DataFrame) -> None:

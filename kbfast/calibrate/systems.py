@@ -12,17 +12,10 @@ import pandas as pd
 from kbfast.config.loader import apply_overrides, load_raw, validate
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.measure.gemm import evaluate_gemm
 from kbfast.measure.methods import MODES
-from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
-from kbfast.ir import Program, ProgramBuilder
-from kbfast.measure.probe import evaluate_case, exact_evaluator, fluid_evaluator
+from kbfast.measure.registry import WORKLOADS, Measurement, measure
 from kbfast.topology.builder import Tables, build_tables
-from kbfast.topology.names import hbm_ctrl, pe_block
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import Collective, allreduce, hop_endpoints, pe2pe
-from kbfast.workloads.gemm import gemm_case
 from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue
 
 TOL = 0.03                       # latency rows: |measured / reference - 1| <= 3 %
@@ -49,15 +42,6 @@ def reference_table(path: Path | None = None) -> pd.DataFrame:
 def derive(spec: SystemSpec, overrides: dict[str, Any], label: str = "calibrate") -> SystemSpec:
     """``spec`` with dotted-key overrides, validated again (a ``ConfigError`` names ``label`` and the key)."""
     return validate(label, apply_overrides(spec.model_dump(), overrides, label=label))
-
-
-def _run(p: Program, mode: str):
-    return run_exact(p) if mode == "exact" else run_fast(p)
-
-
-def collective_ns(c: Collective, mode: str) -> float:
-    """Latency of a collective or pe2pe transfer: max ``pe_exec_ns`` from the start barrier (spec_ccl §8)."""
-    return _run(c.program, mode).latency_ns(c.launch_ns)[0]
 
 
 class Bench:
@@ -87,12 +71,18 @@ class Bench:
             self._systems[key] = (t, Router(t))
         return self._systems[key]
 
+    def measure(self, workload: dict[str, Any], mode: str, sips: str | None = None,
+                buffer_kind: str | None = None) -> Measurement:
+        """``workload`` (its kind's other fields at their defaults) measured through the registry on
+        :meth:`system` ``(sips, buffer_kind)``."""
+        t, r = self.system(sips, buffer_kind)
+        return measure(t, r, {**WORKLOADS[workload["kind"]].fields, **workload}, mode)
+
     def gemm(self, m: int, n: int, k: int, staging: str, mode: str, fresh: bool = False) -> dict:
         """The GEMM figures (kbfast.workloads.gemm) of one GEMM on pe0 of cube 0; ``fresh`` runs it again."""
         key = ("gemm", m, n, k, staging, mode)
         if fresh or key not in self._gemm:
-            t, r = self.system()
-            self._gemm[key] = evaluate_gemm(t, r, gemm_case(t, r, m, n, k, staging), exact=mode == "exact")
+            self._gemm[key] = self.measure({"kind": "gemm", "m": m, "n": n, "k": k, "staging": staging}, mode).details
         return self._gemm[key]
 
     def catalogue(self) -> dict[str, ProbeCase]:
@@ -107,33 +97,20 @@ class Bench:
         return self._memo[key]
 
     def probe_ns(self, case: str, nbytes: int, mode: str) -> float:
-        """Mean DMA latency (issue to response) of a probe case (spec_pe §10)."""
+        """Mean DMA latency (issue to response) of a probe case (spec_pe §10), on the fluid fast path or exactly."""
         if case not in self.catalogue():
             raise KbfastError(f"probe case {case} does not exist on {self.spec.name}")
-        evaluator = exact_evaluator if mode == "exact" else fluid_evaluator
-        return self._cached(("probe", case, nbytes, mode), lambda: float(
-            evaluate_case(*self.system(), self.catalogue()[case], nbytes, evaluator)["latency_ns"]))
+        return self._cached(("probe", case, nbytes, mode), lambda: float(self.measure(
+            {"kind": "probe", "case": case, "size": nbytes, "method": "fluid"}, mode).details["latency_ns"]))
 
     def allreduce_ns(self, sips: str, algorithm: str, nbytes: int, kind: str = "tcm", mode: str = "exact") -> float:
         """One all-reduce of ``nbytes`` per cube tile on the spec with the SIPs of preset ``sips``."""
-        return self._cached(("allreduce", sips, algorithm, nbytes, kind, mode), lambda: collective_ns(
-            allreduce(*self.system(sips, kind), nbytes, algorithm), mode))
+        return self._cached(("allreduce", sips, algorithm, nbytes, kind, mode), lambda: self.measure(
+            {"kind": "allreduce", "algorithm": algorithm, "size": nbytes}, mode, sips, kind).row["latency_ns"])
 
-    def ipcq_ns(self, hop: str, n: int, mode: str = "exact") -> float:
-        """One IPCQ send/recv of ``n`` bytes over a hop class (spec_pe §11.6)."""
-        return self._cached(("ipcq", hop, n, mode), lambda: collective_ns(pe2pe(*self.system(), hop, n), mode))
-
-    def raw_dma_ns(self, hop: str, n: int, mode: str = "exact") -> float:
-        """The same transfer as a raw DMA: local HBM load, then the remote store (spec_pe §11.6)."""
-        return self._cached(("raw", hop, n, mode), lambda: collective_ns(
-            pe2pe(*self.system(), hop, n, raw_dma=True), mode))
-
-    def dma_write_ns(self, hop: str, n: int, mode: str = "exact") -> float:
-        """One PE DMA write of ``n`` bytes into the peer PE's HBM slice, issue to response."""
-        def compute() -> float:
-            t, r = self.system()
-            s, d = hop_endpoints(t, hop)
-            b = ProgramBuilder(t, r, name=f"dma-write-{hop}")
-            w = b.dma(b.pe_agent(pe_block(t, *s)), hbm_ctrl(t, *d), n, write=True)
-            return _run(b.build(), mode).op_latency_ns(w)
-        return self._cached(("write", hop, n, mode), compute)
+    def pe2pe_ns(self, hop: str, n: int, mode: str = "exact", **fields: bool) -> float:
+        """One PE-to-PE transfer of ``n`` bytes over a hop class (spec_pe §11.6): IPCQ send/recv, or with
+        ``raw_dma=True`` the raw DMA load and store (``load=False``: the store into the peer's slice alone,
+        issue to response)."""
+        return self._cached(("pe2pe", hop, n, mode, *sorted(fields.items())), lambda: self.measure(
+            {"kind": "pe2pe", "hop": hop, "size": n, **fields}, mode).row["latency_ns"])

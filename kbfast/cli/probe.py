@@ -22,8 +22,9 @@ from kbfast.exact import run_exact
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.report.perfetto import write_trace
 from kbfast.measure.methods import FAST_CHOICES
-from kbfast.measure.probe import (ProbesStopped, breakdown_column, check_invariants, exact_evaluator, fast_evaluator, fluid_evaluator,
-                          resource_tables, run_probes)
+from kbfast.measure.bottleneck import link_table
+from kbfast.measure.probe_table import breakdown_column, check_invariants, probe_frame
+from kbfast.measure.registry import Stopped, build, measure_each
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.probe_catalogue import DEFAULT_PROBE_BYTES, SWEEP_SIZES, build_catalogue, select
@@ -116,20 +117,18 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
                           "(docs/bottlenecks.md)", highlight=False)
 
 
-def _resource_outputs(t, router, cases, df: pd.DataFrame, evaluate, links: Path | None, pcs: Path | None,
-                      heatmap: Path | None) -> None:
+def _resource_outputs(t, measured: list, links: Path | None, pcs: Path | None, heatmap: Path | None) -> None:
     """--links, --pcs (every row's case and size, tagged) and --heatmap (the one case) from the evaluation
-    behind each row, link utilisation over the row's makespan (kbfast.measure.probe.resource_tables): the figures
-    the table printed."""
-    by_name = {c.name: c for c in cases}
+    behind each row, link utilisation over the row's makespan: the figures the table printed."""
     edge_parts, pc_parts = [], []
-    for _, row in df.iterrows():
-        edges, pc_table = resource_tables(t, router, by_name[row["case"]], row, evaluate)
+    for got in measured:
+        row, res = got.details, got.result
+        edges = link_table(res.edges, float(row["makespan_ns"]))
         tag = {"case": row["case"], "nbytes": int(row["nbytes"])}
         if links is not None:
             edge_parts.append(edges.assign(**tag))
         if pcs is not None:
-            pc_parts.append(pc_table.assign(**tag))
+            pc_parts.append(res.pcs.assign(**tag))
         if heatmap is not None:
             label = f"probe {row['case']}, {format_size(int(row['nbytes']))} per issuer"
             err_console.print(f"heat map written to {plot_link_heatmap(t, edges, heatmap, label)}", soft_wrap=True)
@@ -176,16 +175,19 @@ def probe(
     if trace is not None:
         if len(chosen) != 1 or len(sizes) != 1:
             raise KbfastError("--trace needs exactly one --case and one --size")
-        write_trace(run_exact(chosen[0].program(t, router, sizes[0])), trace)
+        one = {"kind": "probe", "case": chosen[0].name, "size": sizes[0], "method": method.value}
+        write_trace(run_exact(build(t, router, one).program), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)", soft_wrap=True)
-    evaluator = exact_evaluator if exact else (fast_evaluator if method is FastMethod.hybrid else fluid_evaluator)
     first_run("exact", *(() if exact else ("runs", "fast")))      # the fast path replays small contended cases exactly
+    points = [{"kind": "probe", "case": c.name, "size": n, "method": method.value} for n in sizes for c in chosen]
+    modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
     try:
-        df, stopped = run_probes(t, router, chosen, sizes, evaluator, compare=compare and not exact), None
-    except ProbesStopped as err:           # print the cases that finished, then the refusal (exit 2)
-        if err.finished.empty:
+        measured, stopped = measure_each(t, router, points, modes), None
+    except Stopped as err:                 # print the cases that finished, then the refusal (exit 2)
+        if not err.finished:
             raise err.cause from None
-        df, stopped = err.finished, err.cause
+        measured, stopped = err.finished, err.cause
+    df = probe_frame([m[0].details for m in measured], [m[1].details for m in measured] if len(modes) == 2 else None)
     checks = check_invariants(df)
     if fmt is OutputFormat.csv:
         sys.stdout.write(df.to_csv(index=False))
@@ -201,7 +203,7 @@ def probe(
     if stopped is not None:
         raise stopped
     if links is not None or pcs is not None or heatmap is not None:
-        _resource_outputs(t, router, chosen, df, evaluator, links, pcs, heatmap)
+        _resource_outputs(t, [m[0] for m in measured], links, pcs, heatmap)
     failed = [c for c in checks if not c.passed]
     if failed:
         err_console.print(f"[red]{len(failed)} probe invariant(s) failed[/]: " + "; ".join(c.name for c in failed))

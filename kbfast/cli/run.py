@@ -27,14 +27,11 @@ from kbfast.measure.rows import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, check_tile_fits
-from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
-from kbfast.measure.gemm import evaluate_gemm, fast_method, with_program
-from kbfast.measure.model import plan_step, run_step
 from kbfast.report.model import model_report, print_model_report
-from kbfast.workloads.gemm import STAGINGS, gemm_case, gemm_nodes, parse_dim, parse_epilogues
-from kbfast.workloads.model import LAYOUTS, refuse_unread, shape_for
-from kbfast.measure.registry import WORKLOADS, measure
+from kbfast.workloads.gemm import STAGINGS, parse_dim
+from kbfast.workloads.model import LAYOUTS
+from kbfast.measure.registry import WORKLOADS, build, measure_modes, prepare
 
 if TYPE_CHECKING:                       # a type only: the command measures through the registry
     from kbfast.sim.result import Result
@@ -73,21 +70,25 @@ def _flags(buffer_kind: str | None, n_slots: int | None) -> dict[str, str]:
                               ("ipcq.n_slots", None if n_slots is None else f"--n-slots {n_slots}")) if v}
 
 
-def evaluate(t, workload: dict, exact: bool, compare: bool, trace: Path | None) -> tuple[dict, Result]:
+def evaluate(t, workload: dict, exact: bool, compare: bool,
+             trace: Path | None) -> tuple[dict, Result, KbfastError | None]:
     """The inputs and metrics of one collective point, measured through the registry (its metric row:
-    kbfast.measure.collective), in the order the command shows them; and the result they came from."""
+    kbfast.measure.collective), in the order the command shows them; the result they came from; and the
+    refusal of the exact half of ``--compare``, if any (the fast half is kept)."""
     ipcq, router = t.spec.ipcq, Router(t)
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "fast")))
     mode = "exact" if exact else "fast"
-    got = measure(t, router, workload, mode)
-    res, m, d = got.result, got.row, got.details
+    prepared = prepare(t, router, workload)
+    got, refused = measure_modes(t, router, workload, (mode, "exact") if compare and not exact else (mode,), prepared)
+    res, m, d = got[0].result, got[0].row, got[0].details
     row: dict = {"topology": t.spec.name, "workload": d["workload"], "nbytes": d["nbytes"], "n_ranks": m["n_ranks"],
                  "buffer_kind": ipcq.buffer_kind, "n_slots": ipcq.n_slots}
     if d["tile_io"] is not None:
         row["tile_io"] = d["tile_io"]
     row.update(mode=mode, n_ops=d["n_ops"])
-    if trace is not None:
-        write_trace(res if exact else run_exact(res.program), trace)
+    if trace is not None and refused is None:     # the exact replay measured, else one of the same Program
+        replay = got[-1].result if exact or len(got) == 2 else run_exact(res.program)
+        write_trace(replay, trace)
     row["latency_ns"] = m["latency_ns"]
     if not math.isnan(m["busbw_gbps"]):           # a collective's, not a point-to-point transfer's
         row["busbw_gbps"] = m["busbw_gbps"]
@@ -95,14 +96,14 @@ def evaluate(t, workload: dict, exact: bool, compare: bool, trace: Path | None) 
     if not exact:
         row.update({k: m[k] for k in ("latency_lo_ns", "latency_hi_ns", "contention_ns", "contention")})
     row[f"{mode}_wall_s"] = d["wall_s"]
-    if compare and not exact:
-        ex = measure(t, router, workload, "exact")
+    if len(got) == 2:
+        ex = got[1]
         row.update(exact_latency_ns=ex.row["latency_ns"], rel_error=rel_error(m["latency_ns"], ex.row["latency_ns"]),
                    exact_wall_s=ex.details["wall_s"])
     for name, end in d["phase_ends"].items():
         row[f"phase_end_ns[{name}]"] = end
     row.update({k: v for k, v in m.items() if k.startswith(("bottleneck_", "critical_path_", "bound_"))})
-    return row, res
+    return row, res, refused
 
 
 def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
@@ -171,9 +172,11 @@ def run_allreduce(
     check_tile_fits(spec, nbytes, f"--size {size}: ")
     t = build_tables(spec)
     w = {"kind": "allreduce", "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
-    row, res = evaluate(t, w, exact, compare, trace)
+    row, res, refused = evaluate(t, w, exact, compare, trace)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
+    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
+        raise refused
 
 
 @run_app.command("pe2pe")
@@ -183,6 +186,8 @@ def run_pe2pe(
     size: SizeOpt = PE2PE["size"],
     raw_dma: Annotated[bool, typer.Option("--raw-dma", help="DMA load + store instead of IPCQ send/recv.")] = False,
     no_consume: Annotated[bool, typer.Option("--no-consume", help="recv_no_consume (skip the slot read).")] = False,
+    no_load: Annotated[bool, typer.Option("--no-load", help="With --raw-dma: the store into the peer's slice "
+                                                            "alone, without the load from the own slice.")] = False,
     topology: TopologyOpt = None,
     buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
     exact: ExactOpt = False,
@@ -197,12 +202,17 @@ def run_pe2pe(
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA: latency, the busiest
     resources and the critical path (no bus bandwidth: it is not a collective)."""
     check_modes(exact, compare)
+    if no_load and not raw_dma:
+        raise KbfastError("--no-load leaves out the raw DMA's load; an IPCQ transfer has none: add --raw-dma")
     heatmap = check_outputs(trace, links, pcs, heatmap)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None), _flags(buffer_kind, None)))
-    w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume}
-    row, res = evaluate(t, w, exact, compare, trace)
+    w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume,
+         "load": not no_load}
+    row, res, refused = evaluate(t, w, exact, compare, trace)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])}")
+    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
+        raise refused
 
 
 @run_app.command("gemm")
@@ -231,27 +241,22 @@ def run_gemm(
     writable(trace, "--trace")
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
-    dims = [parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))]
-    trace_it = trace is not None
-    eps = parse_epilogues(t, epilogue)
-    case = gemm_case(t, router, *dims, staging=staging, pe=pe, b_from=b_from, epilogues=eps, program=False)
-    gemm_nodes(t, pe, b_from)                  # the PE names, checked before any compiling
-    if exact or trace_it or (compare and fast_method(case) == "fluid"):   # one Program for both halves
-        case = with_program(t, router, case)
-    first_run(*(("exact",) if exact or compare or trace_it else ()),
-              *(() if exact else ("runs", "fast", "pipeline")))
-    row = {"workload": "gemm", "mode": "exact" if exact else "fast", **evaluate_gemm(t, router, case, exact)}
-    if trace_it:
-        write_trace(run_exact(case.program), trace)
-    if compare and not exact:
-        try:
-            ex = evaluate_gemm(t, router, case, exact=True)
-        except KbfastError:
-            _print_gemm(row, fmt)              # the fast half is kept; then the refusal of the exact half
-            raise
+    w = {"kind": "gemm", **dict(zip("mnk", (parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))))),
+         "staging": staging, "pe": pe, "b_from": b_from, "epilogues": epilogue}
+    prepared = prepare(t, router, w)              # the shape, PE names and epilogues, before any compiling
+    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "fast", "pipeline")))
+    mode = "exact" if exact else "fast"
+    got, refused = measure_modes(t, router, w, (mode, "exact") if compare and not exact else (mode,), prepared)
+    row = {"workload": "gemm", "mode": mode, **got[0].details}
+    if len(got) == 2:
+        ex = got[1].details
         row.update(exact_latency_ns=ex["latency_ns"], exact_window_ns=ex["window_ns"],
                    rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
+    if trace is not None and refused is None:    # one Program for the modes and the trace
+        write_trace(run_exact(build(t, router, w, prepared).program), trace)
     _print_gemm(row, fmt)
+    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
+        raise refused
 
 
 def _print_gemm(row: dict, fmt: OutputFormat) -> None:
@@ -289,13 +294,14 @@ def run_model(
     utilisation, the critical path by category and the op counts per kind."""
     check_modes(exact, compare)
     t = build_tables(load(topology, list(sets or [])))
-    m = load_model(model)
-    refuse_unread(m, {"phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len, "layers": layers})
-    shape = shape_for(m, phase, batch, seq, kv_len)
-    modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
-    plan = plan_step(t, m, shape, layout, layers, method)          # bad input refused before any compiling
+    router = Router(t)
+    w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,
+         "layers": layers, "layout": layout, "method": method}
+    prepared = prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
-    step = run_step(t, Router(t), plan, modes)
+    got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),
+                                 prepared)
+    step = got[0].result if len(got) == 1 else got[0].result.with_mode(got[1].result)
     report = model_report(step, t)
     if fmt is OutputFormat.json:
         print(to_json(report))
@@ -303,5 +309,5 @@ def run_model(
         sys.stdout.write(pd.DataFrame(report["pieces"]).to_csv(index=False))
     else:
         print_model_report(report, console)
-    if step.refused is not None:           # the fast half is printed; the exact half's refusal exits 2
-        raise step.refused
+    if refused is not None:                # the fast half is printed; the exact half's refusal exits 2
+        raise refused

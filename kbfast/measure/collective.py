@@ -21,7 +21,7 @@ from kbfast.sim.lowering import channel_hop_bws
 from kbfast.ir import BUFFER_KINDS
 from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields,
                                        critical_path_by_category, link_load_arrays, node_load_arrays)
-from kbfast.measure.kind import Built, Measurement, WorkloadKind
+from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.measure.metrics import phase_ends
 from kbfast.measure.rows import contended, contention_ns
 from kbfast.sim.result import Result
@@ -38,7 +38,8 @@ def _build_allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
 
 def _build_pe2pe(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     """One PE-to-PE transfer of a hop class."""
-    c = pe2pe(t, router, w["hop"], int(w["size"]), raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]))
+    c = pe2pe(t, router, w["hop"], int(w["size"]), raw_dma=bool(w["raw_dma"]), consume=bool(w["consume"]),
+              load=bool(w["load"]))
     return Built(c.program, collective=c)
 
 
@@ -72,12 +73,12 @@ def _measure(c: Collective, mode: str, bus_bandwidth: bool) -> Measurement:
     return Measurement(collective_row(c, res, exact, bus_bandwidth), res, details)
 
 
-def _measure_allreduce(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
-    return _measure(_build_allreduce(t, router, w).collective, mode, bus_bandwidth=True)
+def _measure_allreduce(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
+    return _measure(ALLREDUCE.built(t, router, w, prepared).collective, mode, bus_bandwidth=True)
 
 
-def _measure_pe2pe(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
-    return _measure(_build_pe2pe(t, router, w).collective, mode, bus_bandwidth=False)
+def _measure_pe2pe(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
+    return _measure(PE2PE.built(t, router, w, prepared).collective, mode, bus_bandwidth=False)
 
 
 def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, buffer_kinds,
@@ -170,7 +171,9 @@ ALLREDUCE = WorkloadKind(
     size_label="message size per rank (bytes)")
 
 PE2PE = WorkloadKind(
-    "pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (kbfast run pe2pe)",
-    {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True}, _build_pe2pe, _measure_pe2pe,
-    bool_fields=("raw_dma", "consume"), columns=("hop",),
-    ignores_if=(("raw_dma", True, ("ipcq.", "workload.consume")),), size_label="transfer size (bytes)")
+    "pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (load then store; with load false the "
+             "store alone) (kbfast run pe2pe)",
+    {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True, "load": True}, _build_pe2pe, _measure_pe2pe,
+    bool_fields=("raw_dma", "consume", "load"), columns=("hop",),
+    ignores_if=(("raw_dma", True, ("ipcq.", "workload.consume")), ("raw_dma", False, ("workload.load",))),
+    size_label="transfer size (bytes)")

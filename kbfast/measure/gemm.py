@@ -27,7 +27,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_fast
 from kbfast.config.schema import SystemSpec
 from kbfast.measure.methods import EXACT, FLUID, MAXPLUS, MAXPLUS_ESTIMATE
-from kbfast.measure.kind import Built, Measurement, WorkloadKind
+from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
@@ -117,6 +117,14 @@ def case_of(t: Tables, router: Router, w: dict[str, Any], program: bool = True) 
                      b_from=w["b_from"], program=program, epilogues=parse_epilogues(t, w["epilogues"]))
 
 
+def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> GemmCase:
+    """The GEMM's plan (no Program yet), its PE names and epilogues checked: bad input is refused before any
+    kernel compiles."""
+    case = case_of(t, router, w, program=False)
+    gemm_nodes(t, case.pe, case.b_from)
+    return case
+
+
 def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     case = case_of(t, router, w)
     return Built(case.program, gemm=case)
@@ -133,10 +141,16 @@ def gemm_row(figures: dict[str, Any], t: Tables) -> dict[str, Any]:
     return out
 
 
-def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
+def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
     """One GEMM: latency (with any up-front loads), bounds where the method has them, the GEMM figures and
-    the method; ``details`` holds the figures with the inputs (and a ``maxplus_estimate``'s warning)."""
-    figures = evaluate_gemm(t, router, case_of(t, router, w, program=False), mode == "exact")
+    the method; ``details`` holds the figures with the inputs (and a ``maxplus_estimate``'s warning).  A
+    Program built for the fluid schedule or the exact replay is kept in ``prepared``, for the other mode and
+    a trace."""
+    case = prepared.plan
+    if prepared.built is None and (mode == "exact" or fast_method(case) == FLUID):
+        case = with_program(t, router, case)
+        prepared.built = Built(case.program, gemm=case)
+    figures = evaluate_gemm(t, router, prepared.built.gemm if prepared.built is not None else case, mode == "exact")
     return Measurement(gemm_row(figures, t), None, figures)
 
 
@@ -158,7 +172,7 @@ def _measure_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
 GEMM = WorkloadKind(
     "gemm", "one GEMM through a PE's tile pipeline (kbfast run gemm)",
     {"m": 512, "n": 512, "k": 512, "staging": "load_ref", "pe": "sip0.cube0.pe0", "b_from": None, "epilogues": ""},
-    _build, _measure, _measure_batch, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"),
+    _build, _measure, _measure_batch, prepare=_prepare, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"),
     batch_fields=("m", "n", "k", "staging"), fast_kernels=("runs", "fast", "pipeline"), ignores=("ipcq.",),
     max_batch=25,   # a fluid GEMM takes up to seconds: progress and workers move every few seconds
     report="gemm")

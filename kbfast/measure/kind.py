@@ -2,10 +2,10 @@
 
 Each kind is one :class:`WorkloadKind`, defined in its own module of ``kbfast.measure`` (``collective``,
 ``probe``, ``gemm``, ``model``) and listed once in ``kbfast.measure.registry.WORKLOADS``.  Everything above
-(sweeps, ``kbfast run``, calibrate, bench) reaches a kind through the registry: building its Program
-(``build``), measuring one point (``measure``) and a batch of points (``measure_points``), and the data that
-presents it (``columns``, ``size_label``, ``report``).  No code outside a kind's own module branches on the
-kind's name.
+(sweeps, ``kbfast run``, ``kbfast probe``, calibrate, bench) reaches a kind through the registry: checking a
+point before any kernel compiles (``prepare``), building its Program (``build``), measuring one point
+(``measure``) and a batch of points (``measure_points``), and the data that presents it (``columns``,
+``size_label``, ``report``).  No code outside a kind's own module branches on the kind's name.
 """
 
 from __future__ import annotations
@@ -34,6 +34,19 @@ class Built:
     model: Any = None
 
 
+@dataclass
+class Prepared:
+    """One point checked before any kernel compiles (its kind's ``prepare``), and what its measurements in
+    several modes and a trace of it share.
+
+    ``plan``: the kind's plan of the point (a GEMM's case, a model step's compiled pieces, a probe case; None
+    for a kind without one); ``built``: the point's Program, once a measurement has built it, so that
+    ``--compare`` and ``--trace`` build it once."""
+
+    plan: Any = None
+    built: Built | None = None
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One point measured on one evaluator.
@@ -48,7 +61,7 @@ class Measurement:
     details: dict[str, Any] | None = None
 
 
-Measure = Callable[[Tables, Router, dict[str, Any], str], Measurement]
+Measure = Callable[[Tables, Router, dict[str, Any], str, Prepared], Measurement]
 MeasureBatch = Callable[[Tables, Router, list[dict[str, Any]], list[SystemSpec]], list[dict[str, Any]]]
 
 
@@ -56,8 +69,9 @@ MeasureBatch = Callable[[Tables, Router, list[dict[str, Any]], list[SystemSpec]]
 class WorkloadKind:
     """One workload kind: its fields with their defaults, its generator and its measurement.
 
-    ``measure(tables, router, workload, mode)`` measures one point (``mode`` in ``MODES``) into a
-    :class:`Measurement`; ``measure_batch(tables, router, workloads, systems)`` measures points of one batch
+    ``prepare(tables, router, workload)`` checks a point and plans it in pure Python (no kernel compiles), so
+    that a command refuses bad input at once; ``measure(tables, router, workload, mode, prepared)`` measures
+    one point (``mode`` in ``MODES``) into a :class:`Measurement`, from the point's :class:`Prepared`; ``measure_batch(tables, router, workloads, systems)`` measures points of one batch
     on the fast path (they share the tables of the first point and differ only in ``batch_fields``, the size
     and the ``batch_system_keys`` of their ``systems``) into one metric row each, in order.  A kind without
     ``measure_batch`` is measured point by point (:meth:`measure_points`)."""
@@ -87,6 +101,10 @@ class WorkloadKind:
     # Fields that name a file (a model YAML, say) and how it is read: (field, loader); a sweep reads each value
     # before any point runs (kbfast.sweep.spec.check_files).
     file_fields: tuple[tuple[str, Callable[[str], Any]], ...] = ()
+    # The point's plan, checked before any kernel compiles (a ConfigError or KbfastError names the bad input).
+    prepare: Callable[[Tables, Router, dict[str, Any]], Any] | None = None
+    # Empties the kind's memos (timings kept across points), for a cold measurement (kbfast bench).
+    forget: Callable[[], None] | None = None
     size_label: str = "size (bytes)"       # what ``size`` means, on a plot's axis (kbfast.report.sweep)
     report: str | None = None              # the name of its own sweep tables and plots (kbfast.report.kinds)
 
@@ -100,7 +118,17 @@ class WorkloadKind:
         """The fast-path metric rows of points of one batch: ``measure_batch``, or point by point."""
         if self.measure_batch is not None:
             return self.measure_batch(t, router, workloads, systems)
-        return [self.measure(t, router, w, "fast").row for w in workloads]
+        return [self.measure(t, router, w, "fast", self.prepared(t, router, w)).row for w in workloads]
+
+    def prepared(self, t: Tables, router: Router, workload: dict[str, Any]) -> Prepared:
+        """``workload`` checked and planned (``prepare``; no plan for a kind without one)."""
+        return Prepared(None if self.prepare is None else self.prepare(t, router, workload))
+
+    def built(self, t: Tables, router: Router, workload: dict[str, Any], prepared: Prepared) -> Built:
+        """The point's Program: the one a measurement of ``prepared`` built, else built now and kept there."""
+        if prepared.built is None:
+            prepared.built = self.build(t, router, workload)
+        return prepared.built
 
     def ignored_keys(self, workload: dict[str, Any]) -> tuple[str, ...]:
         """The keys a workload of this kind with these fields does not read."""

@@ -38,7 +38,6 @@ from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.measure.metrics import phase_ends
 from kbfast.measure.rows import STEP_CATEGORIES
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
-from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.names import cube_locals, node_name, own_hbm_ctrls
 from kbfast.topology.routing import Router
@@ -46,7 +45,8 @@ from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
 from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES
-from kbfast.measure.kind import Built, Measurement, WorkloadKind
+from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
+from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
 
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
@@ -265,6 +265,11 @@ class StepResult:
     mode: str                                  # the mode the totals come from
     refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
 
+    def with_mode(self, other: StepResult) -> StepResult:
+        """This step with ``other``'s modes added (the same step measured in another mode); the totals stay
+        from this step's mode."""
+        return dataclasses.replace(self, results={**self.results, **other.results})
+
     def repeat(self, piece: Piece) -> int:
         """How often the step runs ``piece``: the step's layers for a transformer layer, else its own count."""
         return self.layers if piece.name == "layer" else piece.repeat
@@ -408,18 +413,34 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
     return out
 
 
-def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str) -> Measurement:
-    """One model step (:func:`evaluate_step`) in ``mode``: its metric row and the step's result."""
+def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
+    """The step's plan (:func:`plan_step`): the model read, its shape and layout checked and compiled, before
+    any kernel compiles."""
     model = load_model(str(w["model"]))
+    refuse_unread(model, w)
     layers = None if w["layers"] is None else int(w["layers"])
-    step = evaluate_step(t, router, model, model_shape(model, w), str(w["layout"]), layers, (mode,), str(w["method"]))
+    return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]))
+
+
+def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
+    """One model step (:func:`run_step`) in ``mode``: its metric row and the step's result."""
+    step = run_step(t, router, prepared.plan, (mode,))
     return Measurement(step_row(step, t), step)
+
+
+def _forget() -> None:
+    """Empty the GEMM command timings, the pieces' results, the launches and the traced collectives: a cold
+    step."""
+    _MEMO.clear()
+    _PIECES.clear()
+    _LAUNCH.clear()
+    forget_traces()
 
 
 def _measure_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
                    systems: list[SystemSpec]) -> list[dict[str, Any]]:
     """Model points of one system on the fast path: they share its tables and GEMM command timings."""
-    return [_measure(t, router, w, "fast").row for w in workloads]
+    return [_measure(t, router, w, "fast", Prepared(_prepare(t, router, w))).row for w in workloads]
 
 
 MODEL = WorkloadKind(
@@ -432,4 +453,4 @@ MODEL = WorkloadKind(
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly
-    file_fields=(("model", load_model),), report="model")
+    file_fields=(("model", load_model),), report="model", prepare=_prepare, forget=_forget)

@@ -292,6 +292,11 @@ def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs):
 
 
 _TRACED: OrderedDict = OrderedDict()     # (kernel, sizes, roles, wiring, info, PE costs) -> a checked run
+
+
+def forget_traces() -> None:
+    """Empty the memo of checked runs: the next kernel is traced afresh (a cold measurement)."""
+    _TRACED.clear()
 TRACED_CACHE = 128      # up to a few MB each: a sweep system's shapes, layer and head
 
 

@@ -33,8 +33,9 @@ def hop_endpoints(t: Tables, hop: str) -> tuple[tuple[int, int, int], tuple[int,
 
 
 def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = False, consume: bool = True,
-          launch: bool = True) -> Collective:
-    """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store.
+          launch: bool = True, load: bool = True) -> Collective:
+    """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store
+    (``load=False``: the store into the peer's slice alone).
 
     >>> from kbfast import Router, build_tables, load_system
     >>> t = build_tables(load_system())
@@ -47,12 +48,13 @@ def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = Fals
         raise KbfastError(f"pe2pe size must be > 0 bytes (got {nbytes})")
     (s0, c0, p0), (s1, c1, p1) = hop_endpoints(t, hop)
     src, dst = pe_block(t, s0, c0, p0), pe_block(t, s1, c1, p1)
-    b = ProgramBuilder(t, router, name=f"pe2pe-{hop}-{'dma' if raw_dma else 'ipcq'}@{nbytes}B")
+    b = ProgramBuilder(t, router, name=f"pe2pe-{hop}-{('dma' if load else 'store') if raw_dma else 'ipcq'}@{nbytes}B")
     a, z = b.pe_agent(src), b.pe_agent(dst)
     b.start(a)
     b.start(z)
     if raw_dma:
-        b.dma(a, hbm_ctrl(t, s0, c0, p0), nbytes, write=False)      # tl.load from the own slice
+        if load:
+            b.dma(a, hbm_ctrl(t, s0, c0, p0), nbytes, write=False)  # tl.load from the own slice
         b.dma(a, hbm_ctrl(t, s1, c1, p1), nbytes, write=True)       # tl.store into the peer's slice
     else:
         ch = b.channel(a, z)
