@@ -26,7 +26,7 @@ from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.measure.rows import rel_error
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import ALGORITHMS, HOPS, check_tile_fits
+from kbfast.workloads.collectives import ALGORITHMS, HOPS, OP_TABLE, check_tile_fits
 from kbfast.errors import KbfastError
 from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, parse_dim
@@ -37,6 +37,7 @@ if TYPE_CHECKING:                       # a type only: the command measures thro
     from kbfast.sim.result import Result
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
+COLLECTIVE = WORKLOADS["collective"].fields
 run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer, a GEMM or a model step.",
                       no_args_is_help=True)
 
@@ -90,6 +91,8 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
         replay = got[-1].result if exact or len(got) == 2 else run_exact(res.program)
         write_trace(replay, trace)
     row["latency_ns"] = m["latency_ns"]
+    if "algbw_gbps" in m:                         # the collective kind's: size / latency
+        row["algbw_gbps"] = m["algbw_gbps"]
     if not math.isnan(m["busbw_gbps"]):           # a collective's, not a point-to-point transfer's
         row["busbw_gbps"] = m["busbw_gbps"]
     row["launch_ns"] = d["launch_ns"]
@@ -175,6 +178,48 @@ def run_allreduce(
     row, res, refused = evaluate(t, w, exact, compare, trace)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
+    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
+        raise refused
+
+
+@run_app.command("collective")
+@user_errors
+def run_collective(
+    op: Annotated[str, typer.Option("--op", help=f"One of {', '.join(OP_TABLE)}.")] = COLLECTIVE["op"],
+    algorithm: Annotated[str | None, typer.Option(help="The operation's algorithm (default: its first): "
+                                                       + "; ".join(f"{o}: {', '.join(a)}" for o, a in OP_TABLE.items())
+                                                       + ".")] = None,
+    ranks: Annotated[str | None, typer.Option(help="cube_pe0, all_pes, sip_pe0 or a list of PEs "
+                                                   "(sip0.cube0.pe0,sip1.cube0.pe0); default by algorithm.")] = None,
+    size: Annotated[str, typer.Option("--size", help="Each rank's whole buffer, e.g. 1MiB (docs/collectives.md).")]
+    = COLLECTIVE["size"],
+    topology: TopologyOpt = None,
+    buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
+    n_slots: Annotated[int | None, typer.Option(help="IPCQ ring depth.")] = None,
+    tile_io: Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
+        "Every rank loads its input from its own HBM slice first and stores its output after (default); "
+        "--no-tile-io times the IPCQ schedule alone."))] = COLLECTIVE["tile_io"],
+    exact: ExactOpt = False,
+    compare: CompareOpt = False,
+    fmt: FmtOpt = OutputFormat.table,
+    trace: TraceOpt = None,
+    links: LinksOpt = None,
+    pcs: PcsOpt = None,
+    heatmap: HeatOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """One collective operation: latency, algorithm and bus bandwidth (nccl-tests' definitions), per-phase
+    ends, the busiest resources and the critical path; --compare adds the exact error."""
+    check_modes(exact, compare)
+    heatmap = check_outputs(trace, links, pcs, heatmap)
+    spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
+    nbytes = positive_size(size)
+    check_tile_fits(spec, nbytes, f"--size {size}: ")
+    t = build_tables(spec)
+    w = {"kind": "collective", "op": op, "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
+    row, res, refused = evaluate(t, w, exact, compare, trace)
+    _print(row, fmt, res)
+    _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])} per rank")
     if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
         raise refused
 

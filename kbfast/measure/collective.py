@@ -27,12 +27,18 @@ from kbfast.measure.rows import contended, contention_ns
 from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import Collective, allreduce, busbw_gbps, pe2pe
+from kbfast.workloads.collectives import TABLE, Collective, allreduce, busbw_gbps, check_slots, collective, pe2pe
 
 
 def _build_allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     """One all-reduce of ``size`` bytes per rank."""
     c = allreduce(t, router, int(w["size"]), w["algorithm"], w["ranks"], tile_io=bool(w["tile_io"]))
+    return Built(c.program, collective=c)
+
+
+def _build_collective(t: Tables, router: Router, w: dict[str, Any]) -> Built:
+    """One collective operation of ``size`` bytes per rank (each rank's whole buffer)."""
+    c = collective(t, router, int(w["size"]), w["op"], w["algorithm"], w["ranks"], tile_io=bool(w["tile_io"]))
     return Built(c.program, collective=c)
 
 
@@ -51,7 +57,7 @@ def collective_row(c: Collective, res: Result, exact: bool, bus_bandwidth: bool)
     p = c.program
     lat, lo, hi = res.latency_ns(c.launch_ns)
     out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
-           "busbw_gbps": busbw_gbps(c.nbytes, c.n_ranks, lat) if bus_bandwidth else np.nan,
+           "busbw_gbps": busbw_gbps(c.nbytes, c.n_ranks, lat, c.op) if bus_bandwidth else np.nan,
            "effective_bw_gbps": c.nbytes / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": c.n_ranks}
     if not exact:
         out.update(latency_lo_ns=lo, latency_hi_ns=hi, contention_ns=contention_ns(lat, lo), contention=contended(lat, lo))
@@ -77,6 +83,13 @@ def _measure_allreduce(t: Tables, router: Router, w: dict[str, Any], mode: str, 
     return _measure(ALLREDUCE.built(t, router, w, prepared).collective, mode, bus_bandwidth=True)
 
 
+def _measure_collective(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
+    got = _measure(COLLECTIVE.built(t, router, w, prepared).collective, mode, bus_bandwidth=True)
+    got.row["algbw_gbps"] = got.row["effective_bw_gbps"]        # nccl-tests' name: size / latency
+    got.details["workload"] = f"{w['op']} {got.details['workload']}"
+    return got
+
+
 def _measure_pe2pe(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
     return _measure(PE2PE.built(t, router, w, prepared).collective, mode, bus_bandwidth=False)
 
@@ -96,6 +109,7 @@ def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, b
     slots = np.broadcast_to(np.asarray(n_slots, np.int64), sizes.shape).copy()
     if np.any(sizes <= 0) or np.any(slots <= 0):
         raise KbfastError("sizes and n_slots must be > 0")
+    check_slots(workload["algorithm"], TABLE[workload["algorithm"]], int(slots.min()))   # a pipelined schedule
     c = _build_allreduce(t, router, {**workload, "size": int(sizes.max())}).collective
     out = evaluate_points(c.program, channel_hop_bws(c.program, router), c.launch_ns, sizes, kinds, slots)
     busbw = [busbw_gbps(int(s), c.n_ranks, float(x)) for s, x in zip(sizes, out[:, 0])]
@@ -169,6 +183,13 @@ ALLREDUCE = WorkloadKind(
     kernels=("collectives",), fast_kernels=("runs", "fast", "points"),
     ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),),     # one message in flight per channel
     size_label="message size per rank (bytes)")
+
+COLLECTIVE = WorkloadKind(
+    "collective", "one collective operation of `size` bytes per rank: all_reduce, reduce_scatter, all_gather, "
+                  "broadcast, reduce or all_to_all (kbfast run collective)",
+    {"op": "all_reduce", "algorithm": None, "size": "1MiB", "ranks": None, "tile_io": True}, _build_collective,
+    _measure_collective, bool_fields=("tile_io",), columns=("op", "algorithm", "ranks", "tile_io"),
+    kernels=("collectives",), size_label="buffer size per rank (bytes)")
 
 PE2PE = WorkloadKind(
     "pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (load then store; with load false the "

@@ -18,7 +18,7 @@ from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.measure.bottleneck import link_table
-from kbfast.measure.collective import ALLREDUCE, PE2PE
+from kbfast.measure.collective import ALLREDUCE, COLLECTIVE, PE2PE
 from kbfast.measure.gemm import GEMM
 from kbfast.measure.kind import MODES, Built, Measurement, Prepared, WorkloadKind
 from kbfast.measure.model import MODEL
@@ -29,7 +29,7 @@ from kbfast.topology.routing import Router
 __all__ = ["MODES", "WORKLOADS", "Built", "Measurement", "Prepared", "Stopped", "WorkloadKind", "build", "forget",
            "measure", "measure_each", "measure_modes", "occupancy", "prepare"]
 
-WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (ALLREDUCE, PE2PE, PROBE, TRAFFIC, GEMM, MODEL)}
+WORKLOADS: dict[str, WorkloadKind] = {k.name: k for k in (ALLREDUCE, COLLECTIVE, PE2PE, PROBE, TRAFFIC, GEMM, MODEL)}
 
 
 def prepare(t: Tables, router: Router, workload: dict[str, Any]) -> Prepared:

@@ -11,22 +11,31 @@ one line per algorithm in :mod:`~kbfast.workloads.collectives.table`:
 * :mod:`.tree`: binary-tree reduce to rank 0, then broadcast (§5.4).
 * :mod:`.hier3`: 3-level hierarchical (§5.5): PE line in a cube, pe0 line over cubes, line over SIPs.
 * :mod:`.rs_ag`: chunked ring reduce-scatter then all-gather (bandwidth optimal).
+* :mod:`.ring_pipe`: the same, pipelined: each chunk in pieces, forwarded as each is reduced, on a ring
+  whose hops are short (:func:`.placement.ring_order`).
 
 Shared: :mod:`.steps` (ring circulation, chain, converge, spread), :mod:`.placement` (rank nodes and what
 the kernels read of the system), :mod:`.generate` (``allreduce``: the Program, the symbolic check and the
 launch barrier), :mod:`.hops` (``pe2pe``, a point-to-point probe without tile I/O).
 
-Ranks: ``cube_pe0`` (pe0 of every cube of every SIP) or ``all_pes``.
+Operations (:mod:`.ops`): all-reduce, reduce-scatter, all-gather, broadcast, reduce, all-to-all;
+``collective`` builds any of them with an algorithm of ``OP_TABLE``: :mod:`.ring_pipe` (the pipelined
+ring: all-reduce, reduce-scatter, all-gather), :mod:`.chain` (broadcast, reduce), :mod:`.all_to_all`.
+
+Ranks: ``cube_pe0`` (pe0 of every cube of every SIP), ``all_pes``, ``sip_pe0`` (one PE per SIP) or a list
+of PEs.
 """
 
-from kbfast.workloads.collectives.generate import Collective, allreduce, busbw_gbps, check_tile_fits
+from kbfast.workloads.collectives.algorithm import check_slots
+from kbfast.workloads.collectives.generate import Collective, allreduce, busbw_gbps, check_tile_fits, collective
+from kbfast.workloads.collectives.ops import OPS
 from kbfast.workloads.collectives.hops import HOPS, hop_endpoints, pe2pe
 from kbfast.workloads.collectives.lrab import intercube_peers, intercube_wiring
 from kbfast.workloads.collectives.placement import RANKS, kernel_info
 from kbfast.workloads.collectives.rs_ag import MAX_RANKS as RS_AG_MAX_RANKS
 from kbfast.workloads.collectives.rs_ag import kernel as rs_ag_kernel
-from kbfast.workloads.collectives.table import ALGORITHMS, KERNELS, TABLE
+from kbfast.workloads.collectives.table import ALGORITHMS, KERNELS, OP_TABLE, TABLE
 
-__all__ = ["ALGORITHMS", "HOPS", "KERNELS", "RANKS", "RS_AG_MAX_RANKS", "TABLE", "Collective", "allreduce",
-           "busbw_gbps", "check_tile_fits", "hop_endpoints", "intercube_peers", "intercube_wiring", "kernel_info",
+__all__ = ["ALGORITHMS", "HOPS", "KERNELS", "OPS", "OP_TABLE", "RANKS", "RS_AG_MAX_RANKS", "TABLE", "Collective", "allreduce",
+           "busbw_gbps", "check_slots", "check_tile_fits", "collective", "hop_endpoints", "intercube_peers", "intercube_wiring", "kernel_info",
            "pe2pe", "rs_ag_kernel"]

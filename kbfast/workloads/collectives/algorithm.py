@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables
 from kbfast.workloads.install import Install, Wiring
 from kbfast.workloads.kernels import Kernel
@@ -29,7 +30,11 @@ class Algorithm:
     * ``ranks``: the default rank set (``cube_pe0`` or ``all_pes``); ``only_ranks``: the refusal when another
       rank set is asked for ("" accepts either);
     * ``corner_root``: lrab's root cube in the SE corner instead of the centre;
-    * ``check(n)``: refuses a rank count the algorithm cannot run (None: any).
+    * ``check(n)``: refuses a rank count the algorithm cannot run (None: any);
+    * ``min_slots``: the IPCQ ring depth (``ipcq.n_slots``) its schedule needs to be free of deadlock (a
+      pipelined kernel sends ahead of its receives);
+    * ``expect(n, info)``: rank -> the contributor set the rank's kernel must end with (None: every rank, as
+      in an all-reduce); the symbolic check compares (kbfast.workloads.kernels.run_kernels).
     """
 
     kernel: Kernel
@@ -39,6 +44,8 @@ class Algorithm:
     only_ranks: str = ""
     corner_root: bool = False
     check: Callable[[int], None] | None = None
+    min_slots: int = 1
+    expect: Callable[[int, dict], Callable[[int], int]] | None = None
 
 
 def role_rows(features: list) -> np.ndarray:
@@ -49,3 +56,11 @@ def role_rows(features: list) -> np.ndarray:
 def same_role(n: int, info: dict) -> np.ndarray:
     """Roles of an algorithm whose ranks all run the same ops (a ring)."""
     return role_rows([np.zeros(n, bool)])
+
+
+def check_slots(algorithm: str, alg: Algorithm, n_slots: int) -> None:
+    """Refuse a ring depth below what ``alg``'s schedule needs (:attr:`Algorithm.min_slots`)."""
+    if n_slots < alg.min_slots:
+        raise KbfastError(f"ipcq.n_slots={n_slots}: {algorithm} sends {alg.min_slots} messages ahead of its "
+                          f"receives and needs at least {alg.min_slots} slots per ring; set ipcq.n_slots >= "
+                          f"{alg.min_slots}, or use rs_ag")
