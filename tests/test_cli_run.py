@@ -145,7 +145,7 @@ def cells(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("columns", [80, 60])
-@pytest.mark.parametrize("args", [("allreduce",), ("pe2pe", "--hop", "h5", "--raw-dma"),
+@pytest.mark.parametrize("args", [("allreduce",), ("pe2pe", "--hop", "h5", "--raw-dma"), ("collective", "--op", "all_to_all"),
                                   ("gemm", "--m", "4096", "--n", "4096", "--k", "4096")])
 def test_run_tables_fit_and_keep_numbers_whole(terminal, args: tuple[str, ...], columns: int) -> None:
     """Every table of kbfast run at 80 and 60 columns: no line wider, the same numbers as on a wide terminal
@@ -222,6 +222,31 @@ def test_pe2pe_store_alone_is_one_dma_write_and_needs_raw_dma(runner: CliRunner)
     assert store["latency_ns"] == store["exact_latency_ns"] == one_write < both["latency_ns"]
     res = run(runner, "pe2pe", "--hop", "h3", "--no-load")
     assert res.exit_code == 2 and "add --raw-dma" in flat(res.stderr)
+
+
+def test_run_collective_json_carries_nccl_tests_figures(runner: CliRunner) -> None:
+    """kbfast run collective: latency, algbw = size / latency, busbw = algbw x (n-1)/n for a reduce-scatter,
+    the bounds, and under --compare the exact latency and the error; the same row as the registry's."""
+    row = run_json(runner, "collective", "--op", "reduce_scatter", "--size", "256KiB", "--ranks", "cube_pe0",
+                   "--compare")
+    assert row["workload"] == "reduce_scatter ring_pipe" and row["n_ranks"] == 32
+    assert row["algbw_gbps"] == pytest.approx(256 * 1024 / row["latency_ns"], rel=1e-9)
+    assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 31 / 32, rel=1e-9)
+    assert row["latency_lo_ns"] <= row["exact_latency_ns"] <= row["latency_hi_ns"]
+    assert abs(row["rel_error"]) <= 0.05
+    assert {"phase_end_ns[tile load]", "phase_end_ns[reduce-scatter]", "phase_end_ns[tile store]"} <= set(row)
+
+
+def test_run_collective_takes_a_list_of_pes_and_refuses_bad_ones(runner: CliRunner) -> None:
+    row = run_json(runner, "collective", "--op", "broadcast", "--ranks", "sip0.cube0.pe0,sip1.cube5.pe3,sip0.cube2.pe1",
+                   "--size", "64KiB", "--exact")
+    assert row["n_ranks"] == 3 and row["workload"] == "broadcast chain" and row["busbw_gbps"] == row["algbw_gbps"]
+    for args, text in ((("--op", "all_reduce", "--algorithm", "lrab", "--ranks", "sip_pe0"), "lrab runs on pe0"),
+                       (("--op", "gather"), "unknown collective operation 'gather'"),
+                       (("--ranks", "sip0.cube0.pe0,sip7.cube0.pe0"), "'sip7.cube0.pe0' is not a PE"),
+                       (("--op", "all_gather", "--n-slots", "1"), "ipcq.n_slots=1: ring_pipe")):
+        res = run(runner, "collective", *args)
+        assert res.exit_code == 2 and text in flat(res.stderr), (args, res.stderr)
 
 
 def test_pe2pe_unknown_hop(runner: CliRunner) -> None:

@@ -48,4 +48,4 @@ def _wiring(t, n: int, info: dict) -> Install:
     return install(n, lambda rank, n: {f"o{k}": (rank + k) % n for k in range(1, n)})
 
 
-DIRECT = Algorithm(direct, _wiring, None, check=check_ranks)
+DIRECT = Algorithm(direct, _wiring, None, ranks="cube_pe0", check=check_ranks)
