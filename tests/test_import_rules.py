@@ -42,10 +42,12 @@ RULES = {
                             "kbfast.report"},       # measures through the registry only
     "kbfast.calibrate": BASE | {"kbfast.workloads", "kbfast.report", "kbfast.measure.registry",   # through the
                                 "kbfast.measure.methods", "kbfast.measure.probe_table"},        # registry only
-    # workload rows through the registry; kernel rows time an evaluator or a kernel by name on purpose: the
-    # batched all-reduce points (kbfast.measure.collective) and one exact model layer (kbfast.measure.model)
+    # the model step through the registry; kernel rows time an evaluator or a kernel by name on purpose: the
+    # batched all-reduce points (kbfast.measure.collective), the batched max-plus GEMMs (kbfast.measure.gemm)
+    # and one exact model layer (kbfast.measure.model)
     "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.collective",
-                                         "kbfast.measure.model", "kbfast.report", "kbfast.sweep", "kbfast.reference"},
+                                         "kbfast.measure.gemm", "kbfast.measure.model", "kbfast.report",
+                                         "kbfast.sweep", "kbfast.reference"},
     "kbfast.cli": BASE | PUBLIC_API | CLI_MEASURE | {"kbfast.report", "kbfast.sweep", "kbfast.calibrate",
                                                      "kbfast.bench"},
     "kbfast.__main__": {"kbfast.cli"},

@@ -96,26 +96,27 @@ def bench_exact_rate() -> list[BenchRow]:
 
 
 def bench_gemm(n_points: int = 100_000) -> list[BenchRow]:
-    """The GEMM tile pipeline: one 4096^3 GEMM (2^20 tiles) on the fast path; GEMM points per minute through
-    the registry's batch of the gemm kind (plans, closed forms, recurrence, figures and metric rows: what a
-    GEMM sweep runs per batch); exact-mode event rate on a 1024^3 GEMM (16,384 tiles, both operands
-    streamed), and the fast schedule on the same Program (kbfast.workloads.gemm, kbfast.measure.gemm)."""
+    """The GEMM tile pipeline, kernel rows timed by name: one 4096^3 GEMM (2^20 tiles) on the fast path; GEMM
+    points per minute through the batched max-plus path (plans, closed forms, recurrence, figures: what a GEMM
+    sweep runs per batch for the shapes the recurrence times; the registry's batch also takes the fluid
+    schedule for multi-tile GEMMs whose writes meet their reads, seconds each);
+    exact-mode event rate on a 1024^3 GEMM (16,384 tiles, both operands streamed), and the fast schedule on
+    the same Program (kbfast.workloads.gemm, kbfast.measure.gemm)."""
+    from kbfast.measure.gemm import maxplus_rows
     from kbfast.fast.evaluate import run_fast
-    from kbfast.measure.registry import WORKLOADS, measure
     from kbfast.workloads.gemm import gemm_case
     t = build_tables(load_system())
     router = Router(t)
-    gemm = WORKLOADS["gemm"]
-    big = {**gemm.fields, "kind": "gemm", "m": 4096, "n": 4096, "k": 4096}
-    measure(t, router, big, "fast")
-    one = _best_of(lambda: measure(t, router, big, "fast"), 5)
+    big = gemm_case(t, router, 4096, 4096, 4096, "load_ref", program=False)
+    maxplus_rows(t, router, [big])
+    one = _best_of(lambda: maxplus_rows(t, router, [big]), 5)
     rng = np.random.default_rng(0)
     dims = rng.choice([16, 32, 64, 128, 256, 512, 1024, 2048, 4096], (n_points, 3))
     stagings = rng.choice(["ref_ref", "load_ref", "load_load"], n_points)
-    points = [{**gemm.fields, "kind": "gemm", "m": int(m), "n": int(n), "k": int(k), "staging": str(s)}
-              for (m, n, k), s in zip(dims.tolist(), stagings)]
     t0 = time.perf_counter()
-    gemm.measure_points(t, router, points, [t.spec] * n_points)
+    cases = [gemm_case(t, router, int(m), int(n), int(k), str(s), program=False)
+             for (m, n, k), s in zip(dims.tolist(), stagings)]
+    maxplus_rows(t, router, cases)
     rate = n_points / (time.perf_counter() - t0) * 60
     from kbfast.fast.pipeline import pipeline
     args = (16384, 64, 2, 773.0, 0.0, 0.0, 19.0, 21.0, 16.0, 16.0, 16.0, 4.0, 21.0, 21.0)
@@ -123,7 +124,7 @@ def bench_gemm(n_points: int = 100_000) -> list[BenchRow]:
     kernel = _best_of(lambda: pipeline(*args), 20)
     rows = [BenchRow("fast: the 4096^3 recurrence alone (steady state in closed form)", kernel * 1e6, "µs", "", None),
             BenchRow("fast: one GEMM 4096^3 load_ref (2^20 tiles, closed forms included)", one * 1e3, "ms",
-                     "<= 1 ms", one <= 1e-3, f"latency {duration(measure(t, router, big, 'fast').row['latency_ns'])}"),
+                     "<= 1 ms", one <= 1e-3, f"latency {duration(maxplus_rows(t, router, [big])[0]['latency_ns'])}"),
             BenchRow(f"fast: GEMM points per minute, {n_points:,} random shapes x stagings, one core", rate / 1e6,
                      "M points/min", ">= 1", rate >= 1e6)]
     run_exact(gemm_case(t, router, 32, 32, 128, "ref_ref").program)            # JIT warm-up
