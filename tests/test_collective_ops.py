@@ -31,7 +31,8 @@ KiB, MiB = 1024, 1024 * 1024
 P2 = 0.05
 SIZES = (4 * KiB, 96 * KiB, MiB)
 SMALL_MESH = {"sip.cube_mesh.w": 2, "sip.cube_mesh.h": 1}
-NEW = [(op, alg) for op, algs in OP_TABLE.items() for alg in algs if op != "all_reduce"] + [("all_reduce", "ring_pipe")]
+NEW = [(op, alg) for op, algs in OP_TABLE.items() for alg in algs if op != "all_reduce"] + [
+    ("all_reduce", "ring_pipe"), ("all_reduce", "hier2d")]
 
 
 @cache
@@ -53,7 +54,12 @@ def pe_name(t, sip: int, cube: int, pe: int) -> str:
 @pytest.mark.parametrize(("op", "alg"), NEW)
 @pytest.mark.parametrize("ranks", ["cube_pe0", "all_pes", "sip_pe0", "sip0.cube1.pe1,sip5.cube0.pe5,sip0.cube0.pe2"])
 def test_every_operation_passes_its_symbolic_check_on_every_rank_set(op: str, alg: str, ranks: str) -> None:
+    """On every rank set; hier2d's levels need a whole tray's (``cube_pe0``, ``all_pes``) and refuse others."""
     t, r = system("ring6", small=True)
+    if alg == "hier2d" and ranks not in ("cube_pe0", "all_pes"):
+        with pytest.raises(KbfastError, match="hier2d runs on every PE"):
+            collective(t, r, 3000, op, alg, ranks)
+        return
     c = collective(t, r, 3000, op, alg, ranks)
     assert c.op == op and c.n_ranks == {"cube_pe0": 12, "all_pes": 96, "sip_pe0": 6}.get(ranks, 3)
 
@@ -77,6 +83,7 @@ def _corrupt(monkeypatch, op: str, alg: str, change) -> None:
 
 
 @pytest.mark.parametrize(("op", "alg", "change", "match"), [
+    ("all_reduce", "ring_pipe", lambda q: replace(q, payload=q.payload ^ 1), "into the slot of chunk"),
     ("reduce_scatter", "ring_pipe", lambda q: replace(q, payload=q.payload ^ 1), "into the slot of chunk"),
     ("all_gather", "ring_pipe", lambda q: replace(q, payload=q.payload ^ 1), "into the slot of chunk"),
     ("broadcast", "chain", lambda q: replace(q, payload=q.payload ^ 1), "in the place of piece"),
@@ -183,10 +190,10 @@ def test_bus_bandwidth_is_nccl_tests(op: str) -> None:
 
 CASES = [(op, alg, topo, False, "cube_pe0", n) for op, alg in NEW if alg != "ring_pipe" or op != "all_reduce"
          for topo in ("ring6", "torus6", "mesh6", "ahbm_2sip") for n in SIZES]
-CASES += [(op, alg, topo, True, "all_pes", n) for op, alg in NEW if op not in ("all_reduce",)
+CASES += [(op, alg, topo, True, "all_pes", n) for op, alg in NEW if alg != "ring_pipe" or op != "all_reduce"
           for topo in ("ring6", "torus6", "mesh6") for n in SIZES]
-CASES += [(op, alg, "ahbm_2sip", False, "all_pes", n) for op, alg in NEW if op not in ("all_reduce", "all_to_all")
-          for n in SIZES]
+CASES += [(op, alg, "ahbm_2sip", False, "all_pes", n) for op, alg in NEW
+          if op != "all_to_all" and (alg != "ring_pipe" or op != "all_reduce") for n in SIZES]
 
 
 # Where the fluid fast path misses P2 (its error, measured, with a margin), and why: the cases issue "Trust"
@@ -205,7 +212,7 @@ def _tolerance(op: str, topology: str, ranks: str, nbytes: int) -> float:
 
 
 @pytest.mark.parametrize(("op", "alg", "topology", "small", "ranks", "nbytes"), CASES,
-                         ids=[f"{c[0]}-{c[2]}{'-2x1' if c[3] else ''}-{c[4]}-{c[5]}" for c in CASES])
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}{'-2x1' if c[3] else ''}-{c[4]}-{c[5]}" for c in CASES])
 def test_p2_parity_and_bounds_op_by_op(op, alg, topology: str, small: bool, ranks: str, nbytes: int) -> None:
     """Bounds hold op by op; the point is within 5 % of exact (P2), or within its measured gap (KNOWN_GAPS)."""
     t, r = system(topology, small)
@@ -217,3 +224,26 @@ def test_p2_parity_and_bounds_op_by_op(op, alg, topology: str, small: bool, rank
     lat = fa.latency_ns(c.launch_ns)[0]
     exact = ex.latency_ns(c.launch_ns)[0]
     assert abs(lat / exact - 1) <= _tolerance(op, topology, ranks, nbytes), (lat, exact)
+
+
+@pytest.mark.parametrize(("algorithm", "ranks", "across"), [
+    ("hier2d", "all_pes", lambda n, S: n * 2 * (1 / 2) * S / (8 * 16)),      # S / (n1 n2) per rank, both ways
+    ("hier2d", "cube_pe0", lambda n, S: n * 2 * (1 / 2) * S / 16),
+    ("ring_pipe", "cube_pe0", lambda n, S: 2 * 2 * (n - 1) * S / n),         # two ring hops cross, each way once
+])
+def test_bytes_between_sips_are_the_hierarchy_s_share(algorithm: str, ranks: str, across) -> None:
+    """On ahbm_2sip (2 SIPs of 16 cubes of 8 PEs): hier2d sends only each rank's share S/(n1 n2) across SIPs,
+    2 (n3-1)/n3 of it (a reduce-scatter and an all-gather); the flat ring's two SIP-crossing hops carry
+    2 (n-1)/n S each."""
+    from kbfast.ir import Op
+    from kbfast.topology.names import locate
+    t, r = system()
+    S = 1 * MiB
+    c = collective(t, r, S, "all_reduce", algorithm, ranks, tile_io=False)
+    p = c.program
+    sip = np.array([locate(t, int(v))[0] for v in p.agent_node])
+    ch = p.channels
+    cross = sip[ch.src] != sip[ch.dst]
+    sends = np.flatnonzero(p.op_code == Op.SEND)
+    crossing = cross[p.op_target[sends]]
+    assert p.op_nbytes[sends][crossing].sum() == pytest.approx(across(c.n_ranks, S), rel=1e-3)

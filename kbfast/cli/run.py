@@ -145,18 +145,41 @@ def _outputs(res: Result, span_ns: float, links: Path | None, pcs: Path | None, 
                           soft_wrap=True)
 
 
+BufferKindOpt = Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")]
+NSlotsOpt = Annotated[int | None, typer.Option(help="IPCQ ring depth.")]
+TileIoOpt = Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
+    "Every rank loads its input from its own HBM slice before the collective and stores its output after it "
+    "(default); --no-tile-io times the IPCQ schedule alone."))]
+
+
+def _collective_point(w: dict, size: str, topology: str | None, sets: list[str] | None, buffer_kind: str | None,
+                      n_slots: int | None, exact: bool, compare: bool, fmt: OutputFormat, trace: Path | None,
+                      links: Path | None, pcs: Path | None, heatmap: Path | None, what: str) -> None:
+    """``kbfast run allreduce`` and ``run collective``: one point of workload ``w`` (its ``size`` from
+    ``--size``) measured, printed and its tables written; ``what`` names it on the heat map."""
+    check_modes(exact, compare)
+    heatmap = check_outputs(trace, links, pcs, heatmap)
+    spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
+    nbytes = positive_size(size)
+    check_tile_fits(spec, nbytes, f"--size {size}: ")
+    row, res, refused = evaluate(build_tables(spec), {**w, "size": nbytes}, exact, compare, trace)
+    _print(row, fmt, res)
+    _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}{what}, {format_size(nbytes)} per rank")
+    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
+        raise refused
+
+
 @run_app.command("allreduce")
 @user_errors
 def run_allreduce(
     topology: TopologyOpt = None,
     algorithm: Annotated[str, typer.Option(help=f"One of {', '.join(ALGORITHMS)}.")] = ALLREDUCE["algorithm"],
     size: SizeOpt = ALLREDUCE["size"],
-    buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
-    n_slots: Annotated[int | None, typer.Option(help="IPCQ ring depth.")] = None,
-    ranks: Annotated[str | None, typer.Option(help="cube_pe0 or all_pes (default by algorithm).")] = None,
-    tile_io: Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
-        "Every rank loads its tile from its own HBM slice before the collective and stores the result "
-        "after it (default); --no-tile-io times the IPCQ schedule alone."))] = ALLREDUCE["tile_io"],
+    buffer_kind: BufferKindOpt = None,
+    n_slots: NSlotsOpt = None,
+    ranks: Annotated[str | None, typer.Option(help="cube_pe0, all_pes, sip_pe0 or a list of PEs (default by "
+                                                   "algorithm).")] = None,
+    tile_io: TileIoOpt = ALLREDUCE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
@@ -166,39 +189,29 @@ def run_allreduce(
     heatmap: HeatOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """One all-reduce: latency (max pe_exec_ns), bus bandwidth, per-phase ends, contention, the busiest
-    resources and the critical path; --compare adds the exact error."""
-    check_modes(exact, compare)
-    heatmap = check_outputs(trace, links, pcs, heatmap)
-    spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
-    nbytes = positive_size(size)
-    check_tile_fits(spec, nbytes, f"--size {size}: ")
-    t = build_tables(spec)
-    w = {"kind": "allreduce", "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
-    row, res, refused = evaluate(t, w, exact, compare, trace)
-    _print(row, fmt, res)
-    _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']} all-reduce, {format_size(row['nbytes'])} per rank")
-    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
-        raise refused
+    """One all-reduce (the short form of run collective --op all_reduce, lrab by default): latency (max
+    pe_exec_ns), bus bandwidth, per-phase ends, contention, the busiest resources and the critical path;
+    --compare adds the exact error."""
+    w = {"kind": "allreduce", "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
+    _collective_point(w, size, topology, sets, buffer_kind, n_slots, exact, compare, fmt, trace, links, pcs, heatmap,
+                      " all-reduce")
 
 
 @run_app.command("collective")
 @user_errors
 def run_collective(
     op: Annotated[str, typer.Option("--op", help=f"One of {', '.join(OP_TABLE)}.")] = COLLECTIVE["op"],
-    algorithm: Annotated[str | None, typer.Option(help="The operation's algorithm (default: its first): "
-                                                       + "; ".join(f"{o}: {', '.join(a)}" for o, a in OP_TABLE.items())
-                                                       + ".")] = None,
+    algorithm: Annotated[str | None, typer.Option(help="The operation's algorithm (default: its first that runs on "
+                                                       "the ranks): " + "; ".join(f"{o}: {', '.join(a)}" for o, a
+                                                                                  in OP_TABLE.items()) + ".")] = None,
     ranks: Annotated[str | None, typer.Option(help="cube_pe0, all_pes, sip_pe0 or a list of PEs "
                                                    "(sip0.cube0.pe0,sip1.cube0.pe0); default by algorithm.")] = None,
     size: Annotated[str, typer.Option("--size", help="Each rank's whole buffer, e.g. 1MiB (docs/collectives.md).")]
     = COLLECTIVE["size"],
     topology: TopologyOpt = None,
-    buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
-    n_slots: Annotated[int | None, typer.Option(help="IPCQ ring depth.")] = None,
-    tile_io: Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
-        "Every rank loads its input from its own HBM slice first and stores its output after (default); "
-        "--no-tile-io times the IPCQ schedule alone."))] = COLLECTIVE["tile_io"],
+    buffer_kind: BufferKindOpt = None,
+    n_slots: NSlotsOpt = None,
+    tile_io: TileIoOpt = COLLECTIVE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
@@ -210,18 +223,9 @@ def run_collective(
 ) -> None:
     """One collective operation: latency, algorithm and bus bandwidth (nccl-tests' definitions), per-phase
     ends, the busiest resources and the critical path; --compare adds the exact error."""
-    check_modes(exact, compare)
-    heatmap = check_outputs(trace, links, pcs, heatmap)
-    spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
-    nbytes = positive_size(size)
-    check_tile_fits(spec, nbytes, f"--size {size}: ")
-    t = build_tables(spec)
-    w = {"kind": "collective", "op": op, "algorithm": algorithm, "size": nbytes, "ranks": ranks, "tile_io": tile_io}
-    row, res, refused = evaluate(t, w, exact, compare, trace)
-    _print(row, fmt, res)
-    _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])} per rank")
-    if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
-        raise refused
+    w = {"kind": "collective", "op": op, "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
+    _collective_point(w, size, topology, sets, buffer_kind, n_slots, exact, compare, fmt, trace, links, pcs, heatmap,
+                      "")
 
 
 @run_app.command("pe2pe")
@@ -234,7 +238,7 @@ def run_pe2pe(
     no_load: Annotated[bool, typer.Option("--no-load", help="With --raw-dma: the store into the peer's slice "
                                                             "alone, without the load from the own slice.")] = False,
     topology: TopologyOpt = None,
-    buffer_kind: Annotated[str | None, typer.Option(help="IPCQ slot memory: tcm, sram or hbm.")] = None,
+    buffer_kind: BufferKindOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,

@@ -13,6 +13,7 @@ one line per algorithm in :mod:`~kbfast.workloads.collectives.table`:
 * :mod:`.rs_ag`: chunked ring reduce-scatter then all-gather (bandwidth optimal).
 * :mod:`.ring_pipe`: the same, pipelined: each chunk in pieces, forwarded as each is reduced, on a ring
   whose hops are short (:func:`.placement.ring_order`).
+* :mod:`.hier2d`: pipelined rings at the tray's three levels: in the cube, around the cube mesh, across SIPs.
 
 Shared: :mod:`.steps` (ring circulation, chain, converge, spread), :mod:`.placement` (rank nodes and what
 the kernels read of the system), :mod:`.generate` (``allreduce``: the Program, the symbolic check and the

@@ -33,29 +33,30 @@ def pieces(chunk: int) -> int:
     return max(1, min(MAX_PIECES, -(-chunk // PIECE_BYTES)))
 
 
-def ring_stream(tl: Tl, reduce_steps: int, gather_steps: int, shift: int):
-    """The pipelined ring as one stream of ``(reduce_steps + gather_steps) P`` messages per rank: message ``k``
-    is piece ``k % P`` of step ``k // P``; a reduce step adds what it receives, a gather step keeps it.  At
-    position ``i`` of the ring, reduce step ``s`` sends chunk ``i + shift - s`` and receives the one before
-    it; the first gather step sends the chunk the reduce steps completed (or, with none, the rank's own,
-    ``i``), each later one the chunk it received.  Sending message ``k >= P`` needs message ``k - P``
-    received: a rank runs ``LOOKAHEAD`` messages ahead of its receives at most, so an IPCQ ring of
-    ``ipcq.n_slots >= LOOKAHEAD`` slots never fills all the way round, and the schedule cannot deadlock.
+TAG_BITS = 32               # a message's tag (chunk * P + piece) in the low bits, its contributors above
 
-    A payload is ``(contributors << tb) | tag``, ``tag = chunk * P + piece``: a piece received into the wrong
-    slot is caught as well as a contribution counted twice (the symbolic check).  Returns the chunks'
-    contributor sets, per chunk and piece."""
-    n = tl.n_ranks
-    i = ring_order(tl.info, n).index(tl.rank)              # the rank's place on the ring
-    chunk = max(tl.nbytes // n, 1)
-    p = pieces(chunk)
+
+def ring_level(tl: Tl, have: list[list[int]], i: int, n: int, dirs: tuple[str, str], nbytes: int,
+               reduce_steps: int, gather_steps: int, shift: int, first: int | None = None):
+    """The pipelined ring over ``n`` ranks (this one at position ``i``, sending on ``dirs[0]`` and receiving on
+    ``dirs[1]``) of a buffer of ``nbytes`` in ``n`` chunks: ``have[c][j]``, the contributor set of piece ``j``
+    of chunk ``c``, updated in place.  One stream of ``(reduce_steps + gather_steps) P`` messages: message ``k``
+    is piece ``k % P`` of step ``k // P``; a reduce step adds what it receives, a gather step keeps it.  Reduce
+    step ``s`` sends chunk ``i + shift - s`` and receives the one before it; the first gather step sends
+    ``first`` (default: the chunk the reduce steps completed), each later one the chunk it received.  Sending
+    message ``k >= P`` needs message ``k - P`` received: a rank runs ``LOOKAHEAD`` messages ahead of its
+    receives at most, so an IPCQ ring of ``ipcq.n_slots >= LOOKAHEAD`` slots never fills all the way round,
+    and the schedule cannot deadlock.
+
+    A payload is ``(contributors << TAG_BITS) | tag``, ``tag = chunk * P + piece``: a piece received into the
+    wrong slot is caught as well as a contribution counted twice (the symbolic check).  Returns the chunk the
+    reduce steps completed."""
+    chunk = max(nbytes // n, 1)
+    p = len(have[0])
     size = [chunk // p + (1 if j < chunk % p else 0) for j in range(p)]
     elem = [max(s * tl.n_elem // max(tl.nbytes, 1), 1) for s in size]
-    tb = (n * p).bit_length()
-    mine = tl.contribution()
-    have = [[(mine if reduce_steps or c == i else 0) << tb | (c * p + j) for j in range(p)] for c in range(n)]
-    reduced = (i + shift - reduce_steps) % n               # the chunk the reduce steps complete
-    first = reduced if reduce_steps else i
+    reduced = (i + shift - reduce_steps) % n
+    first = reduced if first is None else first
 
     def chunk_of(step: int, received: bool) -> int:
         """The chunk step ``step`` sends (or receives)."""
@@ -67,9 +68,8 @@ def ring_stream(tl: Tl, reduce_steps: int, gather_steps: int, shift: int):
 
     def send(k: int):
         c, j = chunk_of(k // p, False), k % p
-        return tl.send("E", have[c][j], size[j])
+        return tl.send(dirs[0], have[c][j] << TAG_BITS | (c * p + j), size[j])
 
-    yield tl.phase("reduce-scatter" if reduce_steps else "all-gather")
     for k in range(min(ahead, total)):
         yield send(k)
     for k in range(total):
@@ -77,18 +77,37 @@ def ring_stream(tl: Tl, reduce_steps: int, gather_steps: int, shift: int):
         if step == reduce_steps and j == 0 and reduce_steps:
             yield tl.phase("all-gather")
         c = chunk_of(step, True)
-        got = yield tl.recv("W", size[j])
-        if got & ((1 << tb) - 1) != c * p + j:
-            raise ScheduleError(f"rank {tl.rank} receives piece {got & ((1 << tb) - 1)} into the slot of chunk {c} "
-                                f"piece {j}")
+        got = yield tl.recv(dirs[1], size[j])
+        if got & ((1 << TAG_BITS) - 1) != c * p + j:
+            raise ScheduleError(f"rank {tl.rank} receives piece {got & ((1 << TAG_BITS) - 1)} into the slot of chunk "
+                                f"{c} piece {j}")
+        have[c][j] = tl.add(have[c][j], got >> TAG_BITS) if step < reduce_steps else got >> TAG_BITS
         if step < reduce_steps:
-            have[c][j] = tl.add(have[c][j] >> tb, got >> tb) << tb | (c * p + j)
             yield tl.math(elem[j])
-        else:
-            have[c][j] = got
         if k + ahead < total:
             yield send(k + ahead)
-    return [[x >> tb for x in row] for row in have], reduced
+    return reduced
+
+
+def chunks(n: int, nbytes: int, value: int) -> list[list[int]]:
+    """A buffer of ``nbytes`` in ``n`` chunks of :func:`pieces` pieces, every piece holding ``value``."""
+    return [[value] * pieces(max(nbytes // n, 1)) for _ in range(n)]
+
+
+def ring_stream(tl: Tl, reduce_steps: int, gather_steps: int, shift: int):
+    """:func:`ring_level` over the whole rank set, on the ring of
+    :func:`~kbfast.workloads.collectives.placement.ring_order` (``E`` / ``W``), of the rank's whole buffer; each
+    chunk starts with the rank's own contribution (an all-gather: its own chunk only).  Returns the chunks'
+    contributor sets and the chunk the reduce steps completed."""
+    n = tl.n_ranks
+    i = ring_order(tl.info, n).index(tl.rank)              # the rank's place on the ring
+    have = chunks(n, tl.nbytes, tl.contribution())
+    if not reduce_steps:
+        have = [[x if c == i else 0 for x in row] for c, row in enumerate(have)]
+    yield tl.phase("reduce-scatter" if reduce_steps else "all-gather")
+    reduced = yield from ring_level(tl, have, i, n, ("E", "W"), tl.nbytes, reduce_steps, gather_steps, shift,
+                                    None if reduce_steps else i)
+    return have, reduced
 
 
 def all_reduce(tl: Tl):

@@ -7,7 +7,7 @@ plus one line here; a new operation is one entry of kbfast.workloads.collectives
 
 from __future__ import annotations
 
-from kbfast.workloads.collectives import all_to_all, chain, hier3, lrab, ring, ring_pipe, rs_ag, tree
+from kbfast.workloads.collectives import all_to_all, chain, hier2d, hier3, lrab, ring, ring_pipe, rs_ag, tree
 from kbfast.workloads.collectives.algorithm import Algorithm
 
 TABLE: dict[str, Algorithm] = {
@@ -18,6 +18,7 @@ TABLE: dict[str, Algorithm] = {
     "hier3": hier3.HIER3,
     "rs_ag": rs_ag.RS_AG,
     "ring_pipe": ring_pipe.RING_PIPE,
+    "hier2d": hier2d.HIER2D,
 }
 ALGORITHMS = tuple(TABLE)
 
