@@ -357,7 +357,8 @@ def test_zero_ring_depth_is_refused_not_replaced(runner: CliRunner) -> None:
 def test_unknown_ranks_are_refused(runner: CliRunner, ranks: str, hint: str) -> None:
     """--ranks nosuch ran as all PEs."""
     refused(run(runner, "allreduce", "--algorithm", "ring", "--ranks", ranks),
-            f"ranks '{ranks}' is not a set of ranks: cube_pe0 (pe0 of every cube) or all_pes (every PE){hint}")
+            f"ranks '{ranks}' is not a set of ranks: cube_pe0 (pe0 of every cube), all_pes (every PE), sip_pe0 (pe0 of "
+            f"cube 0 of every SIP) or a list of PEs (sip0.cube0.pe0,sip1.cube0.pe0){hint}")
     with pytest.raises(KbfastError, match="is not a set of ranks"):
         t = build_tables(load_system("ring6"))
         allreduce(t, Router(t), 1024, "ring", ranks)
