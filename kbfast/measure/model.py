@@ -36,6 +36,7 @@ from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.measure.metrics import phase_ends
+from kbfast.measure.roofline import ZERO, Floors, piece_floors, roofline_row
 from kbfast.measure.rows import STEP_CATEGORIES
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.topology.builder import Tables, reverse_route_edges
@@ -68,6 +69,7 @@ class PieceResult:
     wall_s: float
     method: str                      # how it was made (kbfast.measure.methods): exact; or exact replay, fluid
     program: Program | None = field(default=None, repr=False)
+    floors: Floors = ZERO            # the piece's roofline floors (kbfast.measure.roofline)
 
 
 def _route_key(t: Tables, router: Router, node: int) -> tuple:
@@ -159,6 +161,9 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         res = run_exact(p)
         lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
         method = EXACT
+        untimed = TimedLowering(piece.commands, lambda c, n: np.zeros(len(c)))   # each command one op
+        floors = piece_floors(t, build_piece(t, router, piece, untimed, launch_ns), piece.commands,
+                              np.asarray(untimed.command_op), np.asarray(untimed.command_id))
     else:
         timer = timer or CommandTimer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
@@ -173,9 +178,10 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         lo_f, hi_f = finish_bounds(dataclasses.replace(p, op_arg=bounded[0]),
                                    dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
         lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
+        floors = piece_floors(t, p, piece.commands, ops, np.asarray(lower.command_id, np.int64))
     wall = time.perf_counter() - t0
     return PieceResult(piece, mode, float(lat), float(lo), float(hi), last_pe_time_by_category(p, res, piece, lower),
-                       phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p)
+                       phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p, floors)
 
 
 _LAUNCH: OrderedDict = OrderedDict()   # (system but its link bandwidths, PEs) -> the launch barrier, ns
@@ -287,6 +293,17 @@ class StepResult:
         n_pe = len(self.pieces[0].nodes)
         lat = self.latency_ns()
         return self.macs() / (lat * n_pe * t.spec.pe.gemm_macs_per_ns) if lat > 0 else 0.0
+
+    def floors(self, mode: str | None = None) -> Floors:
+        """The step's roofline floors (kbfast.measure.roofline): every piece's, times how often the step runs it."""
+        out = ZERO
+        for p, r in zip(self.pieces, self.results[mode or self.mode]):
+            out = out + r.floors * self.repeat(p)
+        return out
+
+    def roofline(self) -> dict:
+        """The step's roofline as a report shows it (kbfast.measure.roofline.roofline_row)."""
+        return roofline_row(self.floors(), self.latency_ns())
 
     def breakdown(self) -> dict[str, float]:
         """The critical path of the step by category: each piece's, times its repeat count."""

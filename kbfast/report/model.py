@@ -75,6 +75,7 @@ def model_report(step: StepResult, t: Tables) -> dict:
         total["rel_error"] = rel_error(lat, total["exact_latency_ns"])
     out["step"] = total
     out["critical_path_ns"] = step.breakdown()
+    out["roofline"] = step.roofline()
     return out
 
 
@@ -119,6 +120,7 @@ def print_model_report(rep: dict, console: Console) -> None:
         for k in STEP_CATEGORIES:
             crit.add_row(CATEGORY_NAMES[k], in_unit(cp[k], unit), percent(cp[k] / whole))
         console.print(fit(console, crit, wrap=("category",)))
+        _print_roofline(rep["roofline"], st["latency_ns"], console)
     ends = rep["stage_end_ns"].get("layer") or rep["stage_end_ns"].get("mlp")
     if ends:
         unit = column_unit([*ends.values(), *np.diff([0.0, *ends.values()])])
@@ -134,6 +136,21 @@ def print_model_report(rep: dict, console: Console) -> None:
     for row in rep["pieces"]:
         counts.add_row(row["piece"], *(count(row[f"count[{k}]"]) for k in COUNTED))
     console.print(fit(console, counts))
+
+
+ROOFLINE_ROWS = (("hbm_floor_ns", "HBM: each byte once"), ("compute_floor_ns", "compute: whole tiles"),
+                 ("useful_compute_floor_ns", "compute: useful MACs"), ("collective_floor_ns", "collective links"))
+
+
+def _print_roofline(roof: dict, latency_ns: float, console: Console) -> None:
+    """The step's floors (kbfast.measure.roofline), the step against the largest, and which it is."""
+    unit = column_unit([roof[k] for k, _ in ROOFLINE_ROWS] + [latency_ns])
+    table = narrow_table("roofline (floors no schedule goes below)", "floor", with_unit("time", unit), "step / floor",
+                         caption=f"bound: {roof['bound']}; the step takes {num(roof['ratio'])} x its roofline "
+                                 "(docs/models.md)")
+    for key, label in ROOFLINE_ROWS:
+        table.add_row(label, in_unit(roof[key], unit), num(latency_ns / roof[key]) if roof[key] > 0 else "-")
+    console.print(fit(console, table, wrap=("floor",)))
 
 
 # -- sweeps ------------------------------------------------------------------------------------------------
