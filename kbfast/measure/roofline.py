@@ -83,18 +83,13 @@ def piece_floors(t: Tables, p: Program, commands: list[GemmCommand], command_op:
     code = p.op_code
     reads = np.bincount(agent[code == Op.DMA_READ], p.op_nbytes[code == Op.DMA_READ], n).astype(np.float64)
     writes = np.bincount(agent[code == Op.DMA_WRITE], p.op_nbytes[code == Op.DMA_WRITE], n).astype(np.float64)
-    tiles_ns = np.zeros(n)
-    useful_ns = np.zeros(n)
     rate = spec.pe.gemm_macs_per_ns
-    per = [(_command_bytes(c, elem), c.plan.n_tile_total * c.plan.tile_macs / rate, c.plan.macs / rate)
-           for c in commands]
-    for op, cid in zip(np.asarray(command_op, np.int64).tolist(), np.asarray(command_id, np.int64).tolist()):
-        (r, w), tiles, useful = per[cid]
-        a = int(agent[op])
-        reads[a] += r
-        writes[a] += w
-        tiles_ns[a] += tiles
-        useful_ns[a] += useful
+    per = np.array([(*_command_bytes(c, elem), c.plan.n_tile_total * c.plan.tile_macs / rate, c.plan.macs / rate)
+                    for c in commands]).reshape(-1, 4)
+    ops, cid = np.asarray(command_op, np.int64), np.asarray(command_id, np.int64)
+    tiles_ns, useful_ns = np.zeros(n), np.zeros(n)
+    for acc, col in ((reads, 0), (writes, 1), (tiles_ns, 2), (useful_ns, 3)):
+        np.add.at(acc, agent[ops], per[cid, col])
     path = min(spec.link.pe_to_router.bw_gbs, spec.link.router_hbm.bw_gbs)
     ctrl = spec.hbm.pcs_per_pe * spec.pc_bw_gbs
     hbm = np.maximum((reads + writes) / ctrl, np.maximum(reads, writes) / path)
@@ -103,10 +98,11 @@ def piece_floors(t: Tables, p: Program, commands: list[GemmCommand], command_op:
     coll_ns = coll_bytes = 0.0
     if len(sends):
         route = data_routes(p)[sends]
-        lo, hi = p.route_ptr[route], p.route_ptr[route + 1]
-        edges = np.concatenate([p.route_edges[a:b] for a, b in zip(lo.tolist(), hi.tolist())]).astype(np.int64)
+        lo, length = p.route_ptr[route], p.route_ptr[route + 1] - p.route_ptr[route]
+        first = np.repeat(lo - (np.cumsum(length) - length), length)      # each send's edges, in one gather
+        edges = p.route_edges[first + np.arange(int(length.sum()))].astype(np.int64)
         used, inverse = np.unique(edges, return_inverse=True)
-        load = np.bincount(inverse, np.repeat(p.op_nbytes[sends], hi - lo).astype(np.float64), len(used))
+        load = np.bincount(inverse, np.repeat(p.op_nbytes[sends], length).astype(np.float64), len(used))
         busy = busy_ns(t, used, load)
         k = int(np.argmax(busy))
         coll_ns, coll_bytes = float(busy[k]), float(load[k])
