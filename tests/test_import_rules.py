@@ -24,7 +24,8 @@ PUBLIC_API = {"kbfast.config", "kbfast.topology", "kbfast.workloads", "kbfast.fa
 # what the command line uses of the measuring layer: the registry and what presents or prepares a
 # measurement (docs/README.md)
 CLI_MEASURE = {"kbfast.measure.registry", "kbfast.measure.rows", "kbfast.measure.methods", "kbfast.measure.warmup",
-               "kbfast.measure.bottleneck", "kbfast.measure.routing_compare", "kbfast.measure.probe_table"}
+               "kbfast.measure.bottleneck", "kbfast.measure.routing_compare", "kbfast.measure.probe_table",
+               "kbfast.measure.sensitivity"}      # measures through the registry on derived systems
 # layer -> the kbfast packages (besides itself) it may import; every package and root module is named
 RULES = {
     "kbfast.errors": set(),

@@ -19,7 +19,7 @@ from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.config.units import format_size
 from kbfast.exact import run_exact
 from kbfast.report.perfetto import write_trace
-from kbfast.report.explain import print_bound, print_critical_path, print_resources
+from kbfast.report.explain import print_bound, print_critical_path, print_resources, print_sensitivity
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
@@ -32,6 +32,7 @@ from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, parse_dim
 from kbfast.workloads.model import LAYOUTS
 from kbfast.measure.registry import WORKLOADS, build, measure_modes, prepare
+from kbfast.measure.sensitivity import sensitivity
 
 if TYPE_CHECKING:                       # a type only: the command measures through the registry
     from kbfast.sim.result import Result
@@ -52,6 +53,9 @@ LinksOpt = Annotated[Path | None, typer.Option("--links", help="Write the per-li
                                                                 "utilisation) to FILE.csv or FILE.parquet.")]
 PcsOpt = Annotated[Path | None, typer.Option("--pcs", help="Write the per pseudo-channel table (commits, busy) to "
                                                             "FILE.csv or FILE.parquet.")]
+SensitivityOpt = Annotated[bool, typer.Option("--sensitivity", help="Also the latency with each resource class 2x "
+                                                                   "faster, alone, on the fast path "
+                                                                   "(docs/bottlenecks.md).")]
 HeatOpt = Annotated[Path | None, typer.Option("--heatmap", help="Draw link utilisation on the cube mesh of the "
                                                                  "busiest SIP to FILE.png.")]
 
@@ -111,14 +115,17 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
 
 def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
     """JSON, CSV or tables: inputs and metrics, then (with ``res``) the busiest resources and the critical
-    path."""
+    path, and the sensitivities when the row has them (JSON: a list under ``sensitivity``; CSV: a
+    ``gain[<resource>]`` column each)."""
+    sens = row.pop("sensitivity", None)
     if fmt is OutputFormat.json:
-        print(to_json(row))
+        print(to_json({**row, "sensitivity": sens} if sens is not None else row))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(pd.DataFrame([clean(row)]).to_csv(index=False))
+        flat = {**row, **{f"gain[{r['resource']}]": r["gain"] for r in sens or ()}}
+        sys.stdout.write(pd.DataFrame([clean(flat)]).to_csv(index=False))
     else:
-        shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_", "bound_"))} \
-            if res is not None else row
+        shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_", "bound_"))
+                 and k != "sensitivity_base_ns"} if res is not None else row
         table = narrow_table(f"{row['workload']} ({row['mode']})", "metric", "value")
         for label, text in figures(shown):
             table.add_row(escape(label), text)   # "[tile load]" is no markup
@@ -129,6 +136,8 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
             print_critical_path(console, {k[len("critical_path_"):-3]: v for k, v in row.items()
                                           if k.startswith("critical_path_")})
             print_bound(console, row)
+        if sens:
+            print_sensitivity(console, sens, row["sensitivity_base_ns"])
 
 
 def _outputs(res: Result, span_ns: float, links: Path | None, pcs: Path | None, heatmap: Path | None,
@@ -152,17 +161,29 @@ TileIoOpt = Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
     "(default); --no-tile-io times the IPCQ schedule alone."))]
 
 
+def _sensitivity(spec, w: dict, row: dict) -> None:
+    """Add the point's sensitivities to ``row`` (kbfast.measure.sensitivity), against its fast-path latency
+    (measured again under --exact) as ``sensitivity_base_ns``."""
+    base, rows = sensitivity(spec, w, row["latency_ns"] if row["mode"] == "fast" else None)
+    row["sensitivity_base_ns"], row["sensitivity"] = base, rows
+
+
 def _collective_point(w: dict, size: str, topology: str | None, sets: list[str] | None, buffer_kind: str | None,
                       n_slots: int | None, exact: bool, compare: bool, fmt: OutputFormat, trace: Path | None,
-                      links: Path | None, pcs: Path | None, heatmap: Path | None, what: str) -> None:
+                      links: Path | None, pcs: Path | None, heatmap: Path | None, what: str,
+                      sensitive: bool = False) -> None:
     """``kbfast run allreduce`` and ``run collective``: one point of workload ``w`` (its ``size`` from
-    ``--size``) measured, printed and its tables written; ``what`` names it on the heat map."""
+    ``--size``) measured, printed and its tables written; ``what`` names it on the heat map; ``sensitive``:
+    with its sensitivities (kbfast.measure.sensitivity)."""
     check_modes(exact, compare)
     heatmap = check_outputs(trace, links, pcs, heatmap)
     spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
     nbytes = positive_size(size)
     check_tile_fits(spec, nbytes, f"--size {size}: ")
-    row, res, refused = evaluate(build_tables(spec), {**w, "size": nbytes}, exact, compare, trace)
+    w = {**w, "size": nbytes}
+    row, res, refused = evaluate(build_tables(spec), w, exact, compare, trace)
+    if sensitive:
+        _sensitivity(spec, w, row)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}{what}, {format_size(nbytes)} per rank")
     if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
@@ -187,6 +208,7 @@ def run_allreduce(
     links: LinksOpt = None,
     pcs: PcsOpt = None,
     heatmap: HeatOpt = None,
+    sensitive: SensitivityOpt = False,
     sets: SetOpt = None,
 ) -> None:
     """One all-reduce (the short form of run collective --op all_reduce, lrab by default): latency (max
@@ -194,7 +216,7 @@ def run_allreduce(
     --compare adds the exact error."""
     w = {"kind": "allreduce", "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
     _collective_point(w, size, topology, sets, buffer_kind, n_slots, exact, compare, fmt, trace, links, pcs, heatmap,
-                      " all-reduce")
+                      " all-reduce", sensitive)
 
 
 @run_app.command("collective")
@@ -219,13 +241,14 @@ def run_collective(
     links: LinksOpt = None,
     pcs: PcsOpt = None,
     heatmap: HeatOpt = None,
+    sensitive: SensitivityOpt = False,
     sets: SetOpt = None,
 ) -> None:
     """One collective operation: latency, algorithm and bus bandwidth (nccl-tests' definitions), per-phase
     ends, the busiest resources and the critical path; --compare adds the exact error."""
     w = {"kind": "collective", "op": op, "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
     _collective_point(w, size, topology, sets, buffer_kind, n_slots, exact, compare, fmt, trace, links, pcs, heatmap,
-                      "")
+                      "", sensitive)
 
 
 @run_app.command("pe2pe")
@@ -282,6 +305,7 @@ def run_gemm(
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
+    sensitive: SensitivityOpt = False,
     sets: SetOpt = None,
 ) -> None:
     """One GEMM on one PE: latency, composite window, MAC utilisation, the bound stage, busy fractions; the fast
@@ -303,6 +327,8 @@ def run_gemm(
                    rel_error=rel_error(row["latency_ns"], ex["latency_ns"]))
     if trace is not None and refused is None:    # one Program for the modes and the trace
         write_trace(run_exact(build(t, router, w, prepared).program), trace)
+    if sensitive:
+        _sensitivity(t.spec, w, row)
     _print_gemm(row, fmt)
     if refused is not None:                # the fast half is shown; the exact half's refusal exits 2
         raise refused
@@ -337,6 +363,7 @@ def run_model(
     exact: ExactOpt = False,
     compare: CompareOpt = False,
     fmt: FmtOpt = OutputFormat.table,
+    sensitive: SensitivityOpt = False,
     sets: SetOpt = None,
 ) -> None:
     """One step of a model (docs/models.md): per-piece and step latency, tokens/s or time to first token, MAC
@@ -352,11 +379,16 @@ def run_model(
                                  prepared)
     step = got[0].result if len(got) == 1 else got[0].result.with_mode(got[1].result)
     report = model_report(step, t)
+    if sensitive:
+        base, report["sensitivity"] = sensitivity(t.spec, w, step.latency_ns("fast") if "fast" in step.results else None)
+        report["sensitivity_base_ns"] = base
     if fmt is OutputFormat.json:
         print(to_json(report))
     elif fmt is OutputFormat.csv:
         sys.stdout.write(pd.DataFrame(report["pieces"]).to_csv(index=False))
     else:
         print_model_report(report, console)
+        if sensitive:
+            print_sensitivity(console, report["sensitivity"], base)
     if refused is not None:                # the fast half is printed; the exact half's refusal exits 2
         raise refused

@@ -86,3 +86,14 @@ def print_bound(console: Console, row: dict) -> None:
     text = bound_text(row)
     if text:
         console.print(text, highlight=False)
+
+
+def print_sensitivity(console: Console, rows: list[dict], latency_ns: float) -> None:
+    """Each resource class made 2x faster (kbfast.measure.sensitivity): the latency then, and the gain,
+    largest first."""
+    unit = column_unit([latency_ns, *(r["latency_ns"] for r in rows)])
+    t = narrow_table(f"sensitivity: each resource class {rows[0]['factor']:g}x faster, alone (fast path; now "
+                     f"{in_unit(latency_ns, unit)} {unit})", "resource", with_unit("latency", unit), "gain")
+    for r in rows:
+        t.add_row(r["resource"], in_unit(r["latency_ns"], unit), percent(r["gain"]))
+    console.print(fit(console, t, wrap=("resource",)))
