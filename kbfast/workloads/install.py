@@ -126,14 +126,21 @@ class Install:
             raise IpcqInvalidDirection(f"rank {rank} receives on no IPCQ direction {label!r}") from None
 
 
-def reverse_direction(tables: list[Table], me: int, peer: int, d: str) -> str | None:
-    """The peer's label for messages from ``me`` sent on ``d`` (ADR-0025 opposite preference)."""
+def reverse_direction(tables: list[Table], me: int, peer: int, d: str,
+                      back: dict[int, str] | None = None) -> str | None:
+    """The peer's label for messages from ``me`` sent on ``d`` (ADR-0025 opposite preference): the opposite
+    label when it points back, else the peer's first label that points back (``back``: the peer's rank ->
+    its first label to that rank, when the caller has it), else a receive-only opposite."""
     opp = OPPOSITE.get(d)
     if opp is not None and tables[peer].get(opp) == me:
         return opp
-    for d2, p2 in tables[peer].items():
-        if p2 == me:
-            return d2
+    if back is not None:
+        if me in back:
+            return back[me]
+    else:
+        for d2, p2 in tables[peer].items():
+            if p2 == me:
+                return d2
     if opp is not None and opp not in tables[peer]:
         return opp   # receive-only label (e.g. a unidirectional ring)
     return None
@@ -150,11 +157,17 @@ def install(n_ranks: int, *fns: NeighborFn) -> Install:
                     raise IpcqInitError(f"rank {r} direction {d!r} points to rank {p}, outside 0..{n_ranks - 1}")
                 merged[d] = p
         tables.append(merged)
+    backs: list[dict[int, str]] = []       # per rank: peer -> its first label to that peer
+    for table in tables:
+        back: dict[int, str] = {}
+        for d, p in table.items():
+            back.setdefault(p, d)
+        backs.append(back)
     recv_dir: dict[tuple[int, str], str] = {}
     sender_of: dict[tuple[int, str], tuple[int, str]] = {}
     for r, table in enumerate(tables):
         for d, p in table.items():
-            label = reverse_direction(tables, r, p, d)
+            label = reverse_direction(tables, r, p, d, backs[p])
             if label is None:
                 raise IpcqInitError(f"I3 violated: rank {r} sends {d!r} to rank {p}, which has no direction back")
             if (p, label) in sender_of:
