@@ -84,6 +84,10 @@ def _route_key(t: Tables, router: Router, node: int) -> tuple:
 
 
 _MEMO: dict[tuple, tuple[float, float, float]] = {}     # command times, across timers (sweeps share them)
+_STAGES: dict[tuple, dict[str, float]] = {}              # command stage busy times, across timers
+# the step category a GEMM command's tile-pipeline stage belongs to (its bound stage takes the command's span)
+STAGE_CATEGORY = {"dma_read": "hbm_stream", "dma_write": "hbm_stream", "compute": "gemm_compute",
+                  "tcm_read": "gemm_compute", "tcm_write": "gemm_compute"}
 
 
 class CommandTimer:
@@ -127,6 +131,17 @@ class CommandTimer:
         if key not in _MEMO:
             _MEMO[key] = self._evaluate(com, self._rep[cls])
         return _MEMO[key]
+
+    def stages(self, com: GemmCommand, node: int) -> dict[str, float]:
+        """The busy ns of each tile-pipeline stage of ``com`` alone on PE ``node`` (the max-plus recurrence's,
+        kbfast.workloads.gemm.RESOURCES): which stage binds the command."""
+        cls = int(self.route_class(np.array([node]))[0])
+        key = (com.plan, self._route_keys[cls], self._system)
+        if key not in _STAGES:
+            pe = node_name(self.t, self._rep[cls]).rsplit(".", 1)[0]
+            row = maxplus_rows(self.t, self.router, [GemmCase(None, com.plan, "model", pe, pe, (), -1)])[0]
+            _STAGES[key] = {name: row[f"busy[{name}]"] * row["window_ns"] for name in STAGE_CATEGORY}
+        return _STAGES[key]
 
     def _evaluate(self, com: GemmCommand, node: int) -> tuple[float, float, float]:
         """The command alone on PE ``node`` from idle: max-plus where it equals exact mode, else the fluid
@@ -180,7 +195,9 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
         floors = piece_floors(t, p, piece.commands, ops, np.asarray(lower.command_id, np.int64))
     wall = time.perf_counter() - t0
-    return PieceResult(piece, mode, float(lat), float(lo), float(hi), last_pe_time_by_category(p, res, piece, lower),
+    timer = timer or CommandTimer(t, router)
+    return PieceResult(piece, mode, float(lat), float(lo), float(hi),
+                       last_pe_time_by_category(p, res, piece, lower, timer),
                        phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p, floors)
 
 
@@ -231,11 +248,15 @@ def _point(p: Program, method: str):
     return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
 
 
-def last_pe_time_by_category(p: Program, res, piece: Piece, lower) -> dict[str, float]:
-    """The last-finishing working PE's time from the launch barrier, by category (STEP_CATEGORIES): each GEMM
-    command's compute-slot time (its tiles x the tile's GEMM time) and the rest of it (HBM streaming and the
-    pipeline's fill and drain), MATH, the IPCQ sends and receives (collective, waiting for peers included),
-    loads and stores (HBM streaming), and the rest of its time from the launch barrier (``other``)."""
+def last_pe_time_by_category(p: Program, res, piece: Piece, lower, timer: CommandTimer) -> dict[str, float]:
+    """The last-finishing working PE's time from the launch barrier, by category (STEP_CATEGORIES):
+
+    * each GEMM command's span goes to the stage that binds it (its largest busy stage, ``timer.stages``):
+      up to that stage's busy time to its category (``STAGE_CATEGORY``: HBM streaming for the tile DMA, GEMM
+      compute for the compute slot and TCM), the rest of the span (fill, drain, the other stages' waits) to
+      the other of the two.  A decode GEMM whose tiles wait on their B reads is HBM streaming, not compute;
+    * MATH; the IPCQ sends and receives (collective, waiting for peers included); loads and stores (HBM
+      streaming); and the rest of its time from the launch barrier (``other``)."""
     finish = res.agent_finish_ns[:len(piece.nodes)]
     a = int(np.argmax(finish))
     ops = p.ops_of(a)
@@ -246,12 +267,16 @@ def last_pe_time_by_category(p: Program, res, piece: Piece, lower) -> dict[str, 
     starts = np.asarray(lower.command_op, np.int64)[mine]
     ends = starts + 1 if isinstance(lower, TileLowering) else starts
     spans = res.op_end_ns[ends] - res.op_issue_ns[starts]
-    busy = np.array([piece.commands[c].plan.n_tile_total * piece.commands[c].plan.gemm_ns
-                     for c in np.asarray(lower.command_id, np.int64)[mine].tolist()])
-    compute = np.minimum(spans, busy) if len(spans) else np.zeros(0)
-    out["gemm_compute"] = float(compute.sum())
+    node = int(p.agent_node[a])
+    for span, cid in zip(spans.tolist(), np.asarray(lower.command_id, np.int64)[mine].tolist()):
+        busy = timer.stages(piece.commands[cid], node)
+        bound = max(busy, key=busy.get)
+        cat = STAGE_CATEGORY[bound]
+        credit = min(span, busy[bound])
+        out[cat] += credit
+        out["gemm_compute" if cat == "hbm_stream" else "hbm_stream"] += span - credit
     dma = (code == Op.DMA_READ) | (code == Op.DMA_WRITE)
-    out["hbm_stream"] = float((spans - compute).sum() + took[dma].sum())
+    out["hbm_stream"] += float(took[dma].sum())
     out["math"] = float(took[code == Op.MATH].sum())
     out["collective"] = float(took[(code == Op.SEND) | (code == Op.RECV)].sum())
     out["other"] = max(float(finish[a] - p.launch_ns) - sum(out.values()), 0.0)
@@ -449,6 +474,7 @@ def _forget() -> None:
     """Empty the GEMM command timings, the pieces' results, the launches and the traced collectives: a cold
     step."""
     _MEMO.clear()
+    _STAGES.clear()
     _PIECES.clear()
     _LAUNCH.clear()
     forget_traces()
