@@ -118,6 +118,8 @@ def duration(ns: float | None) -> str:
     v = ns / scale
     if unit == "ns" and abs(v) >= 1:               # ns to a tenth, the resolution of a column in ns
         return f"{v:,.1f} ns"
+    if abs(v) < 1:                                 # below a nanosecond: the significant digits, not 3 decimals
+        return f"{v:.{TIME_DIGITS}g} {unit}"
     whole = len(str(int(abs(v))))
     return f"{v:,.{max(TIME_DIGITS - whole, 0)}f} {unit}"
 
