@@ -193,7 +193,8 @@ class RetiredIpcqRow(Row):
     retired: bool = True
 
     def measure(self, bench: Bench, mode: str, ref: pd.DataFrame) -> Outcome:
-        gaps = [bench.pe2pe_ns(h, n, mode) - bench.pe2pe_ns(h, n, mode, raw_dma=True) for h in PE2PE_HOPS for n in PE2PE_SIZES]
+        gaps = [bench.pe2pe_ns(h, n, mode) - bench.pe2pe_ns(h, n, mode, raw_dma=True)
+                for h in PE2PE_HOPS for n in PE2PE_SIZES]
         return Outcome(max(gaps), None, None)
 
 

@@ -380,7 +380,8 @@ def run_model(
     step = got[0].result if len(got) == 1 else got[0].result.with_mode(got[1].result)
     report = model_report(step, t)
     if sensitive:
-        base, report["sensitivity"] = sensitivity(t.spec, w, step.latency_ns("fast") if "fast" in step.results else None)
+        fast = step.latency_ns("fast") if "fast" in step.results else None
+        base, report["sensitivity"] = sensitivity(t.spec, w, fast)
         report["sensitivity_base_ns"] = base
     if fmt is OutputFormat.json:
         print(to_json(report))

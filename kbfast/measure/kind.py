@@ -71,9 +71,10 @@ class WorkloadKind:
 
     ``prepare(tables, router, workload)`` checks a point and plans it in pure Python (no kernel compiles), so
     that a command refuses bad input at once; ``measure(tables, router, workload, mode, prepared)`` measures
-    one point (``mode`` in ``MODES``) into a :class:`Measurement`, from the point's :class:`Prepared`; ``measure_batch(tables, router, workloads, systems)`` measures points of one batch
-    on the fast path (they share the tables of the first point and differ only in ``batch_fields``, the size
-    and the ``batch_system_keys`` of their ``systems``) into one metric row each, in order.  A kind without
+    one point (``mode`` in ``MODES``) into a :class:`Measurement`, from the point's :class:`Prepared`;
+    ``measure_batch(tables, router, workloads, systems)`` measures points of one batch on the fast path (they
+    share the tables of the first point and differ only in ``batch_fields``, the size and the
+    ``batch_system_keys`` of their ``systems``) into one metric row each, in order.  A kind without
     ``measure_batch`` is measured point by point (:meth:`measure_points`)."""
 
     name: str
