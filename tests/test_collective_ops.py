@@ -188,8 +188,13 @@ def test_bus_bandwidth_is_nccl_tests(op: str) -> None:
 
 # -- parity P2 -------------------------------------------------------------------------------------------------
 
+# hier2d at 4 KiB on the cube pe0s of a 6-SIP seed: 9,888 ops that the fast path takes 32 s to schedule (exact
+# mode: 0.07 s), three of them a third of this file's time.  Left to the speed issue; hier2d's 4 KiB parity is
+# checked on ahbm_2sip and on every PE of the seeds, its seed parity at 96 KiB and 1 MiB.
+SLOW = {("hier2d", "cube_pe0", 4 * KiB, seed) for seed in ("ring6", "torus6", "mesh6")}
 CASES = [(op, alg, topo, False, "cube_pe0", n) for op, alg in NEW if alg != "ring_pipe" or op != "all_reduce"
-         for topo in ("ring6", "torus6", "mesh6", "ahbm_2sip") for n in SIZES]
+         for topo in ("ring6", "torus6", "mesh6", "ahbm_2sip") for n in SIZES
+         if (alg, "cube_pe0", n, topo) not in SLOW]
 CASES += [(op, alg, topo, True, "all_pes", n) for op, alg in NEW if alg != "ring_pipe" or op != "all_reduce"
           for topo in ("ring6", "torus6", "mesh6") for n in SIZES]
 CASES += [(op, alg, "ahbm_2sip", False, "all_pes", n) for op, alg in NEW
