@@ -8,6 +8,8 @@ model sweep's ``workload.method``, take one of :data:`FAST_CHOICES`.  docs/READM
 
 from __future__ import annotations
 
+from kbfast.errors import KbfastError
+
 MODES = ("fast", "exact")     # the two evaluators a point is measured on
 
 EXACT, CLOSED_FORM, EXACT_REPLAY, FLUID = "exact", "closed form", "exact replay", "fluid"
@@ -31,3 +33,9 @@ FAST_CHOICES: dict[str, str] = {
               "budget, else fluid",
     "fluid": "closed form or fluid: never a replay (quicker, less exact on short contended transfers)",
 }
+
+
+def check_fast_choice(method: str) -> None:
+    """Refuse a fast-path choice that is not one of :data:`FAST_CHOICES`, by name."""
+    if method not in FAST_CHOICES:
+        raise KbfastError(f"fast method {method!r} is not one of {', '.join(FAST_CHOICES)}")

@@ -45,7 +45,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
-from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES
+from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES, check_fast_choice
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
@@ -356,8 +356,7 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`)."""
-    if method not in FAST_CHOICES:
-        raise KbfastError(f"fast method {method!r} is not one of {', '.join(FAST_CHOICES)}")
+    check_fast_choice(method)
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
         if not 1 <= layers <= model.layers:

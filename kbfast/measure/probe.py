@@ -22,7 +22,7 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
-from kbfast.measure.methods import CLOSED_FORM, FAST_CHOICES, FLUID
+from kbfast.measure.methods import CLOSED_FORM, FLUID, check_fast_choice
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue, random_traffic, select
 
@@ -113,20 +113,15 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
 RUNS: dict[str, Callable[[Program], Result]] = {"exact": run_exact, "hybrid": run_hybrid, "fluid": run_fast}
 
 
-def _check_method(w: dict) -> None:
-    if w["method"] not in FAST_CHOICES:
-        raise KbfastError(f"fast method {w['method']!r} is not one of {', '.join(FAST_CHOICES)}")
-
-
 def _prepare_probe(t: Tables, router: Router, w: dict) -> ProbeCase:
     """The named case of the probe catalogue (an unknown name gets a did-you-mean error) and the method."""
-    _check_method(w)
+    check_fast_choice(str(w["method"]))
     return select(build_catalogue(t, router), [str(w["case"])])[0]
 
 
 def _prepare_traffic(t: Tables, router: Router, w: dict) -> ProbeCase:
     """The traffic pattern's flows, and the method."""
-    _check_method(w)
+    check_fast_choice(str(w["method"]))
     if w["pattern"] != "random":
         raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
     return random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
