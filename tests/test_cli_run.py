@@ -333,7 +333,7 @@ def test_gemm_compare_keeps_the_fast_half(runner) -> None:
 
 def test_model_compare_keeps_the_fast_half(runner) -> None:
     res = runner.invoke(app, ["run", "model", "llama32_1b", "--phase", "prefill", "--seq", "64", "--compare",
-                              "--format", "json"], env=tight_limit())
+                              "--collective", "lrab", "--format", "json"], env=tight_limit())
     assert res.exit_code == 2 and "the exact Program of 'layer'" in flat(res.stderr), res.output
     rep = json.loads(res.stdout)
     assert rep["inputs"]["modes"] == ["fast"] and rep["step"]["latency_ns"] > 0

@@ -232,3 +232,61 @@ def test_distinct_rows_matches_numpy_unique_over_rows(seed, n, k, span) -> None:
     _, rep, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     got_rep, got_inverse = _distinct_rows(rows)
     assert np.array_equal(got_rep, rep) and np.array_equal(got_inverse, inverse.ravel())
+
+
+# -- the pipelined rings, traced (a model's all-reduce runs them so: kbfast.workloads.collectives.in_model) --------
+@pytest.mark.parametrize("system,algorithm,ranks,nbytes", [
+    (system, algorithm, ranks, 3000) for system in SYSTEMS for algorithm, ranks in
+    (("ring_pipe", "cube_pe0"), ("hier2d", "cube_pe0"), ("hier2d", "all_pes"))] + [
+    ("ring3_2x2", "ring_pipe", "all_pes", 3000), ("torus6_3x2", "ring_pipe", "cube_pe0", 200_000),
+    ("ring3_2x2", "hier2d", "all_pes", 200_000)])
+def test_traced_pipelined_ring_is_the_tagged_generator_program(systems, system: str, algorithm: str, ranks: str,
+                                                               nbytes: int) -> None:
+    """ring_pipe and hier2d count their chunks from the rank's own, so every rank runs the same ops: traced
+    once (one role, opaque payloads, ``tl.same`` checks) they emit the Program that one tagged generator per
+    rank (the collective library's ``run_kernels``) emits, bit for bit."""
+    from kbfast.workloads.collectives.placement import kernel_info, rank_nodes
+    from kbfast.workloads.collectives.table import TABLE
+
+    from kbfast.workloads.collectives.rs_ag import MAX_RANKS
+
+    t, router = systems[system]
+    alg = TABLE[algorithm]
+    nodes = rank_nodes(t, ranks)
+    n = len(nodes)
+    if n > MAX_RANKS:
+        pytest.skip(f"{n} ranks: over the tagged kernels' limit of {MAX_RANKS}")
+    info = kernel_info(t, ranks=ranks)
+    launch = launch_timing(t, router, nodes).target_start_ns
+    b = ProgramBuilder(t, router, name="tagged")
+    run_kernels(b, [b.pe_agent(v) for v in nodes], alg.wiring(t, n, info), alg.kernel, nbytes, info=info)
+    tagged = b.build(launch_ns=launch)
+    b = ProgramBuilder(t, router, name="tagged")
+    inst = alg.wiring(t, n, info)
+    labels = sorted({d for table in inst.tables for d in table})
+    peer = np.array([[table.get(d, -1) for d in labels] for table in inst.tables], np.int64).reshape(n, -1)
+    run_traced(b, b.pe_agents(nodes), wire(labels, peer), alg.kernel, nbytes, np.zeros((n, 1), np.int64), info)
+    _assert_same(b.build(launch_ns=launch), tagged)
+
+
+def _pieces_differ(tl: Tl):
+    """Two pieces of one buffer, one of them reduced with the neighbour's and one not: tl.same must refuse."""
+    a = b = tl.contribution()
+    yield tl.send("E", a)
+    a = tl.add(a, (yield tl.recv("W")))
+    return tl.same(a, b)
+
+
+def test_same_refuses_pieces_with_different_contributors(systems) -> None:
+    """``tl.same`` (the traced check instruction) raises where the generator's integer check raises."""
+    t, router = systems["ring3_2x2"]
+    nodes = [pe_block(t, 0, 0, 0), pe_block(t, 0, 1, 0)]
+    for traced in (False, True):
+        b = ProgramBuilder(t, router, name="differ")
+        with pytest.raises(ScheduleError, match="pieces of one buffer whose contributors differ in ranks"):
+            if traced:
+                run_traced(b, b.pe_agents(np.array(nodes)), wire(*ring_peers(2)), _pieces_differ, 64,
+                           np.zeros((2, 1), np.int64))
+            else:
+                run_kernels(b, [b.pe_agent(v) for v in nodes], install(2, neighbor_fn("ring_1d", 2)),
+                            _pieces_differ, 64)

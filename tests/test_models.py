@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 
 import numpy as np
 import pandas as pd
@@ -12,11 +13,12 @@ from typer.testing import CliRunner
 
 from kbfast import Router, build_tables, load_system
 from kbfast.cli.main import app
-from kbfast.config.models import load_model, model_names
+from kbfast.config.models import Collective, load_model, model_names
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.measure.model import evaluate_piece, evaluate_step
 from kbfast.workloads.kernels import ScheduleError
 from kbfast.workloads.model import build_piece, compile_model, shape_for
+from kbfast.workloads.collectives.in_model import ALGORITHMS, CHOICES
 from kbfast.workloads.commands import TimedLowering
 
 
@@ -101,7 +103,7 @@ def test_more_cubes_than_heads_groups_cubes_per_head():
     """64 heads on 8 SIPs' 128 cubes: a head per pair of cubes, its ring over their 16 PEs."""
     t = build_tables(load_system("ahbm_2sip", {"sips.count": 8}))
     m = load_model("llama3_70b")
-    layer = compile_model(t, m, shape_for(m, "decode", 1, None, 4096))[0]
+    layer = compile_model(t, m, shape_for(m, "decode", 1, None, 4096), collective="lrab")[0]
     assert layer.info["layer"]["ring"] == 16
     assert layer.commands[layer.info["layer"]["qkv"]].plan.n == 3 * 128 // 16
 
@@ -109,7 +111,7 @@ def test_more_cubes_than_heads_groups_cubes_per_head():
 def test_p2_grouped_heads_layer_within_5_percent():
     t = build_tables(load_system("ahbm_2sip", {"sips.count": 4}))
     m = load_model("llama32_1b")            # 32 heads on 64 cubes
-    piece = compile_model(t, m, shape_for(m, "decode", 1, None, 512))[0]
+    piece = compile_model(t, m, shape_for(m, "decode", 1, None, 512), collective="lrab")[0]
     assert piece.info["layer"]["ring"] == 16
     _parity(t, Router(t), piece)
 
@@ -178,19 +180,28 @@ def test_p2_tp_mlp_within_5_percent(sips):
     _parity(t, Router(t), compile_model(t, load_model("tp_mlp"))[0])
 
 
-def test_p2_llama70b_decode_layer_within_5_percent(tray):
+@pytest.mark.parametrize("collective", ALGORITHMS)
+def test_p2_llama70b_decode_layer_within_5_percent(tray, collective):
+    """Each all-reduce a model can run (kbfast.workloads.collectives.in_model), inside a decode layer."""
     t, router = tray
     m = load_model("llama3_70b")
-    fast, exact = _parity(t, router, compile_model(t, m, shape_for(m, "decode", 1, None, 1024))[0])
+    fast, exact = _parity(t, router, compile_model(t, m, shape_for(m, "decode", 1, None, 1024),
+                                                   collective=collective)[0])
     assert fast.counts == exact.counts
+    assert f"o all-reduce ({collective})" in exact.phase_ns
 
 
-def test_p2_panels_and_prefill_layer_within_5_percent(tray):
+def test_p2_panels_within_5_percent(tray):
     t, router = tray
     for piece in compile_model(t, load_model("gqa_llama70b_validation")):
         _parity(t, router, piece)
+
+
+@pytest.mark.parametrize("collective", ALGORITHMS)
+def test_p2_prefill_layer_within_5_percent(tray, collective):
+    t, router = tray
     m = load_model("llama32_1b")
-    _parity(t, router, compile_model(t, m, shape_for(m, "prefill", 1, 64, None))[0])
+    _parity(t, router, compile_model(t, m, shape_for(m, "prefill", 1, 64, None), collective=collective)[0])
 
 
 # -- identical layers, properties ---------------------------------------------------------------------------
@@ -200,7 +211,7 @@ def test_layers_are_identical(tray):
     t, router = tray
     m = load_model("llama32_1b")
     s = shape_for(m, "decode", 1, None, 512)
-    first, last = (compile_model(t, m, s, layer=k)[0] for k in (0, m.layers - 1))
+    first, last = (compile_model(t, m, s, layer=k, collective="lrab")[0] for k in (0, m.layers - 1))
     low = [TimedLowering(p.commands, lambda c, n: np.ones(len(c))) for p in (first, last)]
     p0, p1 = (build_piece(t, router, p, lw) for p, lw in zip((first, last), low))
     for name in ("op_code", "op_target", "op_nbytes", "op_arg", "agent_ops", "route_edges"):
@@ -262,7 +273,7 @@ def test_cli_run_model_tables_scale_times(terminal, columns):
     # the GEMMs wait on their tile reads: their span is HBM streaming but for the slot's busy stage's share
     assert re.search(r"^GEMM compute\s+168\.0\s+6\.7 %$", crit, re.M)
     assert re.search(r"^HBM streaming\s+527\.1\s+21\.0 %$", crit, re.M)
-    assert re.search(r"^all-reduce\s+2,510\.4\s+1,841\.2$", out, re.M)      # stage ends at / takes, ns
+    assert re.search(r"^all-reduce \(lrab\)\s+2,510\.4\s+1,841\.2$", out, re.M)      # stage ends at / takes, ns
 
 
 def test_cli_run_model_prefill_prints_times_scaled(terminal):
@@ -294,7 +305,7 @@ def test_trace_cache_gives_the_same_program(tray):
 
     t, router = tray
     m = load_model("llama32_1b")
-    piece = compile_model(t, m, shape_for(m, "decode", 2, None, 256))[0]
+    piece = compile_model(t, m, shape_for(m, "decode", 2, None, 256), collective="lrab")[0]
     symbolic._TRACED.clear()
     low = lambda: TimedLowering(piece.commands, lambda c, n: np.full(len(c), 7.0))  # noqa: E731
     first, second = build_piece(t, router, piece, low()), build_piece(t, router, piece, low())
@@ -302,7 +313,7 @@ def test_trace_cache_gives_the_same_program(tray):
     for name in ("op_code", "op_target", "op_nbytes", "op_arg", "op_phase", "agent_ops"):
         assert np.array_equal(getattr(first, name), getattr(second, name)), name
     assert np.array_equal(first.channels.src, second.channels.src)
-    other = compile_model(t, m, shape_for(m, "decode", 4, None, 256))[0]
+    other = compile_model(t, m, shape_for(m, "decode", 4, None, 256), collective="lrab")[0]
     build_piece(t, router, other, TimedLowering(other.commands, lambda c, n: np.zeros(len(c))))
     assert len(symbolic._TRACED) == 2
 
@@ -367,7 +378,7 @@ def test_documented_exact_runs_stay_below_the_warning_level():
         r, m = Router(t), load_model(args[0])
         num = lambda f: int(opts[f]) if f in opts else None   # noqa: E731
         shape = shape_for(m, opts.get("--phase"), num("--batch"), num("--seq"), num("--kv-len"))
-        for piece in compile_model(t, m, shape):
+        for piece in compile_model(t, m, shape, collective="lrab"):
             lower = TimedLowering(piece.commands, lambda c, n: np.zeros(len(c)))
             p = build_piece(t, r, piece, lower)
             tile_ops = sum(gemm_ops_count(piece.commands[c].plan) for c in lower.command_id)
@@ -405,3 +416,38 @@ def test_gemm_summary_prints_utilisation_as_percent():
                        "macs_per_ns": [1888.0, 800.0], "bound_stage": ["dma_read", "dma_read"], "error": None})
     out = gemm_summary(df)
     assert out.loc["load_ref", "util median"] == "33.1 %" and out.loc["load_ref", "util max"] == "46.1 %"
+
+
+# -- collectives chosen per message (kbfast.workloads.collectives.in_model, kbfast.measure.model) -------------
+def test_auto_runs_the_fastest_candidate_per_message(tray):
+    """``auto`` times each algorithm alone on the piece's PEs for the piece's message and runs the fastest:
+    a 1 MiB prefill all-reduce and the 8-byte sampling one may choose differently; fixing the chosen
+    algorithm gives the same step, bit for bit."""
+    t, router = tray
+    m = load_model("llama32_1b")
+    s = shape_for(m, "prefill", 1, 256, None)
+    step = evaluate_step(t, router, m, s, layers=1)
+    assert set(step.choices) == {"layer", "head"}
+    for piece in step.pieces:
+        c = step.choices[piece.name]
+        assert set(c["candidates_ns"]) == set(ALGORITHMS)
+        assert c["chosen"] == min(c["candidates_ns"], key=c["candidates_ns"].get)
+        assert piece.info[piece.allreduce]["collective"] == c["chosen"]
+    assert step.choices["layer"]["bytes"] == 256 * m.hidden * 2 and step.choices["head"]["bytes"] == 8
+    assert step.choices["layer"]["chosen"] != "lrab"          # a 1 MiB message: a pipelined ring wins
+    assert step.choices["head"]["chosen"] == "lrab"           # 8 bytes: the fewest steps win
+    fixed = evaluate_step(t, router, m, s, layers=1, collective=step.choices["layer"]["chosen"])
+    assert fixed.results["fast"][0].latency_ns == step.results["fast"][0].latency_ns
+    lrab = evaluate_step(t, router, m, s, layers=1, collective="lrab")
+    assert lrab.results["fast"][0].latency_ns > step.results["fast"][0].latency_ns
+
+
+def test_collective_option_is_checked_and_the_reference_mlp_keeps_lrab(tray):
+    t, _ = tray
+    assert load_model("tp_mlp").collective == "lrab" and load_model("llama3_70b").collective == "auto"
+    assert compile_model(t, load_model("tp_mlp"))[0].info["mlp"]["collective"] == "lrab"
+    with pytest.raises(KbfastError, match="unknown model collective 'rign_pipe'.*ring_pipe"):
+        compile_model(t, load_model("tp_mlp"), collective="rign_pipe")
+    with pytest.raises(KbfastError, match="--collective lrab: applies to models with an all-reduce"):
+        compile_model(t, load_model("gqa_llama70b_validation"), collective="lrab")
+    assert typing.get_args(Collective) == CHOICES

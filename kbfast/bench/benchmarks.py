@@ -297,7 +297,7 @@ def bench_model() -> list[BenchRow]:
     step = measure(t, router, fields, "fast").result
     fast_s = time.perf_counter() - t0
     m = load_model("llama3_70b")
-    layer = compile_model(t, m, shape_for(m, "decode", 1, None, 4096))[0]
+    layer = compile_model(t, m, shape_for(m, "decode", 1, None, 4096), collective="lrab")[0]
     t0 = time.perf_counter()
     ex = evaluate_piece(t, router, layer, "exact")
     exact_s = time.perf_counter() - t0

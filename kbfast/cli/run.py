@@ -359,6 +359,9 @@ def run_model(
     layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
     method: Annotated[str, typer.Option(help="The fast path's point: hybrid (the stand-in replayed exactly when it "
                                              "fits, the default) or fluid (scheduled; quicker, less exact).")] = "hybrid",
+    collective: Annotated[str | None, typer.Option(
+        help="The all-reduce algorithm: auto (the fastest for each message, timed on the fast path), lrab (the "
+             "reference's), ring_pipe or hier2d. Default: the model file's (auto; tp_mlp: lrab).")] = None,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -372,7 +375,7 @@ def run_model(
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
     w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,
-         "layers": layers, "layout": layout, "method": method}
+         "layers": layers, "layout": layout, "method": method, "collective": collective}
     prepared = prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),

@@ -27,6 +27,8 @@ from kbfast.config.schema import PositiveInt, Strict, _no_bool_int
 from kbfast.errors import ConfigError, did_you_mean
 
 KINDS = ("transformer", "mlp", "attention_panels")
+# a model's all-reduce algorithm: auto chooses per message (kbfast.workloads.collectives.in_model.CHOICES)
+Collective = Literal["auto", "lrab", "ring_pipe", "hier2d"]
 
 
 class Transformer(Strict):
@@ -44,6 +46,7 @@ class Transformer(Strict):
     ffn_kind: Literal["swiglu", "gelu"]
     norm: Literal["rmsnorm", "layernorm"]
     vocab: PositiveInt
+    collective: Collective = "auto"
 
     @property
     def qkv_cols(self) -> int:
@@ -69,6 +72,7 @@ class Mlp(Strict):
     kind: Literal["mlp"]
     batch: PositiveInt
     dims: tuple[PositiveInt, PositiveInt, PositiveInt]
+    collective: Collective = "auto"
 
 
 class Panel(Strict):

@@ -48,7 +48,9 @@ from kbfast.workloads.launch import launch_timing
 from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES, check_fast_choice
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
-from kbfast.workloads.model import STEP_DEFAULTS, Piece, Shape, build_piece, compile_model, refuse_unread, shape_for
+from kbfast.workloads.collectives.in_model import ALGORITHMS, AUTO
+from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_message, allreduce_piece, build_piece,
+                                    compile_model, refuse_unread, shape_for, with_collective)
 
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
 
@@ -235,6 +237,52 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
     return res
 
 
+_CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method) -> (algorithm, {candidate: ns})
+
+
+def choose_collective(t: Tables, router: Router, piece: Piece, method: str, timer: CommandTimer,
+                      launch_ns: float) -> tuple[str, dict[str, float]]:
+    """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
+    .ALGORITHMS) alone on the piece's PEs and wiring, from the launch barrier, timed as the piece would be
+    (:func:`evaluate_piece`, fast mode, ``method``); the fastest, the earlier candidate on a tie.  A candidate
+    refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs) is not
+    chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a sweep's
+    points choose once.  Returns the choice and every candidate's latency (ns)."""
+    nbytes, tile_io = allreduce_message(piece)
+    key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method)
+    if key not in _CHOSEN:
+        times: dict[str, float | None] = {}
+        refusal = None
+        for alg in ALGORITHMS:
+            try:
+                times[alg] = evaluate_piece(t, router, allreduce_piece(piece, alg), "fast", timer, method,
+                                            launch_ns).latency_ns
+            except KbfastError as err:
+                times[alg], refusal = None, refusal or err
+        ok = {alg: v for alg, v in times.items() if v is not None}
+        if not ok:
+            raise refusal
+        _CHOSEN[key] = (min(ok, key=ok.get), times)
+        if len(_CHOSEN) > PIECE_CACHE:
+            _CHOSEN.popitem(last=False)
+    _CHOSEN.move_to_end(key)
+    return _CHOSEN[key]
+
+
+def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: str, timer: CommandTimer,
+                        launch: dict[bytes, float]) -> tuple[list[Piece], dict[str, dict]]:
+    """``pieces`` with every ``auto`` all-reduce replaced by :func:`choose_collective`'s choice, and per piece
+    that chose, its message (``bytes``), the choice and every candidate's latency (``candidates_ns``)."""
+    out, choices = [], {}
+    for p in pieces:
+        if p.allreduce and p.info[p.allreduce]["collective"] == AUTO:
+            alg, times = choose_collective(t, router, p, method, timer, launch[p.nodes.tobytes()])
+            choices[p.name] = {"bytes": allreduce_message(p)[0], "chosen": alg, "candidates_ns": times}
+            p = with_collective(p, alg)
+        out.append(p)
+    return out, choices
+
+
 def _point(p: Program, method: str):
     """The stand-in Program's point estimate and how it was made: ``exact replay`` when ``method`` is hybrid
     and the replay fits kbfast.measure.hybrid's event budget (its estimate first, then the replay's own guard), else
@@ -279,7 +327,9 @@ def last_pe_time_by_category(p: Program, res, piece: Piece, lower, timer: Comman
     out["hbm_stream"] += float(took[dma].sum())
     out["math"] = float(took[code == Op.MATH].sum())
     out["collective"] = float(took[(code == Op.SEND) | (code == Op.RECV)].sum())
-    out["other"] = max(float(finish[a] - p.launch_ns) - sum(out.values()), 0.0)
+    whole = float(finish[a] - p.launch_ns)
+    rest = whole - sum(out.values())
+    out["other"] = rest if rest > 1e-9 * whole else 0.0       # not a rounding residue of the sum
     return out
 
 
@@ -295,6 +345,7 @@ class StepResult:
     results: dict[str, list[PieceResult]]      # mode -> one result per piece
     mode: str                                  # the mode the totals come from
     refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
+    choices: dict[str, dict] = field(default_factory=dict)   # auto's all-reduce choices (resolve_collectives)
 
     def with_mode(self, other: StepResult) -> StepResult:
         """This step with ``other``'s modes added (the same step measured in another mode); the totals stay
@@ -352,10 +403,11 @@ class StepPlan:
 
 
 def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
-              method: str = "hybrid") -> StepPlan:
+              method: str = "hybrid", collective: str | None = None) -> StepPlan:
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
-    (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`)."""
+    (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`);
+    ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`)."""
     check_fast_choice(method)
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
@@ -363,15 +415,16 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
             raise KbfastError(f"--layers {layers}: {model.name} has {model.layers} layers; use 1 to {model.layers}")
     else:
         refuse_unread(model, {"layers": layers})
-    return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout))
+    return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout,
+                                                                       collective=collective))
 
 
 def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",)) -> StepResult:
     """Evaluate the pieces of ``plan`` in each of ``modes``.  When a mode after the first is refused (a
     KbfastError: over the memory limit, say), the modes before it are kept and the refusal is in ``refused``."""
-    pieces = plan.pieces
     timer = CommandTimer(t, router)
-    launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in pieces}
+    launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in plan.pieces}
+    pieces, choices = resolve_collectives(t, router, plan.pieces, plan.method, timer, launch)
     system = repr(t.spec)
     results: dict[str, list[PieceResult]] = {}
     refused = None
@@ -384,22 +437,27 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
                 raise
             refused = err
             break
-    return StepResult(plan.model, plan.shape, plan.layout, plan.layers or 1, pieces, results, modes[0], refused)
+    return StepResult(plan.model, plan.shape, plan.layout, plan.layers or 1, pieces, results, modes[0], refused,
+                      choices)
 
 
 def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
-                  layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid") -> StepResult:
+                  layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid",
+                  collective: str | None = None) -> StepResult:
     """:func:`plan_step` then :func:`run_step`: one step of ``model`` in each of ``modes``."""
-    return run_step(t, router, plan_step(t, model, shape, layout, layers, method), modes)
+    return run_step(t, router, plan_step(t, model, shape, layout, layers, method, collective), modes)
 
 
 # -- the model workload kind --------------------------------------------------------------------------------
 
 def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
-    """The first piece of the model step (a transformer's layer) as its exact Program; a model point is measured
-    as a whole step (:func:`step_row`), and this Program serves the link and PC tables."""
+    """The first piece of the model step (a transformer's layer) as its exact Program, its ``auto`` all-reduce
+    chosen; a model point is measured as a whole step (:func:`step_row`), and this Program serves the link and
+    PC tables."""
     model = load_model(str(w["model"]))
-    piece = compile_model(t, model, model_shape(model, w), str(w["layout"]))[0]
+    piece = compile_model(t, model, model_shape(model, w), str(w["layout"]), collective=w["collective"])[0]
+    piece = resolve_collectives(t, router, [piece], str(w["method"]), CommandTimer(t, router),
+                                {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)})[0][0]
     return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
 
 
@@ -437,6 +495,15 @@ def _model_of(name: str):
     return _MODELS[key]
 
 
+def collectives_used(pieces: list[Piece]) -> str:
+    """The all-reduce algorithm the step's pieces ran: one name when they agree, else ``piece:algorithm`` pairs
+    (``layer:hier2d,head:lrab``); "" without an all-reduce."""
+    used = {p.name: p.info[p.allreduce]["collective"] for p in pieces if p.allreduce}
+    if len(set(used.values())) <= 1:
+        return next(iter(used.values()), "")
+    return ",".join(f"{k}:{v}" for k, v in used.items())
+
+
 def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
     """The metric row of a model step: latency with bounds, tokens/s or time to first token, MAC
     utilisation, the critical path by category (``critical_path_<category>_ns``) and the fast method."""
@@ -446,7 +513,7 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
            "latency_hi_ns": sum(step.repeat(p) * r.hi_ns for p, r in zip(step.pieces, res)),
            "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
            "n_ranks": len(step.pieces[0].nodes), "mac_util": step.mac_util(t),
-           "method": ",".join(sorted({r.method for r in res}))}
+           "method": ",".join(sorted({r.method for r in res})), "collective_used": collectives_used(step.pieces)}
     if step.shape is not None:
         out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \
             step.shape.batch / (lat * 1e-9) if step.shape.phase == "decode" else lat
@@ -460,7 +527,7 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     model = load_model(str(w["model"]))
     refuse_unread(model, w)
     layers = None if w["layers"] is None else int(w["layers"])
-    return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]))
+    return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"])
 
 
 def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
@@ -476,6 +543,7 @@ def _forget() -> None:
     _STAGES.clear()
     _PIECES.clear()
     _LAUNCH.clear()
+    _CHOSEN.clear()
     forget_traces()
 
 
@@ -489,9 +557,10 @@ MODEL = WorkloadKind(
     "model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the attention panels "
              "(kbfast run model)",
     {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
-     "layout": "tp_pes", "method": "hybrid"},          # phase and batch: decode and 1 for a transformer
+     "layout": "tp_pes", "method": "hybrid", "collective": None},   # phase and batch: decode and 1 for a
+                                                   # transformer; collective: the model file's (auto by default)
     _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
-    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method"),
+    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method", "collective"),
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly

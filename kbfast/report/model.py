@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
 
+from kbfast.config.budget import fmt_bytes  # noqa: E402
 from kbfast.report.tables import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
@@ -48,6 +49,8 @@ def model_report(step: StepResult, t: Tables) -> dict:
     pieces = []
     for i, p in enumerate(step.pieces):
         row = {"piece": p.name, "repeat": step.repeat(p)}
+        if p.allreduce:
+            row["collective"] = p.info[p.allreduce]["collective"]
         for mode, results in step.results.items():
             r = results[i]
             row[f"{mode}_latency_ns"] = r.latency_ns
@@ -62,6 +65,8 @@ def model_report(step: StepResult, t: Tables) -> dict:
         pieces.append(row)
     out = {"inputs": inputs, "pieces": pieces,
            "stage_end_ns": {p.name: r.phase_ns for p, r in zip(step.pieces, step.results[step.mode])}}
+    if step.choices:
+        out["collective_choice"] = [{"piece": name, **c} for name, c in step.choices.items()]
     if m.kind == "attention_panels":
         return out
     lat = step.latency_ns()
@@ -131,11 +136,28 @@ def print_model_report(rep: dict, console: Console) -> None:
             stages.add_row(name, in_unit(end, unit), in_unit(end - before, unit))
             before = end
         console.print(fit(console, stages, wrap=("stage",)))
+    if rep.get("collective_choice"):
+        _print_choice(rep["collective_choice"], console)
     counts = narrow_table("op counts per run (commands, all PEs)", "piece", *(SHORT.get(k, k) for k in COUNTED),
                           caption="send / recv: IPCQ; read / write: DMA commands (a GEMM's tile DMAs are its own)")
     for row in rep["pieces"]:
         counts.add_row(row["piece"], *(count(row[f"count[{k}]"]) for k in COUNTED))
     console.print(fit(console, counts))
+
+
+def _print_choice(choice: list[dict], console: Console) -> None:
+    """``auto``'s all-reduce choice per piece: each candidate's latency alone on the piece's PEs, the fastest
+    marked."""
+    algs = list(choice[0]["candidates_ns"])
+    unit = column_unit([v for c in choice for v in c["candidates_ns"].values() if v is not None])
+    table = narrow_table("all-reduce chosen by auto (each candidate alone)", "piece", "message",
+                         *(with_unit(a, unit) for a in algs),
+                         caption="* the fastest, which the step runs; refused: over a limit (docs/models.md)")
+    for c in choice:
+        table.add_row(c["piece"], fmt_bytes(c["bytes"]),
+                      *("refused" if c["candidates_ns"][a] is None else
+                        in_unit(c["candidates_ns"][a], unit) + ("*" if a == c["chosen"] else " ") for a in algs))
+    console.print(fit(console, table, wrap=("piece",)))
 
 
 ROOFLINE_ROWS = (("hbm_floor_ns", "HBM: each byte once"), ("compute_floor_ns", "compute: whole tiles"),

@@ -19,7 +19,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
-for _p in ("global_", "intra_", "pe_", "mesh_", "sip_"):
+for _p in ("global_", "intra_", "pe_", "mesh_", "sip_", "ring_"):
     OPPOSITE.update({_p + a: _p + b for a, b in list(OPPOSITE.items())[:4]})
 
 Table = dict[str, int]
@@ -212,6 +212,13 @@ class Wiring:
         recv_dir = {snd: label for (_, label), snd in sender_of.items()}
         recv_dir = {(r, d): recv_dir[(r, d)] for r in range(n) for d in tables[r]}
         return Install(n_ranks=n, tables=tables, recv_dir=recv_dir, sender_of=sender_of)
+
+
+def install_peers(labels: list[str], peer: np.ndarray) -> Install:
+    """:func:`install` of a neighbour table in array form (``peer[r, k]``: rank ``r``'s peer on ``labels[k]``,
+    -1: none)."""
+    rows = peer.tolist()
+    return install(len(rows), lambda r, n: {d: p for d, p in zip(labels, rows[r]) if p >= 0})
 
 
 def wire(labels: list[str], peer: np.ndarray) -> Wiring:

@@ -64,6 +64,7 @@ class Tl:
     nbytes: int
     n_elem: int
     info: dict = field(default_factory=dict)
+    tagged: bool = True       # payloads are plain ints a kernel may tag (False when traced: opaque values)
 
     def contribution(self) -> int:
         """This rank's own contribution: the set of one contributor, itself."""
@@ -75,6 +76,15 @@ class Tl:
             dup = [r for r in range(self.n_ranks) if (acc & other) >> r & 1]
             raise ScheduleError(f"rank {self.rank} adds contributions of ranks {dup[:8]} twice")
         return acc | other
+
+    def same(self, value: int, other: int) -> int:
+        """Check that ``value`` and ``other`` hold the same contributors (two pieces of one reduced buffer) and
+        return ``value``; a difference is a schedule error (traced: checked when the template runs)."""
+        if value != other:
+            diff = [r for r in range(self.n_ranks) if (value ^ other) >> r & 1]
+            raise ScheduleError(f"rank {self.rank} holds pieces of one buffer whose contributors differ in ranks "
+                                f"{diff[:8]}")
+        return value
 
     def send(self, direction: str, payload: int, nbytes: int | None = None) -> Request:
         """IPCQ send of ``payload`` on ``direction``, ``nbytes`` (default: the tile)."""

@@ -37,6 +37,7 @@ sampling after the LM head.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -49,10 +50,9 @@ from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.ir.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import lrab
+from kbfast.workloads.collectives import in_model, lrab
 from kbfast.workloads.collectives.lrab import intercube_peers
 from kbfast.workloads.collectives.placement import kernel_info, pe_nodes
-from kbfast.workloads.collectives.steps import converge, spread
 from kbfast.workloads.commands import GemmCommand
 from kbfast.workloads.install import ring_peers, wire
 from kbfast.workloads.kernels import Tl
@@ -98,6 +98,7 @@ class Piece:
     commands: list[GemmCommand]
     macs: int                        # useful MACs of every rank's GEMMs
     repeat: int = 1                  # how many times a step runs it (identical layers)
+    allreduce: str = ""              # the info key of its all-reduce's fields (n_pe, bytes, collective), if any
 
 
 def shape_for(model: Model, phase: str | None = None, batch: int | None = None, seq: int | None = None,
@@ -127,17 +128,23 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
 
 
 STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers")   # what a transformer's step takes
+COLLECTIVE_OPTIONS = ("collective",)                             # what a model with an all-reduce takes
 
 
 def refuse_unread(model: Model, options: dict, label: str | None = None) -> None:
-    """Refuse the step options (``STEP_OPTIONS``) given a value (not None) when ``model`` is no transformer:
-    an MLP's or a panel's file fixes what its step computes, so a value would be carried and never used.
-    The error names the flag (``--kv-len 64``), or with ``label`` (a sweep spec) the key ``workload.kv_len``."""
-    given = [k for k in STEP_OPTIONS if options.get(k) is not None]
-    if isinstance(model, Transformer) or not given:
+    """Refuse the options a model does not read given a value (not None): ``STEP_OPTIONS`` when ``model`` is
+    no transformer (an MLP's or a panel's file fixes what its step computes), ``COLLECTIVE_OPTIONS`` for the
+    attention panels (no all-reduce), so that a value is never carried and unused.  The error names the flag
+    (``--kv-len 64``), or with ``label`` (a sweep spec) the key ``workload.kv_len``."""
+    reads = STEP_OPTIONS + COLLECTIVE_OPTIONS if isinstance(model, Transformer) else \
+        COLLECTIVE_OPTIONS if isinstance(model, Mlp) else ()
+    given = [k for k in STEP_OPTIONS + COLLECTIVE_OPTIONS if options.get(k) is not None and k not in reads]
+    if not given:
         return
     names = [f"workload.{k}" if label else f"--{k.replace('_', '-')}" for k in given]
-    problem = (f"applies to transformer models only; {model.name} is of kind {model.kind}, whose file fixes what "
+    which = "models with an all-reduce (transformers, MLPs)" if given[0] in COLLECTIVE_OPTIONS else \
+        "transformer models"
+    problem = (f"applies to {which} only; {model.name} is of kind {model.kind}, whose file fixes what "
                "its step computes")
     hint = f"drop {', '.join(names)}" + (" from the spec (its workload and axes)" if label else "")
     if label:
@@ -156,8 +163,8 @@ def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
 
 def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
     """Labels, neighbour table, roles and lrab's info of every working PE: a ring (``intra_E`` / ``intra_W``)
-    over the working PEs of each ``group`` consecutive cubes, in cube then PE order, and lrab's cube mesh and
-    inter-SIP directions on each cube's first PE."""
+    over the working PEs of each ``group`` consecutive cubes, in cube then PE order, lrab's cube mesh and
+    inter-SIP directions on each cube's first PE, and the other all-reduces' (kbfast.workloads.collectives.in_model)."""
     lay = t.layout
     n_cubes = lay.n_sips * lay.n_cubes_per_sip
     rank = np.arange(n_cubes * n_pe)
@@ -173,6 +180,9 @@ def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray
     labels += inter_l
     cols.append(np.where((pe == 0)[:, None] & (inter[cube] >= 0), inter[cube] * n_pe, -1))
     info = kernel_info(t)
+    more_l, more = in_model.peers(info, n_pe)
+    labels += more_l
+    cols.append(more)
     # a PE other than its cube's first never runs lrab: its ops do not depend on its cube
     roles = np.concatenate([np.where((pe == 0)[:, None], lrab.roles(n_cubes, info)[cube], -1), pe[:, None]],
                            axis=1)
@@ -202,17 +212,17 @@ def _gather(tl: Tl, nbytes: int, n: int):
     return acc
 
 
-def _allreduce(tl: Tl, nbytes: int, pe: int, n_pe: int, cube_rank: int, tile_io: bool = True):
-    """Sum over every working PE: tile load, chain to the cube's pe0, lrab over cubes and SIPs, chain back,
-    tile store (spec_ccl §5.7 with the reference kernels' load and store, §5.0; ``tile_io=False``: without)."""
+def _allreduce(tl: Tl, name: str, nbytes: int, algorithm: str, pe: int, n_pe: int, cube_rank: int,
+               tile_io: bool = True):
+    """Stage ``name`` (the algorithm named beside it): the sum over every working PE by ``algorithm``
+    (kbfast.workloads.collectives.in_model; lrab: a chain to the cube's pe0, lrab over cubes and SIPs, a chain
+    back, spec_ccl §5.7) between a tile load and store (the reference kernels', §5.0; ``tile_io=False``:
+    without)."""
+    yield tl.phase(f"{name} ({algorithm})")
     _sized(tl, nbytes)
     if tile_io:
         yield tl.load(nbytes)
-    acc = tl.contribution()
-    acc = yield from converge(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
-    if pe == 0:
-        acc = yield from lrab.body(tl, acc, cube_rank, tag=False)
-    acc = yield from spread(tl, acc, pe, 0, n_pe, "intra_W", "intra_E")
+    acc = yield from in_model.body(tl, tl.contribution(), algorithm, pe, n_pe, cube_rank)
     if tile_io:
         yield tl.store(nbytes)
     return acc
@@ -280,8 +290,7 @@ def layer_kernel(tl: Tl):
     yield tl.phase("o proj")
     yield tl.load(L["o_in_bytes"])
     yield tl.gemm(L["o"])
-    yield tl.phase("o all-reduce")
-    yield from _allreduce(tl, L["x_bytes"], pe, L["n_pe"], cube_rank)
+    yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
     yield tl.phase("ffn norm")
     yield tl.math(L["x_elems"], "add")
     yield from _norm(tl, L["x_elems"], L["norm"])
@@ -294,8 +303,7 @@ def layer_kernel(tl: Tl):
     yield tl.phase("ffn down")
     yield tl.load(L["h_bytes"])
     yield tl.gemm(L["down"])
-    yield tl.phase("ffn all-reduce")
-    acc = yield from _allreduce(tl, L["x_bytes"], pe, L["n_pe"], cube_rank)
+    acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
     yield tl.phase("residual")
     yield tl.math(L["x_elems"], "add")
     return acc
@@ -314,7 +322,8 @@ def head_kernel(tl: Tl):
     yield tl.gemm(H["gemm"])
     yield tl.phase("sampling")
     yield tl.math(H["logit_elems"], "max")
-    return (yield from _allreduce(tl, H["argmax_bytes"], pe, H["n_pe"], cube_rank, tile_io=False))
+    return (yield from _allreduce(tl, "sampling all-reduce", H["argmax_bytes"], H["collective"], pe, H["n_pe"],
+                                  cube_rank, tile_io=False))
 
 
 def mlp_kernel(tl: Tl):
@@ -327,8 +336,37 @@ def mlp_kernel(tl: Tl):
     yield tl.phase("row")
     yield tl.load(M["h_bytes"])
     yield tl.gemm(M["row"])
-    yield tl.phase("all-reduce")
-    return (yield from _allreduce(tl, M["out_bytes"], pe, M["n_pe"], cube_rank))
+    return (yield from _allreduce(tl, "all-reduce", M["out_bytes"], M["collective"], pe, M["n_pe"], cube_rank))
+
+
+def allreduce_kernel(tl: Tl):
+    """A piece's all-reduce alone (:func:`allreduce_piece`), as ``auto`` times its candidates."""
+    A = tl.info["allreduce"]
+    cube_rank, pe = divmod(tl.rank, A["n_pe"])
+    return (yield from _allreduce(tl, "all-reduce", A["bytes"], A["collective"], pe, A["n_pe"], cube_rank,
+                                  A["tile_io"]))
+
+
+def allreduce_message(piece: Piece) -> tuple[int, bool]:
+    """The size and the tile I/O of ``piece``'s all-reduce (its layer's, LM head's or MLP's)."""
+    a = piece.info[piece.allreduce]
+    return a["allreduce_bytes"], a["allreduce_tile_io"]
+
+
+def with_collective(piece: Piece, algorithm: str) -> Piece:
+    """``piece`` with its all-reduce run by ``algorithm``."""
+    key = piece.allreduce
+    return dataclasses.replace(piece, info=dict(piece.info, **{key: dict(piece.info[key], collective=algorithm)}))
+
+
+def allreduce_piece(piece: Piece, algorithm: str) -> Piece:
+    """``piece``'s all-reduce alone, on its PEs and wiring, by ``algorithm``: no GEMM, no other stage."""
+    nbytes, tile_io = allreduce_message(piece)
+    fields = {"n_pe": piece.info[piece.allreduce]["n_pe"], "bytes": nbytes, "tile_io": tile_io,
+              "collective": algorithm}
+    info = {k: v for k, v in piece.info.items() if k != piece.allreduce}
+    return Piece("all-reduce", piece.nodes, piece.labels, piece.peer, piece.roles, allreduce_kernel,
+                 dict(info, allreduce=fields), [], 0)
 
 
 def panel_kernel(tl: Tl):
@@ -370,18 +408,22 @@ def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv:
 
 
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
-                  layer: int = 0) -> list[Piece]:
+                  layer: int = 0, collective: str | None = None) -> list[Piece]:
     """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
     head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
-    (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it)."""
+    (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it).  ``collective``
+    (default: the model's own, ``auto`` unless its file says otherwise) runs its all-reduces
+    (kbfast.workloads.collectives.in_model); ``auto`` is left for kbfast.measure.model to choose."""
     if isinstance(model, AttentionPanels):
+        refuse_unread(model, {"collective": collective})
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
+    collective = in_model.check_choice(collective or model.collective)
     nodes, n_pe = _working(t, layout)
     P, C = len(nodes), len(nodes) // n_pe
     if isinstance(model, Mlp):
         labels, peer, roles, info = _wiring(t, n_pe)
         info["elem"] = t.spec.pe.elem_bytes
-        return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout)]
+        return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout, collective)]
     s = shape or shape_for(model)
     fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
     # attention groups: heads over cubes, or (more cubes than heads) a head over a group of cubes
@@ -435,19 +477,23 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
         "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
         "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // m,
-        "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem}
+        "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem,
+        "collective": collective, "allreduce_bytes": T * hid * elem, "allreduce_tile_io": True}
     layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
-                        repeat=model.layers)
+                        repeat=model.layers, allreduce="layer")
     head_table = _Table(t)
     vocab_pe = -(-model.vocab // P)                      # padded to the PE count, as Megatron pads it
     head_info = dict({k: v for k, v in info.items() if k != "layer"}, head={"n_pe": n_pe, "norm": model.norm, "x_elems": s.batch * hid,
                                  "x_bytes": s.batch * hid * elem, "gemm": head_table.add(s.batch, vocab_pe, hid, 0),
-                                 "logit_elems": s.batch * vocab_pe, "argmax_bytes": s.batch * ARGMAX_BYTES})
+                                 "logit_elems": s.batch * vocab_pe, "argmax_bytes": s.batch * ARGMAX_BYTES,
+                                 "collective": collective, "allreduce_bytes": s.batch * ARGMAX_BYTES,
+                                 "allreduce_tile_io": False})
     return [layer_piece, Piece("head", nodes, labels, peer, roles, head_kernel, head_info, head_table.commands,
-                               s.batch * hid * model.vocab)]      # the vocabulary's padding is not useful work
+                               s.batch * hid * model.vocab,       # the vocabulary's padding is not useful work
+                               allreduce="head")]
 
 
-def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout) -> Piece:
+def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout, collective: str) -> Piece:
     d_in, d_h, d_out = model.dims
     P = len(nodes)
     if d_h % P:
@@ -460,8 +506,11 @@ def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout) -> Piece
     column = table.add(model.batch, h, d_in, 0)
     row = table.add(model.batch, d_out, h, 1 << 20)
     info = dict(info, mlp={"n_pe": n_pe, "column": column, "row": row, "x_bytes": model.batch * d_in * elem,
-                           "h_bytes": model.batch * h * elem, "out_bytes": model.batch * d_out * elem})
-    return Piece("mlp", nodes, labels, peer, roles, mlp_kernel, info, table.commands, table.macs * P)
+                           "h_bytes": model.batch * h * elem, "out_bytes": model.batch * d_out * elem,
+                           "collective": collective, "allreduce_bytes": model.batch * d_out * elem,
+                           "allreduce_tile_io": True})
+    return Piece("mlp", nodes, labels, peer, roles, mlp_kernel, info, table.commands, table.macs * P,
+                 allreduce="mlp")
 
 
 def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:

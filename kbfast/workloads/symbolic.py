@@ -21,10 +21,13 @@ from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring
 from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
-from kbfast.workloads.templates import templates_to_arrays, trace
+from kbfast.workloads.templates import ADD, PHASE, SAME, UNEMITTED, templates_to_arrays, trace
 
-OK, E_TWICE, E_DEADLOCK, E_MISSING = 0, 1, 2, 3
-_SEND, _RECV, _ADD, _PHASE = int(Op.SEND), int(Op.RECV), 8, 9
+OK, E_TWICE, E_DEADLOCK, E_MISSING, E_DIFFER = 0, 1, 2, 3, 4
+# the kernels' codes are literals here: Numba bakes globals into its cached machine code and keys the cache on
+# this file alone, so a value imported from templates.py could go stale in the cache
+_SEND, _RECV, _ADD, _PHASE, _SAME = 5, 6, 8, 9, 64
+assert (_SEND, _RECV, _ADD, _PHASE, _SAME) == (Op.SEND, Op.RECV, ADD, PHASE, SAME)
 _READ, _WRITE, _GEMM = int(Op.DMA_READ), int(Op.DMA_WRITE), int(Op.GEMM)
 
 
@@ -50,6 +53,17 @@ def _both(pool, x, y, n, out):
     m = 0
     for q in range(n):
         if _has(pool, x, q) and _has(pool, y, q):
+            out[m] = q
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def _differ(pool, x, y, n, out):
+    """The ranks in exactly one of values ``x`` and ``y``, into ``out``; returns how many (0: the same set)."""
+    m = 0
+    for q in range(n):
+        if _has(pool, x, q) != _has(pool, y, q):
             out[m] = q
             m += 1
     return m
@@ -164,7 +178,8 @@ def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs):
     a channel is created at its first send.  A value is a leaf (``-rank - 1``) or a refcounted row of a
     bitset pool.  Returns (err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst,
     phase_order, last_phase, pc): ``err`` OK, E_TWICE (``err_rank`` adds ``err_ranks`` twice), E_DEADLOCK
-    (``err_ranks``: the blocked ranks in queue order) or E_MISSING (``err_rank`` ends without ``err_ranks``);
+    (``err_ranks``: the blocked ranks in queue order), E_DIFFER (a ``tl.same`` of ``err_rank`` finds its two
+    values differ in ``err_ranks``) or E_MISSING (``err_rank`` ends without ``err_ranks``);
     per emitted op its rank, instruction, channel (-1: none) and phase id; per channel its ranks; the phase
     ids in order of first use, each rank's last phase and its next instruction.
 
@@ -257,13 +272,18 @@ def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs):
                     return (E_TWICE, r, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
                             ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
                 slot[s + val[i]] = row
+            elif o == _SAME:
+                m = _differ(pool, slot[s + a[i]], slot[s + b[i]], n, err_ranks)
+                if m:
+                    return (E_DIFFER, r, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
+                            ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
             elif o == _PHASE:
                 cur_phase[r] = phase[i]
                 if not seen[phase[i]]:
                     seen[phase[i]] = True
                     phase_order[n_seen] = phase[i]
                     n_seen += 1
-            if o != _ADD and o != _PHASE:
+            if o != _ADD and o != _PHASE and o != _SAME:
                 out_rank[k] = r
                 out_ins[k] = i
                 out_phase[k] = cur_phase[r]
@@ -315,7 +335,7 @@ def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nb
     _check_directions(wiring, tpls, tpl_of, names)
     ar = templates_to_arrays(tpls)
     per_tpl = np.bincount(tpl_of, minlength=len(tpls))
-    emits = np.array([sum(o not in (8, 9) for o in tp.op) for tp in tpls], np.int64)
+    emits = np.array([sum(o not in UNEMITTED for o in tp.op) for tp in tpls], np.int64)
     sends = np.array([sum(o == _SEND for o in tp.op) for tp in tpls], np.int64)
     n_emit = int(per_tpl @ emits)
     budget.check(f"generating {b.name} on {n:,} ranks ({n_emit:,} ops)",
@@ -333,6 +353,9 @@ def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nb
         waits = [f"rank {i} on recv {names[ar['label'][pc[i]]]!r}" for i in bad]
         raise ScheduleError("the collective deadlocks (every remaining rank waits on an empty channel): "
                             + "; ".join(waits[:8]))
+    if err == E_DIFFER:
+        raise ScheduleError(f"rank {err_rank} holds pieces of one buffer whose contributors differ in ranks "
+                            f"{bad[:8]}")
     if err == E_MISSING:
         raise ScheduleError(f"rank {err_rank} ends without the contributions of ranks {bad[:8]}"
                             + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""))

@@ -17,8 +17,11 @@ from kbfast.errors import KbfastError
 from kbfast.ir import Op
 from kbfast.workloads.kernels import Kernel, Tl
 
-ADD = 8      # template-only ops (nothing emitted): acc := a + b, and a phase tag
-PHASE = 9
+ADD = 8      # template-only ops (nothing emitted): acc := a + b, a phase tag, and the check a == b; codes a
+PHASE = 9    # template never emits (FETCH and STORE come from a GEMM's lowering only), or no Op's
+SAME = 64
+assert SAME > max(Op)
+UNEMITTED = (ADD, PHASE, SAME)
 
 
 @dataclass
@@ -48,7 +51,7 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
 
     def emit(op: int, label: int = -1, val: int = -1, a: int = -1, b: int = -1, nbytes: int = 0,
              arg: float = 0.0, phase: int = -1) -> None:
-        for v in (a, b) if op == ADD else (val,) if op == Op.SEND else ():
+        for v in (a, b) if op in (ADD, SAME) else (val,) if op == Op.SEND else ():
             uses[v] = len(t.op)
         if op in (ADD, Op.RECV):
             uses[val] = len(t.op)
@@ -65,8 +68,14 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
         emit(ADD, val=out, a=acc, b=other)
         return out
 
+    def same(value: int, other: int) -> int:
+        emit(SAME, a=value, b=other)
+        return value
+
     tl.contribution = lambda: 0
     tl.add = add
+    tl.same = same
+    tl.tagged = False
     gen = kernel(tl)
     reply = None
     while True:

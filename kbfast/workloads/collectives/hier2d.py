@@ -22,13 +22,15 @@ level; it runs one generator per rank and is limited to
 
 from __future__ import annotations
 
+import numpy as np
+
 from kbfast.errors import KbfastError
 from kbfast.workloads.collectives.algorithm import Algorithm
 from kbfast.workloads.collectives.placement import mesh_cycle
-from kbfast.workloads.collectives.ring_pipe import LOOKAHEAD, chunks, ring_level
+from kbfast.workloads.collectives.ring_pipe import LOOKAHEAD, chunks, ring_level, settled
 from kbfast.workloads.collectives.rs_ag import check_ranks
-from kbfast.workloads.install import Install, install
-from kbfast.workloads.kernels import ScheduleError, Tl
+from kbfast.workloads.install import Install, install_peers
+from kbfast.workloads.kernels import Tl
 
 LEVELS = (("pe_E", "pe_W"), ("mesh_E", "mesh_W"), ("sip_E", "sip_W"))
 
@@ -52,68 +54,77 @@ def _place(info: dict, n: int, rank: int) -> tuple[tuple[int, int, int], tuple[i
     return (pe, mesh_cycle(info["cube_w"], info["cube_h"]).index(cube), sip), (n1, n2, n3)
 
 
-def _merge(tl: Tl, row: list[int]) -> int:
-    """The contributor set of a chunk whose pieces must all hold the same one."""
-    if any(x != row[0] for x in row):
-        raise ScheduleError(f"rank {tl.rank} holds a chunk whose pieces have different contributors")
-    return row[0]
+def body(tl: Tl, acc: int, sizes: tuple[int, int, int], places: tuple[int, int, int], nbytes: int,
+         dirs: tuple = LEVELS, phases: bool = True):
+    """The five passes (module docstring) of a buffer of ``nbytes`` holding ``acc``, over levels of ``sizes``
+    ranks (this one at ``places``, for the tags only), on directions ``dirs``; ``phases``: tag each pass with a
+    phase of its own.  Every rank runs the same ops.  Returns the contributor set every piece ends with."""
+    (i1, i2, i3), (n1, n2, n3) = places, sizes
+    s1, s2 = nbytes, max(nbytes // n1, 1)
+    s3 = max(s2 // n2, 1)
+
+    have1 = chunks(n1, s1, acc)
+    mine1 = 0
+    if n1 > 1:
+        if phases:
+            yield tl.phase("cube reduce-scatter")
+        mine1 = yield from ring_level(tl, have1, i1, n1, dirs[0], s1, n1 - 1, 0, -1, gather_phase=False)
+    have2 = chunks(n2, s2, settled(tl, have1[mine1]))
+    mine2 = 0
+    if n2 > 1:
+        if phases:
+            yield tl.phase("mesh reduce-scatter")
+        mine2 = yield from ring_level(tl, have2, i2, n2, dirs[1], s2, n2 - 1, 0, -1, gather_phase=False)
+    have3 = chunks(n3, s3, settled(tl, have2[mine2]))
+    if n3 > 1:
+        if phases:
+            yield tl.phase("sip all-reduce")
+        yield from ring_level(tl, have3, i3, n3, dirs[2], s3, n3 - 1, n3 - 1, 0, gather_phase=phases)
+    have2[mine2] = [settled(tl, [x for row in have3 for x in row])] * len(have2[mine2])
+    if n2 > 1:
+        if phases:
+            yield tl.phase("mesh all-gather")
+        yield from ring_level(tl, have2, i2, n2, dirs[1], s2, 0, n2 - 1, 0, mine2)
+    have1[mine1] = [settled(tl, [x for row in have2 for x in row])] * len(have1[mine1])
+    if n1 > 1:
+        if phases:
+            yield tl.phase("cube all-gather")
+        yield from ring_level(tl, have1, i1, n1, dirs[0], s1, 0, n1 - 1, 0, mine1)
+    return settled(tl, [x for row in have1 for x in row])
 
 
 def kernel(tl: Tl):
-    """The five passes (module docstring); returns the ranks present in every piece of every chunk at the end."""
-    (i1, i2, i3), (n1, n2, n3) = _place(tl.info, tl.n_ranks, tl.rank)
-    s1, s2 = tl.nbytes, max(tl.nbytes // n1, 1)
-    s3 = max(s2 // n2, 1)
-    have1 = chunks(n1, s1, tl.contribution())
-    mine1 = i1
-    if n1 > 1:
-        yield tl.phase("cube reduce-scatter")
-        mine1 = yield from ring_level(tl, have1, i1, n1, LEVELS[0], s1, n1 - 1, 0, -1)
-    have2 = chunks(n2, s2, _merge(tl, have1[mine1]))
-    mine2 = i2
-    if n2 > 1:
-        yield tl.phase("mesh reduce-scatter")
-        mine2 = yield from ring_level(tl, have2, i2, n2, LEVELS[1], s2, n2 - 1, 0, -1)
-    have3 = chunks(n3, s3, _merge(tl, have2[mine2]))
-    if n3 > 1:
-        yield tl.phase("sip all-reduce")
-        yield from ring_level(tl, have3, i3, n3, LEVELS[2], s3, n3 - 1, n3 - 1, 0)
-    have2[mine2] = [_merge(tl, [x for row in have3 for x in row])] * len(have2[mine2])
-    if n2 > 1:
-        yield tl.phase("mesh all-gather")
-        yield from ring_level(tl, have2, i2, n2, LEVELS[1], s2, 0, n2 - 1, 0, mine2)
-    have1[mine1] = [_merge(tl, [x for row in have2 for x in row])] * len(have1[mine1])
-    if n1 > 1:
-        yield tl.phase("cube all-gather")
-        yield from ring_level(tl, have1, i1, n1, LEVELS[0], s1, 0, n1 - 1, 0, mine1)
-    out = (1 << tl.n_ranks) - 1
-    for row in have1:
-        for x in row:
-            out &= x
-    return out
+    """:func:`body` over the rank set's levels; returns the contributor set every piece ends with."""
+    places, sizes = _place(tl.info, tl.n_ranks, tl.rank)
+    return (yield from body(tl, tl.contribution(), sizes, places, tl.nbytes))
+
+
+def peers(sizes: tuple[int, int, int], cube_w: int, cube_h: int) -> tuple[list[str], np.ndarray]:
+    """The directions of a ring at each level (:data:`LEVELS`) and the neighbour table of ranks numbered SIP,
+    cube, PE, with ``sizes`` = (PEs per cube, cubes per SIP, SIPs): the cube's PEs in order, the same PE of
+    the SIP's cubes around :func:`~kbfast.workloads.collectives.placement.mesh_cycle`, the same PE and cube of
+    every SIP; a level of one rank has no directions."""
+    n1, n2, n3 = sizes
+    cycle = np.array(mesh_cycle(cube_w, cube_h), np.int64)
+    place_of = np.argsort(cycle)
+    rank = np.arange(n1 * n2 * n3)
+    sip, rest = np.divmod(rank, n1 * n2)
+    cube, pe = np.divmod(rest, n1)
+    place = place_of[cube]
+    labels, cols = [], []
+    for (east, west), m, step in zip(LEVELS, sizes, (
+            lambda d: (sip * n2 + cube) * n1 + (pe + d) % n1,
+            lambda d: (sip * n2 + cycle[(place + d) % n2]) * n1 + pe,
+            lambda d: (((sip + d) % n3) * n2 + cube) * n1 + pe)):
+        if m > 1:
+            labels += [east, west]
+            cols += [step(1), step(-1)]
+    return labels, np.stack(cols, axis=1) if cols else np.zeros((len(rank), 0), np.int64)
 
 
 def _wiring(t, n: int, info: dict) -> Install:
-    """A ring at each level: the cube's PEs in order, the same PE of the SIP's cubes around the mesh cycle, the
-    same PE and cube of every SIP; a level of one rank has no directions."""
-    n1, n2, n3 = levels(info, n)
-    cycle = mesh_cycle(info["cube_w"], info["cube_h"])
-
-    def rank_of(pe: int, place: int, sip: int) -> int:
-        return (sip * n2 + cycle[place % n2]) * n1 + pe % n1
-
-    def table(rank: int, n: int) -> dict[str, int]:
-        (pe, place, sip), _ = _place(info, n, rank)
-        out = {}
-        for (east, west), m, (e, w) in zip(LEVELS, (n1, n2, n3), (
-                (rank_of(pe + 1, place, sip), rank_of(pe - 1, place, sip)),
-                (rank_of(pe, place + 1, sip), rank_of(pe, place - 1, sip)),
-                (rank_of(pe, place, (sip + 1) % n3), rank_of(pe, place, (sip - 1) % n3)))):
-            if m > 1:
-                out.update({east: e, west: w})
-        return out
-
-    return install(n, table)
+    """:func:`peers` of the rank set's levels, installed."""
+    return install_peers(*peers(levels(info, n), info["cube_w"], info["cube_h"]))
 
 
 HIER2D = Algorithm(kernel, _wiring, None, check=check_ranks, min_slots=LOOKAHEAD)
