@@ -430,7 +430,7 @@ def test_auto_runs_the_fastest_candidate_per_message(tray):
     assert set(step.choices) == {"layer", "head"}
     for piece in step.pieces:
         c = step.choices[piece.name]
-        assert set(c["candidates_ns"]) == set(ALGORITHMS)
+        assert set(c["candidates_ns"]) == set(ALGORITHMS) - {"ring_pipe"}     # 256 PEs: no flat ring
         assert c["chosen"] == min(c["candidates_ns"], key=c["candidates_ns"].get)
         assert piece.info[piece.allreduce]["collective"] == c["chosen"]
     assert step.choices["layer"]["bytes"] == 256 * m.hidden * 2 and step.choices["head"]["bytes"] == 8
@@ -451,3 +451,23 @@ def test_collective_option_is_checked_and_the_reference_mlp_keeps_lrab(tray):
     with pytest.raises(KbfastError, match="--collective lrab: applies to models with an all-reduce"):
         compile_model(t, load_model("gqa_llama70b_validation"), collective="lrab")
     assert typing.get_args(Collective) == CHOICES
+
+
+def test_model_sweep_takes_the_collective_as_an_axis(tmp_path):
+    """``workload.collective`` is a sweep key: each point runs the algorithm it names (``collective_used``),
+    and the attention panels, which have no all-reduce, refuse it by key."""
+    from kbfast.sweep.batches import evaluate_batch, make_batches
+    from kbfast.sweep.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ntopology: ahbm_2sip\nworkload: {kind: model, model: tp_mlp}\n"
+                    "axes: [{grid: {workload.collective: [lrab, hier2d, auto]}}]\n")
+    rows = evaluate_batch(make_batches(load_spec(path).points(), "fast")[0]).rows
+    assert rows["collective_used"].tolist()[:2] == ["lrab", "hier2d"]
+    assert rows["collective_used"].iloc[2] in ALGORITHMS
+    assert rows["latency_ns"].iloc[0] != rows["latency_ns"].iloc[1]
+    path.write_text("name: s\ntopology: ahbm_2sip\nworkload: {kind: model, model: gqa_llama70b_validation, "
+                    "collective: lrab}\n")
+    with pytest.raises(ConfigError) as err:
+        load_spec(path).points()
+    assert err.value.key == "workload.collective"

@@ -48,7 +48,7 @@ from kbfast.workloads.launch import launch_timing
 from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES, check_fast_choice
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
-from kbfast.workloads.collectives.in_model import ALGORITHMS, AUTO
+from kbfast.workloads.collectives.in_model import AUTO, candidates
 from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_message, allreduce_piece, build_piece,
                                     compile_model, refuse_unread, shape_for, with_collective)
 
@@ -243,7 +243,7 @@ _CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method) -
 def choose_collective(t: Tables, router: Router, piece: Piece, method: str, timer: CommandTimer,
                       launch_ns: float) -> tuple[str, dict[str, float]]:
     """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
-    .ALGORITHMS) alone on the piece's PEs and wiring, from the launch barrier, timed as the piece would be
+    .candidates) alone on the piece's PEs and wiring, from the launch barrier, timed as the piece would be
     (:func:`evaluate_piece`, fast mode, ``method``); the fastest, the earlier candidate on a tie.  A candidate
     refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs) is not
     chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a sweep's
@@ -253,7 +253,7 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str, time
     if key not in _CHOSEN:
         times: dict[str, float | None] = {}
         refusal = None
-        for alg in ALGORITHMS:
+        for alg in candidates(len(piece.nodes)):
             try:
                 times[alg] = evaluate_piece(t, router, allreduce_piece(piece, alg), "fast", timer, method,
                                             launch_ns).latency_ns

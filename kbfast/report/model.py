@@ -148,14 +148,14 @@ def print_model_report(rep: dict, console: Console) -> None:
 def _print_choice(choice: list[dict], console: Console) -> None:
     """``auto``'s all-reduce choice per piece: each candidate's latency alone on the piece's PEs, the fastest
     marked."""
-    algs = list(choice[0]["candidates_ns"])
+    algs = list(dict.fromkeys(a for c in choice for a in c["candidates_ns"]))
     unit = column_unit([v for c in choice for v in c["candidates_ns"].values() if v is not None])
     table = narrow_table("all-reduce chosen by auto (each candidate alone)", "piece", "message",
                          *(with_unit(a, unit) for a in algs),
                          caption="* the fastest, which the step runs; refused: over a limit (docs/models.md)")
     for c in choice:
         table.add_row(c["piece"], fmt_bytes(c["bytes"]),
-                      *("refused" if c["candidates_ns"][a] is None else
+                      *("-" if a not in c["candidates_ns"] else "refused" if c["candidates_ns"][a] is None else
                         in_unit(c["candidates_ns"][a], unit) + ("*" if a == c["chosen"] else " ") for a in algs))
     console.print(fit(console, table, wrap=("piece",)))
 

@@ -15,8 +15,8 @@ hier2d     a pipelined ring per level: the cube's PEs, the cube mesh, the SIPs
            (kbfast.workloads.collectives.hier2d)
 ========== =========================================================================================
 
-``auto`` (kbfast.measure.model) times each of them on the fast path for the message's size and ranks, and
-takes the fastest (docs/models.md, "Collectives in models").
+``auto`` (kbfast.measure.model) times each of them (:func:`candidates`) on the fast path for the message's
+size and ranks, and takes the fastest (docs/models.md, "Collectives in models").
 """
 
 from __future__ import annotations
@@ -30,10 +30,18 @@ from kbfast.workloads.collectives.steps import converge, spread
 from kbfast.workloads.kernels import Tl
 
 ALGORITHMS = ("lrab", "ring_pipe", "hier2d")      # auto's candidates, in the order a tie goes
+FLAT_RING_MAX = 64     # auto leaves the flat ring out above this many ranks: its 2 (P - 1) steps lose to hier2d,
+                       # which sends the same bytes per PE in fewer steps (256 PEs of ahbm_2sip: 46.3 us against
+                       # 8.3 us at 16 KiB, 1.307 ms against 1.248 ms at 32 MiB), and timing it costs 3 s
 AUTO = "auto"
 CHOICES = (AUTO,) + ALGORITHMS
 REFERENCE = "lrab"                                # what the reference's models ran (spec_ccl §5.7)
 RING = ("ring_E", "ring_W")
+
+
+def candidates(n_ranks: int) -> tuple[str, ...]:
+    """The algorithms ``auto`` times for an all-reduce over ``n_ranks`` working PEs (:data:`FLAT_RING_MAX`)."""
+    return tuple(a for a in ALGORITHMS if a != "ring_pipe" or n_ranks <= FLAT_RING_MAX)
 
 
 def check_choice(collective: str) -> str:
