@@ -10,7 +10,8 @@ not one chunk.  α–β cost (docs/collectives.md): ``(s + P - 1) (α + C/(P β)
 rs_ag's ``s (α + C/β)``.
 
 Its payloads carry (chunk, piece) tags, so it runs one generator per rank (``run_kernels``) and is limited to
-:data:`~kbfast.workloads.collectives.rs_ag.MAX_RANKS` ranks.
+:data:`~kbfast.workloads.collectives.rs_ag.MAX_RANKS` ranks; traced (a model's all-reduce,
+kbfast.workloads.collectives.in_model), every rank runs the same ops and ``tl.same`` checks the pieces.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def ring_level(tl: Tl, have: list[list[int]], i: int, n: int, dirs: tuple[str, s
     schedule cannot deadlock.  ``gather_phase``: tag the gather steps' ops with phase ``all-gather``.
 
     When ``tl.tagged`` a payload is ``(contributors << TAG_BITS) | tag``, ``tag = chunk * P + piece`` with the
-    chunk counted from rank 0's: a piece received into the wrong slot is caught as well as a contribution
+    chunk's index in the buffer: a piece received into the wrong slot is caught as well as a contribution
     counted twice (the symbolic check); a traced kernel's payloads are opaque, and the check of every piece
     (``tl.same``) stands in.  Returns the chunk the reduce steps completed (counted from the rank's own)."""
     chunk = max(nbytes // n, 1)
