@@ -15,6 +15,7 @@ from kbfast import Router, build_tables, load_system
 from kbfast.cli.main import app
 from kbfast.config.models import Collective, load_model, model_names
 from kbfast.errors import ConfigError, KbfastError
+from kbfast.ir import Op
 from kbfast.measure.methods import FAST_CHOICES
 from kbfast.measure.model import evaluate_piece, evaluate_step
 from kbfast.workloads.kernels import ScheduleError
@@ -491,3 +492,45 @@ def test_model_sweep_takes_the_collective_as_an_axis(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_spec(path).points()
     assert err.value.key == "workload.collective"
+
+
+# -- memory per PE: the HBM slice and the TCM budget (pe.tcm_kib) ---------------------------------------------
+def test_a_that_does_not_fit_in_tcm_is_streamed(tray):
+    """A 2048-token prefill's activations (32 MiB per PE) cannot be pinned in a 2 MiB TCM: the QKV and up GEMMs
+    stream A tile by tile and the kernel loads nothing for them; every piece's largest GEMM fits its TCM."""
+    t, router = tray
+    m = load_model("llama3_70b")
+    layer = compile_model(t, m, shape_for(m, "prefill", 1, 2048, None), collective="lrab")[0]
+    L = layer.info["layer"]
+    streamed = {name for name in ("qkv", "o", "up", "down") if not L["pinned"][L[name]]}
+    assert streamed == {"qkv", "up"}
+    mem = layer.memory
+    assert mem["a_streamed"] == 2 and mem["tcm_pinned"] + mem["tcm_tiles"] <= mem["tcm"] == 2 << 20
+    # per PE (2 query heads and a KV head per cube, over its 8 PEs): input and output, QKV, O, gate and up
+    assert mem["activations"] == (2 * 8192 + (2 + 2) * 128 // 8 + 2 * 128 // 8 + 2 * 28672 // 256) * 2048 * 2
+    lower = TimedLowering(layer.commands, lambda c, n: np.zeros(len(c)))
+    p = build_piece(t, router, layer, lower)
+    loads = (p.op_code == Op.DMA_READ) & (p.op_phase == list(p.phase_names).index("qkv"))
+    assert not loads.any()                                   # qkv: no tile load of x, A streams
+
+
+def test_parity_with_a_streamed(tmp_path):
+    """A GEMM streaming A (a small TCM) keeps the fast path within 5 % of exact, both methods."""
+    t = build_tables(load_system("ahbm_2sip", {"pe.tcm_kib": 64}))
+    m = load_model("llama32_1b")
+    layer = compile_model(t, m, shape_for(m, "prefill", 1, 64, None), collective="lrab")[0]
+    assert layer.memory["a_streamed"] >= 2
+    _parity(t, Router(t), layer)
+
+
+def test_tile_buffers_over_the_tcm_are_refused(runner_model):
+    res = runner_model("llama32_1b", "--set", "pe.tcm_kib=8")
+    assert res.exit_code == 2
+    err = " ".join(res.stderr.split())
+    assert "GEMM's tile buffers take 18 KiB of TCM" in err and "over its 8 KiB (pe.tcm_kib 8)" in err, err
+
+
+@pytest.fixture
+def runner_model():
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, ["run", "model", *args])

@@ -296,6 +296,7 @@ class Pe(Strict):
     tile: Tile
     gemm_macs_per_ns: PositiveFloat      # MACs per ns of PE_GEMM: one tile takes m*k*n / rate ns
     tile_buffers: PositiveInt            # tile t+D's reads wait until tile t has left FETCH
+    tcm_kib: PositiveInt                 # PE_TCM capacity: pinned operands and tile buffers (spec_memory M14)
     tcm_read_gbs: PositiveFloat          # PE_TCM read channel (FETCH), ADR-0040
     tcm_write_gbs: PositiveFloat         # PE_TCM write channel (STORE), ADR-0040
 

@@ -100,6 +100,14 @@ class GemmPlan:
         """HBM address of C's tile (``m``, ``n``), C laid out tile-major from ``base``."""
         return base + (m * self.n_tiles + n) * self.c_tile_bytes
 
+    def tcm_bytes(self) -> tuple[int, int]:
+        """What the command keeps in PE_TCM: (the pinned operands whole, the tile buffers: ``depth`` streamed
+        A and B tiles in flight and the C tile being stored)."""
+        a, b, _ = self.operand_bytes()
+        pinned = (a if self.a_pinned else 0) + (b if self.b_pinned else 0)
+        streamed = (0 if self.a_pinned else self.a_tile_bytes) + (0 if self.b_pinned else self.b_tile_bytes)
+        return pinned, self.depth * streamed + self.c_tile_bytes
+
     def operand_bytes(self) -> tuple[int, int, int]:
         """HBM footprint of A, B, C in whole tiles."""
         return (self.m_tiles * self.k_tiles * self.a_tile_bytes, self.k_tiles * self.n_tiles * self.b_tile_bytes,

@@ -67,6 +67,8 @@ def model_report(step: StepResult, t: Tables) -> dict:
            "stage_end_ns": {p.name: r.phase_ns for p, r in zip(step.pieces, step.results[step.mode])}}
     if step.choices:
         out["collective_choice"] = [{"piece": name, **c} for name, c in step.choices.items()]
+    out["memory"] = {p.name: dict(p.memory, **ipcq_slot_bytes(r.program))
+                     for p, r in zip(step.pieces, step.results[step.mode]) if p.memory}
     if m.kind == "attention_panels":
         return out
     lat = step.latency_ns()
@@ -138,11 +140,50 @@ def print_model_report(rep: dict, console: Console) -> None:
         console.print(fit(console, stages, wrap=("stage",)))
     if rep.get("collective_choice"):
         _print_choice(rep["collective_choice"], console)
+    if rep.get("memory"):
+        _print_memory(rep["memory"], console)
     counts = narrow_table("op counts per run (commands, all PEs)", "piece", *(SHORT.get(k, k) for k in COUNTED),
                           caption="send / recv: IPCQ; read / write: DMA commands (a GEMM's tile DMAs are its own)")
     for row in rep["pieces"]:
         counts.add_row(row["piece"], *(count(row[f"count[{k}]"]) for k in COUNTED))
     console.print(fit(console, counts))
+
+
+def ipcq_slot_bytes(program) -> dict:
+    """The IPCQ slot buffers of the PE that receives on the most (``n_slots`` x ``slot_size`` of each inbound
+    channel; the slots grow to fit the largest message, spec_ccl) and the tier that holds them."""
+    if program is None or not len(program.channels):
+        return {"ipcq_slots": 0, "ipcq_tier": ""}
+    ch = program.channels
+    per_pe = np.bincount(ch.dst, weights=(ch.n_slots * ch.slot_size).astype(np.float64))
+    return {"ipcq_slots": int(per_pe.max()), "ipcq_tier": ("tcm", "sram", "hbm")[int(ch.kind[0])]}
+
+
+MEMORY_ROWS = (("HBM: weights", lambda m: fmt_bytes(m["weights"])),
+               ("HBM: KV cache", lambda m: fmt_bytes(m["kv_cache"])),
+               ("HBM: activations", lambda m: fmt_bytes(m["activations"])),
+               ("HBM: of the slice", lambda m: f"{percent(_hbm(m) / m['hbm_slice'])} of {fmt_bytes(m['hbm_slice'])}"),
+               ("TCM: pinned operands", lambda m: fmt_bytes(m["tcm_pinned"])),
+               ("TCM: tile buffers", lambda m: fmt_bytes(m["tcm_tiles"])),
+               ("TCM: of the budget", lambda m: f"{percent((m['tcm_pinned'] + m['tcm_tiles']) / m['tcm'])} of "
+                                                f"{fmt_bytes(m['tcm'])}"),
+               ("GEMMs streaming A", lambda m: f"{m['a_streamed']} of {m['commands']}"),
+               ("IPCQ slots", lambda m: f"{fmt_bytes(m['ipcq_slots'])} {m['ipcq_tier']}".strip()))
+
+
+def _hbm(m: dict) -> int:
+    return m["weights"] + m["kv_cache"] + m["activations"]
+
+
+def _print_memory(memory: dict, console: Console) -> None:
+    """What one working PE holds, per piece: its HBM slice and its TCM against their budgets, and the IPCQ slot
+    buffers (docs/models.md, "Memory per PE")."""
+    table = narrow_table("memory per working PE", "held", *memory,
+                         caption="the largest GEMM's TCM; a GEMM whose A does not fit streams it from HBM; IPCQ "
+                                 "slots grow to fit the largest message (spec_ccl)")
+    for label, cell in MEMORY_ROWS:
+        table.add_row(label, *(cell(m) for m in memory.values()))
+    console.print(fit(console, table, wrap=("held",)))
 
 
 def _print_choice(choice: list[dict], console: Console) -> None:
@@ -152,7 +193,9 @@ def _print_choice(choice: list[dict], console: Console) -> None:
     unit = column_unit([v for c in choice for v in c["candidates_ns"].values() if v is not None])
     table = narrow_table("all-reduce chosen by auto (each candidate alone)", "piece", "message",
                          *(with_unit(a, unit) for a in algs),
-                         caption="* the fastest, which the step runs; refused: over a limit (docs/models.md)")
+                         caption="* the fastest, which the step runs" + ("; refused: over a limit" if any(
+                             v is None for c in choice for v in c["candidates_ns"].values()) else "")
+                         + " (docs/models.md)")
     for c in choice:
         table.add_row(c["piece"], fmt_bytes(c["bytes"]),
                       *("-" if a not in c["candidates_ns"] else "refused" if c["candidates_ns"][a] is None else

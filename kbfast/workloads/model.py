@@ -30,7 +30,8 @@ With more cubes than query heads, a head goes to a group of ``C / heads`` consec
 ``tp_cubes`` runs the same on pe0 of every cube only (``n = 1``: no rings inside a cube, lrab
 directly), the reference's cube-level install.  GEMM operands live in the PE's own HBM slice: A is loaded
 into TCM first (``tl.load``), B streams tile by tile, C is written back (spec_pe §5.6, ``load_ref``);
-attention GEMMs take Q and the scores from TCM (no load).  Not modelled: the embedding lookup, the new
+attention GEMMs take Q and the scores from TCM (no load); an A that does not fit in TCM beside the tile
+buffers (``pe.tcm_kib``) streams tile by tile like B (``ref_ref``), with no load.  Not modelled: the embedding lookup, the new
 token's K/V append in decode (512 B per cube), causal skipping in prefill and the logits' gather and
 sampling after the LM head.
 """
@@ -99,6 +100,7 @@ class Piece:
     macs: int                        # useful MACs of every rank's GEMMs
     repeat: int = 1                  # how many times a step runs it (identical layers)
     allreduce: str = ""              # the info key of its all-reduce's fields (n_pe, bytes, collective), if any
+    memory: dict = dataclasses.field(default_factory=dict)   # per working PE, bytes (:func:`_memory`)
 
 
 def shape_for(model: Model, phase: str | None = None, batch: int | None = None, seq: int | None = None,
@@ -201,6 +203,15 @@ def _sized(tl: Tl, nbytes: int) -> None:
     tl.nbytes, tl.n_elem = nbytes, max(nbytes // tl.info["elem"], 1)
 
 
+def _gemm(tl: Tl, fields: dict, name: str, a_bytes: int):
+    """GEMM command ``fields[name]``, its A operand (``a_bytes``) loaded into TCM first when the command pins
+    it; a command whose A does not fit in TCM streams A tile by tile from the PE's slice (_Table.add)."""
+    command = fields[name]
+    if fields["pinned"][command]:
+        yield tl.load(a_bytes)
+    yield tl.gemm(command)
+
+
 def _gather(tl: Tl, nbytes: int, n: int):
     """Ring all-gather over the cube's ``n`` working PEs: ``n - 1`` forwards of ``nbytes``, no MATH."""
     _sized(tl, nbytes)
@@ -277,8 +288,7 @@ def layer_kernel(tl: Tl):
     yield tl.phase("norm")
     yield from _norm(tl, L["x_elems"], L["norm"])
     yield tl.phase("qkv")
-    yield tl.load(L["x_bytes"])
-    yield tl.gemm(L["qkv"])
+    yield from _gemm(tl, L, "qkv", L["x_bytes"])
     if n > 1:
         yield tl.phase("qkv gather")
         yield from _gather(tl, L["qkv_shard_bytes"], n)
@@ -288,21 +298,18 @@ def layer_kernel(tl: Tl):
         yield tl.phase("o gather")
         yield from _gather(tl, L["o_shard_bytes"], n)
     yield tl.phase("o proj")
-    yield tl.load(L["o_in_bytes"])
-    yield tl.gemm(L["o"])
+    yield from _gemm(tl, L, "o", L["o_in_bytes"])
     yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
     yield tl.phase("ffn norm")
     yield tl.math(L["x_elems"], "add")
     yield from _norm(tl, L["x_elems"], L["norm"])
     yield tl.phase("ffn up")
-    yield tl.load(L["x_bytes"])
-    yield tl.gemm(L["up"])
+    yield from _gemm(tl, L, "up", L["x_bytes"])
     yield tl.phase("activation")
     for op in ("exp", "mul", "mul") if L["ffn_kind"] == "swiglu" else ("exp", "mul"):
         yield tl.math(L["act_elems"], op)
     yield tl.phase("ffn down")
-    yield tl.load(L["h_bytes"])
-    yield tl.gemm(L["down"])
+    yield from _gemm(tl, L, "down", L["h_bytes"])
     acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
     yield tl.phase("residual")
     yield tl.math(L["x_elems"], "add")
@@ -318,8 +325,7 @@ def head_kernel(tl: Tl):
     yield tl.phase("final norm")
     yield from _norm(tl, H["x_elems"], H["norm"])
     yield tl.phase("lm head")
-    yield tl.load(H["x_bytes"])
-    yield tl.gemm(H["gemm"])
+    yield from _gemm(tl, H, "gemm", H["x_bytes"])
     yield tl.phase("sampling")
     yield tl.math(H["logit_elems"], "max")
     return (yield from _allreduce(tl, "sampling all-reduce", H["argmax_bytes"], H["collective"], pe, H["n_pe"],
@@ -331,11 +337,9 @@ def mlp_kernel(tl: Tl):
     M = tl.info["mlp"]
     cube_rank, pe = divmod(tl.rank, M["n_pe"])
     yield tl.phase("column")
-    yield tl.load(M["x_bytes"])
-    yield tl.gemm(M["column"])
+    yield from _gemm(tl, M, "column", M["x_bytes"])
     yield tl.phase("row")
-    yield tl.load(M["h_bytes"])
-    yield tl.gemm(M["row"])
+    yield from _gemm(tl, M, "row", M["h_bytes"])
     return (yield from _allreduce(tl, "all-reduce", M["out_bytes"], M["collective"], pe, M["n_pe"], cube_rank))
 
 
@@ -380,14 +384,38 @@ class _Table:
 
     def __init__(self, t: Tables):
         self.t, self.commands, self.macs = t, [], 0
+        self.tcm_budget = t.spec.pe.tcm_kib * 1024
 
     def add(self, m: int, n: int, k: int, b_addr: int, count: int = 1) -> int:
-        """A command with A pinned in TCM (loaded by the kernel, or already there) and B at ``b_addr``."""
-        plan = plan_gemm(self.t.spec.pe, m, n, k, a_pinned=True)
+        """A command with B at ``b_addr`` and A pinned in TCM (loaded by the kernel, or already there) when A
+        fits there beside the tile buffers (``pe.tcm_kib``, GemmPlan.tcm_bytes), else streamed tile by tile
+        from address 0 of the PE's slice, as B is (a prefill's activations: 32 MiB for 2048 tokens of
+        Llama-3-70B).  Refused when even the streamed tiles do not fit."""
+        pe = self.t.spec.pe
+        plan = plan_gemm(pe, m, n, k, a_pinned=True)
+        if sum(plan.tcm_bytes()) > self.tcm_budget:
+            plan = plan_gemm(pe, m, n, k, a_pinned=False)
+            if sum(plan.tcm_bytes()) > self.tcm_budget:
+                raise KbfastError(f"a {m} x {n} x {k} GEMM's tile buffers take {budget.fmt_bytes(sum(plan.tcm_bytes()))} "
+                                  f"of TCM ({pe.tile_buffers} A and B tiles in flight and a C tile), over its "
+                                  f"{budget.fmt_bytes(self.tcm_budget)} (pe.tcm_kib {pe.tcm_kib})\n  hint: raise "
+                                  "pe.tcm_kib, or lower pe.tile_buffers or the tile (pe.tile)")
         a, b, c = plan.operand_bytes()
         self.commands.append(GemmCommand(plan, a_addr=0, b_addr=b_addr, c_addr=b_addr + b))
         self.macs += plan.macs * count
         return len(self.commands) - 1
+
+    def pinned(self) -> tuple[bool, ...]:
+        """Per command: is its A pinned in TCM (and loaded by the kernel when it loads one)?"""
+        return tuple(c.plan.a_pinned for c in self.commands)
+
+    def tcm_use(self) -> dict[str, int]:
+        """The TCM the commands need at most (one command at a time: tiles of different commands never
+        interleave): its pinned operands and its tile buffers, and how many commands stream A."""
+        need = [c.plan.tcm_bytes() for c in self.commands]
+        top = max(range(len(need)), key=lambda i: sum(need[i])) if need else None
+        return {"tcm_pinned": need[top][0] if need else 0, "tcm_tiles": need[top][1] if need else 0,
+                "a_streamed": sum(not c.plan.a_pinned for c in self.commands), "commands": len(self.commands)}
 
 
 def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv: int, kv_heads: int, d: int,
@@ -471,26 +499,31 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         attn = _attention_dims(t, table, "mesh_kv", s.batch, q_per_kv, kv_grp, d, rows, rows, kv_base)
         cache_rows = rows
     cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
-    _fits(t, model, layout, model.layers * stride + cache, f"{model.layers} layers of weights "
-          f"({budget.fmt_bytes(model.layers * stride)}) and the KV cache ({budget.fmt_bytes(cache)})")
+    acts = (2 * hid + qkv_pe + o_pe + up_pe) * T * elem          # input, output, QKV, O and FFN, each once
+    _fits(t, model, layout, model.layers * stride + cache + acts, f"{model.layers} layers of weights "
+          f"({budget.fmt_bytes(model.layers * stride)}), the KV cache ({budget.fmt_bytes(cache)}) and a layer's "
+          f"activations ({budget.fmt_bytes(acts)})")
     info["layer"] = {
         "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
         "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
         "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // m,
         "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem,
-        "collective": collective, "allreduce_bytes": T * hid * elem, "allreduce_tile_io": True}
+        "collective": collective, "allreduce_bytes": T * hid * elem, "allreduce_tile_io": True,
+        "pinned": table.pinned()}
     layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
-                        repeat=model.layers, allreduce="layer")
+                        repeat=model.layers, allreduce="layer",
+                        memory=_memory(t, table, model.layers * stride, cache, acts))
     head_table = _Table(t)
     vocab_pe = -(-model.vocab // P)                      # padded to the PE count, as Megatron pads it
     head_info = dict({k: v for k, v in info.items() if k != "layer"}, head={"n_pe": n_pe, "norm": model.norm, "x_elems": s.batch * hid,
                                  "x_bytes": s.batch * hid * elem, "gemm": head_table.add(s.batch, vocab_pe, hid, 0),
                                  "logit_elems": s.batch * vocab_pe, "argmax_bytes": s.batch * ARGMAX_BYTES,
                                  "collective": collective, "allreduce_bytes": s.batch * ARGMAX_BYTES,
-                                 "allreduce_tile_io": False})
+                                 "allreduce_tile_io": False, "pinned": head_table.pinned()})
+    head_mem = _memory(t, head_table, hid * vocab_pe * elem, 0, (hid + vocab_pe) * s.batch * elem)
     return [layer_piece, Piece("head", nodes, labels, peer, roles, head_kernel, head_info, head_table.commands,
                                s.batch * hid * model.vocab,       # the vocabulary's padding is not useful work
-                               allreduce="head")]
+                               allreduce="head", memory=head_mem)]
 
 
 def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout, collective: str) -> Piece:
@@ -508,9 +541,10 @@ def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout, collecti
     info = dict(info, mlp={"n_pe": n_pe, "column": column, "row": row, "x_bytes": model.batch * d_in * elem,
                            "h_bytes": model.batch * h * elem, "out_bytes": model.batch * d_out * elem,
                            "collective": collective, "allreduce_bytes": model.batch * d_out * elem,
-                           "allreduce_tile_io": True})
+                           "allreduce_tile_io": True, "pinned": table.pinned()})
+    mem = _memory(t, table, (d_in * h + h * d_out) * elem, 0, model.batch * (d_in + h + d_out) * elem)
     return Piece("mlp", nodes, labels, peer, roles, mlp_kernel, info, table.commands, table.macs * P,
-                 allreduce="mlp")
+                 allreduce="mlp", memory=mem)
 
 
 def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:
@@ -534,9 +568,18 @@ def _panel(t: Tables, model: AttentionPanels, name: str, p: Panel) -> Piece:
         attn = _attention_dims(t, table, "mesh_kv", 1, 1, 1, model.d_head, rows, kv_rows, 0)
     labels, peer = ring_peers(n)
     info = {"elem": t.spec.pe.elem_bytes, "attn": attn}
+    mem = _memory(t, table, 0, kv_rows * model.d_head * 2 * t.spec.pe.elem_bytes, 0)
     steps = 1 if p.kernel == "mesh_mlo" else n
     return Piece(name, nodes, labels, peer, np.zeros((n, 1), np.int64), panel_kernel, info, table.commands,
-                 table.macs * n * steps)
+                 table.macs * n * steps, memory=mem)
+
+
+def _memory(t: Tables, table: _Table, weights: int, kv_cache: int, activations: int) -> dict[str, int]:
+    """What one working PE holds, bytes: in its HBM slice the weights (every layer's, for a layer), the KV cache
+    and the activations; in TCM the largest command's pinned operands and tile buffers (_Table.tcm_use); and
+    the two budgets."""
+    return {"weights": weights, "kv_cache": kv_cache, "activations": activations, **table.tcm_use(),
+            "hbm_slice": t.spec.hbm_slice_bytes, "tcm": table.tcm_budget}
 
 
 def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
