@@ -534,3 +534,33 @@ def test_tile_buffers_over_the_tcm_are_refused(runner_model):
 def runner_model():
     runner = CliRunner()
     return lambda *args: runner.invoke(app, ["run", "model", *args])
+
+
+# -- sequence parallelism ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("collective, layout", [("hier2d", "tp_pes"), ("ring_pipe", "tp_cubes")])
+def test_p2_sequence_parallel_layer_within_5_percent(tray, collective, layout):
+    """Reduce-scatter and all-gather around the norms: the norms work on the PE's 1/P, the gathers and
+    scatters pass the symbolic check (every slice gathered once, every chunk summed once), and the fast path
+    holds to exact."""
+    t, router = tray
+    m = load_model("llama32_1b")
+    layer = compile_model(t, m, shape_for(m, "prefill", 1, 64, None), layout, collective=collective,
+                          sequence_parallel=True)[0]
+    fast, exact = _parity(t, router, layer)
+    stages = list(exact.phase_ns)
+    assert stages[:2] == ["norm", f"qkv all-gather ({collective})"]
+    assert f"o reduce-scatter ({collective})" in stages and f"ffn reduce-scatter ({collective})" in stages
+    assert not any("all-reduce" in s for s in stages)
+
+
+def test_sequence_parallel_needs_a_scattering_collective(tray):
+    t, router = tray
+    m = load_model("llama32_1b")
+    s = shape_for(m, "prefill", 1, 64, None)
+    with pytest.raises(KbfastError, match="needs an all-reduce that splits.*lrab does not"):
+        compile_model(t, m, s, collective="lrab", sequence_parallel=True)
+    with pytest.raises(KbfastError, match="--sequence-parallel True: applies to transformer models only"):
+        compile_model(t, load_model("tp_mlp"), sequence_parallel=True)
+    step = evaluate_step(t, router, m, s, layers=1, sequence_parallel=True)      # auto: no lrab for the layer
+    assert set(step.choices["layer"]["candidates_ns"]) == {"hier2d"}
+    assert "lrab" in step.choices["head"]["candidates_ns"]                        # the head keeps its all-reduce

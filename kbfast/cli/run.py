@@ -362,6 +362,9 @@ def run_model(
     collective: Annotated[str | None, typer.Option(
         help="The all-reduce algorithm: auto (the fastest for each message, timed on the fast path), lrab (the "
              "reference's), ring_pipe or hier2d. Default: the model file's (auto; tp_mlp: lrab).")] = None,
+    sequence_parallel: Annotated[bool, typer.Option(
+        "--sequence-parallel", help="Transformers: reduce-scatter and all-gather around the norms in place of "
+                                    "the all-reduces (needs ring_pipe, hier2d or auto).")] = False,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -375,7 +378,8 @@ def run_model(
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
     w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,
-         "layers": layers, "layout": layout, "method": method, "collective": collective}
+         "layers": layers, "layout": layout, "method": method, "collective": collective,
+         "sequence_parallel": True if sequence_parallel else None}
     prepared = prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),

@@ -253,7 +253,8 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str, time
     if key not in _CHOSEN:
         times: dict[str, float | None] = {}
         refusal = None
-        for alg in candidates(len(piece.nodes)):
+        fields = piece.info[piece.allreduce]
+        for alg in candidates(len(piece.nodes), fields.get("sequence_parallel", False)):
             try:
                 times[alg] = evaluate_piece(t, router, allreduce_piece(piece, alg), "fast", timer, method,
                                             launch_ns).latency_ns
@@ -403,11 +404,12 @@ class StepPlan:
 
 
 def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
-              method: str = "hybrid", collective: str | None = None) -> StepPlan:
+              method: str = "hybrid", collective: str | None = None, sequence_parallel: bool | None = None) -> StepPlan:
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`);
-    ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`)."""
+    ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`);
+    ``sequence_parallel``: kbfast.workloads.model.compile_model's."""
     check_fast_choice(method)
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
@@ -416,7 +418,8 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
     else:
         refuse_unread(model, {"layers": layers})
     return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout,
-                                                                       collective=collective))
+                                                                       collective=collective,
+                                                                       sequence_parallel=sequence_parallel))
 
 
 def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",)) -> StepResult:
@@ -443,9 +446,10 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
 
 def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
                   layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid",
-                  collective: str | None = None) -> StepResult:
+                  collective: str | None = None, sequence_parallel: bool | None = None) -> StepResult:
     """:func:`plan_step` then :func:`run_step`: one step of ``model`` in each of ``modes``."""
-    return run_step(t, router, plan_step(t, model, shape, layout, layers, method, collective), modes)
+    return run_step(t, router, plan_step(t, model, shape, layout, layers, method, collective, sequence_parallel),
+                    modes)
 
 
 # -- the model workload kind --------------------------------------------------------------------------------
@@ -455,7 +459,8 @@ def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     chosen; a model point is measured as a whole step (:func:`step_row`), and this Program serves the link and
     PC tables."""
     model = load_model(str(w["model"]))
-    piece = compile_model(t, model, model_shape(model, w), str(w["layout"]), collective=w["collective"])[0]
+    piece = compile_model(t, model, model_shape(model, w), str(w["layout"]), collective=w["collective"],
+                          sequence_parallel=w["sequence_parallel"])[0]
     piece = resolve_collectives(t, router, [piece], str(w["method"]), CommandTimer(t, router),
                                 {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)})[0][0]
     return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
@@ -527,7 +532,8 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     model = load_model(str(w["model"]))
     refuse_unread(model, w)
     layers = None if w["layers"] is None else int(w["layers"])
-    return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"])
+    return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
+                     w["sequence_parallel"])
 
 
 def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
@@ -557,10 +563,11 @@ MODEL = WorkloadKind(
     "model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the attention panels "
              "(kbfast run model)",
     {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
-     "layout": "tp_pes", "method": "hybrid", "collective": None},   # phase and batch: decode and 1 for a
-                                                   # transformer; collective: the model file's (auto by default)
+     "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None},
+    # phase and batch: decode and 1 for a transformer; collective: the model file's (auto by default)
     _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
-    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method", "collective"),
+    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method", "collective",
+                  "sequence_parallel"),
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly

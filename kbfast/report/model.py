@@ -27,6 +27,7 @@ from kbfast.report.formats import (column_unit, count, duration, in_unit, num, p
                                    with_unit)
 from kbfast.measure.rows import STEP_CATEGORIES, rel_error  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
+from kbfast.workloads.collectives.in_model import ALGORITHMS  # noqa: E402
 from kbfast.workloads.commands import COUNTED  # noqa: E402
 
 if TYPE_CHECKING:                       # a type only: the report never runs a step
@@ -189,7 +190,7 @@ def _print_memory(memory: dict, console: Console) -> None:
 def _print_choice(choice: list[dict], console: Console) -> None:
     """``auto``'s all-reduce choice per piece: each candidate's latency alone on the piece's PEs, the fastest
     marked."""
-    algs = list(dict.fromkeys(a for c in choice for a in c["candidates_ns"]))
+    algs = [a for a in ALGORITHMS if any(a in c["candidates_ns"] for c in choice)]
     unit = column_unit([v for c in choice for v in c["candidates_ns"].values() if v is not None])
     table = narrow_table("all-reduce chosen by auto (each candidate alone)", "piece", "message",
                          *(with_unit(a, unit) for a in algs),

@@ -129,7 +129,8 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
     return Shape("prefill", batch, seq, seq)
 
 
-STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers")   # what a transformer's step takes
+# what a transformer's step takes
+STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel")
 COLLECTIVE_OPTIONS = ("collective",)                             # what a model with an all-reduce takes
 
 
@@ -280,13 +281,35 @@ def _norm(tl: Tl, n_elem: int, kind: str):
         yield tl.math(n_elem, op)
 
 
+def _scattered(tl: Tl, name: str, L: dict, gather: bool):
+    """Stage ``name`` under sequence parallelism (the algorithm named beside it): the reduce-scatter of the
+    layer's partial sums (``x_bytes``; each PE keeps its ``1 / P``), or the all-gather of every PE's slice,
+    between the tile load and store of what the PE holds before and after (kbfast.workloads.collectives
+    .in_model).  Returns the contributors the PE ends with."""
+    alg, whole = L["collective"], L["x_bytes"]
+    part = max(whole // L["P"], 1)
+    yield tl.phase(f"{name} ({alg})")
+    _sized(tl, whole)
+    yield tl.load(part if gather else whole)
+    op = in_model.all_gather if gather else in_model.reduce_scatter
+    acc = yield from op(tl, tl.contribution(), alg, L["n_pe"])
+    yield tl.store(whole if gather else part)
+    return acc
+
+
 def layer_kernel(tl: Tl):
-    """One transformer layer on one working PE (the module docstring's table)."""
+    """One transformer layer on one working PE (the module docstring's table); with sequence parallelism the
+    norms and the residual work on the PE's ``1 / P`` of the tokens, an all-gather before each column-parallel
+    GEMM and a reduce-scatter after each row-parallel one in place of the all-reduces."""
     L = tl.info["layer"]
     cube_rank, pe = divmod(tl.rank, L["n_pe"])
     n = L["ring"]
+    sp = L["sequence_parallel"]
+    own = max(L["x_elems"] // L["P"], 1) if sp else L["x_elems"]
     yield tl.phase("norm")
-    yield from _norm(tl, L["x_elems"], L["norm"])
+    yield from _norm(tl, own, L["norm"])
+    if sp:
+        qkv_in = yield from _scattered(tl, "qkv all-gather", L, gather=True)
     yield tl.phase("qkv")
     yield from _gemm(tl, L, "qkv", L["x_bytes"])
     if n > 1:
@@ -299,10 +322,15 @@ def layer_kernel(tl: Tl):
         yield from _gather(tl, L["o_shard_bytes"], n)
     yield tl.phase("o proj")
     yield from _gemm(tl, L, "o", L["o_in_bytes"])
-    yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
+    if sp:
+        yield from _scattered(tl, "o reduce-scatter", L, gather=False)
+    else:
+        yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
     yield tl.phase("ffn norm")
-    yield tl.math(L["x_elems"], "add")
-    yield from _norm(tl, L["x_elems"], L["norm"])
+    yield tl.math(own, "add")
+    yield from _norm(tl, own, L["norm"])
+    if sp:
+        up_in = yield from _scattered(tl, "ffn all-gather", L, gather=True)
     yield tl.phase("ffn up")
     yield from _gemm(tl, L, "up", L["x_bytes"])
     yield tl.phase("activation")
@@ -310,9 +338,15 @@ def layer_kernel(tl: Tl):
         yield tl.math(L["act_elems"], op)
     yield tl.phase("ffn down")
     yield from _gemm(tl, L, "down", L["h_bytes"])
-    acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
+    if sp:
+        acc = yield from _scattered(tl, "ffn reduce-scatter", L, gather=False)
+    else:
+        acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
     yield tl.phase("residual")
-    yield tl.math(L["x_elems"], "add")
+    yield tl.math(own, "add")
+    if sp:                                   # each gather brought every PE's slice, once
+        tl.same(qkv_in, acc)
+        tl.same(up_in, acc)
     return acc
 
 
@@ -436,14 +470,16 @@ def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv:
 
 
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
-                  layer: int = 0, collective: str | None = None) -> list[Piece]:
+                  layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None) -> list[Piece]:
     """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
     head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
     (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it).  ``collective``
     (default: the model's own, ``auto`` unless its file says otherwise) runs its all-reduces
-    (kbfast.workloads.collectives.in_model); ``auto`` is left for kbfast.measure.model to choose."""
+    (kbfast.workloads.collectives.in_model); ``auto`` is left for kbfast.measure.model to choose.
+    ``sequence_parallel`` (transformers): reduce-scatter and all-gather around the norms in place of the
+    all-reduces (:func:`layer_kernel`)."""
+    refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel})
     if isinstance(model, AttentionPanels):
-        refuse_unread(model, {"collective": collective})
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
     collective = in_model.check_choice(collective or model.collective)
     nodes, n_pe = _working(t, layout)
@@ -453,6 +489,11 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         info["elem"] = t.spec.pe.elem_bytes
         return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout, collective)]
     s = shape or shape_for(model)
+    sp = bool(sequence_parallel)
+    if sp and collective not in (in_model.AUTO,) + in_model.SCATTERING:
+        raise KbfastError(f"--sequence-parallel needs an all-reduce that splits into a reduce-scatter and an "
+                          f"all-gather; {collective} does not\n  hint: use --collective "
+                          f"{', '.join(in_model.SCATTERING)} or auto")
     fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
     # attention groups: heads over cubes, or (more cubes than heads) a head over a group of cubes
     group = 1
@@ -509,7 +550,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // m,
         "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem,
         "collective": collective, "allreduce_bytes": T * hid * elem, "allreduce_tile_io": True,
-        "pinned": table.pinned()}
+        "pinned": table.pinned(), "sequence_parallel": sp, "P": P}
     layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
                         repeat=model.layers, allreduce="layer",
                         memory=_memory(t, table, model.layers * stride, cache, acts))

@@ -27,7 +27,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 from kbfast.workloads.collectives.algorithm import Algorithm
 from kbfast.workloads.collectives.placement import mesh_cycle
-from kbfast.workloads.collectives.ring_pipe import LOOKAHEAD, chunks, ring_level, settled
+from kbfast.workloads.collectives.ring_pipe import LOOKAHEAD, chunks, gathered, ring_level, settled
 from kbfast.workloads.collectives.rs_ag import check_ranks
 from kbfast.workloads.install import Install, install_peers
 from kbfast.workloads.kernels import Tl
@@ -55,42 +55,55 @@ def _place(info: dict, n: int, rank: int) -> tuple[tuple[int, int, int], tuple[i
 
 
 def body(tl: Tl, acc: int, sizes: tuple[int, int, int], places: tuple[int, int, int], nbytes: int,
-         dirs: tuple = LEVELS, phases: bool = True):
-    """The five passes (module docstring) of a buffer of ``nbytes`` holding ``acc``, over levels of ``sizes``
+         dirs: tuple = LEVELS, phases: bool = True, reduce: bool = True, gather: bool = True):
+    """The passes (module docstring) of a buffer of ``nbytes`` holding ``acc``, over levels of ``sizes``
     ranks (this one at ``places``, for the tags only), on directions ``dirs``; ``phases``: tag each pass with a
-    phase of its own.  Every rank runs the same ops.  Returns the contributor set every piece ends with."""
+    phase of its own.  Every rank runs the same ops.  An all-reduce (``reduce`` and ``gather``) returns the
+    contributor set every piece ends with; a reduce-scatter (``gather=False``), that of the rank's chunk
+    (``nbytes / (n₁n₂n₃)``, summed over every rank); an all-gather (``reduce=False``) gathers every rank's
+    chunk, ``acc``, and returns the union of the chunks' contributors."""
     (i1, i2, i3), (n1, n2, n3) = places, sizes
     s1, s2 = nbytes, max(nbytes // n1, 1)
     s3 = max(s2 // n2, 1)
-
-    have1 = chunks(n1, s1, acc)
-    mine1 = 0
-    if n1 > 1:
-        if phases:
-            yield tl.phase("cube reduce-scatter")
-        mine1 = yield from ring_level(tl, have1, i1, n1, dirs[0], s1, n1 - 1, 0, -1, gather_phase=False)
-    have2 = chunks(n2, s2, settled(tl, have1[mine1]))
-    mine2 = 0
-    if n2 > 1:
-        if phases:
-            yield tl.phase("mesh reduce-scatter")
-        mine2 = yield from ring_level(tl, have2, i2, n2, dirs[1], s2, n2 - 1, 0, -1, gather_phase=False)
-    have3 = chunks(n3, s3, settled(tl, have2[mine2]))
+    start = acc if reduce else 0                 # a gather's other chunks are received before they are sent
+    have1, have2, have3 = chunks(n1, s1, start), chunks(n2, s2, start), chunks(n3, s3, start)
+    mine1 = mine2 = 0
+    if reduce:
+        if n1 > 1:
+            if phases:
+                yield tl.phase("cube reduce-scatter")
+            mine1 = yield from ring_level(tl, have1, i1, n1, dirs[0], s1, n1 - 1, 0, -1, gather_phase=False)
+        have2 = chunks(n2, s2, settled(tl, have1[mine1]))
+        if n2 > 1:
+            if phases:
+                yield tl.phase("mesh reduce-scatter")
+            mine2 = yield from ring_level(tl, have2, i2, n2, dirs[1], s2, n2 - 1, 0, -1, gather_phase=False)
+        have3 = chunks(n3, s3, settled(tl, have2[mine2]))
+    else:
+        have3[0] = [acc] * len(have3[0])
     if n3 > 1:
         if phases:
-            yield tl.phase("sip all-reduce")
-        yield from ring_level(tl, have3, i3, n3, dirs[2], s3, n3 - 1, n3 - 1, 0, gather_phase=phases)
-    have2[mine2] = [settled(tl, [x for row in have3 for x in row])] * len(have2[mine2])
+            yield tl.phase("sip " + ("all-reduce" if reduce and gather else "reduce-scatter" if reduce else
+                                     "all-gather"))
+        steps = (n3 - 1 if reduce else 0, n3 - 1 if gather else 0)
+        mine3 = yield from ring_level(tl, have3, i3, n3, dirs[2], s3, *steps, 0 if gather else -1,
+                                      None if reduce else 0, gather_phase=phases)
+        if not gather:
+            return settled(tl, have3[mine3])
+    elif not gather:
+        return settled(tl, have3[0])
+    merge = (lambda have: settled(tl, [x for row in have for x in row])) if reduce else (lambda have: gathered(tl, have))
+    have2[mine2] = [merge(have3)] * len(have2[mine2])
     if n2 > 1:
         if phases:
             yield tl.phase("mesh all-gather")
         yield from ring_level(tl, have2, i2, n2, dirs[1], s2, 0, n2 - 1, 0, mine2)
-    have1[mine1] = [settled(tl, [x for row in have2 for x in row])] * len(have1[mine1])
+    have1[mine1] = [merge(have2)] * len(have1[mine1])
     if n1 > 1:
         if phases:
             yield tl.phase("cube all-gather")
         yield from ring_level(tl, have1, i1, n1, dirs[0], s1, 0, n1 - 1, 0, mine1)
-    return settled(tl, [x for row in have1 for x in row])
+    return merge(have1)
 
 
 def kernel(tl: Tl):

@@ -25,7 +25,7 @@ import numpy as np
 
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.workloads.collectives import hier2d, lrab
-from kbfast.workloads.collectives.ring_pipe import chunks, ring_level, ring_peers_in_order, settled
+from kbfast.workloads.collectives.ring_pipe import chunks, gathered, ring_level, ring_peers_in_order, settled
 from kbfast.workloads.collectives.steps import converge, spread
 from kbfast.workloads.kernels import Tl
 
@@ -34,14 +34,17 @@ FLAT_RING_MAX = 64     # auto leaves the flat ring out above this many ranks: it
                        # which sends the same bytes per PE in fewer steps (256 PEs of ahbm_2sip: 46.3 us against
                        # 8.3 us at 16 KiB, 1.307 ms against 1.248 ms at 32 MiB), and timing it costs 3 s
 AUTO = "auto"
+SCATTERING = ("ring_pipe", "hier2d")              # the algorithms with a reduce-scatter and an all-gather
 CHOICES = (AUTO,) + ALGORITHMS
 REFERENCE = "lrab"                                # what the reference's models ran (spec_ccl §5.7)
 RING = ("ring_E", "ring_W")
 
 
-def candidates(n_ranks: int) -> tuple[str, ...]:
-    """The algorithms ``auto`` times for an all-reduce over ``n_ranks`` working PEs (:data:`FLAT_RING_MAX`)."""
-    return tuple(a for a in ALGORITHMS if a != "ring_pipe" or n_ranks <= FLAT_RING_MAX)
+def candidates(n_ranks: int, scattering: bool = False) -> tuple[str, ...]:
+    """The algorithms ``auto`` times for an all-reduce over ``n_ranks`` working PEs (:data:`FLAT_RING_MAX`);
+    ``scattering``: only those with a reduce-scatter and an all-gather (sequence parallelism)."""
+    return tuple(a for a in ALGORITHMS if (a != "ring_pipe" or n_ranks <= FLAT_RING_MAX)
+                 and (not scattering or a in SCATTERING))
 
 
 def check_choice(collective: str) -> str:
@@ -62,6 +65,37 @@ def peers(info: dict, n_pe: int) -> tuple[list[str], np.ndarray]:
     return ring_l + lev_l, np.concatenate([ring, lev], axis=1)
 
 
+def _sizes(tl: Tl, n_pe: int) -> tuple[int, int, int]:
+    return n_pe, tl.info["n_cubes"], tl.info["n_sips"]
+
+
+def reduce_scatter(tl: Tl, acc: int, algorithm: str, n_pe: int):
+    """The reduce-scatter of ``acc`` (``tl.nbytes``) by ``algorithm`` (one of :data:`SCATTERING`): every rank
+    ends with its chunk, ``1 / P`` of the buffer, summed over every rank; returns that chunk's contributors."""
+    sizes = _sizes(tl, n_pe)
+    if algorithm == "hier2d":
+        return (yield from hier2d.body(tl, acc, sizes, (0, 0, 0), tl.nbytes, phases=False, gather=False))
+    n = int(np.prod(sizes))
+    have = chunks(n, tl.nbytes, acc)
+    if n > 1:
+        yield from ring_level(tl, have, 0, n, RING, tl.nbytes, n - 1, 0, -1, gather_phase=False)
+    return settled(tl, have[0])
+
+
+def all_gather(tl: Tl, acc: int, algorithm: str, n_pe: int):
+    """The all-gather of every rank's chunk (``acc``, ``1 / P`` of ``tl.nbytes``) by ``algorithm`` (one of
+    :data:`SCATTERING`); returns the union of the chunks' contributors (each once)."""
+    sizes = _sizes(tl, n_pe)
+    if algorithm == "hier2d":
+        return (yield from hier2d.body(tl, acc, sizes, (0, 0, 0), tl.nbytes, phases=False, reduce=False))
+    n = int(np.prod(sizes))
+    have = chunks(n, tl.nbytes, 0)
+    have[0] = [acc] * len(have[0])
+    if n > 1:
+        yield from ring_level(tl, have, 0, n, RING, tl.nbytes, 0, n - 1, 0, 0, gather_phase=False)
+    return gathered(tl, have)
+
+
 def body(tl: Tl, acc: int, algorithm: str, pe: int, n_pe: int, cube_rank: int):
     """The all-reduce of ``acc`` (``tl.nbytes``) by ``algorithm`` on PE ``pe`` of cube ``cube_rank`` (SIP x
     cubes + cube); returns the result.  The caller's phase stays in place."""
@@ -70,8 +104,7 @@ def body(tl: Tl, acc: int, algorithm: str, pe: int, n_pe: int, cube_rank: int):
         if pe == 0:
             acc = yield from lrab.body(tl, acc, cube_rank, tag=False)
         return (yield from spread(tl, acc, pe, 0, n_pe, "intra_W", "intra_E"))
-    info = tl.info
-    sizes = (n_pe, info["n_cubes"], info["n_sips"])
+    sizes = _sizes(tl, n_pe)
     if algorithm == "hier2d":
         return (yield from hier2d.body(tl, acc, sizes, (0, 0, 0), tl.nbytes, phases=False))
     if algorithm == "ring_pipe":

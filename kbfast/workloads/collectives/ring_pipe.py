@@ -113,6 +113,15 @@ def settled(tl: Tl, pieces_: list[int]) -> int:
     return pieces_[0]
 
 
+def gathered(tl: Tl, have: list[list[int]]) -> int:
+    """The contributors of a gathered buffer: every chunk's (each :func:`settled` over its pieces), added, so
+    that a chunk gathered twice fails the symbolic check, and one not gathered leaves its contributor out."""
+    out = settled(tl, have[0])
+    for row in have[1:]:
+        out = tl.add(out, settled(tl, row))
+    return out
+
+
 def ring_stream(tl: Tl, reduce_steps: int, gather_steps: int, shift: int):
     """:func:`ring_level` over the whole rank set, on the ring of
     :func:`~kbfast.workloads.collectives.placement.ring_order` (``E`` / ``W``), of the rank's whole buffer; each
