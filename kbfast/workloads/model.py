@@ -152,7 +152,8 @@ def refuse_unread(model: Model, options: dict, label: str | None = None) -> None
     hint = f"drop {', '.join(names)}" + (" from the spec (its workload and axes)" if label else "")
     if label:
         raise ConfigError(label, names[0], options[given[0]], problem, hint)
-    raise KbfastError(f"{names[0]} {options[given[0]]}: {problem}\n  hint: {hint}")
+    value = "" if options[given[0]] is True else f" {options[given[0]]}"        # a flag has no value
+    raise KbfastError(f"{names[0]}{value}: {problem}\n  hint: {hint}")
 
 
 # -- placement ---------------------------------------------------------------------------------------------
