@@ -1,6 +1,7 @@
 """Sensitivities: a point's fast-path latency with one resource class at a time made 2x faster, and the gain
 (docs/bottlenecks.md "Sensitivities").  What a critical path attributes, a sensitivity tests: the class whose
-doubling shortens the point most is what binds it.
+doubling shortens the point most is what binds it; where two classes bind in turn, the path that holds both
+(:data:`PATHS`, doubled together) shows it.
 
 Each class is the system keys it doubles (or halves, for a cost): GEMM MAC rate, HBM (the pseudo-channels and
 the router-controller link: a PC's bandwidth is that link's share), TCM channels, the PE link, the cube's
@@ -61,18 +62,34 @@ CLASSES: dict[str, Callable[[SystemSpec], dict[str, Any]]] = {
 }
 
 
+# the critical-path categories a model step reports (kbfast.measure.rows.STEP_CATEGORIES) whose work more than
+# one class serves, with those classes, doubled together: two classes that bind in turn (a tile stream held by
+# the PCs, then by the PE link once the PCs are faster) each gain little alone, and only the path shows it
+PATHS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gemm_compute": ("GEMM compute path", ("GEMM MAC rate", "TCM channels")),
+    "hbm_stream": ("HBM streaming path", ("HBM pseudo-channels", "PE link")),
+    "collective": ("collective path", ("IPCQ slots", "PE link", "router mesh", "UCIe connection", "inter-SIP path")),
+}
+
+
 def sensitivity(spec: SystemSpec, workload: dict[str, Any],
                 latency_ns: float | None = None) -> tuple[float, list[dict[str, Any]]]:
     """The point's fast-path latency on ``spec`` (``latency_ns`` when the caller has it, else measured), and
-    for each resource class ``{resource, factor, latency_ns, gain}``: the point's fast-path latency on the
-    system with that class :data:`FACTOR` x faster, and ``gain = 1 - latency / base``, largest gain first."""
+    for each resource class, then each of :data:`PATHS` (its classes together), ``{resource, scope, factor,
+    latency_ns, gain}``: the point's fast-path latency on the system with that class (``scope`` "class") or
+    path ("path") :data:`FACTOR` x faster, and ``gain = 1 - latency / base``; largest gain first within each
+    scope."""
     if latency_ns is None:
         t = build_tables(spec)
         latency_ns = float(measure(t, Router(t), workload, "fast").row["latency_ns"])
-    out = []
-    for name, overrides in CLASSES.items():
+
+    def row(name: str, scope: str, overrides: dict[str, Any]) -> dict[str, Any]:
         t = build_tables(validate(f"{spec.name} with {name} x{FACTOR:g}",
-                                  apply_overrides(spec.model_dump(), overrides(spec), label="sensitivity")))
+                                  apply_overrides(spec.model_dump(), overrides, label="sensitivity")))
         lat = float(measure(t, Router(t), workload, "fast").row["latency_ns"])
-        out.append({"resource": name, "factor": FACTOR, "latency_ns": lat, "gain": 1.0 - lat / latency_ns})
-    return latency_ns, sorted(out, key=lambda r: -r["gain"])
+        return {"resource": name, "scope": scope, "factor": FACTOR, "latency_ns": lat, "gain": 1.0 - lat / latency_ns}
+
+    classes = [row(name, "class", overrides(spec)) for name, overrides in CLASSES.items()]
+    paths = [row(name, "path", {k: v for c in members for k, v in CLASSES[c](spec).items()})
+             for name, members in PATHS.values()]
+    return latency_ns, sorted(classes, key=lambda r: -r["gain"]) + sorted(paths, key=lambda r: -r["gain"])

@@ -92,8 +92,15 @@ def print_sensitivity(console: Console, rows: list[dict], latency_ns: float) -> 
     """Each resource class made 2x faster (kbfast.measure.sensitivity): the latency then, and the gain,
     largest first."""
     unit = column_unit([latency_ns, *(r["latency_ns"] for r in rows)])
-    t = narrow_table(f"sensitivity: each resource class {rows[0]['factor']:g}x faster, alone (fast path; now "
-                     f"{in_unit(latency_ns, unit)} {unit})", "resource", with_unit("latency", unit), "gain")
-    for r in rows:
-        t.add_row(r["resource"], in_unit(r["latency_ns"], unit), percent(r["gain"]))
+    paths = [r for r in rows if r.get("scope") == "path"]
+    t = narrow_table(f"sensitivity: each resource class {rows[0]['factor']:g}x faster, alone"
+                     + (", then each critical path's classes together" if paths else "")
+                     + f" (fast path; now {in_unit(latency_ns, unit)} {unit})", "resource",
+                     with_unit("latency", unit), "gain",
+                     caption="paths: GEMM compute = MAC rate + TCM; HBM streaming = PCs + PE link; collective = "
+                             "IPCQ slots + PE link + router mesh + UCIe + inter-SIP" if paths else None)
+    n_classes = len(rows) - len(paths)
+    for i, r in enumerate(rows):
+        t.add_row(r["resource"], in_unit(r["latency_ns"], unit), percent(r["gain"]),
+                  end_section=bool(paths) and i == n_classes - 1)       # a rule between classes and paths
     console.print(fit(console, t, wrap=("resource",)))
