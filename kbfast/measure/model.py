@@ -566,8 +566,8 @@ MODEL = WorkloadKind(
      "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None},
     # phase and batch: decode and 1 for a transformer; collective: the model file's (auto by default)
     _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
-    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method", "collective",
-                  "sequence_parallel"),
+    resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method",
+                                         "collective", "sequence_parallel"),
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly

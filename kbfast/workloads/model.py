@@ -31,9 +31,9 @@ With more cubes than query heads, a head goes to a group of ``C / heads`` consec
 directly), the reference's cube-level install.  GEMM operands live in the PE's own HBM slice: A is loaded
 into TCM first (``tl.load``), B streams tile by tile, C is written back (spec_pe §5.6, ``load_ref``);
 attention GEMMs take Q and the scores from TCM (no load); an A that does not fit in TCM beside the tile
-buffers (``pe.tcm_kib``) streams tile by tile like B (``ref_ref``), with no load.  Not modelled: the embedding lookup, the new
-token's K/V append in decode (512 B per cube), causal skipping in prefill and the logits' gather and
-sampling after the LM head.
+buffers (``pe.tcm_kib``) streams tile by tile like B (``ref_ref``), with no load.  Not modelled: the
+embedding lookup, the new token's K/V append in decode (512 B per cube), causal skipping in prefill and the
+logits' gather and sampling after the LM head.
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
 def _wiring(t: Tables, n_pe: int, group: int = 1) -> tuple[list[str], np.ndarray, np.ndarray, dict]:
     """Labels, neighbour table, roles and lrab's info of every working PE: a ring (``intra_E`` / ``intra_W``)
     over the working PEs of each ``group`` consecutive cubes, in cube then PE order, lrab's cube mesh and
-    inter-SIP directions on each cube's first PE, and the other all-reduces' (kbfast.workloads.collectives.in_model)."""
+    inter-SIP directions on each cube's first PE, and the other all-reduces'
+    (kbfast.workloads.collectives.in_model)."""
     lay = t.layout
     n_cubes = lay.n_sips * lay.n_cubes_per_sip
     rank = np.arange(n_cubes * n_pe)
@@ -431,8 +432,9 @@ class _Table:
         if sum(plan.tcm_bytes()) > self.tcm_budget:
             plan = plan_gemm(pe, m, n, k, a_pinned=False)
             if sum(plan.tcm_bytes()) > self.tcm_budget:
-                raise KbfastError(f"a {m} x {n} x {k} GEMM's tile buffers take {budget.fmt_bytes(sum(plan.tcm_bytes()))} "
-                                  f"of TCM ({pe.tile_buffers} A and B tiles in flight and a C tile), over its "
+                need = budget.fmt_bytes(sum(plan.tcm_bytes()))
+                raise KbfastError(f"a {m} x {n} x {k} GEMM's tile buffers take {need} of TCM ({pe.tile_buffers} A "
+                                  f"and B tiles in flight and a C tile), over its "
                                   f"{budget.fmt_bytes(self.tcm_budget)} (pe.tcm_kib {pe.tcm_kib})\n  hint: raise "
                                   "pe.tcm_kib, or lower pe.tile_buffers or the tile (pe.tile)")
         a, b, c = plan.operand_bytes()

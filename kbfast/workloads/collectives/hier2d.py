@@ -92,7 +92,11 @@ def body(tl: Tl, acc: int, sizes: tuple[int, int, int], places: tuple[int, int, 
             return settled(tl, have3[mine3])
     elif not gather:
         return settled(tl, have3[0])
-    merge = (lambda have: settled(tl, [x for row in have for x in row])) if reduce else (lambda have: gathered(tl, have))
+
+    def merge(have: list[list[int]]) -> int:
+        """A level's buffer as the next level's chunk: one reduced set, or the gathered chunks' union."""
+        return settled(tl, [x for row in have for x in row]) if reduce else gathered(tl, have)
+
     have2[mine2] = [merge(have3)] * len(have2[mine2])
     if n2 > 1:
         if phases:

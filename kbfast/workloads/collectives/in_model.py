@@ -50,7 +50,8 @@ def candidates(n_ranks: int, scattering: bool = False) -> tuple[str, ...]:
 def check_choice(collective: str) -> str:
     """Refuse a collective a model cannot run, naming the choices."""
     if collective not in CHOICES:
-        raise KbfastError(f"unknown model collective {collective!r}: {did_you_mean(str(collective), CHOICES, 'choices')}")
+        close = did_you_mean(str(collective), CHOICES, "choices")
+        raise KbfastError(f"unknown model collective {collective!r}: {close}")
     return collective
 
 
