@@ -240,11 +240,11 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
 _CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method) -> (algorithm, {candidate: ns})
 
 
-def choose_collective(t: Tables, router: Router, piece: Piece, method: str, timer: CommandTimer,
+def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
                       launch_ns: float) -> tuple[str, dict[str, float]]:
     """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
-    .candidates) alone on the piece's PEs and wiring, from the launch barrier, timed as the piece would be
-    (:func:`evaluate_piece`, fast mode, ``method``); the fastest, the earlier candidate on a tie.  A candidate
+    .candidates) alone on the piece's PEs and wiring, from the launch barrier, its point timed as the piece's
+    would be (:func:`_point`, ``method``; no bounds, which do not choose); the fastest, the earlier candidate on a tie.  A candidate
     refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs) is not
     chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a sweep's
     points choose once.  Returns the choice and every candidate's latency (ns)."""
@@ -256,8 +256,9 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str, time
         fields = piece.info[piece.allreduce]
         for alg in candidates(len(piece.nodes), fields.get("sequence_parallel", False)):
             try:
-                times[alg] = evaluate_piece(t, router, allreduce_piece(piece, alg), "fast", timer, method,
-                                            launch_ns).latency_ns
+                alone = allreduce_piece(piece, alg)
+                p = build_piece(t, router, alone, TimedLowering([], lambda c, n: np.zeros(len(c))), launch_ns)
+                times[alg] = float(_point(p, method)[0].latency_ns(p.launch_ns)[0])
             except KbfastError as err:
                 times[alg], refusal = None, refusal or err
         ok = {alg: v for alg, v in times.items() if v is not None}
@@ -270,14 +271,14 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str, time
     return _CHOSEN[key]
 
 
-def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: str, timer: CommandTimer,
+def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: str,
                         launch: dict[bytes, float]) -> tuple[list[Piece], dict[str, dict]]:
     """``pieces`` with every ``auto`` all-reduce replaced by :func:`choose_collective`'s choice, and per piece
     that chose, its message (``bytes``), the choice and every candidate's latency (``candidates_ns``)."""
     out, choices = [], {}
     for p in pieces:
         if p.allreduce and p.info[p.allreduce]["collective"] == AUTO:
-            alg, times = choose_collective(t, router, p, method, timer, launch[p.nodes.tobytes()])
+            alg, times = choose_collective(t, router, p, method, launch[p.nodes.tobytes()])
             choices[p.name] = {"bytes": allreduce_message(p)[0], "chosen": alg, "candidates_ns": times}
             p = with_collective(p, alg)
         out.append(p)
@@ -427,7 +428,7 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
     KbfastError: over the memory limit, say), the modes before it are kept and the refusal is in ``refused``."""
     timer = CommandTimer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in plan.pieces}
-    pieces, choices = resolve_collectives(t, router, plan.pieces, plan.method, timer, launch)
+    pieces, choices = resolve_collectives(t, router, plan.pieces, plan.method, launch)
     system = repr(t.spec)
     results: dict[str, list[PieceResult]] = {}
     refused = None
@@ -461,7 +462,7 @@ def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     model = load_model(str(w["model"]))
     piece = compile_model(t, model, model_shape(model, w), str(w["layout"]), collective=w["collective"],
                           sequence_parallel=w["sequence_parallel"])[0]
-    piece = resolve_collectives(t, router, [piece], str(w["method"]), CommandTimer(t, router),
+    piece = resolve_collectives(t, router, [piece], str(w["method"]),
                                 {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)})[0][0]
     return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
 
