@@ -36,7 +36,6 @@ FLAT_RING_MAX = 64     # auto leaves the flat ring out above this many ranks: it
 AUTO = "auto"
 SCATTERING = ("ring_pipe", "hier2d")              # the algorithms with a reduce-scatter and an all-gather
 CHOICES = (AUTO,) + ALGORITHMS
-REFERENCE = "lrab"                                # what the reference's models ran (spec_ccl §5.7)
 RING = ("ring_E", "ring_W")
 
 
