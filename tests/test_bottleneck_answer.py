@@ -16,7 +16,7 @@ FABRIC = {"UCIe connection", "router mesh", "inter-SIP path", "PE link"}
 HBM = {"HBM pseudo-channels", "PE link", "HBM streaming path"}
 GEMM = {"GEMM MAC rate", "TCM channels", "GEMM compute path"}
 # what a critical-path category (a model step's, a collective's) or a GEMM's bound stage says binds: its
-# classes, and the path (kbfast.measure.sensitivity.PATHS) that doubles them together
+# classes, and the path (kbfast.measure.rows.PATHS) that doubles them together
 CLASSES_OF = {
     "gemm_compute": GEMM, "hbm_stream": HBM,
     "math": {"MATH rate"}, "collective": {"IPCQ slots", "collective path"} | FABRIC,

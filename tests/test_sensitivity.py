@@ -12,7 +12,8 @@ from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.config.loader import apply_overrides, validate
 from kbfast.measure.registry import WORKLOADS
-from kbfast.measure.sensitivity import CLASSES, FACTOR, PATHS, sensitivity
+from kbfast.measure.rows import PATHS
+from kbfast.measure.sensitivity import CLASSES, FACTOR, sensitivity
 
 
 def _value(spec, path: str):

@@ -244,9 +244,9 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
                       launch_ns: float) -> tuple[str, dict[str, float]]:
     """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
     .candidates) alone on the piece's PEs and wiring, from the launch barrier, its point timed as the piece's
-    would be (:func:`_point`, ``method``; no bounds, which do not choose); the fastest, the earlier candidate on a tie.  A candidate
-    refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs) is not
-    chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a sweep's
+    would be (:func:`_point`, ``method``; no bounds, which do not choose); the fastest, the earlier candidate
+    on a tie.  A candidate refused (over the memory limit, say: the flat ring's messages grow with the square
+    of the PEs) is not chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a sweep's
     points choose once.  Returns the choice and every candidate's latency (ns)."""
     nbytes, tile_io = allreduce_message(piece)
     key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method)
@@ -277,7 +277,7 @@ def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: 
     that chose, its message (``bytes``), the choice and every candidate's latency (``candidates_ns``)."""
     out, choices = [], {}
     for p in pieces:
-        if p.allreduce and p.info[p.allreduce]["collective"] == AUTO:
+        if p.collective == AUTO:
             alg, times = choose_collective(t, router, p, method, launch[p.nodes.tobytes()])
             choices[p.name] = {"bytes": allreduce_message(p)[0], "chosen": alg, "candidates_ns": times}
             p = with_collective(p, alg)
@@ -459,9 +459,7 @@ def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     """The first piece of the model step (a transformer's layer) as its exact Program, its ``auto`` all-reduce
     chosen; a model point is measured as a whole step (:func:`step_row`), and this Program serves the link and
     PC tables."""
-    model = load_model(str(w["model"]))
-    piece = compile_model(t, model, model_shape(model, w), str(w["layout"]), collective=w["collective"],
-                          sequence_parallel=w["sequence_parallel"])[0]
+    piece = _prepare(t, router, w).pieces[0]
     piece = resolve_collectives(t, router, [piece], str(w["method"]),
                                 {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)})[0][0]
     return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
@@ -504,7 +502,7 @@ def _model_of(name: str):
 def collectives_used(pieces: list[Piece]) -> str:
     """The all-reduce algorithm the step's pieces ran: one name when they agree, else ``piece:algorithm`` pairs
     (``layer:hier2d,head:lrab``); "" without an all-reduce."""
-    used = {p.name: p.info[p.allreduce]["collective"] for p in pieces if p.allreduce}
+    used = {p.name: p.collective for p in pieces if p.allreduce}
     if len(set(used.values())) <= 1:
         return next(iter(used.values()), "")
     return ",".join(f"{k}:{v}" for k, v in used.items())

@@ -48,3 +48,11 @@ def contended(value: float, lower: float) -> bool | None:
 BUSY_BOUND = 0.5        # a resource busy at least half the span bounds the result (it is bandwidth-bound)
 # a model step's critical-path categories (docs/models.md "Breakdown")
 STEP_CATEGORIES = ("gemm_compute", "hbm_stream", "math", "collective", "other")
+# the step categories whose work more than one sensitivity class serves (kbfast.measure.sensitivity), with the
+# path's name and those classes, doubled together: two classes that bind in turn (a tile stream held by the PCs,
+# then by the PE link once the PCs are faster) each gain little alone, and only the path shows it
+PATHS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "gemm_compute": ("GEMM compute path", ("GEMM MAC rate", "TCM channels")),
+    "hbm_stream": ("HBM streaming path", ("HBM pseudo-channels", "PE link")),
+    "collective": ("collective path", ("IPCQ slots", "PE link", "router mesh", "UCIe connection", "inter-SIP path")),
+}

@@ -18,6 +18,7 @@ from typing import Any
 from kbfast.config.loader import apply_overrides, validate
 from kbfast.config.schema import SystemSpec
 from kbfast.measure.registry import measure
+from kbfast.measure.rows import PATHS
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 
@@ -59,16 +60,6 @@ CLASSES: dict[str, Callable[[SystemSpec], dict[str, Any]]] = {
     "IPCQ slots": lambda s: _faster(s, *(f"ipcq.tiers.{k}.bw_gbs" for k in ("tcm", "sram", "hbm"))),
     "MATH rate": lambda s: _cheaper(s, "pe.math_ns_per_elem", "pe.math_overhead_ns",
                                     *(f"pe.math_ops.{op}" for op in s.pe.math_ops)),
-}
-
-
-# the critical-path categories a model step reports (kbfast.measure.rows.STEP_CATEGORIES) whose work more than
-# one class serves, with those classes, doubled together: two classes that bind in turn (a tile stream held by
-# the PCs, then by the PE link once the PCs are faster) each gain little alone, and only the path shows it
-PATHS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "gemm_compute": ("GEMM compute path", ("GEMM MAC rate", "TCM channels")),
-    "hbm_stream": ("HBM streaming path", ("HBM pseudo-channels", "PE link")),
-    "collective": ("collective path", ("IPCQ slots", "PE link", "router mesh", "UCIe connection", "inter-SIP path")),
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.console import Console
 
-from kbfast.measure.rows import BUSY_BOUND
+from kbfast.measure.rows import BUSY_BOUND, PATHS
 from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
 from kbfast.report.tables import fit, narrow_table
 
@@ -89,16 +89,16 @@ def print_bound(console: Console, row: dict) -> None:
 
 
 def print_sensitivity(console: Console, rows: list[dict], latency_ns: float) -> None:
-    """Each resource class made 2x faster (kbfast.measure.sensitivity): the latency then, and the gain,
-    largest first."""
+    """Each resource class made 2x faster, then each path (its classes together; kbfast.measure.sensitivity):
+    the latency then, and the gain, largest first within each."""
     unit = column_unit([latency_ns, *(r["latency_ns"] for r in rows)])
     paths = [r for r in rows if r.get("scope") == "path"]
     t = narrow_table(f"sensitivity: each resource class {rows[0]['factor']:g}x faster, alone"
                      + (", then each critical path's classes together" if paths else "")
                      + f" (fast path; now {in_unit(latency_ns, unit)} {unit})", "resource",
                      with_unit("latency", unit), "gain",
-                     caption="paths: GEMM compute = MAC rate + TCM; HBM streaming = PCs + PE link; collective = "
-                             "IPCQ slots + PE link + router mesh + UCIe + inter-SIP" if paths else None)
+                     caption="; ".join(f"{name}: {' + '.join(classes)}" for name, classes in PATHS.values())
+                     if paths else None)
     n_classes = len(rows) - len(paths)
     for i, r in enumerate(rows):
         t.add_row(r["resource"], in_unit(r["latency_ns"], unit), percent(r["gain"]),

@@ -21,6 +21,7 @@ import pandas as pd  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from kbfast.config.budget import fmt_bytes  # noqa: E402
+from kbfast.ir import BUFFER_KINDS  # noqa: E402
 from kbfast.report.tables import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
@@ -51,7 +52,7 @@ def model_report(step: StepResult, t: Tables) -> dict:
     for i, p in enumerate(step.pieces):
         row = {"piece": p.name, "repeat": step.repeat(p)}
         if p.allreduce:
-            row["collective"] = p.info[p.allreduce]["collective"]
+            row["collective"] = p.collective
         for mode, results in step.results.items():
             r = results[i]
             row[f"{mode}_latency_ns"] = r.latency_ns
@@ -157,7 +158,7 @@ def ipcq_slot_bytes(program) -> dict:
         return {"ipcq_slots": 0, "ipcq_tier": ""}
     ch = program.channels
     per_pe = np.bincount(ch.dst, weights=(ch.n_slots * ch.slot_size).astype(np.float64))
-    return {"ipcq_slots": int(per_pe.max()), "ipcq_tier": ("tcm", "sram", "hbm")[int(ch.kind[0])]}
+    return {"ipcq_slots": int(per_pe.max()), "ipcq_tier": BUFFER_KINDS[int(ch.kind[0])]}
 
 
 MEMORY_ROWS = (("HBM: weights", lambda m: fmt_bytes(m["weights"])),

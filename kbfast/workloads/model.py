@@ -102,6 +102,11 @@ class Piece:
     allreduce: str = ""              # the info key of its all-reduce's fields (n_pe, bytes, collective), if any
     memory: dict = dataclasses.field(default_factory=dict)   # per working PE, bytes (:func:`_memory`)
 
+    @property
+    def collective(self) -> str:
+        """The algorithm of its all-reduce (``auto`` until chosen); "" without one."""
+        return self.info[self.allreduce]["collective"] if self.allreduce else ""
+
 
 def shape_for(model: Model, phase: str | None = None, batch: int | None = None, seq: int | None = None,
               kv_len: int | None = None, label: str | None = None) -> Shape | None:
