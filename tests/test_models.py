@@ -133,7 +133,7 @@ def test_decode_panels_run_two_gemms_per_rank(tray):
     t, router = tray
     pieces = {p.name: p for p in compile_model(t, load_model("gqa_llama70b_validation"))}
     for name, n in (("single_user_decode", 8), ("multi_user_decode", 4)):
-        low = TimedLowering(pieces[name].commands, lambda c, nodes: np.zeros(len(c)))
+        low = TimedLowering.untimed(pieces[name].commands)
         build_piece(t, router, pieces[name], low)           # the ring's symbolic check runs here
         assert low.counts["gemm"] == 2 * n
         assert low.counts["ipcq_send"] == low.counts["ipcq_recv"] == n * (n - 1)
@@ -154,7 +154,7 @@ def test_attention_ring_that_drops_a_block_fails_the_check(tray):
 
     bad = type(piece)(**{**piece.__dict__, "kernel": short_ring})
     with pytest.raises(ScheduleError, match="ends without the contributions"):
-        build_piece(t, router, bad, TimedLowering(bad.commands, lambda c, n: np.zeros(len(c))))
+        build_piece(t, router, bad, TimedLowering.untimed(bad.commands))
 
 
 # -- parity -------------------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_layers_are_identical(tray):
     m = load_model("llama32_1b")
     s = shape_for(m, "decode", 1, None, 512)
     first, last = (compile_model(t, m, s, layer=k, collective="lrab")[0] for k in (0, m.layers - 1))
-    low = [TimedLowering(p.commands, lambda c, n: np.ones(len(c))) for p in (first, last)]
+    low = [TimedLowering(p.commands, lambda c, *_: np.ones(len(c))) for p in (first, last)]
     p0, p1 = (build_piece(t, router, p, lw) for p, lw in zip((first, last), low))
     for name in ("op_code", "op_target", "op_nbytes", "op_arg", "agent_ops", "route_edges"):
         assert np.array_equal(getattr(p0, name), getattr(p1, name)), name
@@ -328,14 +328,14 @@ def test_trace_cache_gives_the_same_program(tray):
     m = load_model("llama32_1b")
     piece = compile_model(t, m, shape_for(m, "decode", 2, None, 256), collective="lrab")[0]
     symbolic._TRACED.clear()
-    low = lambda: TimedLowering(piece.commands, lambda c, n: np.full(len(c), 7.0))  # noqa: E731
+    low = lambda: TimedLowering(piece.commands, lambda c, *_: np.full(len(c), 7.0))  # noqa: E731
     first, second = build_piece(t, router, piece, low()), build_piece(t, router, piece, low())
     assert len(symbolic._TRACED) == 1
     for name in ("op_code", "op_target", "op_nbytes", "op_arg", "op_phase", "agent_ops"):
         assert np.array_equal(getattr(first, name), getattr(second, name)), name
     assert np.array_equal(first.channels.src, second.channels.src)
     other = compile_model(t, m, shape_for(m, "decode", 4, None, 256), collective="lrab")[0]
-    build_piece(t, router, other, TimedLowering(other.commands, lambda c, n: np.zeros(len(c))))
+    build_piece(t, router, other, TimedLowering.untimed(other.commands))
     assert len(symbolic._TRACED) == 2
 
 
@@ -400,7 +400,7 @@ def test_documented_exact_runs_stay_below_the_warning_level():
         num = lambda f: int(opts[f]) if f in opts else None   # noqa: E731
         shape = shape_for(m, opts.get("--phase"), num("--batch"), num("--seq"), num("--kv-len"))
         for piece in compile_model(t, m, shape, collective="lrab"):
-            lower = TimedLowering(piece.commands, lambda c, n: np.zeros(len(c)))
+            lower = TimedLowering.untimed(piece.commands)
             p = build_piece(t, r, piece, lower)
             tile_ops = sum(gemm_ops_count(piece.commands[c].plan) for c in lower.command_id)
             assert budget.program_bytes(p.n_ops + tile_ops) < budget.WARN_BYTES, (args, piece.name)
@@ -508,7 +508,7 @@ def test_a_that_does_not_fit_in_tcm_is_streamed(tray):
     assert mem["a_streamed"] == 2 and mem["tcm_pinned"] + mem["tcm_tiles"] <= mem["tcm"] == 2 << 20
     # per PE (2 query heads and a KV head per cube, over its 8 PEs): input and output, QKV, O, gate and up
     assert mem["activations"] == (2 * 8192 + (2 + 2) * 128 // 8 + 2 * 128 // 8 + 2 * 28672 // 256) * 2048 * 2
-    lower = TimedLowering(layer.commands, lambda c, n: np.zeros(len(c)))
+    lower = TimedLowering.untimed(layer.commands)
     p = build_piece(t, router, layer, lower)
     loads = (p.op_code == Op.DMA_READ) & (p.op_phase == list(p.phase_names).index("qkv"))
     assert not loads.any()                                   # qkv: no tile load of x, A streams

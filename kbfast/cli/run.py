@@ -365,6 +365,9 @@ def run_model(
     sequence_parallel: Annotated[bool, typer.Option(
         "--sequence-parallel", help="Transformers: reduce-scatter and all-gather around the norms in place of "
                                     "the all-reduces (needs ring_pipe, hier2d or auto).")] = False,
+    overlap: Annotated[str | None, typer.Option(
+        help="Transformers: prefetch (the default: each GEMM's first weight tiles stream into free TCM while "
+             "the stages before it run) or none (stage by stage, the reference's).")] = None,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -379,7 +382,7 @@ def run_model(
     router = Router(t)
     w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,
          "layers": layers, "layout": layout, "method": method, "collective": collective,
-         "sequence_parallel": True if sequence_parallel else None}
+         "sequence_parallel": True if sequence_parallel else None, "overlap": overlap}
     prepared = prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),

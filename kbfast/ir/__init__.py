@@ -9,8 +9,8 @@
 """
 
 from kbfast.ir.builder import ProgramBuilder
-from kbfast.ir.gemm_pipeline import gemm_ops, gemm_ops_count
+from kbfast.ir.gemm_pipeline import gemm_ops, gemm_ops_count, prefetch_ops, prefetch_ops_count
 from kbfast.ir.program import BUFFER_KINDS, RECV_ANY, WAIT_ALL, AgentKind, Channels, Op, Program
 
 __all__ = ["BUFFER_KINDS", "RECV_ANY", "WAIT_ALL", "AgentKind", "Channels", "Op", "Program", "ProgramBuilder",
-           "gemm_ops", "gemm_ops_count"]
+           "gemm_ops", "gemm_ops_count", "prefetch_ops", "prefetch_ops_count"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from kbfast.errors import KbfastError
-from kbfast.ir.gemm_pipeline import gemm_ops
+from kbfast.ir.gemm_pipeline import gemm_ops, prefetch_ops
 from kbfast.ir.program import BUFFER_KINDS, RECV_ANY, WAIT_ALL, AgentKind, Channels, Op, Program
 from kbfast.ir.tiling import GemmPlan, math_ns
 from kbfast.topology.builder import Tables, reverse_route_edges
@@ -181,6 +181,21 @@ class ProgramBuilder:
         self._ch_size += [slot_size or cfg.slot_size] * n
         return np.arange(first, first + n, dtype=np.int64)
 
+    def tcm_slot_bytes(self, channel: np.ndarray, nbytes: np.ndarray) -> int:
+        """The most IPCQ slot bytes one agent holds in TCM: per inbound channel of the ``tcm`` tier, ``n_slots``
+        x its slot size grown to its largest message, as :meth:`build` sizes them (``channel``, ``nbytes``:
+        the sends still to be added; the ones added are counted too)."""
+        if not self._ch_dst:
+            return 0
+        self._flush()
+        size = np.array(self._ch_size, np.int64)
+        for blk in self._blocks:
+            sends = blk[1] == Op.SEND
+            np.maximum.at(size, blk[2][sends].astype(np.int64), blk[3][sends])
+        np.maximum.at(size, np.asarray(channel, np.int64), np.asarray(nbytes, np.int64))
+        held = np.where(np.array(self._ch_kind) == BUFFER_KINDS.index("tcm"), np.array(self._ch_slots) * size, 0)
+        return int(np.bincount(np.array(self._ch_dst, np.int64), weights=held.astype(np.float64)).max())
+
     def send(self, agent: int, channel: int, nbytes: int) -> int:
         """SEND ``nbytes`` on channel ``channel``, whose sender ``agent`` is."""
         self._check_channel(agent, channel, self._ch_src)
@@ -193,7 +208,8 @@ class ProgramBuilder:
             self._check_channel(agent, channel, self._ch_dst)
         return self._add(agent, Op.RECV, channel, nbytes, is_async=is_async, arg=1.0 if consume else 0.0)
 
-    def gemm(self, agent: int, plan: GemmPlan, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int]) -> int:
+    def gemm(self, agent: int, plan: GemmPlan, a: tuple[int, int], b: tuple[int, int], c: tuple[int, int],
+             preloaded: int = 0, ready: np.ndarray | None = None) -> int:
         """A GEMM command of PE agent ``agent`` (kbfast.ir.tiling): ``a``, ``b``, ``c`` are each operand's
         (HBM controller node, byte address).  Returns the op that ends when the GEMM's last DMA_WRITE is done.
 
@@ -202,6 +218,8 @@ class ProgramBuilder:
         first out and chain through WAITs on each other's ops (spec_pe §5.5: a tile's stages follow one
         another; tile t+D's reads wait for tile t's FETCH).  The agent itself marks the start (a COMPUTE of
         0 ns the helpers wait for) and waits for the last write: commands never interleave (spec_pe §4.6).
+        The first ``preloaded`` tiles were prefetched (:meth:`prefetch`; ``ready``: their last reads' ops, or
+        None when they are in TCM already, kbfast.ir.gemm_pipeline.gemm_ops).
         """
         if self._agent_kind[agent] != AgentKind.PE:
             raise KbfastError("a GEMM runs on a PE agent")
@@ -213,11 +231,27 @@ class ProgramBuilder:
         reader, fetcher, comp, storer, writer = self.gemm_helpers(agent)
         phase = self.phase_index("gemm")
         marker = self.compute(agent, 0.0)
-        for op_agent, cols in zip((reader, fetcher, comp, storer, writer), gemm_ops(plan, marker, a, b, c)):
+        for op_agent, cols in zip((reader, fetcher, comp, storer, writer),
+                                  gemm_ops(plan, marker, a, b, c, preloaded=preloaded, ready=ready)):
             if len(cols[0]):
                 self.add_ops(op_agent, *cols[:4], phase, addr=cols[4], is_async=cols[5])
         last_write = self._n_ops - 1
         return self.wait(agent, last_write)
+
+    def prefetch(self, agent: int, plan: GemmPlan, a: tuple[int, int], b: tuple[int, int], tiles: int,
+                 settle: bool = False) -> np.ndarray:
+        """Prefetch the first ``tiles`` tiles of a GEMM command of PE agent ``agent`` into TCM from now on: a
+        0 ns COMPUTE marker on the agent, then the reads on the PE's reader helper, after the reads it has
+        already (kbfast.ir.gemm_pipeline.prefetch_ops); ``settle`` adds the reader's WAIT for them all.
+        Returns per tile its last read's op, then (``settle``) that WAIT's; the command follows with
+        ``gemm(..., preloaded=tiles, ready=...)``."""
+        reader = self.gemm_helpers(agent)[0]
+        marker = self.compute(agent, 0.0)
+        first = self._n_ops
+        cols = prefetch_ops(plan, marker, a, b, tiles, settle)
+        self.add_ops(reader, *cols[:4], self.phase_index("gemm"), addr=cols[4], is_async=cols[5])
+        r = (not plan.a_pinned) + (not plan.b_pinned)
+        return np.concatenate([first + r * np.arange(1, tiles + 1), [self._n_ops - 1] if settle else []]).astype(np.int64)
 
     def gemm_helpers(self, agent: int) -> tuple[int, ...]:
         """The five helper agents of PE agent ``agent``'s GEMM pipeline (see :meth:`gemm`), created on first use."""

@@ -50,7 +50,8 @@ from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.collectives.in_model import AUTO, candidates
 from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_message, allreduce_piece, build_piece,
-                                    compile_model, refuse_unread, shape_for, with_collective)
+                                    compile_model, prefetched, refuse_unread, shape_for, with_collective,
+                                    with_fields)
 
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
 
@@ -72,6 +73,7 @@ class PieceResult:
     method: str                      # how it was made (kbfast.measure.methods): exact; or exact replay, fluid
     program: Program | None = field(default=None, repr=False)
     floors: Floors = ZERO            # the piece's roofline floors (kbfast.measure.roofline)
+    prefetch: dict = field(default_factory=dict)   # TCM bytes the prefetches may fill, and each one's bytes
 
 
 def _route_key(t: Tables, router: Router, node: int) -> tuple:
@@ -118,20 +120,40 @@ class CommandTimer:
                 self._class[lo] = self._keys[key]
         return np.array([self._class[int(local[i])] for i in first.tolist()], np.int64)[inverse.ravel()]
 
-    def times(self, commands: list[GemmCommand], cmd: np.ndarray, nodes: np.ndarray, which: int) -> np.ndarray:
-        """Column ``which`` (0 point, 1 lower, 2 upper) of each (command, node)'s times."""
+    def times(self, commands: list[GemmCommand], cmd: np.ndarray, nodes: np.ndarray, which: int,
+              pre: np.ndarray | None = None, part: np.ndarray | None = None) -> np.ndarray:
+        """Column ``which`` (0 point, 1 lower, 2 upper) of each (command, node, preloaded tiles, part)'s times
+        (:meth:`time`; ``pre`` and ``part`` default to 0)."""
         if not len(cmd):
             return np.zeros(0)
-        pairs, inverse = np.unique(np.stack([np.asarray(cmd, np.int64), self.route_class(nodes)], 1), axis=0,
-                                   return_inverse=True)
-        vals = np.array([self.time(commands[c], k)[which] for c, k in pairs.tolist()])
+        zero = np.zeros(len(cmd), np.int64)
+        rows = np.stack([np.asarray(cmd, np.int64), self.route_class(nodes), zero if pre is None else pre,
+                         zero if part is None else part], 1)
+        keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+        vals = np.array([self.time(commands[c], k, p, q)[which] for c, k, p, q in keys.tolist()])
         return vals[inverse.ravel()]
 
-    def time(self, com: GemmCommand, cls: int) -> tuple[float, float, float]:
-        """A command's times on route class ``cls``, shared by every timer whose system times it alike."""
-        key = (com.plan, com.a_addr, com.b_addr, com.c_addr, self._route_keys[cls], self._system)
+    def time(self, com: GemmCommand, cls: int, pre: int = 0, part: int = 0) -> tuple[float, float, float]:
+        """A command's times on route class ``cls``, shared by every timer whose system times it alike; with
+        its first ``pre`` tiles prefetched (kbfast.workloads.commands.TimedLowering), ``part`` 0: from its
+        start with those tiles in TCM; 2: the prefetch alone, from its start to its last read's end; 1: the
+        command started with the prefetch, from the prefetch's end (at least 0).  Parts 0 and 1 keep the
+        command's own upper bound: fewer reads, or fewer depth gates, never make the tile pipeline later
+        (it is monotone), so the bound of the command without a prefetch holds for them."""
+        key = (com.plan, com.a_addr, com.b_addr, com.c_addr, self._route_keys[cls], self._system, pre, part)
         if key not in _MEMO:
-            _MEMO[key] = self._evaluate(com, self._rep[cls])
+            node = self._rep[cls]
+            if pre == 0:
+                _MEMO[key] = self._evaluate(com, node)
+            elif part == 2:
+                _MEMO[key] = self._prefetched(com, node, pre, part)
+            else:
+                point, lower, upper = self._prefetched(com, node, pre, part)
+                upper = min(upper, self.time(com, cls)[2])
+                if part == 1:
+                    alone = self.time(com, cls, pre, 2)
+                    point, lower, upper = (max(x - a, 0.0) for x, a in zip((point, lower, upper), alone))
+                _MEMO[key] = (point, lower, upper)
         return _MEMO[key]
 
     def stages(self, com: GemmCommand, node: int) -> dict[str, float]:
@@ -164,6 +186,28 @@ class CommandTimer:
         return (float(res.op_end_ns[done] - begin), float(res.op_end_lo_ns[done] - begin),
                 min(float(res.op_end_hi_ns[done] - begin), upper))
 
+    def _prefetched(self, com: GemmCommand, node: int, pre: int, part: int) -> tuple[float, float, float]:
+        """The fast schedule of a prefetched command's one-PE Program, with its bounds: a 0 ns prefetch marker,
+        then per ``part`` (0) the prefetch settled before the command's marker, timed from that marker; (1)
+        the command's marker at once, its first tiles' FETCHes waiting for the prefetch's reads, timed from the
+        prefetch's marker; (2) the prefetch alone, timed from its marker."""
+        t = self.t
+        b = ProgramBuilder(t, self.router, name="prefetched gemm command")
+        agent = b.pe_agent(node)
+        b.start(agent)
+        own = int(own_hbm_ctrls(t, np.array([node]))[0])
+        a, bb, c = (own, com.a_addr), (own, com.b_addr), (own, com.c_addr)
+        start = b.n_ops
+        ids = b.prefetch(agent, com.plan, a, bb, pre, settle=part != 1)
+        if part == 0:
+            b.wait(agent, int(ids[-1]))
+            start = b.n_ops
+        done = b.wait(agent, int(ids[-1])) if part == 2 else \
+            b.gemm(agent, com.plan, a, bb, c, preloaded=pre, ready=ids if part == 1 else None)
+        res = run_fast(b.build())
+        begin = res.op_begin_ns[start]
+        return tuple(float(x[done] - begin) for x in (res.op_end_ns, res.op_end_lo_ns, res.op_end_hi_ns))
+
 
 def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                    timer: CommandTimer | None = None, method: str = "hybrid", launch_ns: float | None = None) -> PieceResult:
@@ -178,20 +222,21 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         res = run_exact(p)
         lat = lo = hi = float(res.latency_ns(p.launch_ns)[0])
         method = EXACT
-        untimed = TimedLowering(piece.commands, lambda c, n: np.zeros(len(c)))   # each command one op
+        untimed = TimedLowering.untimed(piece.commands)   # each command one op
         floors = piece_floors(t, build_piece(t, router, piece, untimed, launch_ns), piece.commands,
                               np.asarray(untimed.command_op), np.asarray(untimed.command_id))
     else:
         timer = timer or CommandTimer(t, router)
-        lower = TimedLowering(piece.commands, lambda c, n: timer.times(piece.commands, c, n, 0))
+        lower = TimedLowering(piece.commands, lambda c, n, pre, part: timer.times(piece.commands, c, n, 0, pre, part))
         p = build_piece(t, router, piece, lower, launch_ns)
         res, method = _point(p, method)
         lat = res.latency_ns(p.launch_ns)[0]
         ops = np.asarray(lower.command_op, np.int64)
-        nodes = p.agent_node[p.op_agent[ops]] if len(ops) else ops
+        timed, args = lower.timed()
+        nodes = p.agent_node[p.op_agent[timed]]
         bounded = [p.op_arg.copy() for _ in range(2)]
         for arg, which in zip(bounded, (1, 2)):
-            arg[ops] = timer.times(piece.commands, np.asarray(lower.command_id, np.int64), nodes, which)
+            arg[timed] = timer.times(piece.commands, args[:, 0], nodes, which, args[:, 1], args[:, 2])
         lo_f, hi_f = finish_bounds(dataclasses.replace(p, op_arg=bounded[0]),
                                    dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
         lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
@@ -200,7 +245,8 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
     timer = timer or CommandTimer(t, router)
     return PieceResult(piece, mode, float(lat), float(lo), float(hi),
                        last_pe_time_by_category(p, res, piece, lower, timer),
-                       phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p, floors)
+                       phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p, floors,
+                       lower.prefetch_bytes())
 
 
 _LAUNCH: OrderedDict = OrderedDict()   # (system but its link bandwidths, PEs) -> the launch barrier, ns
@@ -238,16 +284,32 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
 
 
 _CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method) -> (algorithm, {candidate: ns})
+_ALONE: OrderedDict = OrderedDict()    # (system, PEs, size, tile I/O, method, algorithm) -> ns
+
+
+def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, method: str, launch_ns: float) -> float:
+    """``piece``'s all-reduce by ``algorithm`` alone on the piece's PEs and wiring, from the launch barrier, its
+    point timed as the piece's would be (:func:`_point`, ``method``; no bounds).  Remembered per (system, PEs,
+    message size, tile I/O, method, algorithm); a refusal (a KbfastError) is raised."""
+    nbytes, tile_io = allreduce_message(piece)
+    key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method, algorithm)
+    if key not in _ALONE:
+        alone = allreduce_piece(piece, algorithm)
+        p = build_piece(t, router, alone, TimedLowering.untimed([]), launch_ns)
+        _ALONE[key] = float(_point(p, method)[0].latency_ns(p.launch_ns)[0])
+        if len(_ALONE) > PIECE_CACHE:
+            _ALONE.popitem(last=False)
+    _ALONE.move_to_end(key)
+    return _ALONE[key]
 
 
 def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
                       launch_ns: float) -> tuple[str, dict[str, float]]:
     """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
-    .candidates) alone on the piece's PEs and wiring, from the launch barrier, its point timed as the piece's
-    would be (:func:`_point`, ``method``; no bounds, which do not choose); the fastest, the earlier candidate
-    on a tie.  A candidate refused (over the memory limit, say: the flat ring's messages grow with the square
-    of the PEs) is not chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a sweep's
-    points choose once.  Returns the choice and every candidate's latency (ns)."""
+    .candidates) timed alone (:func:`allreduce_alone_ns`); the fastest, the earlier candidate on a tie.  A
+    candidate refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs)
+    is not chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a
+    sweep's points choose once.  Returns the choice and every candidate's latency (ns)."""
     nbytes, tile_io = allreduce_message(piece)
     key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method)
     if key not in _CHOSEN:
@@ -256,9 +318,7 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
         fields = piece.info[piece.allreduce]
         for alg in candidates(len(piece.nodes), fields.get("sequence_parallel", False)):
             try:
-                alone = allreduce_piece(piece, alg)
-                p = build_piece(t, router, alone, TimedLowering([], lambda c, n: np.zeros(len(c))), launch_ns)
-                times[alg] = float(_point(p, method)[0].latency_ns(p.launch_ns)[0])
+                times[alg] = allreduce_alone_ns(t, router, piece, alg, method, launch_ns)
             except KbfastError as err:
                 times[alg], refusal = None, refusal or err
         ok = {alg: v for alg, v in times.items() if v is not None}
@@ -283,6 +343,32 @@ def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: 
             p = with_collective(p, alg)
         out.append(p)
     return out, choices
+
+
+def resolve_prefetches(t: Tables, router: Router, pieces: list[Piece], method: str, launch: dict[bytes, float],
+                       timer: CommandTimer) -> list[Piece]:
+    """``pieces`` (their collectives resolved) with a limit on each prefetch (kbfast.workloads.model
+    .prefetched): the tiles the PE's read channel streams while the collective the prefetch hides behind runs
+    (its all-reduce alone, :func:`allreduce_alone_ns`; half of it for a reduce-scatter), at the command's own
+    read time per tile (its tile pipeline's read-channel busy time over its tiles).  The read channel serves
+    first in, first out, so a prefetch that outlasts its collective holds up the next GEMM's operand load,
+    and each tile it brings saves less than it costs there: the read and the compute times per tile are
+    close (docs/models.md "Overlap")."""
+    out = []
+    for p in pieces:
+        names = prefetched(p)
+        if names:
+            fields = p.info[p.allreduce]
+            window = allreduce_alone_ns(t, router, p, p.collective, method, launch[p.nodes.tobytes()])
+            window *= 0.5 if fields["sequence_parallel"] else 1.0
+            most = {}
+            for name in names:
+                com = p.commands[fields[name]]
+                per_tile = timer.stages(com, int(p.nodes[0]))["dma_read"] / com.plan.n_tile_total
+                most[name] = int(window // per_tile) if per_tile > 0 else com.plan.n_tile_total
+            p = with_fields(p, prefetch_most=most)
+        out.append(p)
+    return out
 
 
 def _point(p: Program, method: str):
@@ -315,7 +401,7 @@ def last_pe_time_by_category(p: Program, res, piece: Piece, lower, timer: Comman
     out = dict.fromkeys(STEP_CATEGORIES, 0.0)
     mine = np.isin(lower.command_op, ops)
     starts = np.asarray(lower.command_op, np.int64)[mine]
-    ends = starts + 1 if isinstance(lower, TileLowering) else starts
+    ends = np.asarray(lower.command_end, np.int64)[mine]
     spans = res.op_end_ns[ends] - res.op_issue_ns[starts]
     node = int(p.agent_node[a])
     for span, cid in zip(spans.tolist(), np.asarray(lower.command_id, np.int64)[mine].tolist()):
@@ -405,12 +491,13 @@ class StepPlan:
 
 
 def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
-              method: str = "hybrid", collective: str | None = None, sequence_parallel: bool | None = None) -> StepPlan:
+              method: str = "hybrid", collective: str | None = None, sequence_parallel: bool | None = None,
+              overlap: str | None = None) -> StepPlan:
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`);
     ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`);
-    ``sequence_parallel``: kbfast.workloads.model.compile_model's."""
+    ``sequence_parallel`` and ``overlap``: kbfast.workloads.model.compile_model's."""
     check_fast_choice(method)
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
@@ -420,7 +507,8 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
         refuse_unread(model, {"layers": layers})
     return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout,
                                                                        collective=collective,
-                                                                       sequence_parallel=sequence_parallel))
+                                                                       sequence_parallel=sequence_parallel,
+                                                                       overlap=overlap))
 
 
 def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",)) -> StepResult:
@@ -429,6 +517,7 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
     timer = CommandTimer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in plan.pieces}
     pieces, choices = resolve_collectives(t, router, plan.pieces, plan.method, launch)
+    pieces = resolve_prefetches(t, router, pieces, plan.method, launch, timer)
     system = repr(t.spec)
     results: dict[str, list[PieceResult]] = {}
     refused = None
@@ -447,10 +536,11 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
 
 def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
                   layers: int | None = None, modes: tuple[str, ...] = ("fast",), method: str = "hybrid",
-                  collective: str | None = None, sequence_parallel: bool | None = None) -> StepResult:
+                  collective: str | None = None, sequence_parallel: bool | None = None,
+                  overlap: str | None = None) -> StepResult:
     """:func:`plan_step` then :func:`run_step`: one step of ``model`` in each of ``modes``."""
-    return run_step(t, router, plan_step(t, model, shape, layout, layers, method, collective, sequence_parallel),
-                    modes)
+    return run_step(t, router, plan_step(t, model, shape, layout, layers, method, collective, sequence_parallel,
+                                         overlap), modes)
 
 
 # -- the model workload kind --------------------------------------------------------------------------------
@@ -460,8 +550,9 @@ def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     chosen; a model point is measured as a whole step (:func:`step_row`), and this Program serves the link and
     PC tables."""
     piece = _prepare(t, router, w).pieces[0]
-    piece = resolve_collectives(t, router, [piece], str(w["method"]),
-                                {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)})[0][0]
+    launch = {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)}
+    piece = resolve_collectives(t, router, [piece], str(w["method"]), launch)[0][0]
+    piece = resolve_prefetches(t, router, [piece], str(w["method"]), launch, CommandTimer(t, router))[0]
     return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
 
 
@@ -532,7 +623,7 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     refuse_unread(model, w)
     layers = None if w["layers"] is None else int(w["layers"])
     return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
-                     w["sequence_parallel"])
+                     w["sequence_parallel"], w["overlap"])
 
 
 def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
@@ -549,6 +640,7 @@ def _forget() -> None:
     _PIECES.clear()
     _LAUNCH.clear()
     _CHOSEN.clear()
+    _ALONE.clear()
     forget_traces()
 
 
@@ -562,11 +654,12 @@ MODEL = WorkloadKind(
     "model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the attention panels "
              "(kbfast run model)",
     {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
-     "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None},
-    # phase and batch: decode and 1 for a transformer; collective: the model file's (auto by default)
+     "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None, "overlap": None},
+    # phase and batch: decode and 1 for a transformer; collective: the model file's (auto by default);
+    # overlap: prefetch for a transformer
     _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
     resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method",
-                                         "collective", "sequence_parallel"),
+                                         "collective", "sequence_parallel", "overlap"),
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly

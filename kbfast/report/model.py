@@ -69,7 +69,7 @@ def model_report(step: StepResult, t: Tables) -> dict:
            "stage_end_ns": {p.name: r.phase_ns for p, r in zip(step.pieces, step.results[step.mode])}}
     if step.choices:
         out["collective_choice"] = [{"piece": name, **c} for name, c in step.choices.items()]
-    out["memory"] = {p.name: dict(p.memory, **ipcq_slot_bytes(r.program))
+    out["memory"] = {p.name: dict(p.memory, **r.prefetch, **ipcq_slot_bytes(r.program))
                      for p, r in zip(step.pieces, step.results[step.mode]) if p.memory}
     if m.kind == "attention_panels":
         return out
@@ -169,6 +169,8 @@ MEMORY_ROWS = (("HBM: weights", lambda m: fmt_bytes(m["weights"])),
                ("TCM: tile buffers", lambda m: fmt_bytes(m["tcm_tiles"])),
                ("TCM: of the budget", lambda m: f"{percent((m['tcm_pinned'] + m['tcm_tiles']) / m['tcm'])} of "
                                                 f"{fmt_bytes(m['tcm'])}"),
+               ("TCM: prefetch", lambda m: f"{fmt_bytes(m['tcm_prefetch'])} of {fmt_bytes(m['tcm_prefetch_area'])} "
+                                           "free" if "tcm_prefetch" in m else "none"),
                ("GEMMs streaming A", lambda m: f"{m['a_streamed']} of {m['commands']}"),
                ("IPCQ slots", lambda m: f"{fmt_bytes(m['ipcq_slots'])} {m['ipcq_tier']}".strip()))
 
@@ -181,8 +183,9 @@ def _print_memory(memory: dict, console: Console) -> None:
     """What one working PE holds, per piece: its HBM slice and its TCM against their budgets, and the IPCQ slot
     buffers (docs/models.md, "Memory per PE")."""
     table = narrow_table("memory per working PE", "held", *memory,
-                         caption="the largest GEMM's TCM; a GEMM whose A does not fit streams it from HBM; IPCQ "
-                                 "slots grow to fit the largest message (spec_ccl)")
+                         caption="the largest GEMM's TCM; prefetch: the most one prefetch holds, of the TCM "
+                                 "free beside everything else; a GEMM whose A does not fit streams it from HBM; "
+                                 "IPCQ slots grow to fit the largest message (spec_ccl)")
     for label, cell in MEMORY_ROWS:
         table.add_row(label, *(cell(m) for m in memory.values()))
     console.print(fit(console, table, wrap=("held",)))

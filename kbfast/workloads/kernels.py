@@ -48,7 +48,7 @@ class Request:
     """One op a kernel yields: its kind, a direction (or phase name, or MATH op), the payload (a contributor
     set, or a GEMM command number), the bytes (or MATH elements) and a COMPUTE time in ns."""
 
-    kind: str                 # "send", "recv", "math", "compute", "phase", "load", "store", "gemm"
+    kind: str                 # "send", "recv", "math", "compute", "phase", "load", "store", "gemm", "prefetch"
     direction: str = ""
     payload: int = 0
     nbytes: int = 0
@@ -102,6 +102,12 @@ class Tl:
         """GEMM command number ``command`` of the workload's command table (the lowering's; see
         kbfast.workloads.symbolic.run_traced)."""
         return Request("gemm", payload=command)
+
+    def prefetch(self, command: int, most: int | None = None) -> Request:
+        """Start streaming GEMM command ``command``'s first tiles into TCM, as many as TCM holds and at most
+        ``most``; its next ``tl.gemm(command)`` finds them there (none after it: the next step's, which the
+        kernel's first GEMM of that command finds, and the kernel's end waits for; kbfast.workloads.commands)."""
+        return Request("prefetch", payload=command, value=float("inf") if most is None else float(most))
 
     def compute(self, ns: float) -> Request:
         """COMPUTE for ``ns`` nanoseconds."""

@@ -135,7 +135,10 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
 
 
 # what a transformer's step takes
-STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel")
+STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel", "overlap")
+OVERLAPS = {"prefetch": "each GEMM's first weight tiles stream into free TCM while the stages before it run",
+            "none": "stage by stage, each GEMM from an idle read channel (the reference)"}
+DEFAULT_OVERLAP = "prefetch"     # the decisions table's overlap row
 COLLECTIVE_OPTIONS = ("collective",)                             # what a model with an all-reduce takes
 
 
@@ -220,6 +223,15 @@ def _gemm(tl: Tl, fields: dict, name: str, a_bytes: int):
     yield tl.gemm(command)
 
 
+def _prefetch(tl: Tl, fields: dict, then: str | None):
+    """Under ``--overlap prefetch``, start prefetching GEMM command ``fields[then]`` (docs/models.md
+    "Overlap"): a collective calls it right after its tile load, so that the load does not queue behind the
+    prefetch's reads on the PE's read channel; at most ``fields["prefetch_most"][then]`` tiles, when set
+    (kbfast.measure.model.resolve_prefetches: what streams while the collective runs)."""
+    if then is not None and fields.get("overlap") == "prefetch":
+        yield tl.prefetch(fields[then], fields.get("prefetch_most", {}).get(then))
+
+
 def _gather(tl: Tl, nbytes: int, n: int):
     """Ring all-gather over the cube's ``n`` working PEs: ``n - 1`` forwards of ``nbytes``, no MATH."""
     _sized(tl, nbytes)
@@ -232,15 +244,16 @@ def _gather(tl: Tl, nbytes: int, n: int):
 
 
 def _allreduce(tl: Tl, name: str, nbytes: int, algorithm: str, pe: int, n_pe: int, cube_rank: int,
-               tile_io: bool = True):
+               tile_io: bool = True, then: dict | None = None, prefetch: str | None = None):
     """Stage ``name`` (the algorithm named beside it): the sum over every working PE by ``algorithm``
     (kbfast.workloads.collectives.in_model; lrab: a chain to the cube's pe0, lrab over cubes and SIPs, a chain
     back, spec_ccl §5.7) between a tile load and store (the reference kernels', §5.0; ``tile_io=False``:
-    without)."""
+    without); GEMM command ``then[prefetch]`` prefetched after the load (:func:`_prefetch`)."""
     yield tl.phase(f"{name} ({algorithm})")
     _sized(tl, nbytes)
     if tile_io:
         yield tl.load(nbytes)
+    yield from _prefetch(tl, then or {}, prefetch)
     acc = yield from in_model.body(tl, tl.contribution(), algorithm, pe, n_pe, cube_rank)
     if tile_io:
         yield tl.store(nbytes)
@@ -288,16 +301,18 @@ def _norm(tl: Tl, n_elem: int, kind: str):
         yield tl.math(n_elem, op)
 
 
-def _scattered(tl: Tl, name: str, L: dict, gather: bool):
+def _scattered(tl: Tl, name: str, L: dict, gather: bool, then: str | None = None):
     """Stage ``name`` under sequence parallelism (the algorithm named beside it): the reduce-scatter of the
     layer's partial sums (``x_bytes``; each PE keeps its ``1 / P``), or the all-gather of every PE's slice,
     between the tile load and store of what the PE holds before and after (kbfast.workloads.collectives
-    .in_model).  Returns the contributors the PE ends with."""
+    .in_model); GEMM command ``L[then]`` prefetched after the load (:func:`_prefetch`).  Returns the
+    contributors the PE ends with."""
     alg, whole = L["collective"], L["x_bytes"]
     part = max(whole // L["P"], 1)
     yield tl.phase(f"{name} ({alg})")
     _sized(tl, whole)
     yield tl.load(part if gather else whole)
+    yield from _prefetch(tl, L, then)
     op = in_model.all_gather if gather else in_model.reduce_scatter
     acc = yield from op(tl, tl.contribution(), alg, L["n_pe"])
     yield tl.store(whole if gather else part)
@@ -330,9 +345,10 @@ def layer_kernel(tl: Tl):
     yield tl.phase("o proj")
     yield from _gemm(tl, L, "o", L["o_in_bytes"])
     if sp:
-        yield from _scattered(tl, "o reduce-scatter", L, gather=False)
+        yield from _scattered(tl, "o reduce-scatter", L, gather=False, then="up")
     else:
-        yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
+        yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank,
+                              then=L, prefetch="up")
     yield tl.phase("ffn norm")
     yield tl.math(own, "add")
     yield from _norm(tl, own, L["norm"])
@@ -346,9 +362,10 @@ def layer_kernel(tl: Tl):
     yield tl.phase("ffn down")
     yield from _gemm(tl, L, "down", L["h_bytes"])
     if sp:
-        acc = yield from _scattered(tl, "ffn reduce-scatter", L, gather=False)
-    else:
-        acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank)
+        acc = yield from _scattered(tl, "ffn reduce-scatter", L, gather=False, then="qkv")
+    else:       # the next layer's QKV: the prefetch wraps to this layer's (kbfast.workloads.commands)
+        acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank,
+                                    then=L, prefetch="qkv")
     yield tl.phase("residual")
     yield tl.math(own, "add")
     if sp:                                   # each gather brought every PE's slice, once
@@ -398,10 +415,22 @@ def allreduce_message(piece: Piece) -> tuple[int, bool]:
     return a["allreduce_bytes"], a["allreduce_tile_io"]
 
 
+def with_fields(piece: Piece, **fields) -> Piece:
+    """``piece`` with ``fields`` set in its kernel's info (the info key of its all-reduce's fields)."""
+    key = piece.allreduce
+    return dataclasses.replace(piece, info=dict(piece.info, **{key: dict(piece.info[key], **fields)}))
+
+
 def with_collective(piece: Piece, algorithm: str) -> Piece:
     """``piece`` with its all-reduce run by ``algorithm``."""
-    key = piece.allreduce
-    return dataclasses.replace(piece, info=dict(piece.info, **{key: dict(piece.info[key], collective=algorithm)}))
+    return with_fields(piece, collective=algorithm)
+
+
+def prefetched(piece: Piece) -> tuple[str, ...]:
+    """The GEMM commands ``piece`` prefetches, by their info key (a transformer layer under ``--overlap
+    prefetch``: the FFN up projection behind the o all-reduce, and the next layer's QKV behind the FFN's)."""
+    fields = piece.info.get(piece.allreduce, {}) if piece.allreduce else {}
+    return ("up", "qkv") if fields.get("overlap") == "prefetch" else ()
 
 
 def allreduce_piece(piece: Piece, algorithm: str) -> Piece:
@@ -478,15 +507,16 @@ def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv:
 
 
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
-                  layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None) -> list[Piece]:
+                  layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None,
+                  overlap: str | None = None) -> list[Piece]:
     """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
     head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
     (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it).  ``collective``
     (default: the model's own, ``auto`` unless its file says otherwise) runs its all-reduces
     (kbfast.workloads.collectives.in_model); ``auto`` is left for kbfast.measure.model to choose.
     ``sequence_parallel`` (transformers): reduce-scatter and all-gather around the norms in place of the
-    all-reduces (:func:`layer_kernel`)."""
-    refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel})
+    all-reduces (:func:`layer_kernel`).  ``overlap`` (transformers; default ``prefetch``): OVERLAPS."""
+    refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel, "overlap": overlap})
     if isinstance(model, AttentionPanels):
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
     collective = in_model.check_choice(collective or model.collective)
@@ -498,6 +528,9 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         return [_mlp(t, model, nodes, n_pe, labels, peer, roles, info, layout, collective)]
     s = shape or shape_for(model)
     sp = bool(sequence_parallel)
+    overlap = overlap or DEFAULT_OVERLAP
+    if overlap not in OVERLAPS:
+        raise KbfastError(f"overlap {overlap!r} is not one of {', '.join(OVERLAPS)}")
     if sp and collective not in (in_model.AUTO,) + in_model.SCATTERING:
         raise KbfastError(f"--sequence-parallel needs an all-reduce that splits into a reduce-scatter and an "
                           f"all-gather; {collective} does not\n  hint: use --collective "
@@ -558,7 +591,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // m,
         "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem,
         "collective": collective, "allreduce_bytes": T * hid * elem, "allreduce_tile_io": True,
-        "pinned": table.pinned(), "sequence_parallel": sp, "P": P}
+        "pinned": table.pinned(), "sequence_parallel": sp, "P": P, "overlap": overlap}
     layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
                         repeat=model.layers, allreduce="layer",
                         memory=_memory(t, table, model.layers * stride, cache, acts))

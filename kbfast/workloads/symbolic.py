@@ -21,7 +21,7 @@ from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.names import own_hbm_ctrls
 from kbfast.workloads.install import Wiring
 from kbfast.workloads.kernels import Kernel, ScheduleError, Tl
-from kbfast.workloads.templates import ADD, PHASE, SAME, UNEMITTED, templates_to_arrays, trace
+from kbfast.workloads.templates import ADD, PHASE, PREFETCH, SAME, UNEMITTED, templates_to_arrays, trace
 
 OK, E_TWICE, E_DEADLOCK, E_MISSING, E_DIFFER = 0, 1, 2, 3, 4
 # the kernels' codes are literals here: Numba bakes globals into its cached machine code and keys the cache on
@@ -406,7 +406,7 @@ def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Ke
     cols = (agents[out_rank], code, out_chan, ar["nbytes"][out_ins], ar["arg"][out_ins], to_builder[out_phase])
     if lower is not None:
         lower.emit(b, *cols)
-    elif np.any(code == _GEMM):
+    elif np.any((code == _GEMM) | (code == PREFETCH)):
         raise ScheduleError("the kernel issues GEMM commands but run_traced got no lowering for them")
     else:
         b.add_ops(*cols)

@@ -20,7 +20,8 @@ from kbfast.workloads.kernels import Kernel, Tl
 ADD = 8      # template-only ops (nothing emitted): acc := a + b, a phase tag, and the check a == b; codes a
 PHASE = 9    # template never emits (FETCH and STORE come from a GEMM's lowering only), or no Op's
 SAME = 64
-assert SAME > max(Op)
+PREFETCH = 65  # emitted, and lowered like a GEMM command row (kbfast.workloads.commands): no Op of its own
+assert min(SAME, PREFETCH) > max(Op)
 UNEMITTED = (ADD, PHASE, SAME)
 
 
@@ -94,6 +95,8 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
             emit(Op.MATH, nbytes=req.nbytes, arg=math_ns(req.nbytes, req.direction or "add"))
         elif req.kind == "gemm":                # a command: nbytes names it, the lowering expands it
             emit(Op.GEMM, nbytes=int(req.payload))
+        elif req.kind == "prefetch":
+            emit(PREFETCH, nbytes=int(req.payload), arg=req.value)
         elif req.kind == "compute":
             if req.value < 0:
                 raise KbfastError(f"COMPUTE needs ns >= 0 (got {req.value})")
