@@ -200,3 +200,21 @@ def test_overlap_none_issues_no_prefetch(tray):
 def test_cli_overlap_refusals(args, words):
     res = CliRunner().invoke(app, ["run", "model", *args])
     assert res.exit_code == 2 and words in res.output, res.output
+
+
+def test_model_sweep_takes_the_overlap_as_an_axis(tmp_path):
+    """``workload.overlap`` is a sweep key a transformer reads and the TP MLP refuses by key."""
+    from kbfast.errors import ConfigError
+    from kbfast.sweep.batches import evaluate_batch, make_batches
+    from kbfast.sweep.spec import load_spec
+
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ntopology: ahbm_2sip\nworkload: {kind: model, model: llama32_1b, kv_len: 256, "
+                    "layers: 1, collective: lrab}\naxes: [{grid: {workload.overlap: [none, prefetch]}}]\n")
+    rows = evaluate_batch(make_batches(load_spec(path).points(), "fast")[0]).rows
+    assert rows["overlap"].tolist() == ["none", "prefetch"]
+    assert rows["latency_ns"].iloc[1] < rows["latency_ns"].iloc[0]
+    path.write_text("name: s\ntopology: ahbm_2sip\nworkload: {kind: model, model: tp_mlp, overlap: none}\n")
+    with pytest.raises(ConfigError) as err:
+        load_spec(path).points()
+    assert err.value.key == "workload.overlap"

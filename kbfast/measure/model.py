@@ -601,14 +601,16 @@ def collectives_used(pieces: list[Piece]) -> str:
 
 def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
     """The metric row of a model step: latency with bounds, tokens/s or time to first token, MAC
-    utilisation, the critical path by category (``critical_path_<category>_ns``) and the fast method."""
+    utilisation, the critical path by category (``critical_path_<category>_ns``), the fast method, the
+    all-reduce algorithms and the overlap a transformer's layer ran ("" for the other models)."""
     res = step.results[step.mode]
     lat = step.latency_ns()
     out = {"latency_ns": lat, "latency_lo_ns": sum(step.repeat(p) * r.lo_ns for p, r in zip(step.pieces, res)),
            "latency_hi_ns": sum(step.repeat(p) * r.hi_ns for p, r in zip(step.pieces, res)),
            "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
            "n_ranks": len(step.pieces[0].nodes), "mac_util": step.mac_util(t),
-           "method": ",".join(sorted({r.method for r in res})), "collective_used": collectives_used(step.pieces)}
+           "method": ",".join(sorted({r.method for r in res})), "collective_used": collectives_used(step.pieces),
+           "overlap": next((p.info["layer"]["overlap"] for p in step.pieces if "layer" in p.info), "")}
     if step.shape is not None:
         out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \
             step.shape.batch / (lat * 1e-9) if step.shape.phase == "decode" else lat
