@@ -10,9 +10,14 @@ lowering turns the rows into ops when :func:`kbfast.workloads.symbolic.run_trace
 * :class:`TimedLowering` (fast path): the command becomes one COMPUTE op lasting the command's latency,
   which the caller computes once per distinct (command, PE) from the GEMM fast path.
 
+A kernel may also issue ``tl.prefetch(i)`` (a PREFETCH row): command ``i``'s first tiles stream into free
+TCM from there, and its next ``tl.gemm(i)`` finds them (docs/models.md "Overlap").  Exact mode reads them
+on the PE's reader helper (:func:`kbfast.ir.gemm_pipeline.prefetch_ops`) and runs the command with them
+preloaded; the fast path runs the prefetch as a helper op the command waits for (:class:`TimedLowering`).
+
 Both record the command counts per kind (:attr:`counts`), as the reference's op logs show them, and where
-each command went (:attr:`command_op`: the op that starts it, :attr:`command_id`: its table row); in
-exact mode the op after the start is the WAIT that ends it.
+each command went (:attr:`command_op`: the op that starts it, :attr:`command_end`: the op that ends it,
+:attr:`command_id`: its table row).
 """
 
 from __future__ import annotations
