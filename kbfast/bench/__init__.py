@@ -1,5 +1,5 @@
 """``kbfast bench``: the benchmarks (``benchmarks``: one function per figure, the ``BENCHMARKS`` table by
-name) and their result rows."""
+name, each figure against its target, docs/bench.md) and their result rows; ``pairing``: ``--vs REV``."""
 
 from kbfast.bench.benchmarks import BENCHMARKS, BenchRow
 

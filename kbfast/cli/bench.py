@@ -1,4 +1,4 @@
-"""``kbfast bench``: performance figures against the design targets (design §11)."""
+"""``kbfast bench``: performance figures against the design targets (docs/bench.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import typer
 from rich.table import Table
 
-from kbfast.bench import BENCHMARKS, BenchRow
+from kbfast.bench import BENCHMARKS, BenchRow, pairing
 from kbfast.cli.common import console, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.report.tables import fit, narrow_table
@@ -28,17 +28,58 @@ def bench_table(rows: list[BenchRow]) -> Table:
     return table
 
 
+def paired_table(comparison: pd.DataFrame, base: str, this: str, rounds: int) -> Table:
+    """The paired figures: each side's mean, and how much slower or faster this tree is (a regression in
+    red)."""
+    table = narrow_table(f"kbfast bench, paired: {this} against {base}, {rounds} rounds alternated", "benchmark",
+                         "base", "this", "change",
+                         caption=f"change: slower or faster by the mean of the rounds (a rate's by its inverse); "
+                                 f"over {pairing.REGRESSION - 1:.0%} slower is a regression")
+    scale = dict(TIME_UNITS)
+    for r in comparison.itertuples():
+        value = (lambda v: duration(v * scale[r.unit])) if r.unit in scale else (lambda v: f"{v:,.4g} {r.unit}")
+        pct = abs(r.slowdown - 1)
+        change = "same" if pct < 0.0005 else f"{pct:.1%} {'slower' if r.slowdown > 1 else 'faster'}"
+        table.add_row(r.name, value(r.base), value(r.this), f"[red]{change}[/]" if r.regression else change)
+    return table
+
+
+def _paired(vs: str, names: list[str], rounds: int, out: Path) -> None:
+    """``--vs``: the benchmarks of this tree and of ``vs``, alternated (kbfast.bench.pairing)."""
+    this = pairing.this_tree()
+    with console.status(f"checking out {vs}"):
+        base = pairing.base_tree(vs, this)
+        theirs = pairing.benchmarks_of(base)
+    missing = [n for n in names if n not in theirs]
+    if missing:
+        raise KbfastError(f"{base.label} has no benchmark {', '.join(missing)}; it has {', '.join(theirs)}\n"
+                          "  hint: choose with --only among the benchmarks both have")
+    with console.status("benchmarking") as status:
+        runs = pairing.paired_runs(base, this, names, rounds, lambda what: status.update(f"benchmark: {what}"))
+    comparison = pairing.compare(runs)
+    console.print(fit(console, paired_table(comparison, base.label, this.label, rounds), wrap=("benchmark",)))
+    runs.to_csv(out, index=False)
+    console.print(f"every run's figures written to {out}", soft_wrap=True)
+
+
 @user_errors
 def bench(
     only: Annotated[list[str] | None, typer.Option("--only", help=f"Run only these: {', '.join(BENCHMARKS)}.")] = None,
     out: Annotated[Path, typer.Option(help="CSV file for the figures.")] = Path("results/bench.csv"),
+    vs: Annotated[str | None, typer.Option(
+        "--vs", help="Pair with this git revision: it is checked out in a worktree with its own Numba cache and "
+                     "the two run alternated (a regression counts only when paired).")] = None,
+    rounds: Annotated[int, typer.Option(help="With --vs: how many times each side runs.", min=1)] = 2,
 ) -> None:
-    """Measure speed and memory against the design targets; print a table and write a CSV."""
+    """Measure speed and memory against the design targets (docs/bench.md); print a table and write a CSV."""
     names = only or list(BENCHMARKS)
     for n in names:
         if n not in BENCHMARKS:
             raise KbfastError(f"unknown benchmark {n!r}: {did_you_mean(n, BENCHMARKS)}")
     writable(out, "--out")   # before the benchmarks run: minutes of work are not lost to a bad path
+    if vs is not None:
+        _paired(vs, names, rounds, out)
+        return
     rows = []
     with console.status("benchmarking") as status:
         for n in names:
