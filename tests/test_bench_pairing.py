@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -62,6 +62,10 @@ def test_the_base_worktree_is_kept_in_the_git_directory():
     except Exception as err:            # an installed copy, or a checkout without git
         pytest.skip(f"not a git checkout: {err}")
     base = pairing.base_tree("HEAD", this)
-    assert (base.root / "kbfast" / "bench").is_dir() and "kbfast-bench" in str(base.root)
-    assert base.numba_cache is not None and base.commit == this.commit
-    assert set(pairing.benchmarks_of(base)) >= set(BENCHMARKS) - {"model_point", "gemm_sweep"}
+    try:
+        assert (base.root / "kbfast" / "bench").is_dir() and "kbfast-bench" in str(base.root)
+        assert base.numba_cache is not None and base.commit == this.commit
+        assert pairing.base_tree("HEAD", this).root == base.root                  # reused
+        assert set(pairing.benchmarks_of(base)) >= set(BENCHMARKS) - {"model_point", "gemm_sweep"}
+    finally:                                             # a checkout of the commit under test: not kept
+        subprocess.run(["git", "-C", str(this.root), "worktree", "remove", "--force", str(base.root)], check=True)
