@@ -18,6 +18,8 @@ trip, FIFO), blocking/asynchronous ops, WAIT and COMPUTE.  Three modes:
   equal exact mode (parity P1).
 * ``UPPER``: every flow takes ``L_iso + extra[o]``, where ``extra`` bounds the
   work that overlapping flows can put ahead of it (``kbfast.fast.bounds``).
+
+The agents' rules are kbfast.sim.agents', inlined into the event loop (its module notes say why).
 """
 
 from __future__ import annotations
