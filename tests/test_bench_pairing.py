@@ -67,5 +67,9 @@ def test_the_base_worktree_is_kept_in_the_git_directory():
         assert base.numba_cache is not None and base.commit == this.commit
         assert pairing.base_tree("HEAD", this).root == base.root                  # reused
         assert set(pairing.benchmarks_of(base)) >= set(BENCHMARKS) - {"model_point", "gemm_sweep"}
+        # the base reads its own topologies and models, not the editable install's
+        code = "import kbfast, kbfast.topologies as t, kbfast.models as m; print(kbfast.__file__, t.__file__, m.__file__)"
+        done = subprocess.run(pairing._command(base, "-c", code), capture_output=True, text=True, check=True)
+        assert all(path.startswith(str(base.root)) for path in done.stdout.split()), done.stdout
     finally:                                             # a checkout of the commit under test: not kept
         subprocess.run(["git", "-C", str(this.root), "worktree", "remove", "--force", str(base.root)], check=True)

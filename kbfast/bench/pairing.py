@@ -3,7 +3,8 @@ counts only when it is paired).
 
 The other revision is checked out once into a git worktree kept under the repository's git directory
 (``<git dir>/kbfast-bench/<commit>``), with a Numba cache of its own beside it. Both sides run ``kbfast
-bench`` in a fresh process each, on this environment's Python and packages, alternated round by round
+bench`` in a fresh process each, from their own tree (kbfast.bench.side: its topologies and models too),
+on this environment's Python and packages, alternated round by round
 (base, this, base, this, ...), so a drift of the machine touches both. A figure is compared by the mean of
 its rounds, as a slowdown: this over base for a time, a size or a share, base over this for a rate.
 """
@@ -74,17 +75,25 @@ def base_tree(rev: str, this: Side) -> Side:
     return Side(f"{rev}, {commit[:9]}", where, commit, store / f"{commit}.numba")
 
 
+LAUNCHER = Path(__file__).with_name("side.py")      # runs kbfast from a given tree (run as a file)
+
+
 def _env(side: Side) -> dict[str, str]:
-    """The environment of one side's process: its sources first on the path, its own Numba cache."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(side.root), os.environ.get("PYTHONPATH", "")])}
+    """The environment of one side's process: its own Numba cache (the launcher puts its sources first)."""
+    env = dict(os.environ)
     if side.numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(side.numba_cache)
     return env
 
 
+def _command(side: Side, *args: str) -> list[str]:
+    """``kbfast ARGS`` (or ``-c CODE``) of ``side``'s tree, in a fresh Python process (kbfast.bench.side)."""
+    return [sys.executable, str(LAUNCHER), str(side.root), *args]
+
+
 def benchmarks_of(side: Side) -> list[str]:
     """The benchmark names ``side``'s revision has."""
-    done = subprocess.run([sys.executable, "-c", "from kbfast.bench import BENCHMARKS; print(*BENCHMARKS)"],
+    done = subprocess.run(_command(side, "-c", "from kbfast.bench import BENCHMARKS; print(*BENCHMARKS)"),
                           env=_env(side), cwd=side.root, capture_output=True, text=True)
     if done.returncode:
         raise KbfastError(f"cannot list the benchmarks of {side.label}: {done.stderr.strip()[-300:]}")
@@ -93,7 +102,7 @@ def benchmarks_of(side: Side) -> list[str]:
 
 def run_side(side: Side, names: list[str], out: Path) -> pd.DataFrame:
     """``kbfast bench --only ...`` of ``side`` in a fresh process; its figures."""
-    cmd = [sys.executable, "-m", "kbfast", "bench", *(a for n in names for a in ("--only", n)), "--out", str(out)]
+    cmd = _command(side, "bench", *(a for n in names for a in ("--only", n)), "--out", str(out))
     done = subprocess.run(cmd, env=_env(side), cwd=side.root, capture_output=True, text=True)
     if done.returncode:
         raise KbfastError(f"kbfast bench of {side.label} failed (exit {done.returncode}): "
