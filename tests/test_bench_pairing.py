@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -69,7 +70,8 @@ def test_the_base_worktree_is_kept_in_the_git_directory():
         assert set(pairing.benchmarks_of(base)) >= set(BENCHMARKS) - {"model_point", "gemm_sweep"}
         # the base reads its own topologies and models, not the editable install's
         code = "import kbfast, kbfast.topologies as t, kbfast.models as m; print(kbfast.__file__, t.__file__, m.__file__)"
-        done = subprocess.run(pairing._command(base, "-c", code), capture_output=True, text=True, check=True)
-        assert all(path.startswith(str(base.root)) for path in done.stdout.split()), done.stdout
+        for cmd in (pairing._command(base, "-c", code), [sys.executable, "-c", code]):   # and a child's child
+            done = subprocess.run(cmd, env=pairing._env(base), capture_output=True, text=True, check=True)
+            assert all(path.startswith(str(base.root)) for path in done.stdout.split()), done.stdout
     finally:                                             # a checkout of the commit under test: not kept
         subprocess.run(["git", "-C", str(this.root), "worktree", "remove", "--force", str(base.root)], check=True)

@@ -11,6 +11,7 @@ its rounds, as a slowdown: this over base for a time, a size or a share, base ov
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -75,20 +76,33 @@ def base_tree(rev: str, this: Side) -> Side:
     return Side(f"{rev}, {commit[:9]}", where, commit, store / f"{commit}.numba")
 
 
-LAUNCHER = Path(__file__).with_name("side.py")      # runs kbfast from a given tree (run as a file)
+BOOT = Path(__file__).with_name("side.py")     # each side's sitecustomize (kbfast.bench.side)
+
+
+@functools.cache
+def _boot() -> Path:
+    """A folder holding ``side.py`` as ``sitecustomize.py``, for this process's life."""
+    folder = Path(_BOOT_DIRS.setdefault("boot", tempfile.TemporaryDirectory(prefix="kbfast-bench-")).name)
+    (folder / "sitecustomize.py").write_text(BOOT.read_text())
+    return folder
+
+
+_BOOT_DIRS: dict[str, tempfile.TemporaryDirectory] = {}     # removed when the process ends
 
 
 def _env(side: Side) -> dict[str, str]:
-    """The environment of one side's process: its own Numba cache (the launcher puts its sources first)."""
-    env = dict(os.environ)
+    """The environment of one side's processes: its tree found first (``side.py`` as ``sitecustomize``, from a
+    folder first on ``PYTHONPATH``; every child process inherits it), and its own Numba cache."""
+    env = {**os.environ, "KBFAST_BENCH_TREE": str(side.root),
+           "PYTHONPATH": os.pathsep.join(x for x in (str(_boot()), str(side.root), os.environ.get("PYTHONPATH")) if x)}
     if side.numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(side.numba_cache)
     return env
 
 
 def _command(side: Side, *args: str) -> list[str]:
-    """``kbfast ARGS`` (or ``-c CODE``) of ``side``'s tree, in a fresh Python process (kbfast.bench.side)."""
-    return [sys.executable, str(LAUNCHER), str(side.root), *args]
+    """``kbfast ARGS`` of ``side``'s tree in a fresh Python process (``-c CODE``: that code)."""
+    return [sys.executable, *(args if args[:1] == ("-c",) else ("-m", "kbfast", *args))]
 
 
 def benchmarks_of(side: Side) -> list[str]:

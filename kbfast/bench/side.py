@@ -1,21 +1,25 @@
-"""Run kbfast from a given source tree, whatever kbfast this environment has installed (the launcher of
-kbfast.bench.pairing): ``python side.py ROOT ARGS...`` runs ``kbfast ARGS...``, and ``python side.py ROOT -c
-CODE`` runs ``CODE``, with ROOT's packages first on the path and its package-dir folders (``kbfast.topologies``
-and the like, as ROOT's pyproject.toml maps them) found in ROOT.  An editable install maps those folders to
-its own checkout, so without this a revision in a worktree would read this tree's topologies.
+"""Make a Python process run kbfast from a given source tree, whatever kbfast this environment has installed
+(kbfast.bench.pairing): kbfast.bench.pairing copies this file as ``sitecustomize.py`` into a folder it puts
+first on ``PYTHONPATH``, with the tree in ``KBFAST_BENCH_TREE``, so that every process of one side (the
+bench, and the processes it starts, such as the cold-start run) imports that tree's kbfast and finds its
+package-dir folders (``kbfast.topologies`` and the like, as the tree's pyproject.toml maps them) in the tree.
+An editable install maps those folders to its own checkout, so without this a revision in a worktree would
+read this tree's topologies.
 
-It is run as a file, never imported: importing it would import kbfast from this tree first.
+It imports nothing of kbfast: it runs before kbfast is imported.
 """
 
 import importlib.machinery
 import importlib.util
-import runpy
+import os
 import sys
 import tomllib
 from pathlib import Path
 
+TREE = "KBFAST_BENCH_TREE"
 
-class _TreeFinder:
+
+class TreeFinder:
     """Finds the mapped packages of one source tree (``dirs``: package name -> folder)."""
 
     def __init__(self, root: Path, dirs: dict[str, str]):
@@ -33,18 +37,14 @@ class _TreeFinder:
         return spec
 
 
-def main() -> None:
-    root = Path(sys.argv[1]).resolve()
+def install(root: Path) -> None:
+    """Find kbfast and its package-dir folders in ``root`` first, in this process."""
     config = tomllib.loads((root / "pyproject.toml").read_text())
     dirs = config.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    sys.meta_path.insert(0, _TreeFinder(root, {k: v for k, v in dirs.items() if k}))
-    sys.path.insert(0, str(root))
-    if sys.argv[2:3] == ["-c"]:
-        exec(compile(sys.argv[3], "<side -c>", "exec"), {"__name__": "__main__"})
-        return
-    sys.argv = ["kbfast", *sys.argv[2:]]
-    runpy.run_module("kbfast", run_name="__main__", alter_sys=True)
+    sys.meta_path.insert(0, TreeFinder(root, {"kbfast": "kbfast", **{k: v for k, v in dirs.items() if k}}))
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
 
 
-if __name__ == "__main__":
-    main()
+if os.environ.get(TREE):
+    install(Path(os.environ[TREE]).resolve())
