@@ -37,7 +37,8 @@ the fast schedule's loop is mostly agent events, and a call that passes ``P`` an
 costs more than the work, so the helpers are inlined into it, :func:`run_agent` too (a call to it made a
 lrab all-reduce's schedule on ring6 take 242 µs where inlined it takes 150 µs; torus16 602 and 346 µs).
 The exact replay's loop is mostly flit events: it calls :func:`handle_call` and :func:`ipcq_arrive_call`,
-compiled once, which keeps its loop small enough to compile in a third of the time at the same speed.
+compiled once, which keeps its loop small enough to compile in a third of the time at the same speed;
+``handle_call`` calls ``run_agent`` compiled once on its own, so that only the fast loop compiles a copy.
 Loop counters start as ``np.int64``: an integer literal argument makes Numba compile a callee once more.
 """
 
@@ -396,8 +397,14 @@ def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no 
     """Dispatch a shared event (``EV_AGENT`` .. ``EV_CHAN_FREE``); returns (size, seq, n_pend).  Any other kind
     raises: an evaluator handles its own kinds before it calls this."""
     if kind == EV_AGENT:
-        size, seq, n_pend = run_agent(x, now, P, S, heap, size, seq, pend, n_pend)
-    elif kind == EV_OP_DONE:
+        return run_agent(x, now, P, S, heap, size, seq, pend, n_pend)
+    return _handle_other(kind, x, y, now, P, S, heap, size, seq, pend, n_pend)
+
+
+@njit(cache=True, inline="always")
+def _handle_other(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """:func:`handle` of every kind but ``EV_AGENT``."""
+    if kind == EV_OP_DONE:
         size, seq, n_pend = op_done(x, now, P, S, heap, size, seq, pend, n_pend)
     elif kind == EV_VISIBLE:
         size, seq = visible(x, now, P, S, heap, size, seq)
@@ -414,9 +421,19 @@ def handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no 
 
 
 @njit(cache=True, _nrt=False)
+def _run_agent_call(a, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
+    """:func:`run_agent` compiled once as a function of its own, for the exact replay."""
+    return run_agent(a, now, P, S, heap, size, seq, pend, n_pend)
+
+
+@njit(cache=True, _nrt=False)
 def handle_call(kind, x, y, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
-    """:func:`handle` compiled once as a function of its own, for the exact replay (see the module notes)."""
-    return handle(kind, x, y, now, P, S, heap, size, seq, pend, n_pend)
+    """:func:`handle` compiled once as a function of its own, for the exact replay (see the module notes);
+    an agent event calls :func:`run_agent`, which the fast schedule inlines, so that it is compiled once
+    more only there."""
+    if kind == EV_AGENT:
+        return _run_agent_call(x, now, P, S, heap, size, seq, pend, n_pend)
+    return _handle_other(kind, x, y, now, P, S, heap, size, seq, pend, n_pend)
 
 
 @njit(cache=True, _nrt=False)
