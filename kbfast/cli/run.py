@@ -366,8 +366,8 @@ def run_model(
         "--sequence-parallel", help="Transformers: reduce-scatter and all-gather around the norms in place of "
                                     "the all-reduces (needs ring_pipe, hier2d or auto).")] = False,
     overlap: Annotated[str | None, typer.Option(
-        help="Transformers: prefetch (the default: each GEMM's first weight tiles stream into free TCM while "
-             "the stages before it run) or none (stage by stage, the reference's).")] = None,
+        help="Transformers: prefetch (the default: the GEMM after each all-reduce streams its first weight "
+             "tiles into free TCM during it) or none (stage by stage, the reference's).")] = None,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,

@@ -136,7 +136,7 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
 
 # what a transformer's step takes
 STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel", "overlap")
-OVERLAPS = {"prefetch": "each GEMM's first weight tiles stream into free TCM while the stages before it run",
+OVERLAPS = {"prefetch": "the GEMM after each all-reduce streams its first weight tiles into free TCM during it",
             "none": "stage by stage, each GEMM from an idle read channel (the reference)"}
 DEFAULT_OVERLAP = "prefetch"     # the decisions table's overlap row
 COLLECTIVE_OPTIONS = ("collective",)                             # what a model with an all-reduce takes
@@ -223,13 +223,13 @@ def _gemm(tl: Tl, fields: dict, name: str, a_bytes: int):
     yield tl.gemm(command)
 
 
-def _prefetch(tl: Tl, fields: dict, then: str | None):
-    """Under ``--overlap prefetch``, start prefetching GEMM command ``fields[then]`` (docs/models.md
+def _prefetch(tl: Tl, fields: dict, name: str | None):
+    """Under ``--overlap prefetch``, start prefetching GEMM command ``fields[name]`` (docs/models.md
     "Overlap"): a collective calls it right after its tile load, so that the load does not queue behind the
-    prefetch's reads on the PE's read channel; at most ``fields["prefetch_most"][then]`` tiles, when set
+    prefetch's reads on the PE's read channel; at most ``fields["prefetch_most"][name]`` tiles, when set
     (kbfast.measure.model.resolve_prefetches: what streams while the collective runs)."""
-    if then is not None and fields.get("overlap") == "prefetch":
-        yield tl.prefetch(fields[then], fields.get("prefetch_most", {}).get(then))
+    if name is not None and fields.get("overlap") == "prefetch":
+        yield tl.prefetch(fields[name], fields.get("prefetch_most", {}).get(name))
 
 
 def _gather(tl: Tl, nbytes: int, n: int):
@@ -244,16 +244,17 @@ def _gather(tl: Tl, nbytes: int, n: int):
 
 
 def _allreduce(tl: Tl, name: str, nbytes: int, algorithm: str, pe: int, n_pe: int, cube_rank: int,
-               tile_io: bool = True, then: dict | None = None, prefetch: str | None = None):
+               tile_io: bool = True, prefetch: tuple[dict, str] | None = None):
     """Stage ``name`` (the algorithm named beside it): the sum over every working PE by ``algorithm``
     (kbfast.workloads.collectives.in_model; lrab: a chain to the cube's pe0, lrab over cubes and SIPs, a chain
     back, spec_ccl §5.7) between a tile load and store (the reference kernels', §5.0; ``tile_io=False``:
-    without); GEMM command ``then[prefetch]`` prefetched after the load (:func:`_prefetch`)."""
+    without); ``prefetch``: (fields, name) of the GEMM command to prefetch after the load (:func:`_prefetch`)."""
     yield tl.phase(f"{name} ({algorithm})")
     _sized(tl, nbytes)
     if tile_io:
         yield tl.load(nbytes)
-    yield from _prefetch(tl, then or {}, prefetch)
+    if prefetch is not None:
+        yield from _prefetch(tl, *prefetch)
     acc = yield from in_model.body(tl, tl.contribution(), algorithm, pe, n_pe, cube_rank)
     if tile_io:
         yield tl.store(nbytes)
@@ -301,18 +302,18 @@ def _norm(tl: Tl, n_elem: int, kind: str):
         yield tl.math(n_elem, op)
 
 
-def _scattered(tl: Tl, name: str, L: dict, gather: bool, then: str | None = None):
+def _scattered(tl: Tl, name: str, L: dict, gather: bool, prefetch: str | None = None):
     """Stage ``name`` under sequence parallelism (the algorithm named beside it): the reduce-scatter of the
     layer's partial sums (``x_bytes``; each PE keeps its ``1 / P``), or the all-gather of every PE's slice,
     between the tile load and store of what the PE holds before and after (kbfast.workloads.collectives
-    .in_model); GEMM command ``L[then]`` prefetched after the load (:func:`_prefetch`).  Returns the
+    .in_model); GEMM command ``L[prefetch]`` prefetched after the load (:func:`_prefetch`).  Returns the
     contributors the PE ends with."""
     alg, whole = L["collective"], L["x_bytes"]
     part = max(whole // L["P"], 1)
     yield tl.phase(f"{name} ({alg})")
     _sized(tl, whole)
     yield tl.load(part if gather else whole)
-    yield from _prefetch(tl, L, then)
+    yield from _prefetch(tl, L, prefetch)
     op = in_model.all_gather if gather else in_model.reduce_scatter
     acc = yield from op(tl, tl.contribution(), alg, L["n_pe"])
     yield tl.store(whole if gather else part)
@@ -345,10 +346,10 @@ def layer_kernel(tl: Tl):
     yield tl.phase("o proj")
     yield from _gemm(tl, L, "o", L["o_in_bytes"])
     if sp:
-        yield from _scattered(tl, "o reduce-scatter", L, gather=False, then="up")
+        yield from _scattered(tl, "o reduce-scatter", L, gather=False, prefetch="up")
     else:
         yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank,
-                              then=L, prefetch="up")
+                              prefetch=(L, "up"))
     yield tl.phase("ffn norm")
     yield tl.math(own, "add")
     yield from _norm(tl, own, L["norm"])
@@ -362,10 +363,10 @@ def layer_kernel(tl: Tl):
     yield tl.phase("ffn down")
     yield from _gemm(tl, L, "down", L["h_bytes"])
     if sp:
-        acc = yield from _scattered(tl, "ffn reduce-scatter", L, gather=False, then="qkv")
+        acc = yield from _scattered(tl, "ffn reduce-scatter", L, gather=False, prefetch="qkv")
     else:       # the next layer's QKV: the prefetch wraps to this layer's (kbfast.workloads.commands)
         acc = yield from _allreduce(tl, "ffn all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank,
-                                    then=L, prefetch="qkv")
+                                    prefetch=(L, "qkv"))
     yield tl.phase("residual")
     yield tl.math(own, "add")
     if sp:                                   # each gather brought every PE's slice, once
