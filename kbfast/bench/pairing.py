@@ -11,7 +11,6 @@ its rounds, as a slowdown: this over base for a time, a size or a share, base ov
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
@@ -79,15 +78,16 @@ def base_tree(rev: str, this: Side) -> Side:
 BOOT = Path(__file__).with_name("side.py")     # each side's sitecustomize (kbfast.bench.side)
 
 
-@functools.cache
+_BOOT_DIR: tempfile.TemporaryDirectory | None = None      # removed when this process ends
+
+
 def _boot() -> Path:
-    """A folder holding ``side.py`` as ``sitecustomize.py``, for this process's life."""
-    folder = Path(_BOOT_DIRS.setdefault("boot", tempfile.TemporaryDirectory(prefix="kbfast-bench-")).name)
-    (folder / "sitecustomize.py").write_text(BOOT.read_text())
-    return folder
-
-
-_BOOT_DIRS: dict[str, tempfile.TemporaryDirectory] = {}     # removed when the process ends
+    """A folder holding ``side.py`` as ``sitecustomize.py``, made once per process."""
+    global _BOOT_DIR
+    if _BOOT_DIR is None:
+        _BOOT_DIR = tempfile.TemporaryDirectory(prefix="kbfast-bench-")
+        (Path(_BOOT_DIR.name) / "sitecustomize.py").write_text(BOOT.read_text())
+    return Path(_BOOT_DIR.name)
 
 
 def _env(side: Side) -> dict[str, str]:
