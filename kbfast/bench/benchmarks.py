@@ -377,19 +377,24 @@ def bench_model() -> list[BenchRow]:
                 f"layer {duration(ex.latency_ns)} exact vs {duration(lat)} fast")]
 
 
-def bench_model_sweep() -> list[BenchRow]:
-    """The bundled 10^4-point model sweep (``model_1e4``: Llama-3-70B decode steps) end to end, 2 processes."""
+def _bundled_sweep(name: str):
+    """The bundled sweep ``name`` end to end on 2 processes, into a folder deleted after: (wall s, outcome)."""
     import tempfile
     from pathlib import Path
 
     from kbfast.sweep.runner import run_sweep
     from kbfast.sweep.spec import load_spec
 
-    spec = load_spec("model_1e4")
+    spec = load_spec(name)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         out = run_sweep(spec, Path(tmp) / "full", jobs=2)
-        wall = time.perf_counter() - t0
+        return time.perf_counter() - t0, out
+
+
+def bench_model_sweep() -> list[BenchRow]:
+    """The bundled 10^4-point model sweep (``model_1e4``: Llama-3-70B decode steps) end to end, 2 processes."""
+    wall, out = _bundled_sweep("model_1e4")
     n = out.n_points
     return [row(f"model sweep end to end, 2 processes ({n:,} points)", wall, "s", "model_sweep",
                 f"{n / wall * 60:,.0f} points/min, {out.n_errors} errors", scale=n / 1e4)]
@@ -412,17 +417,7 @@ def bench_model_point(n_batches: int = 4) -> list[BenchRow]:
 
 def bench_gemm_sweep() -> list[BenchRow]:
     """The bundled GEMM sweep (``kbfast sweep gemm``: every shape, staging and rate) end to end, 2 processes."""
-    import tempfile
-    from pathlib import Path
-
-    from kbfast.sweep.runner import run_sweep
-    from kbfast.sweep.spec import load_spec
-
-    spec = load_spec("gemm")
-    with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        out = run_sweep(spec, Path(tmp) / "full", jobs=2)
-        wall = time.perf_counter() - t0
+    wall, out = _bundled_sweep("gemm")
     return [row(f"GEMM sweep end to end, 2 processes ({out.n_points:,} points)", wall, "s", "gemm_sweep",
                 f"{out.n_points / wall:,.0f} points/s, {out.n_errors} errors")]
 

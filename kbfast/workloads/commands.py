@@ -131,7 +131,7 @@ class _Counting:
         if not len(rows):
             return Prefetches(gemm, pre, source, rows, np.zeros(0, np.int64), np.zeros(0, bool), rows, 0)
         self.area = area = prefetch_area(b, self.commands, code, target, nbytes)
-        for c, most in zip(nbytes[rows].tolist(), arg[rows].tolist()):
+        for c, most in sorted(set(zip(nbytes[rows].tolist(), arg[rows].tolist()))):   # one per command and limit
             plan = self.commands[c].plan
             fits = min(plan.n_tile_total, area // _tile_bytes(plan)) if _tile_bytes(plan) else 0
             self.prefetched[c] = int(min(fits, most))
@@ -306,11 +306,15 @@ class TimedLowering(_Counting):
             for col, part, which in ((0, 2, live), (1, 1, streams)):
                 ns[which, col] = self._timed(b, alone[which] + col, agent[p_marker[which]], p_cmd[which],
                                              pf.tiles[which], np.full(int(which.sum()), part))
-            for j in np.flatnonzero(live).tolist():
-                m, st = int(p_marker[j]), int(streams[j])
-                b.add_ops(b.gemm_helpers(int(agent[m]))[0], np.array([int(Op.WAIT)] + [int(Op.COMPUTE)] * (1 + st),
-                          np.int8), np.array([base + m] + [-1] * (1 + st)), np.zeros(2 + st, np.int64),
-                          np.concatenate([[0.0], ns[j, :1 + st]]), int(tag_phase[j]))
+            # per live prefetch, in row order (the ids of ``alone``): WAIT marker, COMPUTE part 2[, COMPUTE part 1]
+            j = np.flatnonzero(live)
+            n = size[j]
+            slot = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)       # 0, 1[, 2] per prefetch
+            rep = np.repeat(j, n)
+            readers = np.array([b.gemm_helpers(int(a))[0] for a in agent[p_marker[j]].tolist()], np.int64)
+            b.add_ops(np.repeat(readers, n), np.where(slot == 0, int(Op.WAIT), int(Op.COMPUTE)).astype(np.int8),
+                      np.where(slot == 0, base + p_marker[rep], -1), np.zeros(len(rep), np.int64),
+                      np.where(slot == 0, 0.0, ns[rep, np.maximum(slot - 1, 0)]), tag_phase[rep])
 
     @staticmethod
     def _queued(agent, code, pf: Prefetches, live: np.ndarray) -> np.ndarray:
