@@ -553,6 +553,18 @@ def test_p2_sequence_parallel_layer_within_5_percent(tray, collective, layout):
     assert not any("all-reduce" in s for s in stages)
 
 
+def test_auto_remembers_its_choice_per_candidate_set(tray):
+    """A step without sequence parallelism chooses first; the same message under it still chooses among the
+    all-reduces that scatter (the remembered choice is keyed on the candidates too)."""
+    t, router = tray
+    m = load_model("llama32_1b")
+    s = shape_for(m, "prefill", 1, 64, None)
+    plain = evaluate_step(t, router, m, s, layers=1)
+    sp = evaluate_step(t, router, m, s, layers=1, sequence_parallel=True)
+    assert "lrab" in plain.choices["layer"]["candidates_ns"]
+    assert set(sp.choices["layer"]["candidates_ns"]) == {"hier2d"}
+
+
 def test_sequence_parallel_needs_a_scattering_collective(tray):
     t, router = tray
     m = load_model("llama32_1b")

@@ -283,7 +283,7 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
     return res
 
 
-_CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method) -> (algorithm, {candidate: ns})
+_CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method, candidates) -> (algorithm, {alg: ns})
 _ALONE: OrderedDict = OrderedDict()    # (system, PEs, size, tile I/O, method, algorithm) -> ns
 
 
@@ -308,15 +308,16 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
     """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
     .candidates) timed alone (:func:`allreduce_alone_ns`); the fastest, the earlier candidate on a tie.  A
     candidate refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs)
-    is not chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method): a
-    sweep's points choose once.  Returns the choice and every candidate's latency (ns)."""
+    is not chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method,
+    candidates: sequence parallelism has fewer): a sweep's points choose once.  Returns the choice and every
+    candidate's latency (ns)."""
     nbytes, tile_io = allreduce_message(piece)
-    key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method)
+    algs = candidates(len(piece.nodes), piece.info[piece.allreduce].get("sequence_parallel", False))
+    key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method, tuple(algs))
     if key not in _CHOSEN:
         times: dict[str, float | None] = {}
         refusal = None
-        fields = piece.info[piece.allreduce]
-        for alg in candidates(len(piece.nodes), fields.get("sequence_parallel", False)):
+        for alg in algs:
             try:
                 times[alg] = allreduce_alone_ns(t, router, piece, alg, method, launch_ns)
             except KbfastError as err:
