@@ -204,9 +204,9 @@ def test_topo_route_json_d7_path(runner):
     assert info["kind"] == "pe_dma"
     assert [h["kind"] for h in info["hops"]] == ["pe_to_router"] + ["router_mesh"] * 5 + ["router_to_hbm"]
     assert info["transit_overhead_ns"] == pytest.approx(6 * 2.0)       # six routers at 2 ns
-    assert info["total_mm"] == pytest.approx(2.0 + 3 * 7 / 3 + 2.5)
+    assert info["total_mm"] == pytest.approx(3.0 + 3 * 7 / 3 + 2.5)       # the 3 mm floor plan
     assert info["propagation_ns"] == pytest.approx(info["total_mm"] * load_system().fabric.ns_per_mm)
-    assert [h["mm"] for h in info["hops"]] == pytest.approx([0.0, 2.0, 7 / 3, 7 / 3, 7 / 3, 2.5, 0.0])
+    assert [h["mm"] for h in info["hops"]] == pytest.approx([0.0, 3.0, 7 / 3, 7 / 3, 7 / 3, 2.5, 0.0])
     assert info["bottleneck_bw_gbs"] == 256.0
     assert info["store_and_forward"] == []
 
@@ -214,7 +214,7 @@ def test_topo_route_json_d7_path(runner):
 def test_topo_route_table(runner):
     out = flat(run(runner, "topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2").stdout)
     assert "pe_dma route sip0.cube0.pe0.pe_dma -> sip0.cube0.hbm_ctrl.pe2" in out
-    assert "7 edges, transit overhead 12.0 ns (ovh ns summed), 11.5 mm (0 ns propagation)" in out      # one time formatter
+    assert "7 edges, transit overhead 12.0 ns (ovh ns summed), 12.5 mm (0 ns propagation)" in out      # one time formatter
     assert "router_to_hbm" in out
 
 

@@ -257,11 +257,11 @@ def test_ops_table(t0: Tables) -> None:
 
 # --------------------------------------------------------------------------------------------------------------
 def test_host_write_completes_at_hbm_finalize(t0: Tables) -> None:
-    # A 256 B H2D write to sip0.cube0.hbm_ctrl.pe0 reaches the controller at 30.5 (derivation in
-    # test_exact_handcases.py) and completes when its commit ends, 38.5: no response leg.  The same write
+    # A 256 B H2D write to sip0.cube0.hbm_ctrl.pe0 reaches the controller at 29 (derivation in
+    # test_exact_handcases.py) and completes when its commit ends, 37: no response leg.  The same write
     # to pe4's slice leaves r0c0 through the cube's west UCIe endpoint, 0 mm from its connections (the kernbench
     # router's zero-length bus): r0c0 -> ucie-W.conn0 (128 GB/s, 2 ns) -> ucie-W (0.5 ns, 8 ns overhead) ->
-    # ucie-W.conn2 (0.5 ns) -> r4c0 (2 ns, 2 ns router) => 38.5 + 15.  (pe1's slice is no farther: it enters the
+    # ucie-W.conn2 (0.5 ns) -> r4c0 (2 ns, 2 ns router) => 37 + 15.  (pe1's slice is no farther: it enters the
     # cube at r0c1 via ucie-N.conn1.)
     b = ProgramBuilder(t0, name="h2d")
     h = b.host_agent(0)
@@ -269,9 +269,9 @@ def test_host_write_completes_at_hbm_finalize(t0: Tables) -> None:
     w1 = b.dma(h, hbm_ctrl(t0, 0, 0, 1), 256)
     w4 = b.dma(h, hbm_ctrl(t0, 0, 0, 4), 256)
     res = run_exact(b.build())
-    assert res.op_latency_ns(w0) == 38.5
-    assert res.op_latency_ns(w1) == 38.5
-    assert res.op_latency_ns(w4) == 38.5 + 2 + 0.5 + 8 + 0.5 + 2 + 2
+    assert res.op_latency_ns(w0) == 37.0
+    assert res.op_latency_ns(w1) == 37.0
+    assert res.op_latency_ns(w4) == 37.0 + 2 + 0.5 + 8 + 0.5 + 2 + 2
     assert res.op_issue_ns[w4] == res.op_end_ns[w1]    # blocking host writes run one after another
     assert res.pcs["commits"].sum() == 3
 

@@ -352,18 +352,19 @@ def test_switch_penalty_not_paid_for_same_direction(t_sw: Tables) -> None:
 # Host transfers with propagation zeroed, 256 B (one flit) into sip0.cube0.hbm_ctrl.pe0.  Route (memory kind):
 #   pcie_ep (source, ovh 5, store-and-forward) -256-> io_noc (0) -128-> io_ucie-P0.conn0 (0) -512->
 #   io_ucie-P0 (8) -512-> cube0.ucie-N (8) -512-> ucie-N.conn0 (0) -128-> r0c0 (2) -256-> hbm_ctrl.pe0 (0).
-# H2D write: 5 + 1 + 2 + 0.5 + 8 + 0.5 + 8 + 0.5 + 2 + 2 + 1 = 30.5 at the controller, commit +8 = 38.5, and a
-#   host write completes there (no response leg).
+# H2D write (the IO connection at its fitted 512 GB/s, calibration/kernbench-2026-11.yaml):
+#   5 + 1 + 0.5 + 0.5 + 8 + 0.5 + 8 + 0.5 + 2 + 2 + 1 = 29 at the controller, commit +8 = 37, and a host write
+#   completes there (no response leg).
 # D2H read: a zero-byte command: 5 + intermediate overheads (8 + 8 + 2) = 23 at the controller; chunk loop
 #   (spec_memory §3.7): one chunk, interval 256 / 128 (bottleneck) = 2 -> commit 25 -> 33; then 256 B stream
-#   back on the reverse route: 1 + 2 (r0c0) + 2 + 0.5 + 8 + 0.5 + 8 + 0.5 + 2 + 1 = 25.5 -> 58.5 at pcie_ep,
-#   which reassembles and pays its 5 ns  =>  63.5.
+#   back on the reverse route: 1 + 2 (r0c0) + 2 + 0.5 + 8 + 0.5 + 8 + 0.5 + 0.5 + 1 = 24 -> 57 at pcie_ep,
+#   which reassembles and pays its 5 ns  =>  62.
 def test_host_route_assumptions(t0: Tables, r0: Router) -> None:
     edges = r0.route(io_node(t0, 0, "pcie_ep"), hbm_ctrl(t0, 0, 0, 0), "memory")
     names = [node_name(t0, int(v)).split(".", 1)[1] for v in t0.edge_dst[edges]]
     assert names == ["io0.io_noc", "io0.io_ucie-P0.conn0", "io0.io_ucie-P0", "cube0.ucie-N", "cube0.ucie-N.conn0",
                      "cube0.r0c0", "cube0.hbm_ctrl.pe0"]
-    assert t0.edge_bw_gbs[edges].tolist() == [256.0, 128.0, 512.0, 512.0, 512.0, 128.0, 256.0]
+    assert t0.edge_bw_gbs[edges].tolist() == [256.0, 512.0, 512.0, 512.0, 512.0, 128.0, 256.0]
     assert t0.node_overhead_ns[t0.edge_dst[edges]].tolist() == [0.0, 0.0, 8.0, 8.0, 0.0, 2.0, 0.0]
     assert t0.node_overhead_ns[io_node(t0, 0, "pcie_ep")] == 5.0
     assert not t0.node_flit_aware[io_node(t0, 0, "pcie_ep")]
@@ -376,9 +377,9 @@ def test_host_write_and_read_256b(t0: Tables) -> None:
     w = b.dma(h, ctrl, 256, 0, write=True)
     rd = b.dma(h, ctrl, 256, 1 << 20, write=False)
     res = run_exact(b.build())
-    assert res.op_latency_ns(w) == 38.5
-    assert res.op_issue_ns[rd] == 38.5
-    assert res.op_latency_ns(rd) == 63.5
+    assert res.op_latency_ns(w) == 37.0
+    assert res.op_issue_ns[rd] == 37.0
+    assert res.op_latency_ns(rd) == 62.0
     assert res.op_latency_ns(rd) >= res.op_latency_ns(w)
 
 

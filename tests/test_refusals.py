@@ -613,9 +613,10 @@ def test_overflowing_float_in_a_file(runner, tmp_path):
 
 
 def test_infinite_link_bandwidth_is_no_serialization(runner):
-    """inf stays allowed where it means no serialization: a link bandwidth (link.pcie.bw_gbs: .inf by default)."""
+    """inf stays allowed where it means no serialization: a link bandwidth (an unserialised switch link, the
+    original's reading of a bandwidth never given)."""
     from kbfast.config import load_system
-    spec = load_system("ring6", {"link.ucie_conn.bw_gbs": "inf"})
+    spec = load_system("ring6", {"link.ucie_conn.bw_gbs": "inf", "link.pcie.bw_gbs": "inf"})
     assert spec.link.ucie_conn.bw_gbs == float("inf") and spec.link.pcie.bw_gbs == float("inf")
 
 

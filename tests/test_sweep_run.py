@@ -127,7 +127,7 @@ def test_tile_io_axis_and_column(reference: SweepOutcome, tmp_path: Path) -> Non
     t, router = tables_of(s.points()[0])
     for row in df.itertuples(index=False):
         c = allreduce(t, router, int(row.size), "lrab", tile_io=bool(row.tile_io))
-        assert row.latency_ns == pytest.approx(run_fast(c.program).agent_finish_ns.max() - c.launch_ns, rel=1e-12)
+        assert row.latency_ns == clean(run_fast(c.program).agent_finish_ns.max() - c.launch_ns)   # as files hold it
     on, off = df[df.tile_io].set_index("size"), df[~df.tile_io.astype(bool)].set_index("size")
     # 96 KiB on torus6: the fast path adds the isolated load (389 ns) and store (397 ns) exactly
     assert on.loc[98304, "latency_ns"] - off.loc[98304, "latency_ns"] == pytest.approx(389.0 + 397.0)

@@ -16,6 +16,7 @@ from kbfast.errors import ConfigError, KbfastError
 from kbfast.sweep.spec import (
     Point,
     SweepSpec,
+    _saved_set,
     _topology_digest,
     config_hash,
     example_specs,
@@ -166,7 +167,9 @@ def test_config_hash_is_the_digest_of_the_documented_text() -> None:
     work = {"kind": "allreduce", "algorithm": "lrab", "size": 1024, "ranks": None}
     over = {"ipcq.n_slots": 4, "ipcq.buffer_kind": "tcm", "sip.io_chiplets": [{"id": "io0", "n": 4}]}
     text = repr([_topology_digest("torus6"), sorted(over.items()), sorted(work.items()), "fast", __version__])
-    want = hashlib.sha256(text.encode()).hexdigest()[:16]
+    saved = _saved_set("torus6", None)          # the shipped set every preset loads: its name and values digest
+    assert saved is not None and saved[0] == "kernbench-2026-11"
+    want = hashlib.sha256(f"{text} {saved!r}".encode()).hexdigest()[:16]
     assert config_hash("torus6", over, work, "fast") == want
     assert config_hash("torus6", over, work, "fast", overrides_key(over)) == want
     assert make().points()[0].overrides_key == overrides_key(make().points()[0].overrides)

@@ -84,13 +84,22 @@ def test_router_grid_is_6x6_minus_hbm_hole(tables):
     assert plan.n_routers == 32
     assert set(plan.routers) == {(r, c) for r in range(6) for c in range(6)} - HOLE
     assert list(plan.routers) == sorted(plan.routers)  # row-major
-    # Columns: PE x positions 1.5, 3.5, 10.5, 12.5 and two relay columns in the 7 mm gap.
-    assert plan.col_x[0] == pytest.approx(1.5) and plan.col_x[1] == pytest.approx(3.5)
-    assert plan.col_x[4] == pytest.approx(10.5) and plan.col_x[5] == pytest.approx(12.5)
-    assert plan.col_x[2] - plan.col_x[1] == pytest.approx(7 / 3)
+    # Columns, the 3 mm reading (16 mm wide): PE x positions 1.5, 4.5, 11.5, 14.5 and two relay columns in the
+    # 7 mm gap, at 6.83 and 9.17 mm (the decisions table's floor plan).
+    assert plan.col_x == pytest.approx((1.5, 4.5, 4.5 + 7 / 3, 4.5 + 14 / 3, 11.5, 14.5))
     # Rows: HBM rows at h/2 -+ 1.5 = 5.5 and 8.5.
     assert plan.row_y[2] == pytest.approx(5.5) and plan.row_y[3] == pytest.approx(8.5)
     assert plan.row_y[0] == pytest.approx(1.5) and plan.row_y[5] == pytest.approx(12.5)
+
+
+def test_the_14mm_parameter_set_is_the_other_reading():
+    """``kernbench-2026-11-14mm``: a 14 mm cube with a 2 mm pitch, columns 1.5, 3.5, 5.83, 8.17, 10.5, 12.5 mm; the
+    same rows, router grid and attachments (docs/calibration.md, "Geometry")."""
+    narrow = build_tables(load_system(overrides={"param_set": "kernbench-2026-11-14mm"})).plan
+    wide = build_tables(load_system()).plan
+    assert narrow.col_x == pytest.approx((1.5, 3.5, 3.5 + 7 / 3, 3.5 + 14 / 3, 10.5, 12.5))
+    assert narrow.row_y == wide.row_y and narrow.routers == wide.routers
+    assert narrow.pe_router == wide.pe_router and narrow.conn_router == wide.conn_router
 
 
 def test_floorplan_attachments(tables):

@@ -25,9 +25,12 @@ FIT_DEFAULTS: dict[str, tuple[float, float, float]] = {
     "link.io_to_cube.bw_gbs": (32.0, 1024.0, 0.1),
     "link.ucie_internal.bw_gbs": (32.0, 2048.0, 0.1),
     "link.pcie_ep_noc.bw_gbs": (32.0, 1024.0, 0.1),
+    "link.pcie.bw_gbs": (32.0, 4096.0, 0.1),
+    "link.io_noc_cpu.bw_gbs": (32.0, 1024.0, 0.1),
     "cube.geometry.w_mm": (10.0, 20.0, 0.5),
-    "cube.pe_layout.pe_pitch_mm": (1.0, 2.45, 0.1),
+    "cube.pe_layout.pe_pitch_mm": (2.0, 3.45, 0.1),   # six router columns on the 16 mm cube
 }
+FIT_DIGITS = 6                   # fitted values are kept to 6 significant digits (the residuals are of those)
 NO_SENSITIVITY = 1e-12           # a Jacobian column below this (relative error per unit of u) moves no row
 
 
@@ -131,7 +134,9 @@ def fit(spec: SystemSpec, params: list[FitParam], reference: dict[str, float] | 
     Each key is scaled to ``u = (p - lo) / (hi - lo)`` in [0, 1]; ``scipy.optimize.least_squares``
     (trf, bounds [0, 1]) uses a Jacobian of bounded forward differences with the key's step (backward at the
     upper bound).  A key whose column is zero at the start moves no row: it is reported with no sensitivity
-    and keeps its value.  The fast path equals the exact replay on these isolated transfers (parity P1).
+    and keeps its value.  The fitted values are kept to ``FIT_DIGITS`` significant digits, and the residuals
+    after the fit are those of the kept values.  The fast path equals the exact replay on these isolated
+    transfers (parity P1).
     """
     from scipy.optimize import least_squares
 
@@ -154,7 +159,10 @@ def fit(spec: SystemSpec, params: list[FitParam], reference: dict[str, float] | 
         return np.where(u == u0, start, lo + u * span)
 
     def residuals(u: np.ndarray) -> np.ndarray:
-        key = tuple(float(v) for v in values_at(u))
+        return residuals_at(values_at(u))
+
+    def residuals_at(values: np.ndarray) -> np.ndarray:
+        key = tuple(float(v) for v in values)
         if key not in memo:
             bench = Bench(derive(spec, {p.key: v for p, v in zip(params, key)}, label="--fit"))
             memo[key] = np.array([r.measure(bench, "fast", ref, target[r.case]).err for r in rows])
@@ -186,8 +194,9 @@ def fit(spec: SystemSpec, params: list[FitParam], reference: dict[str, float] | 
                             bounds=(0.0, 1.0), method="trf", x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12,
                             max_nfev=200)
         u, nfev, message = sub(sol.x), int(sol.nfev), str(sol.message)
-    after = residuals(u)
-    values = dict(zip([p.key for p in params], map(float, values_at(u))))
+    fitted = np.array([float(f"{v:.{FIT_DIGITS}g}") if moving[i] else v for i, v in enumerate(values_at(u))])
+    after = residuals_at(fitted)
+    values = dict(zip([p.key for p in params], map(float, fitted)))
     jac = jacobian(u, list(range(len(params))))
     sensitivity: dict[str, dict[str, float] | None] = {}
     for i, p in enumerate(params):

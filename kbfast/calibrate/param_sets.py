@@ -49,10 +49,6 @@ def param_set_file(name: str, overwrite: bool = False, topology: str | Path | No
         raise ConfigError("--save", "param_set", name, f"cannot write parameter sets to {folder} "
                           f"({err.strerror or err})", hint) from None
     if not overwrite:
-        existing = param_set_path(name)
-        if existing is not None:
-            raise ConfigError("--save", "param_set", name, f"a parameter set of that name exists: {existing}",
-                              "give another name, or add --overwrite to replace it")
         users = topology_labels(topology).get(name)
         if users:
             raise ConfigError("--save", "param_set", name,
@@ -60,18 +56,26 @@ def param_set_file(name: str, overwrite: bool = False, topology: str | Path | No
                               "values would change every later run of them",
                               "give another name and load it with --set param_set=NAME; --overwrite saves "
                               "under the label all the same")
+        existing = param_set_path(name)
+        if existing is not None:
+            raise ConfigError("--save", "param_set", name, f"a parameter set of that name exists: {existing}",
+                              "give another name, or add --overwrite to replace it")
     return folder / f"{name}.yaml"
 
 
 def param_set_document(name: str, result: FitResult, spec: SystemSpec, topology: str,
                        overrides: dict[str, Any]) -> dict[str, Any]:
-    """The YAML document of a saved set: the fitted values and their provenance (no clock time: the same
-    fit writes the same file)."""
+    """The YAML document of a saved set: the values of the system the fit ran on (the ``--set`` overrides, then
+    the fitted values) and their provenance (no clock time: the same fit writes the same file).  The
+    overrides are values of the set because the fitted values hold only with them: a set fitted on the
+    14 mm floor plan brings that floor plan along (docs/calibration.md, "Parameter sets")."""
     csv = reference_csv()
+    given = {k: v for k, v in overrides.items() if k != "param_set"}
     return {
         "name": name,
-        "description": f"fitted by kbfast calibrate on {topology}",
-        "values": dict(result.fitted_values),
+        "description": f"fitted by kbfast calibrate on {topology}"
+                       + (f" with {', '.join(f'{k}={v}' for k, v in given.items())}" if given else ""),
+        "values": {**given, **result.fitted_values},
         "provenance": {
             "kbfast_version": __version__,
             "topology": topology,

@@ -9,8 +9,9 @@ rules that depend only on the topology (documented in ``docs/probes.md``):
 * "best"/"worst" remote slices are the nearest/farthest by routing weight from
   ``sip0.cube0.pe0``;
 * the far cube is the last cube of the mesh (``cube w*h-1``, cube 15 on 4x4);
-* REMOTE_SIP writes from ``sip0.cube0.pe0`` to ``sip1.cube0.hbm_ctrl.pe2``
-  (cube choice not stated in the source; fitted, see docs/calibration.md);
+* REMOTE_SIP writes from ``sip0.cube0.pe0`` to ``sip1.cube0.hbm_ctrl.pe0``, the issuer's own slice
+  position on the peer SIP (the source states neither cube nor PE; the never-valued switch link is fitted
+  to this row, so the endpoint is fixed by rule, not by fit: docs/calibration.md);
 * H2D/D2H target the column-0 cubes ``0, w, 2w, ...`` (1, 2, 3, 4 cube hops
   from the IO chiplet on the north edge), slice of pe0.
 """
@@ -124,8 +125,8 @@ def build_catalogue(t: Tables, router: Router) -> dict[str, ProbeCase]:
         pe_case("REMOTE_CUBE_PE_REMOTE_WORST", f"pe0 to the farthest slice of cube{last_cube} (pe{far[-1]})",
                 "no_congestion", [(pe0, hbm_ctrl(t, 0, last_cube, far[-1]))])
     if lay.n_sips > 1:
-        pe_case("REMOTE_SIP", "sip0.cube0.pe0 to sip1.cube0 pe2's slice via pcie_ep and the switch",
-                "no_congestion", [(pe0, hbm_ctrl(t, 1, 0, min(2, n_pe - 1)))])
+        pe_case("REMOTE_SIP", "sip0.cube0.pe0 to sip1.cube0 pe0's slice via pcie_ep and the switch",
+                "no_congestion", [(pe0, hbm_ctrl(t, 1, 0, 0))])
     if n_pe > 4:
         pe_case("PROBE_PE_SAME_HALF", "pe0 to pe1's slice (same half)", "probe", [(pe0, hbm_ctrl(t, 0, 0, 1))])
         pe_case("PROBE_PE_CROSS_HALF", "pe0 to pe4's slice (cross half)", "probe", [(pe0, hbm_ctrl(t, 0, 0, 4))])
