@@ -81,7 +81,25 @@ def test_collective_rows_follow_the_band_semantics(rows: pd.DataFrame) -> None:
     for preset in ("torus", "ring", "mesh"):
         r = by.loc[f"allreduce_center_vs_corner_{preset}"]
         assert r["status"] == "ok" and -0.30 <= r["exact"] <= -0.02 and abs(r["fast"] - r["exact"]) < 0.01
+        assert "retired" in r["criterion"]                 # the size of the gain is shown, not judged
     assert 17200 < by.loc["allreduce_torus_96k_latest", "exact"] < 30000
+    assert "retired" in by.loc["allreduce_buffer_kind_64k", "criterion"]
+
+
+class _Swapped(Bench):
+    """A bench whose measurements break the orderings the collective rows judge: the corner root beats the
+    centre, and the buffer kinds come out in the reverse order."""
+
+    def allreduce_ns(self, sips, algorithm, nbytes, kind="tcm", mode="exact"):
+        return {"lrab": 2.0, "lrab_corner": 1.0}[algorithm] * {"tcm": 3.0, "hbm": 2.0, "sram": 1.0}[kind]
+
+
+def test_the_collective_rows_can_fail(spec: SystemSpec) -> None:
+    """Their orderings are checks that fail when broken (the magnitudes are retired, not the rows)."""
+    ref = reference_table()
+    for case in ("allreduce_center_vs_corner_torus", "allreduce_buffer_kind_64k"):
+        assert ROWS[case].measure(_Swapped(spec), "fast", ref).ok is False, case
+        assert ROWS[case].measure(Bench(spec), "fast", ref).ok is True, case
 
 
 def test_a_row_beyond_3_percent_is_off(spec: SystemSpec) -> None:
