@@ -7,11 +7,16 @@
   cause.  The makespan agrees to 1e-9 without tile I/O; with it, the fast path is early by the router
   overhead the forwarding ranks' stores add in exact mode (``ROUTER_HEADS``).
 * **P2** (contended): multi-SIP lrab on ring_1d / torus_2d / mesh_2d_no_wrap at 2..16 SIPs:
-  ``lo <= exact <= hi`` and the point estimate within 2 % of exact (design limit 5 %).
+  ``lo <= exact <= hi`` and the point estimate within 2 % of exact (design limit 5 %).  The library's ring, tree,
+  hier3 and rs_ag on ring6, torus6, mesh6 and ahbm_2sip at 16 B, 4 KiB and 96 KiB, on both rank sets: the bounds
+  op by op and the point within 5 %; the tree misses it (expected failures, ``LIB_MISSES``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from functools import cache
 
 import numpy as np
@@ -261,3 +266,154 @@ def test_upper_bound_on_the_seed_grid(preset: str, n: int, most: float) -> None:
     ex, fa = run_exact(c.program), run_fast(c.program)
     exact, upper = ex.latency_ns(c.launch_ns)[0], fa.latency_ns(c.launch_ns)[2]
     assert exact <= upper <= most * exact, upper / exact
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# P2: the collective library's all-reduce algorithms ring, tree, hier3 and rs_ag, as lrab above: on ring6, torus6,
+# mesh6 and ahbm_2sip, at 16 B, 4 KiB and 96 KiB, on the cube pe0s and on every PE (hier3 runs on every PE only),
+# with the tile load and store: the bounds hold op by op (lo <= exact <= hi at every op end and agent finish), and
+# the point estimate is within 5 % of exact (design §7).
+#
+# Point-estimate error (fast - exact) / exact in %, measured at this commit (the six-SIP presets give the same
+# Programs, see test_the_six_sip_presets_give_the_library_the_same_programs; "-": not run, see LIB_EXCLUDED):
+#
+#                        6 SIPs (ring6 = torus6 = mesh6)        ahbm_2sip
+#   algorithm  ranks      16 B     4 KiB    96 KiB         16 B     4 KiB    96 KiB
+#   ring       cube_pe0   +0.03    -0.06    +1.12          +0.30    +0.10    +2.19
+#   ring       all_pes    -0.00    -0.02      -            +0.02    -0.02    -4.39
+#   tree       cube_pe0   +2.46    +0.87   +17.22          +4.47    +3.59    +5.13
+#   tree       all_pes    +6.17   +18.49   +40.10          +7.29    +8.88    +7.22
+#   hier3      all_pes    +1.27    +0.15    +0.02          +1.37    +0.32    +0.04
+#   rs_ag      cube_pe0   +0.01    +0.01    -0.01          +0.16    +0.15    +0.05
+#   rs_ag      all_pes    -0.00    -0.00    -0.00          +0.01    +0.01    +0.01
+#
+# The tree misses 5 % (docs/fast_path.md §6, "The tree all-reduce"): the fluid schedule shares a saturated link
+# max-min fairly, so a tree level's trains, which all start together, all finish together at the end of the
+# level; exact mode's first-in first-out servers finish them one after another (a train whose flits queue
+# first is served first, and a store-and-forward pcie_ep re-sends whole trains in arrival order).  The last one
+# ends at about the same time in both, but a parent forwards once both its children have arrived, so in exact
+# mode the next level starts while this one drains.  The fluid schedule waits for the whole level: on torus6 at
+# 96 KiB on every PE, the first level's messages from SIP 4 to its left children in SIP 2 arrive at 3.7 / 59.8 /
+# 155.9 us (first / median / last) in exact mode and at 50.6 / 148.2 / 148.5 us in the fluid schedule.
+LIB_PRESETS = ("ring6", "torus6", "mesh6", "ahbm_2sip")
+SIX_SIPS = ("ring6", "torus6", "mesh6")
+LIB_SIZES = (16, 4 * KiB, 96 * KiB)
+LIB_RANKS = {"ring": ("cube_pe0", "all_pes"), "tree": ("cube_pe0", "all_pes"), "hier3": ("all_pes",),
+             "rs_ag": ("cube_pe0", "all_pes")}
+P2_LIB_TOL = 0.05
+_TREE_GAP = ("the fluid schedule shares a saturated link fairly, so a tree level's trains finish together; "
+             "exact mode's FIFO servers finish them one by one and the next level starts early")
+# (family, algorithm, ranks, size) -> the measured error (%): the cases the point estimate misses 5 % on
+LIB_MISSES = {("6 SIPs", "tree", "cube_pe0", 96 * KiB): 17.22, ("6 SIPs", "tree", "all_pes", 16): 6.17,
+              ("6 SIPs", "tree", "all_pes", 4 * KiB): 18.49, ("6 SIPs", "tree", "all_pes", 96 * KiB): 40.10,
+              ("ahbm_2sip", "tree", "cube_pe0", 96 * KiB): 5.13, ("ahbm_2sip", "tree", "all_pes", 16): 7.29,
+              ("ahbm_2sip", "tree", "all_pes", 4 * KiB): 8.88, ("ahbm_2sip", "tree", "all_pes", 96 * KiB): 7.22}
+# Not run: the exact replay of the flat ring of 768 ranks at 96 KiB (1.7 M ops, about 1.7 G events) needs about
+# 17 GiB; and rs_ag on 768 ranks takes 16 s to build per Program (768 generators of 1,534 messages), so it runs
+# on ring6 only (the six-SIP presets give the same Programs).
+LIB_EXCLUDED = {("6 SIPs", "ring", "all_pes", 96 * KiB)} | {
+    (preset, "rs_ag", "all_pes", n) for preset in ("torus6", "mesh6") for n in LIB_SIZES}
+# The default run: every algorithm on every preset, both rank sets on ahbm_2sip, in about 25 s on one core; the
+# rest (a fast path of 14-17 s at 16 B on six SIPs, exact replays of 5-12 s, rs_ag's builds) is marked slow:
+# about 3 min on one core.  Measured wall times, build + fast + exact (six SIPs once per process: the three
+# presets share one measurement).
+LIB_SLOW = {("6 SIPs", "ring", "cube_pe0", 16), ("6 SIPs", "ring", "cube_pe0", 96 * KiB),   # 17 s, 8 s
+            ("6 SIPs", "ring", "all_pes", 16), ("6 SIPs", "ring", "all_pes", 4 * KiB),      # 9 s, 13 s
+            ("6 SIPs", "tree", "all_pes", 16),                                               # 14 s
+            ("6 SIPs", "rs_ag", "cube_pe0", 16), ("6 SIPs", "rs_ag", "cube_pe0", 4 * KiB),  # 2.4 s, 2.8 s
+            ("ahbm_2sip", "ring", "all_pes", 96 * KiB),                                      # 9 s
+            ("ahbm_2sip", "rs_ag", "cube_pe0", 16), ("ahbm_2sip", "rs_ag", "cube_pe0", 4 * KiB),
+            ("ahbm_2sip", "rs_ag", "all_pes", 16), ("ahbm_2sip", "rs_ag", "all_pes", 4 * KiB)} | {
+    ("6 SIPs", "rs_ag", "all_pes", n) for n in LIB_SIZES}                                  # 22-33 s each
+
+
+class PointOff(AssertionError):
+    """The point estimate is more than ``P2_LIB_TOL`` off exact (what the xfail marks expect, and nothing else)."""
+
+
+def _family(preset: str) -> str:
+    return "6 SIPs" if preset in SIX_SIPS else preset
+
+
+def _lib_params():
+    for preset in LIB_PRESETS:
+        fam = _family(preset)
+        for alg, ranks_sets in LIB_RANKS.items():
+            for ranks in ranks_sets:
+                for n in LIB_SIZES:
+                    key = (fam, alg, ranks, n)
+                    if key in LIB_EXCLUDED or (preset, alg, ranks, n) in LIB_EXCLUDED:
+                        continue
+                    marks = [pytest.mark.slow] if key in LIB_SLOW else []
+                    if key in LIB_MISSES:
+                        marks.append(pytest.mark.xfail(strict=True, raises=PointOff,
+                                                       reason=f"{LIB_MISSES[key]:+.2f} % (measured): {_TREE_GAP}"))
+                    yield pytest.param(preset, alg, ranks, n, marks=marks, id=f"{preset}-{alg}-{ranks}-{n}B")
+
+
+@cache
+def preset_system(name: str) -> tuple[Tables, Router]:
+    t = build_tables(load_system(name))
+    return t, Router(t)
+
+
+def _program_key(p: Program) -> str:
+    """A digest of everything the evaluators read of ``p``: its arrays, its channels' and the system spec but
+    for what only names the SIP arrangement (the six-SIP presets differ there only: only lrab reads it)."""
+    h = hashlib.sha256()
+    for obj in (p, p.channels):
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            if isinstance(v, np.ndarray):
+                h.update(f"{f.name}{v.dtype}{v.shape}".encode())
+                h.update(np.ascontiguousarray(v).tobytes())
+            elif f.name not in ("tables", "channels", "name"):
+                h.update(f"{f.name}={v!r}".encode())
+    spec = p.tables.spec.model_dump(mode="json")
+    for k in ("name", "description"):
+        spec.pop(k, None)
+    for k in ("topology", "w", "h"):
+        spec["sips"].pop(k, None)
+    h.update(json.dumps(spec, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+_LIB_MEASURED: dict[str, tuple[float, float, bool, bool]] = {}
+
+
+def _library_parity(preset: str, alg: str, ranks: str, n: int) -> tuple[float, float, bool, bool]:
+    """(point latency, exact latency, lower bound holds, upper bound holds) of one all-reduce, op by op and per
+    agent; measured once per Program (:func:`_program_key`)."""
+    c = allreduce(*preset_system(preset), n, alg, ranks)
+    key = _program_key(c.program)
+    if key not in _LIB_MEASURED:
+        ex, fa = run_exact(c.program), run_fast(c.program)
+        tol = REL * np.maximum(ex.op_end_ns, 1.0)
+        lo_ok = bool(np.all(fa.op_end_lo_ns <= ex.op_end_ns + tol)
+                     and np.all(fa.agent_finish_lo_ns <= ex.agent_finish_ns * (1 + REL)))
+        hi_ok = bool(np.all(ex.op_end_ns <= fa.op_end_hi_ns + tol)
+                     and np.all(ex.agent_finish_ns <= fa.agent_finish_hi_ns * (1 + REL)))
+        _LIB_MEASURED[key] = (fa.latency_ns(c.launch_ns)[0], ex.latency_ns(c.launch_ns)[0], lo_ok, hi_ok)
+    return _LIB_MEASURED[key]
+
+
+@pytest.mark.parametrize(("preset", "alg", "ranks", "n"), list(_lib_params()))
+def test_p2_library_allreduce(preset: str, alg: str, ranks: str, n: int) -> None:
+    point, exact, lo_ok, hi_ok = _library_parity(preset, alg, ranks, n)
+    assert lo_ok, "the lower bound is above exact at some op end or agent finish"
+    assert hi_ok, "exact is above the upper bound at some op end or agent finish"
+    err = point / exact - 1
+    if abs(err) > P2_LIB_TOL:
+        raise PointOff(f"{preset} {alg} {ranks} {n} B: point {point:.1f} ns vs exact {exact:.1f} ns "
+                       f"({100 * err:+.2f} %)")
+
+
+@pytest.mark.parametrize(("alg", "ranks"), [("ring", "cube_pe0"), ("ring", "all_pes"), ("tree", "cube_pe0"),
+                                            ("tree", "all_pes"), ("hier3", "all_pes"), ("rs_ag", "cube_pe0")])
+def test_the_six_sip_presets_give_the_library_the_same_programs(alg: str, ranks: str) -> None:
+    """ring6, torus6 and mesh6 differ only in the SIPs' logical arrangement, which only lrab's inter-SIP
+    exchange reads: the other algorithms' Programs are the same, so one measurement covers the three (and lrab's
+    differ, so the digest tells them apart)."""
+    keys = {_program_key(allreduce(*preset_system(s), 4 * KiB, alg, ranks).program) for s in SIX_SIPS}
+    assert len(keys) == 1
+    assert len({_program_key(allreduce(*preset_system(s), 4 * KiB).program) for s in SIX_SIPS}) == 3
