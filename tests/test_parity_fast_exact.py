@@ -73,16 +73,6 @@ P1_CASES = (
     "H2D_CUBE0", "D2H_CUBE0", "H2D_CUBE4", "D2H_CUBE4", "H2D_CUBE8", "D2H_CUBE8", "H2D_CUBE12", "D2H_CUBE12",
 )
 P1_SIZES = (1, 255, 256, 257, 4 * KiB, 16 * KiB, 1 * MiB, 64 * MiB)
-# Exact replays of 64 MiB that took about 2 s or more each (measured: REMOTE_CUBE_PE_REMOTE_WORST 3.4 s,
-# D2H_CUBE12 3.1 s, H2D_CUBE12 2.7 s, H2D_CUBE8 / D2H_CUBE8 2.0 s; the others 0.1-1.2 s).
-SLOW_64MIB = {"REMOTE_CUBE_PE_REMOTE_WORST", "H2D_CUBE12", "D2H_CUBE12", "H2D_CUBE8", "D2H_CUBE8"}
-
-
-def _p1_params():
-    for name in P1_CASES:
-        for nbytes in P1_SIZES:
-            marks = [pytest.mark.slow] if nbytes == 64 * MiB and name in SLOW_64MIB else []
-            yield pytest.param(name, nbytes, marks=marks, id=f"{name}-{nbytes}B")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -130,7 +120,8 @@ def test_p1_case_list_is_complete(catalogue: dict[str, ProbeCase]) -> None:
     assert single == set(P1_CASES)
 
 
-@pytest.mark.parametrize(("name", "nbytes"), list(_p1_params()))
+@pytest.mark.parametrize(("name", "nbytes"), [(n, b) for n in P1_CASES for b in P1_SIZES],
+                         ids=[f"{n}-{b}B" for n in P1_CASES for b in P1_SIZES])
 def test_p1_probe_single_issuer(tables: Tables, router: Router, catalogue: dict[str, ProbeCase], name: str,
                                 nbytes: int) -> None:
     p = catalogue[name].program(tables, router, nbytes)
