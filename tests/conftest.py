@@ -15,12 +15,14 @@ from hypothesis import settings
 
 from typer.testing import CliRunner
 
-from kbfast.config import load_system
+from kbfast.config import DEFAULT_TOPOLOGY, load_system
 from kbfast.config.param_sets import PARAM_SET_DIR_ENV
 from kbfast.config.schema import SystemSpec
+from kbfast.exact import ExactResult, run_exact
+from kbfast.fast.evaluate import FastResult, run_fast
 from kbfast.fast.schedule import Sharing
 from kbfast.fast.waterfill import _rates, fill_scratch
-from kbfast.ir import ProgramBuilder
+from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import node_id, node_names, pe_block
 from kbfast.topology.routing import Router
@@ -139,21 +141,22 @@ def refused(res, *fragments: str) -> str:
     return err
 
 
-# -- topologies from overrides of the default system, cached for the session ----------------------------------------
+# -- topologies from overrides of a preset (the default system unless named), cached for the session ---------------
 # A 1-wide cube mesh has no cube [1, 0] for the default second IO PHY.
 ONE_PORT_IO = [{"id": "io0", "n_connections": 4,
                 "cube_ports": [{"cube": [0, 0], "side": "N", "phy": "P0", "distance_mm": 2.0}]}]
 _TOPO_CACHE: dict[tuple, tuple[Tables, Router]] = {}
 
 
-def topo(overrides: dict) -> tuple[Tables, Router]:
-    """Tables and router of the default system with ``overrides``, cached by the override items."""
-    key = tuple(sorted((k, repr(v)) for k, v in overrides.items()))
+def topo(overrides: dict, preset: str = DEFAULT_TOPOLOGY) -> tuple[Tables, Router]:
+    """Tables and router of ``preset`` (default: the default system) with ``overrides``, cached by the preset
+    and the override items."""
+    key = (preset, *sorted((k, repr(v)) for k, v in overrides.items()))
     if key not in _TOPO_CACHE:
         ov = dict(overrides)
         if ov.get("sip.cube_mesh.w", 4) == 1:
             ov["sip.io_chiplets"] = ONE_PORT_IO
-        t = build_tables(load_system(overrides=ov))
+        t = build_tables(load_system(preset, overrides=ov))
         _TOPO_CACHE[key] = (t, Router(t))
     return _TOPO_CACHE[key]
 
@@ -174,13 +177,64 @@ def destination(t: Tables, rng, where: str, sip: int, cube: int) -> tuple[int, i
     return sip, cube
 
 
+# -- the fast path's bounds against the exact replay ----------------------------------------------------------------
+BOUND_REL = 1e-9   # slack of a bound check: 1e-9 relative (1e-12 ns floor for zero times), float rounding only
+
+
+def le(a: np.ndarray | float, b: np.ndarray | float, rel: float = BOUND_REL) -> np.ndarray:
+    """Elementwise a <= b with 1e-9 relative slack."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return a <= b + rel * np.maximum(np.abs(a), np.abs(b)) + 1e-12
+
+
+def describe(p: Program, fast: FastResult, ex: ExactResult, bad: np.ndarray, limit: int = 8) -> str:
+    """The ops flagged in ``bad``: agent, code, phase, bytes and address, exact end and the fast path's point
+    and bounds (the first ``limit``)."""
+    rows = [f"{p.name}: {int(bad.sum())} op(s) differ"]
+    for o in np.flatnonzero(bad)[:limit]:
+        code, ph = int(p.op_code[o]), int(p.op_phase[o]) if p.op_phase is not None else -1
+        rows.append(f"  op {o} ({p.agent_name(int(p.op_agent[o]))}, {Op(code).name}"
+                    f"{f', {p.phase_names[ph]}' if ph >= 0 else ''}, {int(p.op_nbytes[o])} B @ {int(p.op_addr[o])}): "
+                    f"exact {float(ex.op_end_ns[o])!r}, fast {float(fast.op_end_ns[o])!r} "
+                    f"[lo {float(fast.op_end_lo_ns[o])!r}, hi {float(fast.op_end_hi_ns[o])!r}]")
+    return "\n".join(rows)
+
+
+def describe_agents(p: Program, fast: FastResult, ex: ExactResult, bad: np.ndarray, limit: int = 8) -> str:
+    """The agents flagged in ``bad``: name, exact finish and the fast path's point and bounds."""
+    rows = [f"{p.name}: {int(bad.sum())} agent(s) differ"]
+    for a in np.flatnonzero(bad)[:limit]:
+        rows.append(f"  agent {a} ({p.agent_name(int(a))}): exact {float(ex.agent_finish_ns[a])!r}, "
+                    f"fast {float(fast.agent_finish_ns[a])!r} [lo {float(fast.agent_finish_lo_ns[a])!r}, "
+                    f"hi {float(fast.agent_finish_hi_ns[a])!r}]")
+    return "\n".join(rows)
+
+
+def assert_bounds(p: Program, fast: FastResult | None = None,
+                  ex: ExactResult | None = None) -> tuple[FastResult, ExactResult]:
+    """``lower <= exact <= upper`` for every op end, every agent finish and the makespan (docs/fast_path.md,
+    "Bounds"), to :data:`BOUND_REL`; a failure names the ops and agents outside their bounds.  Runs the fast
+    path and the exact replay unless given; returns (fast, exact)."""
+    fast = run_fast(p) if fast is None else fast
+    ex = run_exact(p) if ex is None else ex
+    lo_bad, hi_bad = ~le(fast.op_end_lo_ns, ex.op_end_ns), ~le(ex.op_end_ns, fast.op_end_hi_ns)
+    a_lo_bad = ~le(fast.agent_finish_lo_ns, ex.agent_finish_ns)
+    a_hi_bad = ~le(ex.agent_finish_ns, fast.agent_finish_hi_ns)
+    assert not lo_bad.any(), "lower bound above exact\n" + describe(p, fast, ex, lo_bad)
+    assert not hi_bad.any(), "upper bound below exact\n" + describe(p, fast, ex, hi_bad)
+    assert not a_lo_bad.any(), "lower bound above exact\n" + describe_agents(p, fast, ex, a_lo_bad)
+    assert not a_hi_bad.any(), "upper bound below exact\n" + describe_agents(p, fast, ex, a_hi_bad)
+    assert le(fast.makespan_lo_ns, ex.makespan_ns), (p.name, fast.makespan_lo_ns, ex.makespan_ns)
+    assert le(ex.makespan_ns, fast.makespan_hi_ns), (p.name, ex.makespan_ns, fast.makespan_hi_ns)
+    return fast, ex
+
+
 # -- the exact engine against the SimPy reference -------------------------------------------------------------------
 SIMPY_FIELDS = ("op_issue_ns", "op_begin_ns", "op_end_ns", "agent_finish_ns")
 
 
 def both(p) -> tuple:
     """Run both evaluators and require identical per-op timestamps."""
-    from kbfast.exact import run_exact
     from kbfast.reference.simpy_ref import SimpyResult, run_simpy
 
     ex, sp = run_exact(p), run_simpy(p)

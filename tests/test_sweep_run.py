@@ -167,7 +167,7 @@ def test_jobs_do_not_change_results(reference: SweepOutcome, tmp_path: Path) -> 
                                   pd.read_parquet(reference.out_dir / "results.parquet"))
 
 
-@pytest.mark.slow   # starts a Dask LocalCluster of two worker processes; runs in CI with everything else
+# starts a Dask LocalCluster of two worker processes
 def test_dask_local_cluster(reference: SweepOutcome, tmp_path: Path) -> None:
     pytest.importorskip("dask.distributed")
     res = run_sweep(spec(), tmp_path, jobs=2, scheduler="local", check=CHECK)
