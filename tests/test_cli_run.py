@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from kbfast.cli.common import parse_size
 from kbfast.cli.main import app
 from kbfast.config import load_system
-from kbfast.report.formats import clean
+from kbfast.measure.rows import bound_ratio, tightness
+from kbfast.report.formats import clean, ratio_text
 from kbfast.errors import KbfastError
 from kbfast.fast.evaluate import run_fast
 from kbfast.topology.builder import build_tables
@@ -396,3 +397,30 @@ def test_model_input_is_refused_before_compiling(runner: CliRunner, monkeypatch,
     """A model step's bad input is refused before a first run compiles (kbfast.measure.model.plan_step)."""
     monkeypatch.setattr(cli_run, "first_run", _no_compiling)
     refused(run(runner, "model", "llama3_70b", *args), fragment)
+
+
+def test_a_loose_bound_is_marked_with_its_ratio(runner, terminal) -> None:
+    """Every printed bound is within 4x of its point or marked loose with its ratio (docs/fast_path.md §4, "How
+    tight the bounds are"): a 256x256x1024 GEMM's upper bound is hundreds of times its 22 µs point; the
+    torus6 all-reduce's bounds are within 1.3x."""
+    row = run_json(runner, "gemm", "--m", "256", "--n", "256", "--k", "1024")
+    assert row["bounds_loose"] is True
+    assert row["bound_ratio"] == pytest.approx(max(row["latency_hi_ns"] / row["latency_ns"],
+                                                   row["latency_ns"] / row["latency_lo_ns"]))
+    assert row["bound_ratio"] > 100
+    text = run(terminal(80), "gemm", "--m", "256", "--n", "256", "--k", "1024").stdout
+    assert re.search(rf"^bound_ratio\s+{round(row['bound_ratio']):,}x loose$", text, re.M), text
+    assert "bounds_loose" not in text                              # the ratio's text says it
+    tight = run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB")
+    assert tight["bounds_loose"] is False and 1.0 <= tight["bound_ratio"] <= 4.0
+
+
+@pytest.mark.parametrize(("lo", "point", "hi", "ratio", "text"), [
+    (10.0, 10.0, 10.0, 1.0, "1.0x"), (5.0, 10.0, 20.0, 2.0, "2.0x"), (1.0, 10.0, 12.0, 10.0, "10.0x loose"),
+    (9.0, 10.0, 4840.0, 484.0, "484x loose"), (10.0, 10.0, 40.0, 4.0, "4.0x")])
+def test_bound_ratio_by_hand(lo: float, point: float, hi: float, ratio: float, text: str) -> None:
+    """max(upper / point, point / lower); loose strictly beyond 4."""
+    assert bound_ratio(lo, point, hi) == pytest.approx(ratio)
+    assert tightness(lo, point, hi) == {"bound_ratio": pytest.approx(ratio), "bounds_loose": ratio > 4.0}
+    assert ratio_text(bound_ratio(lo, point, hi)) == text
+    assert tightness(float("nan"), point, hi) == {} and ratio_text(float("nan")) == "-"

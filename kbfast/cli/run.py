@@ -23,7 +23,7 @@ from kbfast.report.explain import print_bound, print_critical_path, print_resour
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import clean, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
-from kbfast.measure.rows import rel_error
+from kbfast.measure.rows import rel_error, tightness
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, OP_TABLE, check_tile_fits
@@ -102,6 +102,7 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     row["launch_ns"] = d["launch_ns"]
     if not exact:
         row.update({k: m[k] for k in ("latency_lo_ns", "latency_hi_ns", "contention_ns", "contention")})
+        row = with_tightness(row)
     row[f"{mode}_wall_s"] = d["wall_s"]
     if len(got) == 2:
         ex = got[1]
@@ -111,6 +112,20 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
         row[f"phase_end_ns[{name}]"] = end
     row.update({k: v for k, v in m.items() if k.startswith(("bottleneck_", "critical_path_", "bound_"))})
     return row, res, refused
+
+
+def with_tightness(row: dict) -> dict:
+    """``row`` with ``bound_ratio`` and ``bounds_loose`` (kbfast.measure.rows.tightness) right after its
+    ``latency_hi_ns``, when it has both bounds."""
+    if "latency_hi_ns" not in row:
+        return row
+    extra = tightness(row["latency_lo_ns"], row["latency_ns"], row["latency_hi_ns"])
+    out: dict = {}
+    for key, value in row.items():
+        out[key] = value
+        if key == "latency_hi_ns":
+            out.update(extra)
+    return out
 
 
 def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
@@ -125,7 +140,8 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
         sys.stdout.write(pd.DataFrame([clean(flat)]).to_csv(index=False))
     else:
         shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_", "bound_"))
-                 and k != "sensitivity_base_ns"} if res is not None else row
+                 and k != "sensitivity_base_ns" or k == "bound_ratio"} if res is not None else row
+        shown = {k: v for k, v in shown.items() if k != "bounds_loose"}    # the ratio's text says "loose"
         table = narrow_table(f"{row['workload']} ({row['mode']})", "metric", "value")
         for label, text in figures(shown):
             table.add_row(escape(label), text)   # "[tile load]" is no markup
@@ -320,7 +336,7 @@ def run_gemm(
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "fast", "pipeline")))
     mode = "exact" if exact else "fast"
     got, refused = measure_modes(t, router, w, (mode, "exact") if compare and not exact else (mode,), prepared)
-    row = {"workload": "gemm", "mode": mode, **got[0].details}
+    row = with_tightness({"workload": "gemm", "mode": mode, **got[0].details})
     if len(got) == 2:
         ex = got[1].details
         row.update(exact_latency_ns=ex["latency_ns"], exact_window_ns=ex["window_ns"],

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast.measure.metrics import BREAKDOWN
-from kbfast.measure.rows import rel_error
+from kbfast.measure.rows import bound_ratio, rel_error
 
 COLUMNS = ["case", "nbytes", "n_issuers", "latency_ns", "makespan_ns", "effective_bw_gbps", "util_single",
            "util_aggregate"]
@@ -39,6 +39,10 @@ def probe_frame(rows: list[dict], exact: list[dict] | None = None) -> pd.DataFra
     for col in map(breakdown_column, BREAKDOWN):
         if col not in df:
             df[col] = np.nan
+    if "makespan_lo_ns" in df:     # the fast path's: how far its bounds lie from its points (the farther pair)
+        df["bound_ratio"] = [np.fmax(bound_ratio(r.latency_lo_ns, r.latency_ns, r.latency_hi_ns),
+                                     bound_ratio(r.makespan_lo_ns, r.makespan_ns, r.makespan_hi_ns))
+                             for r in df.itertuples()]
     return df[COLUMNS + [c for c in df.columns if c not in COLUMNS]]
 
 

@@ -5,6 +5,9 @@ the evaluators' common result type, :class:`kbfast.sim.result.Result`.
 
 * relative error = (fast - exact) / exact, 0 when exact is 0;
 * in bounds = lower - tol <= exact <= upper + tol with tol = 1e-9 x max(|exact|, 1 ns);
+* bound ratio = max(upper / point, point / lower): how far the bounds lie from the point estimate; a bound
+  more than ``LOOSE_BOUND`` (4) times away is *loose*, and every output that prints it says so
+  (docs/fast_path.md §4, "How tight the bounds are");
 * contention = the fast point estimate minus its contention-free lower bound (every flow at its isolated
   latency, each agent with its PE's channels to itself, no PC read/write switch history): the time that
   sharing links, node workers, DMA channels and pseudo-channels costs.  A point is *contended* when that
@@ -28,6 +31,24 @@ def in_bounds(lower: float, value: float, upper: float) -> bool | None:
         return None
     tol = 1e-9 * max(abs(value), 1.0)
     return bool(lower - tol <= value <= upper + tol)
+
+
+LOOSE_BOUND = 4.0
+
+
+def bound_ratio(lower: float, value: float, upper: float) -> float:
+    """max(upper / value, value / lower): 1 when both bounds equal the point; NaN when a bound is unknown or
+    the point is not positive."""
+    if not (np.isfinite(lower) and np.isfinite(upper) and value > 0):
+        return float("nan")
+    return max(upper / value, value / lower if lower > 0 else float("inf"))
+
+
+def tightness(lower: float, value: float, upper: float) -> dict[str, float | bool]:
+    """``bound_ratio`` and ``bounds_loose`` (the ratio above ``LOOSE_BOUND``) of a point and its bounds; empty
+    when the bounds are unknown."""
+    ratio = bound_ratio(lower, value, upper)
+    return {} if np.isnan(ratio) else {"bound_ratio": ratio, "bounds_loose": bool(ratio > LOOSE_BOUND)}
 
 
 CONTENTION_REL = 1e-6

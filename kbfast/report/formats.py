@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kbfast.measure.rows import LOOSE_BOUND
+
 SIGNIFICANT_DIGITS = 12
 
 
@@ -138,6 +140,15 @@ WALL_KEY = re.compile(r"(?<!_per)_s$")
 FRACTION_KEY = re.compile(r"(^|_)util(_|$)|utilization|^busy\[")
 
 
+def ratio_text(ratio: float) -> str:
+    """A bound ratio (kbfast.measure.rows.bound_ratio) for a table: ``1.3x``, or ``484x loose`` beyond
+    ``LOOSE_BOUND``; ``-`` when unknown."""
+    if not np.isfinite(ratio):
+        return "-" if np.isnan(ratio) else "inf loose"
+    text = f"{ratio:,.1f}x" if ratio < 100 else f"{ratio:,.0f}x"
+    return text + (" loose" if ratio > LOOSE_BOUND else "")
+
+
 def figure(key: str, value: Any) -> tuple[str, str]:
     """A named figure for a metric / value table, as (label, text), its unit read from the name: a time as
     :func:`duration` (the label loses ``_ns`` / ``_s``: ``latency_ns`` -> ``latency``), a fraction of a
@@ -149,6 +160,8 @@ def figure(key: str, value: Any) -> tuple[str, str]:
         return key, str(value)
     if key == "rel_error":
         return key, pct(value)
+    if key == "bound_ratio":
+        return key, ratio_text(value)
     if FRACTION_KEY.search(key):
         return key, percent(value)
     if TIME_KEY.search(key):

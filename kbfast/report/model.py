@@ -26,7 +26,7 @@ from kbfast.report.tables import fit, narrow_table  # noqa: E402
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
                                    with_unit)
-from kbfast.measure.rows import STEP_CATEGORIES, rel_error  # noqa: E402
+from kbfast.measure.rows import STEP_CATEGORIES, rel_error, tightness  # noqa: E402
 from kbfast.topology.builder import Tables  # noqa: E402
 from kbfast.workloads.collectives.in_model import ALGORITHMS  # noqa: E402
 from kbfast.workloads.commands import COUNTED  # noqa: E402
@@ -57,7 +57,8 @@ def model_report(step: StepResult, t: Tables) -> dict:
             r = results[i]
             row[f"{mode}_latency_ns"] = r.latency_ns
             if mode == "fast":
-                row.update(fast_lo_ns=r.lo_ns, fast_hi_ns=r.hi_ns)
+                row.update(fast_lo_ns=r.lo_ns, fast_hi_ns=r.hi_ns,
+                           **{f"fast_{k}": v for k, v in tightness(r.lo_ns, r.latency_ns, r.hi_ns).items()})
             row[f"{mode}_wall_s"] = r.wall_s
             row[f"{mode}_method"] = r.method
         if len(step.results) == 2:

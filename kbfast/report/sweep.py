@@ -31,6 +31,7 @@ from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit  # noqa: E402
 from kbfast.report.kinds import kind_report  # noqa: E402
 from kbfast.measure.registry import WORKLOADS  # noqa: E402
+from kbfast.measure.rows import LOOSE_BOUND, bound_ratio  # noqa: E402
 
 INPUTS = tuple(dict.fromkeys(("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case",
                               "buffer_kind", "n_slots", *(c for k in WORKLOADS.values() for c in k.columns))))
@@ -519,9 +520,15 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
     lo, hi = vals.min() / 1.5, vals.max() * 1.5
     ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="fast = exact")
     if "latency_lo_ns" in c and c["latency_lo_ns"].notna().all():
-        ax.errorbar(v["exact_latency_ns"], v["latency_ns"], fmt="none", ecolor="#9ab",
-                    yerr=[v["latency_ns"] - v["latency_lo_ns"], v["latency_hi_ns"] - v["latency_ns"]],
-                    label="fast bounds")
+        ratio = np.array([bound_ratio(lo_, p_, hi_) for lo_, p_, hi_ in
+                          zip(c["latency_lo_ns"], c["latency_ns"], c["latency_hi_ns"])])
+        for sel, colour, label in ((ratio <= LOOSE_BOUND, "#9ab", f"fast bounds (within {LOOSE_BOUND:g}x)"),
+                                   (ratio > LOOSE_BOUND, "#d95f02", "fast bounds, loose (up to "
+                                    f"{np.nanmax(ratio, initial=0):,.0f}x the point)")):
+            if sel.any():
+                below, above = v["latency_ns"] - v["latency_lo_ns"], v["latency_hi_ns"] - v["latency_ns"]
+                ax.errorbar(v["exact_latency_ns"][sel], v["latency_ns"][sel], fmt="none", ecolor=colour,
+                            yerr=[below[sel], above[sel]], label=label)
     ax.scatter(v["exact_latency_ns"], v["latency_ns"], s=14, zorder=3, label="fast point estimate")
     ax.set_xscale("log")
     ax.set_yscale("log")
