@@ -81,8 +81,8 @@ OPEN: dict[str, str] = {}
 def test_the_named_bottleneck_is_the_largest_sensitivity(system, case: str) -> None:
     """The named part's classes, or its path (its classes together), gain the most of every class and path
     doubled, or within a point.  A prefill's tile stream is held by the PCs and the PE link in turn: doubling
-    either gains 5.7 % or 1.2 % (UCIe: 6.7 %), doubling both 25.1 % (one layer of 512 tokens, hier2d, as
-    auto chooses), which is what its critical path (52 % HBM streaming) says."""
+    either gains 5.7 % or 1.2 % (UCIe: 8.5 %), doubling both 25.0 % (one layer of 512 tokens, hier2d, as
+    auto chooses), which is what its critical path (60 % HBM streaming) says (docs/bottlenecks.md)."""
     t, r = system
     w = CASES[case]
     row = measure(t, r, w, "fast").row
