@@ -155,11 +155,14 @@ def test_a_huge_cube_mesh_is_refused_before_routing() -> None:
 
 def test_the_limit_lets_a_moderate_case_through() -> None:
     """A flat ring on ahbm_2sip (about 200k ops): refused under a limit just above what the process holds,
-    run under a raised one."""
+    run under a raised one.  Which check refuses it depends on how much of the process's memory earlier tests
+    left free for reuse: generating the Program, or its fast path (about 98 MiB)."""
     args = ["run", "allreduce", "--algorithm", "ring", "--size", "1KiB", "--format", "json"]
     tight = {budget.ENV: f"{budget.rss_bytes() // 2 ** 20 + 4}MiB"}     # below what generating it needs
     res, _ = _invoke(args, tight)
-    _refused(res, "generating allreduce-ring", "256 ranks", "KBFAST_MAX_MEMORY")
+    _refused(res, "allreduce-ring", "KBFAST_MAX_MEMORY")
+    out = " ".join(res.output.split())
+    assert "generating allreduce-ring on 256 ranks" in out or "the fast path on allreduce-ring@1024B" in out, out
     res, _ = _invoke(args, {budget.ENV: "unlimited"})
     assert res.exit_code == 0, res.stdout
     assert json.loads(res.stdout)["n_ranks"] == 256
