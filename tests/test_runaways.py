@@ -162,7 +162,7 @@ def test_the_limit_lets_a_moderate_case_through() -> None:
     res, _ = _invoke(args, tight)
     _refused(res, "allreduce-ring", "KBFAST_MAX_MEMORY")
     out = " ".join(res.output.split())
-    assert "generating allreduce-ring on 256 ranks" in out or "the fast path on allreduce-ring@1024B" in out, out
+    assert "generating allreduce-ring@1024B on 256 ranks" in out or "the fast path on allreduce-ring@1024B" in out, out
     res, _ = _invoke(args, {budget.ENV: "unlimited"})
     assert res.exit_code == 0, res.stdout
     assert json.loads(res.stdout)["n_ranks"] == 256
