@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,19 @@ def param_set_path(name: str) -> Path | None:
 
 
 def read_param_set(path: Path) -> dict[str, Any]:
-    """The ``values`` mapping of a parameter set file: dotted key -> value (checked against the schema)."""
-    label = str(path)
+    """The ``values`` mapping of a parameter set file: dotted key -> value (checked against the schema).  Read
+    once per version of the file (its path, mtime and size): a sweep resolves one system per distinct set of
+    overrides, and the provenance makes a set slow to parse."""
+    try:
+        st = path.stat()
+    except OSError:                  # read_text names the file and the error
+        return dict(_read_values.__wrapped__(str(path), 0, 0))
+    return dict(_read_values(str(path), st.st_mtime_ns, st.st_size))
+
+
+@lru_cache(maxsize=32)
+def _read_values(label: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    path = Path(label)
     data = parse_yaml(label, read_text(path, label))
     values = data.get("values")
     if not isinstance(values, dict) or not values:

@@ -153,14 +153,19 @@ def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
     """size -> (links, nodes) loads of the batch's workload (kbfast.measure.bottleneck).  When the link loads
     at the batch's smallest and largest sizes are proportional to the size and the node loads equal (every
     algorithm but ``rs_ag``, whose chunks round), every size's loads are the largest one's, links
-    scaled: one Program per batch, not per point.  Otherwise each size's Program is built."""
+    scaled: one Program per batch, not per point.  Otherwise each size's Program is built.  Proportional is
+    judged on the bytes, whole numbers that scale exactly, not on the busy times, which a bandwidth such as
+    313.962 GB/s rounds."""
     w = workloads[0]
     sizes = sorted({int(x["size"]) for x in workloads})
 
     def loads(size: int):
         prog = _build_allreduce(t, router, {**w, "size": size}).program
-        e, load, f = link_load_arrays(prog)
-        return (e, busy_ns(t, e, load), f), node_load_arrays(prog)
+        return link_load_arrays(prog), node_load_arrays(prog)
+
+    def with_busy(links, nodes, scale: float = 1.0):
+        e, load, f = links
+        return (e, busy_ns(t, e, load) * scale, f), nodes
 
     big = loads(sizes[-1])
     small = loads(sizes[0]) if len(sizes) > 1 else big
@@ -169,10 +174,7 @@ def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
               and np.array_equal(small[0][1] * sizes[-1], big[0][1] * sizes[0]) and same(small[1], big[1]))
 
     def at(size: int):
-        if not linear:
-            return loads(size)
-        (e, busy, f), nodes = big
-        return (e, busy * (size / sizes[-1]), f), nodes
+        return with_busy(*big, size / sizes[-1]) if linear else with_busy(*loads(size))
     return at
 
 
