@@ -168,6 +168,22 @@ def test_topo_show_defaults_to_ahbm_2sip(runner):
     assert default["edge_bw_gbs_by_kind"]["router_to_sram"] == [128.0]
 
 
+def test_topo_show_says_where_each_uncalibrated_value_comes_from(terminal, runner):
+    """The fitted links come from the shipped set, the other never-valued keys are kbfast's choices, and a --set
+    wins over both; the 14 mm set also brings its floor plan (docs/calibration.md, "Parameter sets")."""
+    data = json.loads(run(runner, "topo", "show", "--format", "json").stdout)
+    assert data["uncalibrated_from_param_set"] == ["link.io_conn.bw_gbs", "link.pcie.bw_gbs"]
+    out = terminal(80).invoke(app, ["topo", "show", "--set", "link.pcie.bw_gbs=100"]).stdout
+    assert re.search(r"link\.io_conn\.bw_gbs\s+│ 512\.0\s+│ set kernbench-2026-11 ", out), out
+    assert re.search(r"link\.pcie\.bw_gbs\s+│ 100\.0\s+│ --set ", out)
+    assert re.search(r"fabric\.ns_per_mm\s+│ 0\.0\s+│ chosen ", out)
+    assert max(map(len, out.splitlines())) <= 80
+    narrow = json.loads(run(runner, "topo", "show", "--set", "param_set=kernbench-2026-11-14mm",
+                            "--format", "json").stdout)
+    assert narrow["uncalibrated_from_param_set"] == ["cube.geometry.w_mm", "cube.pe_layout.pe_pitch_mm",
+                                                     "link.io_conn.bw_gbs", "link.pcie.bw_gbs"]
+
+
 def test_topo_show_with_overrides(runner):
     data = json.loads(run(runner, "topo", "show", "--set", "sip.cube_mesh.w=2", "--set", "sips.count=3",
                           "--format", "json").stdout)

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, parse_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
-from kbfast.config.loader import load_raw, param_set_path
+from kbfast.config.loader import load_raw, param_set_path, read_param_set
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
 from kbfast.report.tables import fit, narrow_table
@@ -115,6 +115,9 @@ def show(
         plot_floorplan(spec, plot)
     saved = param_set_path(summary["param_set"])        # a saved set whose values this system loads
     summary["param_set_file"] = None if saved is None else str(saved)
+    given = {item.split("=", 1)[0].strip() for item in sets or []}       # --set wins over the set
+    from_set = set(read_param_set(saved)) - given if saved is not None else set()
+    summary["uncalibrated_from_param_set"] = [k for k in summary["uncalibrated"] if k in from_set]
     if fmt is TextFormat.json:
         print(json.dumps(summary, indent=2, sort_keys=False))
         return
@@ -135,9 +138,11 @@ def show(
         edges.add_row(kind, f"{count:,}", _fmt_bw(summary["edge_bw_gbs_by_kind"][kind]))
     console.print(fit(console, nodes))
     console.print(fit(console, edges, wrap=("bw GB/s",)))
-    unc = Table("key", "value", title="Uncalibrated parameters (chosen defaults, see docs/calibration.md)")
+    unc = Table("key", "value", "from", title="Uncalibrated parameters (never valued by the sources; "
+                                              "docs/calibration.md)")
     for key, value in summary["uncalibrated"].items():
-        unc.add_row(key, str(value))
+        unc.add_row(key, str(value), "--set" if key in given else f"set {summary['param_set']}"
+                    if key in summary["uncalibrated_from_param_set"] else "chosen")
     console.print(fit(console, unc, wrap=("value",)))
     if plot is not None:
         console.print(f"floor plan written to {plot}", soft_wrap=True)
