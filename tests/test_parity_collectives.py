@@ -30,6 +30,7 @@ from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.names import pe_block
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import HOPS, allreduce, pe2pe
+from conftest import le
 
 KiB = 1024
 REL = 1e-9
@@ -388,11 +389,8 @@ def _library_parity(preset: str, alg: str, ranks: str, n: int) -> tuple[float, f
     key = _program_key(c.program)
     if key not in _LIB_MEASURED:
         ex, fa = run_exact(c.program), run_fast(c.program)
-        tol = REL * np.maximum(ex.op_end_ns, 1.0)
-        lo_ok = bool(np.all(fa.op_end_lo_ns <= ex.op_end_ns + tol)
-                     and np.all(fa.agent_finish_lo_ns <= ex.agent_finish_ns * (1 + REL)))
-        hi_ok = bool(np.all(ex.op_end_ns <= fa.op_end_hi_ns + tol)
-                     and np.all(ex.agent_finish_ns <= fa.agent_finish_hi_ns * (1 + REL)))
+        lo_ok = bool(le(fa.op_end_lo_ns, ex.op_end_ns).all() and le(fa.agent_finish_lo_ns, ex.agent_finish_ns).all())
+        hi_ok = bool(le(ex.op_end_ns, fa.op_end_hi_ns).all() and le(ex.agent_finish_ns, fa.agent_finish_hi_ns).all())
         _LIB_MEASURED[key] = (fa.latency_ns(c.launch_ns)[0], ex.latency_ns(c.launch_ns)[0], lo_ok, hi_ok)
     return _LIB_MEASURED[key]
 

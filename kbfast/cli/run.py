@@ -139,9 +139,9 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
         flat = {**row, **{f"gain[{r['resource']}]": r["gain"] for r in sens or ()}}
         sys.stdout.write(pd.DataFrame([clean(flat)]).to_csv(index=False))
     else:
-        shown = {k: v for k, v in row.items() if not k.startswith(("critical_path_", "bottleneck_", "bound_"))
-                 and k != "sensitivity_base_ns" or k == "bound_ratio"} if res is not None else row
-        shown = {k: v for k, v in shown.items() if k != "bounds_loose"}    # the ratio's text says "loose"
+        hidden = ("critical_path_", "bottleneck_", "bound_", "sensitivity_base_ns") if res is not None else ()
+        shown = {k: v for k, v in row.items()         # bound_ratio's text says "loose": no bounds_loose line
+                 if (k == "bound_ratio" or not k.startswith(hidden)) and k != "bounds_loose"}
         table = narrow_table(f"{row['workload']} ({row['mode']})", "metric", "value")
         for label, text in figures(shown):
             table.add_row(escape(label), text)   # "[tile load]" is no markup
