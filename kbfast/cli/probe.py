@@ -10,11 +10,12 @@ from typing import Annotated
 
 import pandas as pd
 import typer
+from rich.text import Text
 
 from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
                                positive_size, user_errors)
 from kbfast.config.units import format_size
-from kbfast.report.tables import fit, narrow_table
+from kbfast.report.tables import fit, narrow_table, pack_items
 from kbfast.measure.rows import LOOSE_BOUND
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, ratio_text, with_unit
 from kbfast.errors import KbfastError
@@ -90,10 +91,13 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
                           METHOD_SHORT.get(r.get("method"), "-"))
         console.print(fit(console, table, drop=[("latency lo", "latency hi")]))
         loose = df[df["bound_ratio"] > LOOSE_BOUND]
-        if len(loose):
-            console.print(f"loose bounds (the farther bound over the point, beyond {LOOSE_BOUND:g}x): " + ", ".join(
-                f"{r['case']}{'' if one else ' @' + format_size(int(r['nbytes']))} "
-                + ratio_text(r["bound_ratio"]).removesuffix(" loose") for _, r in loose.iterrows()), highlight=False)
+        if len(loose):      # one item per case, never split across lines
+            items = [f"{r['case']}{'' if one else ' @' + format_size(int(r['nbytes']))} "
+                     + ratio_text(r["bound_ratio"]).removesuffix(" loose") for _, r in loose.iterrows()]
+            console.print(f"loose bounds (the farther bound over the point, beyond {LOOSE_BOUND:g}x):",
+                          highlight=False)
+            for line in pack_items(items, "  ", "  ", console.width):
+                console.print(Text(line), overflow="fold")
     parts = [c for c in (breakdown_column(k) for k in BREAKDOWN_SHORT) if c in df]
     rows = df[df[parts].notna().any(axis=1)] if parts else df.iloc[:0]
     for nbytes, part in rows.groupby("nbytes", sort=False):     # one table per size: each fits 80 columns

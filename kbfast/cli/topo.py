@@ -21,7 +21,7 @@ from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.loader import load_raw, param_set_path, read_param_set
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError
-from kbfast.report.tables import fit, narrow_table
+from kbfast.report.tables import fit, narrow_table, pack_items
 from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import full_name, node_id
@@ -225,23 +225,6 @@ def compare_routing_cmd(
         _print_comparison(df)
 
 
-def _pack(items: list[str], first: str, indent: str, width: int, sep: str = ",") -> list[str]:
-    """Lines of at most ``width`` characters: ``first`` then the items, ``sep``-separated, packed greedily;
-    continuation lines start with ``indent``.  An item is never split across lines (one longer than the
-    line gets a line of its own, which the console then folds)."""
-    lines: list[str] = []
-    line = first
-    for i, item in enumerate(items):
-        piece = item + (sep if i < len(items) - 1 else "")
-        bare = line in (first, indent)
-        if not bare and len(line) + 1 + len(piece) > width:
-            lines.append(line)
-            line = indent + piece
-        else:
-            line = line + piece if bare else f"{line} {piece}"
-    return lines + [line]
-
-
 def _print_comparison(df: pd.DataFrame) -> None:
     """One block per case: the makespans per size and policy, then each policy's routes, which do not
     depend on the size: the most loaded edge, the endpoint bus passes and the loaded UCIe connections."""
@@ -281,7 +264,7 @@ def _print_comparison(df: pd.DataFrame) -> None:
             src, dst = r["max_edge"].replace("sip0.", "").split(" -> ")
             bw = "inf" if math.isinf(r["max_edge_bw_gbs"]) else f"{r['max_edge_bw_gbs']:g}"
             flows, passes = int(r["max_edge_flows"]), int(r["bus_passes"])
-            lines = _pack(["most loaded edge", src, "->", dst], head, indent, width, sep="")
+            lines = pack_items(["most loaded edge", src, "->", dst], head, indent, width, sep="")
             lines.append(f"{indent}  {flows} flow{'' if flows == 1 else 's'} on {r['max_edge_kind']} ({bw} GB/s)")
             bus = f"{indent}{passes} endpoint bus pass{'' if passes == 1 else 'es'}; "
             items = top_conns(r["ucie_conns"], CONN_ITEMS_SHOWN)
@@ -290,7 +273,7 @@ def _print_comparison(df: pd.DataFrame) -> None:
             else:
                 if items[-1].endswith(" more"):
                     items[-1] += " (--format csv lists all)"
-                lines += [bus + "UCIe connections:", *_pack(items, indent + "  ", indent + "  ", width)]
+                lines += [bus + "UCIe connections:", *pack_items(items, indent + "  ", indent + "  ", width)]
             for line in lines:
                 console.print(Text(line), overflow="fold")
         console.print()

@@ -104,6 +104,23 @@ def fit(console: Console, table: Table, wrap: Collection[str] = (),
     return stacked(table)
 
 
+def pack_items(items: list[str], first: str, indent: str, width: int, sep: str = ",") -> list[str]:
+    """Lines of at most ``width`` characters: ``first`` then the items, ``sep``-separated, packed greedily;
+    continuation lines start with ``indent``.  An item is never split across lines (one longer than the
+    line gets a line of its own, which the console then folds)."""
+    lines: list[str] = []
+    line = first
+    for i, item in enumerate(items):
+        piece = item + (sep if i < len(items) - 1 else "")
+        bare = line in (first, indent)
+        if not bare and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = indent + piece
+        else:
+            line = line + piece if bare else f"{line} {piece}"
+    return lines + [line]
+
+
 def _pieces(text: str) -> list[tuple[str, bool]]:
     """The pieces a header may break between, each with whether it starts a word: a line breaks after a
     dot, an underscore or a hyphen (``pe.`` / ``tcm_`` / ``read_`` / ``gbs``) and at a space."""
