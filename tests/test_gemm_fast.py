@@ -1,5 +1,6 @@
-"""The fast path of isolated GEMMs (kbfast.measure.gemm, kbfast.fast.maxplus_gemm): P1 where the GEMM's transfers never
-overlap, the method chosen, and the estimate where they do."""
+"""The fast path of isolated GEMMs (kbfast.measure.gemm, kbfast.fast.maxplus_gemm, kbfast.measure.gemm_steady): P1
+where the GEMM's transfers never overlap, the steady state where they do, the method chosen, and the estimate and
+the fluid schedule where the steady state has no upper bound."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kbfast.config import load_system
+from kbfast.measure import gemm_steady
 from kbfast.measure.gemm import FLUID_MAX_TILES, evaluate_gemm, fast_method, maxplus_rows
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -44,7 +46,7 @@ def test_p1_where_no_transfers_overlap(systems, m, n, k, staging, depth, rate, t
                       "pe.tcm_write_gbs": tcm, "link.router_hbm.bw_gbs": hbm, "hbm.read_response": read[0],
                       "pe.dma_read_release": read[1]})
     case = gemm_case(t, r, m, n, k, staging, b_from=b_from)
-    assert fast_method(case) == "maxplus"
+    assert fast_method(t, case) == "maxplus"
     fast, exact = evaluate_gemm(t, r, case), evaluate_gemm(t, r, case, exact=True)
     for key in ("latency_ns", "window_ns"):
         assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
@@ -54,19 +56,74 @@ def test_p1_where_no_transfers_overlap(systems, m, n, k, staging, depth, rate, t
 def test_methods(systems) -> None:
     t, r = systems()
     case = lambda *a: gemm_case(t, r, *a, program=False)      # noqa: E731
-    assert fast_method(case(32, 32, 3072, "load_ref")) == "maxplus"
-    assert fast_method(case(512, 512, 512, "load_load")) == "maxplus"
-    assert fast_method(case(128, 128, 256, "ref_ref")) == "fluid"
-    assert fast_method(case(4096, 4096, 4096, "load_ref")) == "maxplus_estimate"
+    assert fast_method(t, case(32, 32, 3072, "load_ref")) == "maxplus"
+    assert fast_method(t, case(512, 512, 512, "load_load")) == "maxplus"
+    assert fast_method(t, case(128, 128, 256, "ref_ref")) == "maxplus_steady"
+    assert fast_method(t, case(4096, 4096, 4096, "load_ref")) == "maxplus_steady"
+    turn, r = systems(**{"hbm.switch_penalty_ns": 2.0})      # no upper bound for the steady state
+    case = lambda *a: gemm_case(turn, r, *a, program=False)   # noqa: E731
+    assert fast_method(turn, case(32, 32, 3072, "load_ref")) == "maxplus"
+    assert fast_method(turn, case(128, 128, 256, "ref_ref")) == "fluid"
+    assert fast_method(turn, case(4096, 4096, 4096, "load_ref")) == "maxplus_estimate"
     assert case(4096, 4096, 4096, "load_ref").plan.n_tile_total > FLUID_MAX_TILES
 
 
-def test_fluid_where_writes_meet_reads(systems) -> None:
-    """Several output tiles, operands streamed: the fluid schedule, within 5 % of exact and with bounds that
-    hold; the recurrence alone (which leaves the writes' interference out) is below exact: its own lower bound,
-    with no upper one (a single GEMM's row carries a warning that says so: kbfast.measure.gemm.ESTIMATE_WARNING,
-    tests/test_cli_run.py::test_gemm_estimate_says_so)."""
+@settings(max_examples=40, deadline=None)
+@given(m=st.sampled_from([33, 64, 100, 200, 640]), n=st.sampled_from([33, 64, 100, 128, 640]),
+       k=st.sampled_from([16, 64, 65, 300, 640]), staging=st.sampled_from(["ref_ref", "load_ref"]),
+       depth=st.integers(1, 3), rate=st.sampled_from([1024.0, 4096.0, 16384.0]),
+       tcm=st.sampled_from([256.0, 512.0]), hbm=st.sampled_from([128.0, 256.0]),
+       b_from=st.sampled_from([None, "sip0.cube0.pe6", "sip0.cube1.pe4", "sip1.cube2.pe3"]),
+       read=st.sampled_from([("accepted", "accepted"), ("committed", "response"), ("accepted", "response")]))
+def test_steady_state_equals_exact(systems, m, n, k, staging, depth, rate, tcm, hbm, b_from, read) -> None:
+    """Several output tiles and a streamed operand: the C writes meet the reads.  The recurrence plus the excess
+    of three short prefixes, extrapolated, equals exact mode (1e-9), and exact lies between the recurrence and
+    its upper bound (docs/gemm.md "The steady state")."""
+    t, r = systems(**{"pe.tile_buffers": depth, "pe.gemm_macs_per_ns": rate, "pe.tcm_read_gbs": tcm,
+                      "pe.tcm_write_gbs": tcm, "link.router_hbm.bw_gbs": hbm, "hbm.read_response": read[0],
+                      "pe.dma_read_release": read[1]})
+    case = gemm_case(t, r, m, n, k, staging, b_from=b_from)
+    assert fast_method(t, case) == "maxplus_steady"
+    fast, exact = evaluate_gemm(t, r, case), evaluate_gemm(t, r, case, exact=True)
+    assert fast["method"] == "maxplus_steady"
+    for key in ("latency_ns", "window_ns"):
+        assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
+    assert fast["latency_lo_ns"] <= exact["latency_ns"] * (1 + 1e-12) and exact["latency_ns"] <= fast["latency_hi_ns"]
+    assert fast["latency_hi_ns"] <= 4 * exact["latency_ns"]          # an upper bound that informs
+
+
+def test_steady_state_of_big_gemms(systems) -> None:
+    """Beyond the prefixes, the excess grows by the same amount per output tile: 256 x 2048 x 512 (1,024 tiles of
+    512 output tiles, B from another cube) equals exact, and a 4096^3 GEMM has a point between bounds 2x apart."""
     t, r = systems()
+    c = gemm_case(t, r, 256, 2048, 512, "ref_ref", b_from="sip0.cube1.pe4")
+    fast, exact = evaluate_gemm(t, r, c), evaluate_gemm(t, r, c, exact=True)
+    assert fast["method"] == "maxplus_steady" and fast["latency_ns"] == pytest.approx(exact["latency_ns"], rel=1e-9)
+    big = evaluate_gemm(t, r, gemm_case(t, r, 4096, 4096, 4096, "ref_ref", program=False))
+    assert big["method"] == "maxplus_steady" and "warning" not in big
+    assert big["latency_lo_ns"] < big["latency_ns"] < big["latency_hi_ns"] <= 2.1 * big["latency_ns"]
+
+
+@pytest.mark.parametrize("excess", [lambda plan: float(plan.n_out) ** 2, lambda plan: float(plan.k)],
+                         ids=["not affine in the output tiles", "depends on the k tiles"])
+def test_no_steady_state_falls_back(systems, monkeypatch, excess) -> None:
+    """Prefixes whose excess is not affine in the output tiles, or changes with more k tiles, are no steady
+    state: the fluid schedule up to FLUID_MAX_TILES tiles, the recurrence alone (with its warning) beyond."""
+    t, r = systems()
+    monkeypatch.setattr(gemm_steady, "_excess", lambda t, r, plan, *a: excess(plan))
+    small = evaluate_gemm(t, r, gemm_case(t, r, 128, 128, 1024, "ref_ref", program=False))
+    assert small["method"] == "fluid" and small["latency_lo_ns"] <= small["latency_ns"] <= small["latency_hi_ns"]
+    big = evaluate_gemm(t, r, gemm_case(t, r, 4096, 4096, 4096, "ref_ref", program=False))
+    assert big["method"] == "maxplus_estimate" and "lower bound" in big["warning"]
+
+
+def test_fluid_where_writes_meet_reads(systems) -> None:
+    """With a PC read/write turnaround (``hbm.switch_penalty_ns`` > 0) the steady state has no upper bound:
+    several output tiles with operands streamed take the fluid schedule, within 5 % of exact and with bounds
+    that hold; the recurrence alone (which leaves the writes' interference out) is below exact: its own lower
+    bound, with no upper one (a single GEMM's row carries a warning that says so:
+    kbfast.measure.gemm.ESTIMATE_WARNING, tests/test_cli_run.py::test_gemm_estimate_says_so)."""
+    t, r = systems(**{"hbm.switch_penalty_ns": 2.0})
     for shape in ((128, 128, 256), (200, 200, 16), (64, 96, 640)):
         c = gemm_case(t, r, *shape, "ref_ref")
         fast, exact = evaluate_gemm(t, r, c), evaluate_gemm(t, r, c, exact=True)
@@ -112,7 +169,7 @@ def test_ideal_never_exceeds_the_window(systems) -> None:
     t, r = systems()
     c = gemm_case(t, r, 256, 256, 1024, "ref_ref", b_from="sip0.cube1.pe4", program=False)
     row = evaluate_gemm(t, r, c)
-    assert row["method"] == "fluid" and row["bound_stage"] == "dma_read"
+    assert row["method"] == "maxplus_steady" and row["bound_stage"] == "dma_read"
     assert row["window_ns"] * 0.99 <= row["ideal_ns"] <= row["window_ns"] <= row["latency_ns"]
     for shape, staging in (((32, 32, 3072), "load_ref"), ((200, 200, 16), "ref_ref"), ((64, 96, 640), "ref_ref"),
                            ((100, 64, 65), "load_load")):

@@ -5,13 +5,17 @@ Fast methods (docs/gemm.md "Fast path"):
 
 * ``maxplus``: the tile pipeline's max-plus recurrence with closed-form stage times (kbfast.fast.maxplus_gemm).  It
   equals exact mode wherever the GEMM's transfers never overlap: one output tile, or both operands pinned;
+* ``maxplus_steady``: where the C writes share the PE link and PCs with the next tiles' reads, the recurrence
+  plus what that overlap adds, measured on three short prefixes replayed exactly and extrapolated over the
+  periodic steady state (kbfast.measure.gemm_steady); the recurrence is its lower bound and
+  kbfast.fast.maxplus_gemm.gemm_upper its upper one.  Only without a PC read/write turnaround
+  (``hbm.switch_penalty_ns`` 0), where that upper bound holds;
 * ``fluid``: the fast schedule over the GEMM's Program (kbfast.fast.evaluate), with lower and upper bounds,
-  when the C writes share the PE link and PCs with the next tiles' reads;
+  for such a GEMM with a turnaround (or whose prefixes are not yet periodic);
 * ``maxplus_estimate``: the recurrence for such a GEMM above ``FLUID_MAX_TILES`` tiles, where the schedule
   would take seconds: it leaves the writes' interference out, so it is optimistic: it is its own lower bound
   (the recurrence is monotone in its service times, and a transfer is never faster than alone), and it has
-  no upper bound (``latency_hi_ns`` NaN; kbfast.fast.maxplus_gemm.gemm_upper is none once a PC's read/write
-  turnaround costs time, docs/gemm.md).  ``evaluate_gemm`` adds a ``warning`` saying so.
+  no upper bound (``latency_hi_ns`` NaN).  ``evaluate_gemm`` adds a ``warning`` saying so.
 
 Exact mode replays the Program (kbfast.exact).
 """
@@ -24,9 +28,10 @@ import numpy as np
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.fast.maxplus_gemm import dma_times, gemm_fast
+from kbfast.fast.maxplus_gemm import dma_times, gemm_fast, gemm_upper
 from kbfast.config.schema import SystemSpec
-from kbfast.measure.methods import EXACT, FLUID, MAXPLUS, MAXPLUS_ESTIMATE
+from kbfast.measure import gemm_steady
+from kbfast.measure.methods import EXACT, FLUID, MAXPLUS, MAXPLUS_ESTIMATE, MAXPLUS_STEADY
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables
@@ -39,12 +44,20 @@ ESTIMATE_WARNING = ("maxplus_estimate: more tiles than the fluid schedule takes,
                     "link and PCs is left out: latency_ns is optimistic (a lower bound), and there is no upper bound")
 
 
-def fast_method(case: GemmCase) -> str:
-    """The fast method of ``case`` (see the module docstring; one of kbfast.measure.methods.GEMM_FAST_METHODS)."""
+def fast_method(t: Tables, case: GemmCase) -> str:
+    """The fast method planned for ``case`` on ``t`` (see the module docstring; one of
+    kbfast.measure.methods.GEMM_FAST_METHODS).  A ``maxplus_steady`` whose prefixes are not yet periodic
+    falls back to :func:`fallback_method`."""
     plan = case.plan
     if plan.n_out == 1 or (plan.a_pinned and plan.b_pinned):
         return MAXPLUS
-    return FLUID if plan.n_tile_total <= FLUID_MAX_TILES else MAXPLUS_ESTIMATE
+    return MAXPLUS_STEADY if gemm_steady.applies(t) else fallback_method(case)
+
+
+def fallback_method(case: GemmCase) -> str:
+    """The method of a GEMM whose writes meet its reads, without the steady state: the fluid schedule up to
+    ``FLUID_MAX_TILES`` tiles, else the recurrence alone."""
+    return FLUID if case.plan.n_tile_total <= FLUID_MAX_TILES else MAXPLUS_ESTIMATE
 
 
 def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False) -> dict:
@@ -53,19 +66,18 @@ def evaluate_gemm(t: Tables, router: Router, case: GemmCase, exact: bool = False
     (``ESTIMATE_WARNING``; a sweep's rows leave it out: their method says it).  Builds the Program if the case
     has none and the method needs it."""
     rate = t.spec.pe.gemm_macs_per_ns
-    if exact or fast_method(case) == FLUID:
-        case = with_program(t, router, case)
     if exact:
+        case = with_program(t, router, case)
         res = run_exact(case.program)
         return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": EXACT,
                 "latency_lo_ns": np.nan, "latency_hi_ns": np.nan}
-    method = fast_method(case)
-    if method == FLUID:
+    row = maxplus_rows(t, router, [case])[0] if fast_method(t, case) != FLUID else None
+    if row is None or takes_fluid(case, row):
+        case = with_program(t, router, case)
         res = run_fast(case.program)
         _, lo, hi = res.latency_ns(0.0)
-        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": method,
+        return {**gemm_metrics(case, res.op_begin_ns, res.op_end_ns, rate), "method": FLUID,
                 "latency_lo_ns": lo, "latency_hi_ns": hi}
-    row = maxplus_rows(t, router, [case])[0]
     if row["method"] == MAXPLUS_ESTIMATE:
         row["warning"] = ESTIMATE_WARNING
     return row
@@ -79,11 +91,20 @@ def with_program(t: Tables, router: Router, case: GemmCase) -> GemmCase:
                      epilogues=case.plan.epilogues)
 
 
+def takes_fluid(case: GemmCase, row: dict) -> bool:
+    """Whether ``case``, whose :func:`maxplus_rows` row is ``row``, is better served by the fluid schedule: the
+    recurrence alone (no steady state) on a GEMM the schedule takes."""
+    return row["method"] == MAXPLUS_ESTIMATE and fallback_method(case) == FLUID
+
+
 def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]:
-    """The figures of every case by the max-plus recurrence, in one batched call, with ``method`` (maxplus
-    where that equals exact mode, else maxplus_estimate) and the bounds where it is exact.  One batch of
-    isolated latencies serves every tile transfer and up-front load (kbfast.fast.maxplus_gemm.dma_times).  No cases,
-    no rows (a batch whose GEMMs all take the fluid schedule)."""
+    """The figures of every case by the max-plus recurrence, in one batched call, with ``method``: maxplus
+    where that equals exact mode; else maxplus_steady (the recurrence and its steady-state excess,
+    kbfast.measure.gemm_steady, between the recurrence and kbfast.fast.maxplus_gemm.gemm_upper) where it
+    applies and its prefixes are periodic; else maxplus_estimate (the recurrence alone: a lower bound, no
+    upper one; :func:`takes_fluid` says when the fluid schedule does better).  One batch of isolated latencies
+    serves every tile transfer and up-front load (kbfast.fast.maxplus_gemm.dma_times).  Busy times are the
+    recurrence's."""
     if not cases:
         return []
     memo: dict[tuple[str, str], tuple[int, int, int]] = {}
@@ -93,15 +114,25 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
             memo[c.pe, c.b_from] = gemm_nodes(t, c.pe, c.b_from)
         nodes.append(memo[c.pe, c.b_from])
     plans = [c.plan for c in cases]
-    out = gemm_fast(plans, dma_times(tile_routes(t, router, nodes), plans, nodes))
+    times = dma_times(tile_routes(t, router, nodes), plans, nodes)
+    out = gemm_fast(plans, times)
+    methods = [fast_method(t, c) for c in cases]
+    steady = [i for i, m in enumerate(methods) if m == MAXPLUS_STEADY]
+    upper = dict(zip(steady, gemm_upper([plans[i] for i in steady], times[steady]))) if steady else {}
+    system = repr(t.spec)
     rate = t.spec.pe.gemm_macs_per_ns
     rows = []
-    for c, o in zip(cases, out):
-        row = gemm_figures(c, float(o[0]), float(o[1]), dict(zip(RESOURCES, o[2:].tolist())), rate)
-        est = fast_method(c) != MAXPLUS
-        # maxplus equals exact mode: its own bounds; the estimate is a lower bound and has no upper one
-        row.update(method=MAXPLUS_ESTIMATE if est else MAXPLUS, latency_lo_ns=row["latency_ns"],
-                   latency_hi_ns=np.nan if est else row["latency_ns"])
+    for i, (c, o) in enumerate(zip(cases, out)):
+        latency, window = float(o[0]), float(o[1])
+        method, hi = (MAXPLUS, latency) if methods[i] == MAXPLUS else (MAXPLUS_ESTIMATE, np.nan)
+        if methods[i] == MAXPLUS_STEADY:
+            steady_w = gemm_steady.steady_window(t, router, c.plan, nodes[i], times[i], system)
+            if steady_w is not None:        # between the recurrence and its upper bound (both valid)
+                method, hi = MAXPLUS_STEADY, float(upper[i][0])
+                window = min(max(steady_w, window), float(upper[i][1]))
+                latency = min(max(float(times[i, 5]) + window, latency), hi)
+        row = gemm_figures(c, latency, window, dict(zip(RESOURCES, o[2:].tolist())), rate)
+        row.update(method=method, latency_lo_ns=float(o[0]), latency_hi_ns=hi)
         rows.append(row)
     return rows
 
@@ -147,7 +178,7 @@ def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: 
     Program built for the fluid schedule or the exact replay is kept in ``prepared``, for the other mode and
     a trace."""
     case = prepared.plan
-    if prepared.built is None and (mode == "exact" or fast_method(case) == FLUID):
+    if prepared.built is None and (mode == "exact" or fast_method(t, case) == FLUID):
         case = with_program(t, router, case)
         prepared.built = Built(case.program, gemm=case)
     figures = evaluate_gemm(t, router, prepared.built.gemm if prepared.built is not None else case, mode == "exact")
@@ -159,10 +190,10 @@ def _measure_batch(t: Tables, router: Router, workloads: list[dict[str, Any]],
     """GEMM points of one system on the fast path: the max-plus ones in one batched call, the others (the
     fluid schedule) one by one."""
     cases = [case_of(t, router, w, program=False) for w in workloads]
-    batch = [i for i, c in enumerate(cases) if fast_method(c) != FLUID]
+    batch = [i for i, c in enumerate(cases) if fast_method(t, c) != FLUID]
     out: list[dict[str, Any] | None] = [None] * len(cases)
     for i, row in zip(batch, maxplus_rows(t, router, [cases[i] for i in batch])):
-        out[i] = gemm_row(row, t)
+        out[i] = None if takes_fluid(cases[i], row) else gemm_row(row, t)
     for i, c in enumerate(cases):
         if out[i] is None:
             out[i] = gemm_row(evaluate_gemm(t, router, c, False), t)

@@ -13,7 +13,7 @@ from kbfast.errors import KbfastError
 MODES = ("fast", "exact")     # the two evaluators a point is measured on
 
 EXACT, CLOSED_FORM, EXACT_REPLAY, FLUID = "exact", "closed form", "exact replay", "fluid"
-MAXPLUS, MAXPLUS_ESTIMATE = "maxplus", "maxplus_estimate"
+MAXPLUS, MAXPLUS_STEADY, MAXPLUS_ESTIMATE = "maxplus", "maxplus_steady", "maxplus_estimate"
 
 # method -> how it makes the figure (docs/fast_path.md, docs/gemm.md, docs/models.md)
 METHODS: dict[str, str] = {
@@ -22,10 +22,13 @@ METHODS: dict[str, str] = {
     EXACT_REPLAY: "the fast path replayed a small contended Program exactly (its bounds stay the fast path's)",
     FLUID: "the fast path's fluid schedule of flows sharing resources, with its bounds",
     MAXPLUS: "a GEMM's tile-pipeline max-plus recurrence, equal to exact mode where no transfers overlap",
-    MAXPLUS_ESTIMATE: "the max-plus recurrence beyond the fluid schedule's size: optimistic, a lower bound",
+    MAXPLUS_STEADY: "a GEMM's recurrence plus its C writes' interference, from exact replays of three short "
+                    "prefixes extrapolated over the periodic steady state, between the recurrence and its upper bound",
+    MAXPLUS_ESTIMATE: "the recurrence alone where the writes meet the reads and the steady state has no bound: "
+                      "optimistic, a lower bound",
 }
 HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, FLUID)   # what the hybrid fast path may use (kbfast.measure.hybrid)
-GEMM_FAST_METHODS = (MAXPLUS, FLUID, MAXPLUS_ESTIMATE)   # a GEMM's fast path (kbfast.measure.gemm.fast_method)
+GEMM_FAST_METHODS = (MAXPLUS, MAXPLUS_STEADY, FLUID, MAXPLUS_ESTIMATE)   # a GEMM's fast path (kbfast.measure.gemm.fast_method)
 
 # fast-path choice -> the methods it allows
 FAST_CHOICES: dict[str, str] = {

@@ -4,7 +4,8 @@
   (kbfast.workloads.commands.TileLowering).
 * The fast path times each distinct GEMM command once per distinct PE-to-own-slice route (every PE's route
   is private: no other PE's GEMM shares it) with the GEMM fast path: the max-plus recurrence where it
-  equals exact mode, else the fluid schedule of the one-PE Program with its bounds (kbfast.measure.gemm).
+  equals exact mode, else its steady state (kbfast.measure.gemm_steady), or with a PC read/write turnaround
+  the fluid schedule of the one-PE Program, with their bounds (kbfast.measure.gemm).
   The piece's Program then carries each command as one COMPUTE of that time, with everything else: MATH,
   loads and stores, IPCQ rings and all-reduces.  This stand-in Program is small (no tiles), so it is
   replayed exactly when it fits kbfast.measure.hybrid's event budget, else the fast schedule times it; its bounds
@@ -45,7 +46,8 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
-from kbfast.measure.methods import EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MODES, check_fast_choice
+from kbfast.measure.methods import (EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MAXPLUS, MAXPLUS_ESTIMATE, MAXPLUS_STEADY,
+                                    MODES, check_fast_choice)
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.collectives.in_model import AUTO, candidates
@@ -168,13 +170,16 @@ class CommandTimer:
         return _STAGES[key]
 
     def _evaluate(self, com: GemmCommand, node: int) -> tuple[float, float, float]:
-        """The command alone on PE ``node`` from idle: max-plus where it equals exact mode, else the fluid
-        schedule of its one-PE Program (marker to last write, with that schedule's bounds)."""
+        """The command alone on PE ``node`` from idle: max-plus where it equals exact mode, or its steady state
+        (kbfast.measure.gemm_steady) with that method's bounds, else the fluid schedule of its one-PE Program
+        (marker to last write, with that schedule's bounds)."""
         t, plan = self.t, com.plan
         pe = node_name(t, node).rsplit(".", 1)[0]
         case = GemmCase(None, plan, "model", pe, pe, (), -1)
-        if fast_method(case) == "maxplus":
-            return (maxplus_rows(t, self.router, [case])[0]["window_ns"],) * 3
+        row = maxplus_rows(t, self.router, [case])[0] if fast_method(t, case) in (MAXPLUS, MAXPLUS_STEADY) else None
+        if row is not None and row["method"] != MAXPLUS_ESTIMATE:
+            w, lat = row["window_ns"], row["latency_ns"]      # the window leaves out the pinned operands' loads
+            return w, w + (row["latency_lo_ns"] - lat), w + (row["latency_hi_ns"] - lat)
         upper = float(gemm_upper([plan], dma_times(tile_routes(t, self.router, [gemm_nodes(t, pe)]), [plan], [gemm_nodes(t, pe)]))[0, 1])
         b = ProgramBuilder(t, self.router, name="gemm command")
         agent = b.pe_agent(node)
@@ -569,7 +574,7 @@ def _model_fields(label: str, w: dict[str, Any]) -> dict[str, Any]:
     the shape itself is checked when the point runs.  A model that cannot be read is left to the point, which
     records why."""
     try:
-        model = _model_of(str(w["model"]))
+        model = load_model(str(w["model"]))
     except KbfastError:
         return w
     refuse_unread(model, w, label)
