@@ -574,7 +574,7 @@ def _model_fields(label: str, w: dict[str, Any]) -> dict[str, Any]:
     the shape itself is checked when the point runs.  A model that cannot be read is left to the point, which
     records why."""
     try:
-        model = load_model(str(w["model"]))
+        model = _model_of(str(w["model"]))
     except KbfastError:
         return w
     refuse_unread(model, w, label)
@@ -627,7 +627,7 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
 def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     """The step's plan (:func:`plan_step`): the model read, its shape and layout checked and compiled, before
     any kernel compiles."""
-    model = load_model(str(w["model"]))
+    model = _model_of(str(w["model"]))
     refuse_unread(model, w)
     layers = None if w["layers"] is None else int(w["layers"])
     return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
