@@ -42,15 +42,26 @@ def test_p1_where_no_transfers_overlap(systems, m, n, k, staging, depth, rate, t
     GEMM rate, TCM and HBM bandwidth, B's slice and the read semantics."""
     if staging != "load_load":
         m, n = min(m, 32), min(n, 32)
-    t, r = systems(**{"pe.tile_buffers": depth, "pe.gemm_macs_per_ns": rate, "pe.tcm_read_gbs": tcm,
+    t, r = _pipeline_system(systems, depth, rate, tcm, hbm, read)
+    fast, _ = _equals_exact(t, r, gemm_case(t, r, m, n, k, staging, b_from=b_from), "maxplus")
+    assert fast["latency_lo_ns"] == fast["latency_ns"] == fast["latency_hi_ns"]
+
+
+def _pipeline_system(systems, depth: int, rate: float, tcm: float, hbm: float, read: tuple[str, str]):
+    """The default system with the tile pipeline's depth, GEMM rate, TCM and HBM bandwidths and read semantics."""
+    return systems(**{"pe.tile_buffers": depth, "pe.gemm_macs_per_ns": rate, "pe.tcm_read_gbs": tcm,
                       "pe.tcm_write_gbs": tcm, "link.router_hbm.bw_gbs": hbm, "hbm.read_response": read[0],
                       "pe.dma_read_release": read[1]})
-    case = gemm_case(t, r, m, n, k, staging, b_from=b_from)
-    assert fast_method(t, case) == "maxplus"
+
+
+def _equals_exact(t, r, case, method: str) -> tuple[dict, dict]:
+    """``case`` takes the fast ``method`` and equals exact mode (1e-9) in latency and window; both rows."""
+    assert fast_method(t, case) == method
     fast, exact = evaluate_gemm(t, r, case), evaluate_gemm(t, r, case, exact=True)
+    assert fast["method"] == method
     for key in ("latency_ns", "window_ns"):
         assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
-    assert fast["latency_lo_ns"] == fast["latency_ns"] == fast["latency_hi_ns"]
+    return fast, exact
 
 
 def test_methods(systems) -> None:
@@ -79,15 +90,8 @@ def test_steady_state_equals_exact(systems, m, n, k, staging, depth, rate, tcm, 
     """Several output tiles and a streamed operand: the C writes meet the reads.  The recurrence plus the excess
     of three short prefixes, extrapolated, equals exact mode (1e-9), and exact lies between the recurrence and
     its upper bound (docs/gemm.md "The steady state")."""
-    t, r = systems(**{"pe.tile_buffers": depth, "pe.gemm_macs_per_ns": rate, "pe.tcm_read_gbs": tcm,
-                      "pe.tcm_write_gbs": tcm, "link.router_hbm.bw_gbs": hbm, "hbm.read_response": read[0],
-                      "pe.dma_read_release": read[1]})
-    case = gemm_case(t, r, m, n, k, staging, b_from=b_from)
-    assert fast_method(t, case) == "maxplus_steady"
-    fast, exact = evaluate_gemm(t, r, case), evaluate_gemm(t, r, case, exact=True)
-    assert fast["method"] == "maxplus_steady"
-    for key in ("latency_ns", "window_ns"):
-        assert fast[key] == pytest.approx(exact[key], rel=1e-9), key
+    t, r = _pipeline_system(systems, depth, rate, tcm, hbm, read)
+    fast, exact = _equals_exact(t, r, gemm_case(t, r, m, n, k, staging, b_from=b_from), "maxplus_steady")
     assert fast["latency_lo_ns"] <= exact["latency_ns"] * (1 + 1e-12) and exact["latency_ns"] <= fast["latency_hi_ns"]
     assert fast["latency_hi_ns"] <= 4 * exact["latency_ns"]          # an upper bound that informs
 
@@ -96,9 +100,7 @@ def test_steady_state_of_big_gemms(systems) -> None:
     """Beyond the prefixes, the excess grows by the same amount per output tile: 256 x 2048 x 512 (1,024 tiles of
     512 output tiles, B from another cube) equals exact, and a 4096^3 GEMM has a point between bounds 2x apart."""
     t, r = systems()
-    c = gemm_case(t, r, 256, 2048, 512, "ref_ref", b_from="sip0.cube1.pe4")
-    fast, exact = evaluate_gemm(t, r, c), evaluate_gemm(t, r, c, exact=True)
-    assert fast["method"] == "maxplus_steady" and fast["latency_ns"] == pytest.approx(exact["latency_ns"], rel=1e-9)
+    _equals_exact(t, r, gemm_case(t, r, 256, 2048, 512, "ref_ref", b_from="sip0.cube1.pe4"), "maxplus_steady")
     big = evaluate_gemm(t, r, gemm_case(t, r, 4096, 4096, 4096, "ref_ref", program=False))
     assert big["method"] == "maxplus_steady" and "warning" not in big
     assert big["latency_lo_ns"] < big["latency_ns"] < big["latency_hi_ns"] <= 2.1 * big["latency_ns"]
