@@ -145,8 +145,8 @@ def bench_exact_rate() -> list[BenchRow]:
 def bench_gemm(n_points: int = 100_000) -> list[BenchRow]:
     """The GEMM tile pipeline, kernel rows timed by name: one 4096^3 GEMM (2^20 tiles) on the fast path; GEMM
     points per minute through the batched max-plus path (plans, closed forms, recurrence, figures: what a GEMM
-    sweep runs per batch for the shapes the recurrence times; the registry's batch also takes the fluid
-    schedule for multi-tile GEMMs whose writes meet their reads, seconds each);
+    sweep runs per batch: the recurrence, and for multi-tile GEMMs whose writes meet their reads the steady
+    state, whose short exact replays the first points pay and the later ones share);
     exact-mode event rate on a 1024^3 GEMM (16,384 tiles, both operands streamed), and the fast schedule on
     the same Program (kbfast.workloads.gemm, kbfast.measure.gemm)."""
     from kbfast.measure.gemm import maxplus_rows

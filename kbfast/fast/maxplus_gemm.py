@@ -11,7 +11,7 @@ and STORE take the plan's times.  Up-front operand loads (load_ref, load_load) r
 This equals exact mode when the GEMM's transfers never overlap: one output tile (its write follows every
 read), or both operands pinned (P1, tests/test_gemm_fast.py).  With several output tiles and streamed
 operands each C write shares the PE link and PCs with the next tiles' reads, which the recurrence leaves
-out: an estimate, within a few per cent of exact on the bundled sweep (``kbfast sweep gemm --check``).
+out: a lower bound, which kbfast.measure.gemm_steady completes with the writes' excess per output tile.
 Service times depend on the system, not on the shape, so a batch of shapes on one system costs one set of
 closed forms and one :func:`~kbfast.fast.pipeline.pipeline_batch` call.
 """

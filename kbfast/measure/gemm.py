@@ -40,8 +40,10 @@ from kbfast.workloads.gemm import (RESOURCES, GemmCase, gemm_case, gemm_figures,
                                    parse_epilogues)
 
 FLUID_MAX_TILES = 1 << 16
-ESTIMATE_WARNING = ("maxplus_estimate: more tiles than the fluid schedule takes, so the C writes' share of the PE "
-                    "link and PCs is left out: latency_ns is optimistic (a lower bound), and there is no upper bound")
+ESTIMATE_WARNING = ("maxplus_estimate: no steady state (a PC read/write turnaround, tiles off the PC rounds, or "
+                    "prefixes not yet periodic) and more tiles than the fluid schedule takes, so the C writes' share "
+                    "of the PE link and PCs is left out: latency_ns is optimistic (a lower bound), and there is no "
+                    "upper bound")
 
 
 def fast_method(t: Tables, case: GemmCase) -> str:
@@ -51,7 +53,7 @@ def fast_method(t: Tables, case: GemmCase) -> str:
     plan = case.plan
     if plan.n_out == 1 or (plan.a_pinned and plan.b_pinned):
         return MAXPLUS
-    return MAXPLUS_STEADY if gemm_steady.applies(t) else fallback_method(case)
+    return MAXPLUS_STEADY if gemm_steady.applies(t, plan) else fallback_method(case)
 
 
 def fallback_method(case: GemmCase) -> str:
@@ -119,17 +121,16 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
     methods = [fast_method(t, c) for c in cases]
     steady = [i for i, m in enumerate(methods) if m == MAXPLUS_STEADY]
     upper = dict(zip(steady, gemm_upper([plans[i] for i in steady], times[steady]))) if steady else {}
-    system = repr(t.spec)
     rate = t.spec.pe.gemm_macs_per_ns
     rows = []
     for i, (c, o) in enumerate(zip(cases, out)):
         latency, window = float(o[0]), float(o[1])
         method, hi = (MAXPLUS, latency) if methods[i] == MAXPLUS else (MAXPLUS_ESTIMATE, np.nan)
         if methods[i] == MAXPLUS_STEADY:
-            steady_w = gemm_steady.steady_window(t, router, c.plan, nodes[i], times[i], system)
-            if steady_w is not None:        # between the recurrence and its upper bound (both valid)
+            excess = gemm_steady.steady_excess(t, router, c.plan, nodes[i], times[i])
+            if excess is not None:          # between the recurrence and its upper bound (both valid)
                 method, hi = MAXPLUS_STEADY, float(upper[i][0])
-                window = min(max(steady_w, window), float(upper[i][1]))
+                window = min(max(window + excess, window), float(upper[i][1]))
                 latency = min(max(float(times[i, 5]) + window, latency), hi)
         row = gemm_figures(c, latency, window, dict(zip(RESOURCES, o[2:].tolist())), rate)
         row.update(method=method, latency_lo_ns=float(o[0]), latency_hi_ns=hi)

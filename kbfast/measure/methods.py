@@ -24,8 +24,8 @@ METHODS: dict[str, str] = {
     MAXPLUS: "a GEMM's tile-pipeline max-plus recurrence, equal to exact mode where no transfers overlap",
     MAXPLUS_STEADY: "a GEMM's recurrence plus its C writes' interference, from exact replays of three short "
                     "prefixes extrapolated over the periodic steady state, between the recurrence and its upper bound",
-    MAXPLUS_ESTIMATE: "the recurrence alone where the writes meet the reads and the steady state has no bound: "
-                      "optimistic, a lower bound",
+    MAXPLUS_ESTIMATE: "the recurrence alone where the writes meet the reads, without a steady state, above the "
+                      "fluid schedule's size: optimistic, a lower bound",
 }
 HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, FLUID)   # what the hybrid fast path may use (kbfast.measure.hybrid)
 GEMM_FAST_METHODS = (MAXPLUS, MAXPLUS_STEADY, FLUID, MAXPLUS_ESTIMATE)   # a GEMM's fast path (kbfast.measure.gemm.fast_method)

@@ -30,6 +30,7 @@ from kbfast.config.models import Model, Transformer, load_model
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.measure.gemm import fast_method, maxplus_rows
+from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import finish_bounds, run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
@@ -171,16 +172,22 @@ class CommandTimer:
 
     def _evaluate(self, com: GemmCommand, node: int) -> tuple[float, float, float]:
         """The command alone on PE ``node`` from idle: max-plus where it equals exact mode, or its steady state
-        (kbfast.measure.gemm_steady) with that method's bounds, else the fluid schedule of its one-PE Program
-        (marker to last write, with that schedule's bounds)."""
+        (kbfast.measure.gemm_steady, where it applies to the command's tiles and addresses) with that method's
+        bounds, else the fluid schedule of its one-PE Program (marker to last write, with that schedule's
+        bounds)."""
         t, plan = self.t, com.plan
         pe = node_name(t, node).rsplit(".", 1)[0]
         case = GemmCase(None, plan, "model", pe, pe, (), -1)
-        row = maxplus_rows(t, self.router, [case])[0] if fast_method(t, case) in (MAXPLUS, MAXPLUS_STEADY) else None
-        if row is not None and row["method"] != MAXPLUS_ESTIMATE:
-            w, lat = row["window_ns"], row["latency_ns"]      # the window leaves out the pinned operands' loads
-            return w, w + (row["latency_lo_ns"] - lat), w + (row["latency_hi_ns"] - lat)
-        upper = float(gemm_upper([plan], dma_times(tile_routes(t, self.router, [gemm_nodes(t, pe)]), [plan], [gemm_nodes(t, pe)]))[0, 1])
+        method = fast_method(t, case)
+        if method == MAXPLUS or (method == MAXPLUS_STEADY and applies(t, plan, (com.a_addr, com.b_addr, com.c_addr))):
+            row = maxplus_rows(t, self.router, [case])[0]
+            if row["method"] != MAXPLUS_ESTIMATE:
+                w, lat = row["window_ns"], row["latency_ns"]      # the window leaves out the pinned operands' loads
+                return w, w + (row["latency_lo_ns"] - lat), w + (row["latency_hi_ns"] - lat)
+        # the writes' bound (kbfast.fast.maxplus_gemm.gemm_upper) holds without a PC read/write turnaround only
+        nodes = [gemm_nodes(t, pe)]
+        upper = (float(gemm_upper([plan], dma_times(tile_routes(t, self.router, nodes), [plan], nodes))[0, 1])
+                 if t.spec.hbm.switch_penalty_ns == 0.0 else np.inf)
         b = ProgramBuilder(t, self.router, name="gemm command")
         agent = b.pe_agent(node)
         b.start(agent)

@@ -132,19 +132,26 @@ def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tupl
     return plan
 
 
+def operand_addresses(plan: GemmPlan) -> tuple[int, int, int]:
+    """The byte addresses of A, B and C: tile-major from address 0, A, then B, then C (each operand in its
+    own controller's slice, at these addresses)."""
+    a_bytes, b_bytes, _ = plan.operand_bytes()
+    return A_ADDR, A_ADDR + a_bytes, A_ADDR + a_bytes + b_bytes
+
+
 def add_gemm(b: ProgramBuilder, agent: int, plan: GemmPlan, own: int, src_b: int) -> tuple[tuple[int, ...], int]:
     """Agent ``agent`` loads the pinned operands (phase ``operand load``), then runs the GEMM: A and C in
-    controller ``own``'s slice, B in ``src_b``'s, tile-major from address 0 (A, then B, then C).  Returns the
-    load ops and the op that ends with the last write."""
+    controller ``own``'s slice, B in ``src_b``'s (:func:`operand_addresses`).  Returns the load ops and the
+    op that ends with the last write."""
     a_bytes, b_bytes, _ = plan.operand_bytes()
-    b_addr, c_addr = a_bytes, a_bytes + b_bytes
+    a_addr, b_addr, c_addr = operand_addresses(plan)
     b.phase(agent, "operand load")
     loads = []
     if plan.a_pinned:
-        loads.append(b.dma(agent, own, a_bytes, A_ADDR, write=False))
+        loads.append(b.dma(agent, own, a_bytes, a_addr, write=False))
     if plan.b_pinned:
         loads.append(b.dma(agent, src_b, b_bytes, b_addr, write=False))
-    return tuple(loads), b.gemm(agent, plan, (own, A_ADDR), (src_b, b_addr), (own, c_addr))
+    return tuple(loads), b.gemm(agent, plan, (own, a_addr), (src_b, b_addr), (own, c_addr))
 
 
 def gemm_beside(m: int, n: int, k: int, staging: str = "load_ref"):
