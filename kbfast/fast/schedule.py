@@ -47,6 +47,8 @@ Sharing = namedtuple("Sharing", [
     "res_cap",       # float64 [n_res]  per resource: capacity, B/ns
     "res_ovh",       # float64 [n_res]  per resource: overhead, ns (0 on a wire; weights in _w)
     "ch_iso_route",  # int64 [C]     per channel: a route of the same shape whose isolated latency it shares
+    "dma_iso_op",    # int64 [O]     per PE DMA: the first DMA whose isolated latency it shares, else -1
+                     #               (kbfast.fast.plan.dma_iso_ops)
 ])
 
 
@@ -352,6 +354,11 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
                 waits = waits or iso_pcs[1, q] > -np.inf
                 busy = busy or waits or iso_pcs[0, q] > 0.0
         record = history and kind_t == PE_READ and nbytes > 0
+        g = sharing.dma_iso_op[o]       # o's memo is g's when g has it (the same inputs, at these bytes)
+        same = g >= 0 and g != o and P.op_nbytes[g] == nbytes
+        if not busy and same and np.isnan(iso[o, 0]) and not np.isnan(iso[g, 0]):
+            for q in range(1 + n_pcs):
+                iso[o, q] = iso[g, q]
         if busy or np.isnan(iso[o, 0]):
             if not history:         # no penalties, every PC idle (set only when the closed form runs)
                 for q in range(n_pcs):
@@ -363,6 +370,9 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
                 iso[o, 0] = lat[o]
                 for q in range(n_pcs):
                     iso[o, 1 + q] = iso_pcs[2, q]
+                if same and np.isnan(iso[g, 0]):
+                    for q in range(1 + n_pcs):
+                        iso[g, q] = iso[o, q]
         else:
             lat[o] = iso[o, 0]
             if record:
