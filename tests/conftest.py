@@ -294,7 +294,8 @@ def run_rates(flows, bn, res_cap, res_ovh, nbytes) -> np.ndarray:
     sh_span = np.stack([ends - [len(f) for f in flows], ends], axis=1).astype(np.int64)
     rate = np.zeros(n)
     sharing = Sharing(sh_span=sh_span, sh_res=sh_res, max_route=0, res_cap=np.asarray(res_cap, np.float64),
-                      res_ovh=np.asarray(res_ovh, np.float64), ch_iso_route=np.empty(0, np.int64))
+                      res_ovh=np.asarray(res_ovh, np.float64), ch_iso_route=np.empty(0, np.int64),
+                      dma_iso_op=np.empty(0, np.int64))
     _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(nbytes, np.int64), sharing,
            fill_scratch(np.asarray(bn, np.float64), users, len(sh_res)))
     return rate

@@ -126,3 +126,31 @@ def test_same_shape_routes_group_by_closed_form_inputs(preset: str, algorithm: s
     assert len(first) < len(ch_route)        # the memo is shared
     rep = _same_shape_routes(np.arange(len(r_ptr) - 1), r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh, n_flit)
     assert np.all(rep <= np.arange(len(rep))) and np.array_equal(rep[rep], rep)
+
+
+@pytest.mark.parametrize("preset", ["torus6", "mesh6"])
+def test_dmas_that_share_an_isolated_latency_have_the_same_closed_form(preset: str) -> None:
+    """A PE's DMA shares the memo of the first DMA with its kind, bytes, first PC and route shapes
+    (kbfast.fast.plan.dma_iso_ops): the closed form gives both the same end and the same per-PC commits."""
+    from kbfast.fast.closed_form import PE_READ, PE_REQ, new_buf, new_pcs, transfer_end
+    from kbfast.ir import Op
+
+    t = build_tables(load_system(preset))
+    p = allreduce(t, Router(t), 4096).program          # tile loads and stores: a PE read and write per rank
+    plan = plan_fast(p)
+    low, rep = plan.lowered, plan.sharing.dma_iso_op
+    fab, hbm, routes = low.fabric, low.hbm, low.routes
+    dma = np.nonzero(np.isin(p.op_code, (Op.DMA_READ, Op.DMA_WRITE)))[0]
+    assert np.all(rep[dma] >= 0) and np.all(rep[dma] <= dma) and np.array_equal(rep[rep[dma]], rep[dma])
+    assert np.all(rep[np.setdiff1d(np.arange(p.n_ops), dma)] == -1)
+    assert len(np.unique(rep[dma])) < len(dma)            # the memo is shared
+
+    def closed_form(o: int) -> tuple:
+        kind = PE_READ if (hbm.read_accept and p.op_code[o] == Op.DMA_READ) else PE_REQ
+        pcs = new_pcs(hbm.n_pcs)
+        end = transfer_end(kind, 0.0, int(p.op_nbytes[o]), int(routes.op_addr[o]), int(routes.op_route[o]),
+                           int(routes.op_rroute[o]), fab, hbm, pcs, new_buf(plan.sharing.max_route), 0)
+        return end, pcs[2].tolist()
+
+    for o in dma:
+        assert closed_form(int(o)) == closed_form(int(rep[o]))

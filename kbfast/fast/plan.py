@@ -89,6 +89,29 @@ def _same_shape_routes(routes, r_ptr, r_edges, e_src, e_dst, e_c, e_prop, n_ovh,
     return rep
 
 
+def dma_iso_ops(p: Program, low: Lowered) -> np.ndarray:
+    """Per op: for a PE's DMA, the first DMA (lowest op id) whose isolated latency and per-PC commits are its
+    own, else -1.  :func:`kbfast.fast.closed_form.transfer_end` reads a PE's DMA through its kind (read or
+    write), bytes, first pseudo-channel ``pc_of(addr)`` and the shapes of its forward and reverse routes
+    (:func:`_same_shape_routes`), so DMAs that agree on those share it (the fast schedule's memo, like a
+    SEND's ``ch_iso_route``).  A host's DMAs share nothing (a D2H also reads its route's bandwidths)."""
+    out = np.full(p.n_ops, -1, np.int64)
+    dma = np.nonzero(((p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ)) & ~low.prog.a_host[p.op_agent])[0]
+    if len(dma) == 0:
+        return out
+    fab, hbm, routes = low.fabric, low.hbm, low.routes
+
+    def shapes(r: np.ndarray) -> np.ndarray:
+        return r[_same_shape_routes(r, fab.r_ptr, fab.r_edges, fab.e_src, fab.e_dst, fab.e_c, fab.e_prop, fab.n_ovh,
+                                    fab.n_flit)]
+    pc0 = (routes.op_addr[dma] >> hbm.pc_shift) & (hbm.n_pcs - 1)          # kbfast.sim.fabric.pc_of
+    keys = np.stack([p.op_code[dma].astype(np.int64), pc0, p.op_nbytes[dma].astype(np.int64),
+                     shapes(routes.op_route[dma]), shapes(routes.op_rroute[dma])], axis=1)
+    _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    out[dma] = dma[first[group.ravel()]]
+    return out
+
+
 def _bound_tables(p: Program, c: Compact, data_route: np.ndarray, e_bw: np.ndarray, n_flit: np.ndarray,
                   n_ovh: np.ndarray, e_dst: np.ndarray, commit: float, sw: float) -> BoundTables:
     """The flow classes of the interference bound (``kbfast.fast.bounds``): ops with the same payload route,
@@ -398,7 +421,7 @@ def plan_fast(p: Program) -> Plan:
     ch_iso_route = ch_route[_same_shape_routes(ch_route, fab.r_ptr, fab.r_edges, fab.e_src, fab.e_dst, fab.e_c,
                                                fab.e_prop, fab.n_ovh, fab.n_flit)]
     sharing = Sharing(sh_span=sh_span, sh_res=sh_res, max_route=max_route, res_cap=res_cap, res_ovh=res_ovh,
-                      ch_iso_route=ch_iso_route)
+                      ch_iso_route=ch_iso_route, dma_iso_op=dma_iso_ops(p, low))
     bounds = _bound_tables(p, c, data_route, fab.e_bw, fab.n_flit, fab.n_ovh, fab.e_dst, hbm.commit_ns,
                            hbm.switch_penalty_ns)
     return Plan(program=p, lowered=low, sharing=sharing, data_route=data_route, edge_group=edge_group,

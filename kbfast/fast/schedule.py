@@ -47,6 +47,8 @@ Sharing = namedtuple("Sharing", [
     "res_cap",       # float64 [n_res]  per resource: capacity, B/ns
     "res_ovh",       # float64 [n_res]  per resource: overhead, ns (0 on a wire; weights in _w)
     "ch_iso_route",  # int64 [C]     per channel: a route of the same shape whose isolated latency it shares
+    "dma_iso_op",    # int64 [O]     per PE DMA: the first DMA whose isolated latency it shares, else -1
+                     #               (kbfast.fast.plan.dma_iso_ops)
 ])
 
 
@@ -344,20 +346,33 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
         history = mode == POINT and ctrl >= 0
         busy = False
         waits = False
-        for q in range(n_pcs):
-            g = ctrl * n_pcs + q
-            iso_pcs[0, q] = hbm.switch_penalty_ns if (history and pc_dir[g] >= 0 and pc_dir[g] != d) else 0.0
-            iso_pcs[1, q] = pc_avail[g] - now if (history and pc_avail[g] > now) else -np.inf
-            waits = waits or iso_pcs[1, q] > -np.inf
-            busy = busy or waits or iso_pcs[0, q] > 0.0
+        if history:
+            for q in range(n_pcs):
+                g = ctrl * n_pcs + q
+                iso_pcs[0, q] = hbm.switch_penalty_ns if (pc_dir[g] >= 0 and pc_dir[g] != d) else 0.0
+                iso_pcs[1, q] = pc_avail[g] - now if pc_avail[g] > now else -np.inf
+                waits = waits or iso_pcs[1, q] > -np.inf
+                busy = busy or waits or iso_pcs[0, q] > 0.0
         record = history and kind_t == PE_READ and nbytes > 0
+        g = sharing.dma_iso_op[o]       # o's memo is g's when g has it (the same inputs, at these bytes)
+        same = g >= 0 and g != o and P.op_nbytes[g] == nbytes
+        if not busy and same and np.isnan(iso[o, 0]) and not np.isnan(iso[g, 0]):
+            for q in range(1 + n_pcs):
+                iso[o, q] = iso[g, q]
         if busy or np.isnan(iso[o, 0]):
+            if not history:         # no penalties, every PC idle (set only when the closed form runs)
+                for q in range(n_pcs):
+                    iso_pcs[0, q] = 0.0
+                    iso_pcs[1, q] = -np.inf
             lat[o] = transfer_end(kind_t, 0.0, nbytes, op_addr[o], fwd, rev, fabric, hbm, iso_pcs, buf,
                                   0)      # memo 0: one set of tables per run
             if not busy:
                 iso[o, 0] = lat[o]
                 for q in range(n_pcs):
                     iso[o, 1 + q] = iso_pcs[2, q]
+                if same and np.isnan(iso[g, 0]):
+                    for q in range(1 + n_pcs):
+                        iso[g, q] = iso[o, q]
         else:
             lat[o] = iso[o, 0]
             if record:
@@ -381,8 +396,11 @@ def _begin_flow(now, o, mode, extra, share, head, iso, fabric, hbm, P, S, W, rou
                 pc = pc_of(op_addr[o] + q * hbm.burst_bytes, hbm.pc_shift, n_pcs)   # flit = burst here
                 pc_dir[ctrl * n_pcs + pc] = d
         route = rev if kind_t == D2H else fwd
-        if P.read_release_early and not write and not P.a_host[S.op_agent[o]]:
+        a = S.op_agent[o]
+        if P.read_release_early and not write and not P.a_host[a] and not (P.a_alone[a] and not P.op_async[o]):
             # The channel is free when the controller took the last flit: the end less the response.
+            # (Not scheduled when no op can queue for it meanwhile: its agent is alone on its PE and
+            # waits for this read, and the read's end frees the channel too, kbfast.sim.agents.op_done.)
             W.rel[o] = ctrl_latency(r_edges, r_ptr[rev], r_ptr[rev + 1], e_dst, e_prop, n_ovh) + \
                 n_ovh[e_dst[r_edges[r_ptr[rev + 1] - 1]]]
     if mode == UPPER:
@@ -421,7 +439,7 @@ def _advance(active, n_active, rem, rate, t_rem, t):  # pragma: no cover - jitte
     return t
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, _nrt=False, inline="always")
 def _drained(o, now, end, heap, size, seq, users, holder, sh_span, sh_res, drained, eg_waiter, start, head,
              ver, rel):  # pragma: no cover - jitted
     """A flow's bytes have passed: free its resources, schedule its end (and an early channel release,
