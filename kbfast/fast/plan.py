@@ -107,8 +107,11 @@ def dma_iso_ops(p: Program, low: Lowered) -> np.ndarray:
     pc0 = (routes.op_addr[dma] >> hbm.pc_shift) & (hbm.n_pcs - 1)          # kbfast.sim.fabric.pc_of
     keys = np.stack([p.op_code[dma].astype(np.int64), pc0, p.op_nbytes[dma].astype(np.int64),
                      shapes(routes.op_route[dma]), shapes(routes.op_rroute[dma])], axis=1)
-    _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    out[dma] = dma[first[group.ravel()]]
+    order = np.lexsort(keys.T[::-1])          # stable: a group's first entry is its lowest op id
+    ordered = keys[order]
+    new = np.ones(len(dma), np.bool_)
+    new[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+    out[dma[order]] = dma[order[np.maximum.accumulate(np.where(new, np.arange(len(dma)), 0))]]
     return out
 
 
