@@ -122,16 +122,22 @@ def gemm_fast(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
 
 
 def gemm_upper(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
-    """An upper bound on each GEMM's :func:`gemm_fast` row where C writes overlap the next tiles' reads.
+    """An upper bound on each GEMM's :func:`gemm_fast` row where C writes overlap the next tiles' reads: the
+    recurrence on :func:`upper_times`."""
+    return gemm_fast(plans, upper_times(plans, times))
 
-    The writer has one write in flight and the read channel one read, so a read can lose at most one whole
-    write's time to C traffic and a write at most one whole read's: every read's hold and done grow by the
-    write's ``w_done``, every write by the longer read's ``done``.  The recurrence is monotone in its service
-    times, so the result bounds the overlapped pipeline from above (it equals the exact one without overlap)."""
+
+def upper_times(plans: list[GemmPlan], times: np.ndarray) -> np.ndarray:
+    """The :func:`dma_times` rows of :func:`gemm_upper`.  The writer has one write in flight and the read
+    channel one read, so a read can lose at most one whole write's time to C traffic and a write at most one
+    whole read's: every read's hold and done grow by the write's ``w_done``, every write by the longer read's
+    ``done``.  The recurrence is monotone in its service times, so the result bounds the overlapped pipeline
+    from above (it equals the exact one without overlap)."""
     up = times.copy()
     w, r = times[:, 4].copy(), np.maximum(times[:, 1], times[:, 3])
-    for col, streamed in ((0, [not p.a_pinned for p in plans]), (1, [not p.a_pinned for p in plans]),
-                          (2, [not p.b_pinned for p in plans]), (3, [not p.b_pinned for p in plans])):
+    a_streamed = np.array([not p.a_pinned for p in plans], np.bool_)
+    b_streamed = np.array([not p.b_pinned for p in plans], np.bool_)
+    for col, streamed in ((0, a_streamed), (1, a_streamed), (2, b_streamed), (3, b_streamed)):
         up[:, col] += np.where(streamed, w, 0.0)
     up[:, 4] += r
-    return gemm_fast(plans, up)
+    return up

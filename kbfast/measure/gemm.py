@@ -28,7 +28,7 @@ import numpy as np
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.fast.maxplus_gemm import dma_times, gemm_fast, gemm_upper
+from kbfast.fast.maxplus_gemm import dma_times, gemm_fast, upper_times
 from kbfast.config.schema import SystemSpec
 from kbfast.measure import gemm_steady
 from kbfast.measure.methods import EXACT, FLUID, MAXPLUS, MAXPLUS_ESTIMATE, MAXPLUS_STEADY
@@ -117,10 +117,11 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
         nodes.append(memo[c.pe, c.b_from])
     plans = [c.plan for c in cases]
     times = dma_times(tile_routes(t, router, nodes), plans, nodes)
-    out = gemm_fast(plans, times)
     methods = [fast_method(t, c) for c in cases]
     steady = [i for i, m in enumerate(methods) if m == MAXPLUS_STEADY]
-    upper = dict(zip(steady, gemm_upper([plans[i] for i in steady], times[steady]))) if steady else {}
+    up_plans = [plans[i] for i in steady]        # the steady ones again, for their upper bound: one batch
+    both = gemm_fast(plans + up_plans, np.concatenate([times, upper_times(up_plans, times[steady])]))
+    out, upper = both[:len(plans)], dict(zip(steady, both[len(plans):]))
     rate = t.spec.pe.gemm_macs_per_ns
     rows = []
     for i, (c, o) in enumerate(zip(cases, out)):

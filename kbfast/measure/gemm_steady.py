@@ -8,7 +8,7 @@ tiles the excess grows by the same amount per output tile::
 
     x(n) = x(n3) + d (n - n3),    d = (x(n3) - x(n2)) / (n3 - n2) = (x(n2) - x(n1)) / (n2 - n1)
 
-The three prefixes (``PREFIX_OUT`` output tiles, at most :func:`prefix_k` k tiles each) are short GEMMs of
+The three prefixes (``PREFIX_OUT`` output tiles; the pipeline's depth and two more k tiles, at least 4) are short GEMMs of
 the same tiles, replayed exactly (kbfast.exact). The write of one output tile meets only the first reads
 of the next, so later k tiles add nothing to the excess, and the prefixes keep only a few. Two checks
 guard the extrapolation: the two slopes agree, and the first prefix with ``K_CHECK`` more k tiles has the
@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections import OrderedDict
+from functools import lru_cache
 
 import numpy as np
 
@@ -72,22 +73,19 @@ def applies(t: Tables, plan: GemmPlan, addresses: tuple[int, ...] = ()) -> bool:
         x % rounds == 0 for x in (plan.a_tile_bytes, plan.b_tile_bytes, plan.c_tile_bytes, *addresses))
 
 
-def prefix_k(plan: GemmPlan) -> int:
-    """The k tiles a prefix keeps: the pipeline's depth and two more, at least 4 (module docstring)."""
-    return min(plan.k_tiles, max(4, plan.depth + 2))
-
-
-def prefix_tiles(plan: GemmPlan) -> list[Tiles]:
-    """The prefixes of ``plan``: at least ``PREFIX_OUT`` output tiles each, strictly more each time, in
-    M -> N order (part of a row of output tiles, or whole rows), :func:`prefix_k` k tiles; or, when one
-    would have all of ``plan``'s output tiles, that one alone."""
-    k, out = prefix_k(plan), []
+@lru_cache(maxsize=CACHE_SIZE)
+def _prefix_tiles(m_tiles: int, n_tiles: int, k_tiles: int, depth: int) -> tuple[Tiles, ...]:
+    """The prefixes of a GEMM of these tiles and pipeline depth: at least ``PREFIX_OUT`` output tiles each,
+    strictly more each time, in M -> N order (part of a row of output tiles, or whole rows), the depth and
+    two more k tiles (at least 4); or, when one would have all the GEMM's output tiles, that one alone.
+    Remembered: a sweep asks again."""
+    k, out = min(k_tiles, max(4, depth + 2)), []
     for n in PREFIX_OUT:
         n = max(n, out[-1][0] * out[-1][1] + 1 if out else 0)
-        if n >= plan.n_out:                                  # the whole GEMM's output tiles: measured
-            return [(plan.m_tiles, plan.n_tiles, k)]
-        out.append((1, n, k) if plan.n_tiles >= n else (-(-n // plan.n_tiles), plan.n_tiles, k))
-    return out
+        if n >= m_tiles * n_tiles:                           # the whole GEMM's output tiles: measured
+            return ((m_tiles, n_tiles, k),)
+        out.append((1, n, k) if n_tiles >= n else (-(-n // n_tiles), n_tiles, k))
+    return tuple(out)
 
 
 def steady_excess(t: Tables, router: Router, plan: GemmPlan, nodes: tuple[int, int, int],
@@ -97,16 +95,15 @@ def steady_excess(t: Tables, router: Router, plan: GemmPlan, nodes: tuple[int, i
     ``times``: ``plan``'s :func:`~kbfast.fast.maxplus_gemm.dma_times` row (a prefix's tile transfers are the
     same).  Remembered per (system, routing, nodes, pinning, epilogues, prefixes)."""
     system = system_key(t)
-    shapes = prefix_tiles(plan)
+    shapes = _prefix_tiles(plan.m_tiles, plan.n_tiles, plan.k_tiles, plan.depth)
     k = shapes[0][2]
     check = (shapes[0][0], shapes[0][1], min(plan.k_tiles, k + K_CHECK)) if plan.k_tiles > k else None
-    key = (system, router.policy, nodes, plan.a_pinned, plan.b_pinned, plan.epilogues, tuple(shapes), check)
-    if key not in _FITS:
-        _FITS[key] = _fit(t, router, plan, nodes, times, system, shapes, check)
+    key = (system, router.policy, nodes, plan.a_pinned, plan.b_pinned, plan.epilogues, shapes, check)
+    fit = _FITS.get(key, _FITS)
+    if fit is _FITS:
+        fit = _FITS[key] = _fit(t, router, plan, nodes, times, system, list(shapes), check)
         if len(_FITS) > CACHE_SIZE:
             _FITS.popitem(last=False)
-    _FITS.move_to_end(key)
-    fit = _FITS[key]
     if fit is None:
         return None
     n3, x3, d = fit
