@@ -43,8 +43,8 @@ K_CHECK = 2                 # more k tiles on the prefix that checks the excess 
 SAME_RTOL = 1e-6            # two slopes or excesses agree to this, relatively, or to SAME_ATOL ns
 SAME_ATOL = 1e-6
 CACHE_SIZE = 4096           # prefix excesses and fits kept
-_EXCESS: OrderedDict[tuple, float] = OrderedDict()             # (system, nodes, prefix plan) -> x
-_FITS: OrderedDict[tuple, tuple | None] = OrderedDict()        # (system, nodes, prefixes) -> (n3, x3, d) or None
+_EXCESS: OrderedDict[tuple, float] = OrderedDict()             # (system, routing, nodes, prefix plan) -> x
+_FITS: OrderedDict[tuple, tuple | None] = OrderedDict()        # (system, routing, nodes, ..., prefixes) -> fit
 
 Tiles = tuple[int, int, int]    # a prefix's (m, n, k) tiles
 
