@@ -124,11 +124,16 @@ def maxplus_rows(t: Tables, router: Router, cases: list[GemmCase]) -> list[dict]
     out, upper = both[:len(plans)], dict(zip(steady, both[len(plans):]))
     rate = t.spec.pe.gemm_macs_per_ns
     rows = []
+    excesses: dict[tuple, float | None] = {}       # a batch's GEMMs of the same tiles share their excess
     for i, (c, o) in enumerate(zip(cases, out)):
         latency, window = float(o[0]), float(o[1])
         method, hi = (MAXPLUS, latency) if methods[i] == MAXPLUS else (MAXPLUS_ESTIMATE, np.nan)
         if methods[i] == MAXPLUS_STEADY:
-            excess = gemm_steady.steady_excess(t, router, c.plan, nodes[i], times[i])
+            p = c.plan
+            same = (nodes[i], p.m_tiles, p.n_tiles, p.k_tiles, p.a_pinned, p.b_pinned, p.epilogues)
+            if same not in excesses:
+                excesses[same] = gemm_steady.steady_excess(t, router, p, nodes[i], times[i])
+            excess = excesses[same]
             if excess is not None:          # between the recurrence and its upper bound (both valid)
                 method, hi = MAXPLUS_STEADY, float(upper[i][0])
                 window = min(max(window + excess, window), float(upper[i][1]))

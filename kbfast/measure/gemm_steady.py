@@ -49,27 +49,34 @@ _FITS: OrderedDict[tuple, tuple | None] = OrderedDict()        # (system, routin
 Tiles = tuple[int, int, int]    # a prefix's (m, n, k) tiles
 
 
-_SYSTEMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # Tables -> repr of its spec
+_SYSTEMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # Tables -> (key, turnaround free, PC round)
+
+
+def _system(t: Tables) -> tuple[str, bool, int]:
+    """What the steady state reads of ``t``'s system, once per Tables (the spec's repr takes 0.1 ms): a key
+    naming it, whether a PC read/write turnaround is free, and :func:`pc_round_bytes`."""
+    if t not in _SYSTEMS:
+        hbm = t.spec.hbm
+        _SYSTEMS[t] = repr(t.spec), hbm.switch_penalty_ns == 0.0, hbm.pcs_per_pe * hbm.burst_bytes
+    return _SYSTEMS[t]
 
 
 def system_key(t: Tables) -> str:
-    """A key naming ``t``'s system (its spec's repr, made once per Tables: it takes 0.1 ms)."""
-    if t not in _SYSTEMS:
-        _SYSTEMS[t] = repr(t.spec)
-    return _SYSTEMS[t]
+    """A key naming ``t``'s system (its spec's repr)."""
+    return _system(t)[0]
 
 
 def pc_round_bytes(t: Tables) -> int:
     """One round of a PE's PCs: ``hbm.pcs_per_pe`` bursts (consecutive bursts go to consecutive PCs)."""
-    return t.spec.hbm.pcs_per_pe * t.spec.hbm.burst_bytes
+    return _system(t)[2]
 
 
 def applies(t: Tables, plan: GemmPlan, addresses: tuple[int, ...] = ()) -> bool:
     """Whether the steady state holds with its bounds for ``plan`` on ``t`` (module docstring): no PC
     read/write turnaround, and every tile (and each operand address in ``addresses``) a whole number of PC
     rounds."""
-    rounds = pc_round_bytes(t)
-    return t.spec.hbm.switch_penalty_ns == 0.0 and all(
+    _, turnaround_free, rounds = _system(t)
+    return turnaround_free and all(
         x % rounds == 0 for x in (plan.a_tile_bytes, plan.b_tile_bytes, plan.c_tile_bytes, *addresses))
 
 
