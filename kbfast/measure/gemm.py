@@ -8,10 +8,11 @@ Fast methods (docs/gemm.md "Fast path"):
 * ``maxplus_steady``: where the C writes share the PE link and PCs with the next tiles' reads, the recurrence
   plus what that overlap adds, measured on three short prefixes replayed exactly and extrapolated over the
   periodic steady state (kbfast.measure.gemm_steady); the recurrence is its lower bound and
-  kbfast.fast.maxplus_gemm.gemm_upper its upper one.  Only without a PC read/write turnaround
-  (``hbm.switch_penalty_ns`` 0), where that upper bound holds;
+  kbfast.fast.maxplus_gemm.gemm_upper its upper one.  Only where that upper bound holds and the prefixes meet
+  the PCs as the GEMM does: no PC read/write turnaround (``hbm.switch_penalty_ns`` 0), every tile whole
+  rounds of the PE's PCs (kbfast.measure.gemm_steady.applies);
 * ``fluid``: the fast schedule over the GEMM's Program (kbfast.fast.evaluate), with lower and upper bounds,
-  for such a GEMM with a turnaround (or whose prefixes are not yet periodic);
+  for such a GEMM without the steady state (a turnaround, tiles off the PC rounds, prefixes not yet periodic);
 * ``maxplus_estimate``: the recurrence for such a GEMM above ``FLUID_MAX_TILES`` tiles, where the schedule
   would take seconds: it leaves the writes' interference out, so it is optimistic: it is its own lower bound
   (the recurrence is monotone in its service times, and a transfer is never faster than alone), and it has
