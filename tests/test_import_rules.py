@@ -49,8 +49,10 @@ RULES = {
     "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.collective",
                                          "kbfast.measure.gemm", "kbfast.measure.model", "kbfast.report",
                                          "kbfast.sweep", "kbfast.reference"},
+    # a serving run: model steps through kbfast.measure.model, its loop and figures (docs/serving.md)
+    "kbfast.serving": BASE | {"kbfast.workloads", "kbfast.measure.model", "kbfast.report"},
     "kbfast.cli": BASE | PUBLIC_API | CLI_MEASURE | {"kbfast.report", "kbfast.sweep", "kbfast.calibrate",
-                                                     "kbfast.bench"},
+                                                     "kbfast.bench", "kbfast.serving"},
     "kbfast.__main__": {"kbfast.cli"},
     "kbfast": set(),                                         # the public API names its modules lazily
 }

@@ -10,6 +10,7 @@ from kbfast.cli.bench import bench
 from kbfast.cli.calibrate import calibrate
 from kbfast.cli.probe import probe
 from kbfast.cli.run import run_app
+from kbfast.cli.serve import serve_command
 from kbfast.cli.sweep import check, plot, sweep
 from kbfast.cli.topo import topo_app
 
@@ -45,6 +46,7 @@ app.command("probe")(probe)
 app.command("bench")(bench)
 app.command("calibrate")(calibrate)
 app.add_typer(run_app, name="run")
+app.command("serve")(serve_command)
 
 
 def _version(value: bool) -> None:

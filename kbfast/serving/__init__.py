@@ -1,0 +1,53 @@
+"""Serving: a model under a request load, with continuous batching (docs/serving.md).
+
+:func:`serve` puts the parts together: the requests (kbfast.serving.requests), what the KV cache may hold
+and the step costs (kbfast.serving.costs), the loop (kbfast.serving.scheduler) and its figures
+(kbfast.serving.report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kbfast.config.models import Transformer
+from kbfast.errors import KbfastError
+from kbfast.serving.costs import DirectCosts, InterpolatedCosts, Memory, StepOptions, memory
+from kbfast.serving.requests import Requests
+from kbfast.serving.scheduler import Schedule, simulate
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """A serving run: its schedule, the KV cache it had, and the step costs it used (interpolated, with their
+    checks, or direct)."""
+
+    schedule: Schedule
+    memory: Memory
+    costs: InterpolatedCosts | DirectCosts
+    mode: str                      # fast (interpolated) or exact (every step shape replayed)
+
+
+def serve(t: Tables, router: Router, opts: StepOptions, requests: Requests, max_batch: int, mode: str = "fast",
+          progress: Callable[[int, int], None] | None = None) -> ServeResult:
+    """Serve ``requests`` with at most ``max_batch`` running: on the fast path the step costs are interpolated
+    from grids covering the run and checked (kbfast.serving.costs.InterpolatedCosts); ``mode`` exact evaluates
+    every distinct step shape exactly.  ``progress(done, planned)``: after each step shape evaluated."""
+    if not isinstance(opts.model, Transformer):
+        raise KbfastError(f"{opts.model.name} is of kind {opts.model.kind}: serving runs transformer models\n"
+                          "  hint: use llama3_70b, llama32_1b, gpt3_175b or a transformer YAML")
+    if not len(requests):
+        raise KbfastError("no request arrives in the run\n  hint: raise --rate or --duration")
+    if max_batch < 1:
+        raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
+    mem = memory(t, opts, max_batch, int(requests.prompt.max()))
+    direct = DirectCosts(t, router, opts, mode, progress)
+    if mode == "exact":
+        costs = direct
+    else:
+        kv_range = (int(requests.prompt.min()) + 1, int((requests.prompt + requests.output).max()))
+        costs = InterpolatedCosts.build(direct, min(max_batch, len(requests)), kv_range,
+                                        (int(requests.prompt.min()), int(requests.prompt.max())), mem.granule)
+    return ServeResult(simulate(requests, costs, max_batch, mem.capacity_tokens, mem.granule), mem, costs, mode)

@@ -1,0 +1,281 @@
+"""Step costs of a serving run: what one decode step of ``batch`` users at a KV length, and one prefill of a
+prompt, take on the system (docs/serving.md "Step costs").
+
+* **Shapes.** The model's steps take one KV length for every user of a decode step and one prompt length per
+  prefill (kbfast.workloads.model.Shape), in whole *granules*: the tokens a layer spreads over its attention
+  ring's PEs (``ring`` PEs, one KV row each).  A decode step is timed at its users' mean KV length rounded up
+  to a granule: a user's attention (a score and a PV GEMM over its KV rows) grows with its own length, so the
+  batch's attention is the mean's; a prefill at its prompt rounded up to a granule (padding).
+* **Direct** (:class:`DirectCosts`): every distinct shape evaluated once (kbfast.measure.model.run_step), on the
+  fast path or exactly.
+* **Interpolated** (:class:`InterpolatedCosts`): the fast path at a grid of shapes that covers the run, decode
+  bilinear in (batch, KV length) (``scipy.interpolate.RegularGridInterpolator``) and prefill linear in the prompt
+  length.  The grid holds both sides of every GEMM tile edge of the step's tokens (its GEMMs' M: a batch of 33
+  needs two 32-row tiles where 32 needs one, a step in cost no line through its neighbours follows); then every interpolant is checked against direct evaluations at held-out shapes between the grid's
+  points.  A held-out shape more than ``TOLERANCE`` off adds its batch and KV length (or its prompt length) to
+  the grid, and the check runs again on new held-out shapes, at most ``REFINE_ROUNDS`` times.  The checks are
+  kept (``checks``) and printed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.interpolate import RegularGridInterpolator
+
+from kbfast.config.models import Transformer
+from kbfast.errors import KbfastError
+from kbfast.measure.model import plan_step, run_step
+from kbfast.topology.builder import Tables
+from kbfast.topology.routing import Router
+from kbfast.workloads.model import Shape, compile_model
+
+TOLERANCE = 0.02          # an interpolant's largest relative error at a held-out shape (issue: within 2 %)
+REFINE_ROUNDS = 4         # grid refinements after a failed check
+KV_POINTS = 3             # KV lengths of the first decode grid (geometric, whole granules)
+PROMPT_POINTS = 4         # prompt lengths of the first prefill grid
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How every step of the run is evaluated: the model on the system, with kbfast.measure.model.plan_step's
+    options."""
+
+    model: Transformer
+    layout: str = "tp_pes"
+    method: str = "hybrid"
+    collective: str | None = None
+    sequence_parallel: bool | None = None
+    overlap: str | None = None
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The KV cache a working PE can hold for the run (docs/serving.md "KV capacity")."""
+
+    granule: int              # tokens per KV row of every attention-ring PE: shapes come in whole granules
+    bytes_per_token: int      # KV bytes one token adds to each working PE (every layer, K and V)
+    capacity_tokens: int      # tokens of KV cache the run can hold: the slice's bytes after weights and activations
+    weights: int              # per working PE, bytes
+    activations: int          # the largest step's, bytes
+    hbm_slice: int
+
+
+def memory(t: Tables, opts: StepOptions, max_batch: int, max_prompt: int) -> Memory:
+    """What the KV cache may use: each working PE's HBM slice less every layer's and the LM head's weights and
+    the largest activations of a decode step of ``max_batch`` users or a prefill of ``max_prompt`` tokens."""
+    layer, head = compile_model(t, opts.model, Shape("decode", 1, 1, _granule(t, opts)), opts.layout,
+                                collective=opts.collective, sequence_parallel=opts.sequence_parallel,
+                                overlap=opts.overlap)
+    g = layer.info["layer"]["ring"]
+    per_token = layer.memory["kv_cache"] // g
+    weights = layer.memory["weights"] + head.memory["weights"]
+    acts = max(_activations(t, opts, Shape("decode", max_batch, 1, g)),
+               _activations(t, opts, Shape("prefill", 1, granules(max_prompt, g), granules(max_prompt, g))))
+    free = layer.memory["hbm_slice"] - weights - acts
+    if free < per_token:
+        raise KbfastError(f"{opts.model.name} leaves no HBM for a KV cache on layout {opts.layout}: each working PE "
+                          f"holds {weights:,} B of weights and {acts:,} B of activations in a {layer.memory['hbm_slice']:,} B "
+                          "slice\n  hint: use more SIPs (--set sips.count=N), layout tp_pes, or a smaller --max-batch")
+    return Memory(g, per_token, free // per_token, weights, acts, layer.memory["hbm_slice"])
+
+
+def _granule(t: Tables, opts: StepOptions) -> int:
+    """The attention ring's PEs of the layout (kbfast.workloads.model.compile_model's ``ring``)."""
+    layer = compile_model(t, opts.model, Shape("decode", 1, 1, 1 << 20), opts.layout, collective=opts.collective,
+                          sequence_parallel=opts.sequence_parallel, overlap=opts.overlap)[0]
+    return int(layer.info["layer"]["ring"])
+
+
+def _activations(t: Tables, opts: StepOptions, shape: Shape) -> int:
+    return max(p.memory["activations"] for p in compile_model(t, opts.model, shape, opts.layout,
+                                                             collective=opts.collective,
+                                                             sequence_parallel=opts.sequence_parallel,
+                                                             overlap=opts.overlap))
+
+
+def granules(tokens: float, g: int) -> int:
+    """``tokens`` rounded up to whole granules of ``g`` (at least one)."""
+    return max(int(math.ceil(tokens / g - 1e-9)), 1) * g
+
+
+def decode_shape(batch: int, kv_mean: float, g: int) -> Shape:
+    """The decode step of ``batch`` users whose KV lengths average ``kv_mean`` (module docstring)."""
+    return Shape("decode", int(batch), 1, granules(kv_mean, g))
+
+
+def prefill_shape(prompt: int, g: int) -> Shape:
+    """The prefill of one prompt of ``prompt`` tokens, padded to whole granules."""
+    n = granules(prompt, g)
+    return Shape("prefill", 1, n, n)
+
+
+class DirectCosts:
+    """Every distinct step shape evaluated once, in ``mode`` (fast or exact): ns.  ``progress(done, planned)``
+    is called after each evaluation; ``planned`` is what the caller announced (:meth:`plan`), or what is done."""
+
+    def __init__(self, t: Tables, router: Router, opts: StepOptions, mode: str = "fast",
+                 progress: Callable[[int, int], None] | None = None):
+        self.t, self.router, self.opts, self.mode, self.progress = t, router, opts, mode, progress
+        self.memo: dict[Shape, float] = {}
+        self.planned = 0
+
+    def plan(self, shapes: list[Shape]) -> None:
+        """Announce shapes about to be evaluated (for the progress's total)."""
+        self.planned = len(self.memo) + len(set(shapes) - set(self.memo))
+
+    def __call__(self, shape: Shape) -> float:
+        if shape not in self.memo:
+            o = self.opts
+            plan = plan_step(self.t, o.model, shape, o.layout, None, o.method, o.collective, o.sequence_parallel,
+                             o.overlap)
+            self.memo[shape] = float(run_step(self.t, self.router, plan, (self.mode,)).latency_ns())
+            if self.progress is not None:
+                self.progress(len(self.memo), max(self.planned, len(self.memo)))
+        return self.memo[shape]
+
+    def decode_ns(self, batch: int, kv: int) -> float:
+        return self(Shape("decode", batch, 1, kv))
+
+    def prefill_ns(self, seq: int) -> float:
+        return self(Shape("prefill", 1, seq, seq))
+
+
+@dataclass
+class Check:
+    """One held-out shape: the interpolant's and the direct evaluation's ns."""
+
+    kind: str           # decode or prefill
+    batch: int
+    tokens: int         # the KV length (decode) or the prompt (prefill)
+    interpolated_ns: float
+    direct_ns: float
+    round: int          # 0: the first grid; k: after k refinements
+
+    @property
+    def error(self) -> float:
+        return self.interpolated_ns / self.direct_ns - 1.0
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.error) <= TOLERANCE
+
+
+def _between(grid: list[int], step: int) -> list[int]:
+    """Held-out values: the geometric middle of each pair of neighbouring grid values, in whole ``step``s,
+    kept where it lies strictly between them."""
+    out = []
+    for lo, hi in zip(grid, grid[1:]):
+        mid = int(round(math.sqrt(lo * hi) / step)) * step
+        if lo < mid < hi:
+            out.append(mid)
+    return out
+
+
+def _spread(lo: int, hi: int, n: int, step: int) -> list[int]:
+    """About ``n`` values from ``lo`` to ``hi`` in geometric steps, in whole ``step``s, both ends included."""
+    if hi <= lo:
+        return [lo]
+    vals = {granules(v, step) for v in np.geomspace(lo, hi, n)}
+    return sorted(vals | {lo, hi})
+
+
+def _edges(lo: int, hi: int, rows: int, step: int) -> set[int]:
+    """Each whole number of GEMM tile ``rows`` in [lo, hi] and the next value in ``step``s past it: a step's
+    tokens are its GEMMs' M, so its cost jumps where M needs one more tile (spec_pe §5.1)."""
+    out = set()
+    for edge in range(rows, hi + 1, rows):
+        out |= {v for v in (edge, granules(edge + 1, step)) if lo <= v <= hi}
+    return out
+
+
+def _batches(most: int, rows: int) -> list[int]:
+    """The decode grid's batches: powers of two up to ``most``, ``most``, and the tile edges (:func:`_edges`)."""
+    out = [1 << k for k in range(int(math.log2(most)) + 1)]
+    return sorted(set(out) | {most} | _edges(1, most, rows, 1))
+
+
+@dataclass
+class InterpolatedCosts:
+    """Decode and prefill costs interpolated from the fast path on grids, with their checks (module
+    docstring)."""
+
+    direct: DirectCosts
+    batches: list[int]
+    kvs: list[int]
+    prompts: list[int]
+    checks: list[Check] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, direct: DirectCosts, max_batch: int, kv_range: tuple[int, int], prompt_range: tuple[int, int],
+              g: int) -> InterpolatedCosts:
+        """Grids covering decode steps of 1 to ``max_batch`` users at KV lengths in ``kv_range`` and prefills
+        of prompts in ``prompt_range`` (tokens; rounded to granules of ``g``), evaluated, checked and refined."""
+        rows = direct.t.spec.pe.tile.m
+        kvs = _spread(granules(kv_range[0], g), granules(kv_range[1], g), KV_POINTS, g)
+        lo, hi = granules(prompt_range[0], g), granules(prompt_range[1], g)
+        prompts = sorted(set(_spread(lo, hi, PROMPT_POINTS, g)) | _edges(lo, hi, rows, g))
+        self = cls(direct, _batches(max_batch, rows), kvs, prompts)
+        self._fit()
+        for rnd in range(REFINE_ROUNDS + 1):
+            failed = self._check(rnd, g)
+            if not failed or rnd == REFINE_ROUNDS:
+                break
+            for c in failed:          # the failing shape's lines join the grid
+                if c.kind == "decode":
+                    self.batches = sorted(set(self.batches) | {c.batch})
+                    self.kvs = sorted(set(self.kvs) | {c.tokens})
+                else:
+                    self.prompts = sorted(set(self.prompts) | {c.tokens})
+            self._fit()
+        return self
+
+    def _fit(self) -> None:
+        """Evaluate the grids (directly, each shape once) and make the interpolants."""
+        d = self.direct
+        d.plan([Shape("decode", b, 1, kv) for b in self.batches for kv in self.kvs]
+               + [Shape("prefill", 1, p, p) for p in self.prompts])
+        self._decode = np.array([[d.decode_ns(b, kv) for kv in self.kvs] for b in self.batches])
+        self._prefill = np.array([d.prefill_ns(s) for s in self.prompts])
+        axes = [np.array(a, float) for a in (self.batches, self.kvs)]
+        keep = [len(a) > 1 for a in axes]
+        values = self._decode.reshape([len(a) for a, k in zip(axes, keep) if k] or [1])
+        self._interp = RegularGridInterpolator([a for a, k in zip(axes, keep) if k], values) if any(keep) else None
+        self._keep = keep
+
+    def _check(self, rnd: int, g: int) -> list[Check]:
+        """Held-out shapes of this round against direct evaluations; the failed ones."""
+        bs, ks, ps = _between(self.batches, 1), _between(self.kvs, g), _between(self.prompts, g)
+        shapes = set()
+        if bs or ks:
+            bb = bs or [self.batches[0]]
+            kk = ks or [self.kvs[0]]
+            shapes |= {(bb[0], kk[-1]), (bb[-1], kk[0]), (bb[len(bb) // 2], kk[len(kk) // 2]), (bb[-1], kk[-1])}
+        new = [Check("decode", b, kv, self.decode_ns(b, kv), self.direct.decode_ns(b, kv), rnd)
+               for b, kv in sorted(shapes)]
+        held = sorted({ps[0], ps[len(ps) // 2], ps[-1]}) if ps else []
+        self.direct.plan([Shape("decode", b, 1, kv) for b, kv in shapes] + [Shape("prefill", 1, p, p) for p in held])
+        new += [Check("prefill", 1, s, self.prefill_ns(s), self.direct.prefill_ns(s), rnd) for s in held]
+        self.checks += new
+        return [c for c in new if not c.ok]
+
+    def decode_ns(self, batch: int, kv: int) -> float:
+        """A decode step of ``batch`` users at KV length ``kv`` (within the grid)."""
+        if self._interp is None:
+            return float(self._decode[0, 0])
+        point = [x for x, k in zip((batch, kv), self._keep) if k]
+        return float(self._interp(np.array([point], float))[0])
+
+    def prefill_ns(self, seq: int) -> float:
+        """The prefill of a ``seq``-token prompt (within the grid)."""
+        return float(np.interp(seq, self.prompts, self._prefill))
+
+    def worst_check(self) -> Check | None:
+        """The last round's check furthest off."""
+        if not self.checks:
+            return None
+        last = max(c.round for c in self.checks)
+        return max((c for c in self.checks if c.round == last), key=lambda c: abs(c.error))
