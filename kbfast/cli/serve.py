@@ -136,13 +136,12 @@ def print_report(res: ServeResult, out: dict, opts: StepOptions, t, trace: Path 
     if checks.empty:
         return
     last = checks[checks["round"] == checks["round"].max()]
-    table = narrow_table("interpolated step costs, checked", "step", "users", "tokens",
-                         "interpolated", "direct", "error",
-                         caption=f"held-out shapes against direct evaluations; within ±2 %: "
-                                 f"{int(last['ok'].sum())} of {len(last)}"
-                                 + (f", after {int(checks['round'].max())} refinement(s) of the grid"
-                                    if checks["round"].max() else ""))
+    table = narrow_table("interpolated step costs at held-out shapes", "step", "users", "tokens",
+                         "interpolated", "direct", "error")
     for r in last.itertuples():
         table.add_row(r.kind, str(r.batch), count(r.tokens), duration(r.interpolated_ns), duration(r.direct_ns),
                       pct(r.error) + ("" if r.ok else " over"))
     console.print(fit(console, table))
+    rounds = int(checks["round"].max())
+    console.print(f"within ±2 % of the direct evaluation: {int(last['ok'].sum())} of {len(last)}"
+                  + (f", after {rounds} refinement(s) of the grid" if rounds else ""), highlight=False)

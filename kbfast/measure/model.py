@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kbfast.config.budget import MemoryBudgetError
 from kbfast.config.models import Model, Transformer, load_model
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
@@ -392,13 +393,13 @@ def resolve_prefetches(t: Tables, router: Router, pieces: list[Piece], method: s
 def _point(p: Program, method: str):
     """The stand-in Program's point estimate and how it was made: ``exact replay`` when ``method`` is hybrid
     and its estimated events (kbfast.sim.lowering.replay_events_estimate, never below the replay's) are within
-    ``STANDIN_BUDGET_EVENTS``, else ``fluid``, the fast schedule.  A stand-in is small (no tiles), and a model's
-    collectives always meet, so the hybrid evaluator's first fast pass (kbfast.measure.hybrid) would only say so:
-    it is skipped."""
+    ``STANDIN_BUDGET_EVENTS`` and its memory within the limit (kbfast.config.budget), else ``fluid``, the fast
+    schedule.  A stand-in is small (no tiles), and a model's collectives always meet, so the hybrid evaluator's
+    first fast pass (kbfast.measure.hybrid) would only say so: it is skipped."""
     if method == "hybrid" and replay_events_estimate(p) <= STANDIN_BUDGET_EVENTS:
         try:
             return run_exact(p, max_events=STANDIN_BUDGET_EVENTS), EXACT_REPLAY
-        except ReplayBudgetExceeded:
+        except (ReplayBudgetExceeded, MemoryBudgetError):     # the replay only makes the point exact
             pass
     return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
 
