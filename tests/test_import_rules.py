@@ -48,9 +48,9 @@ RULES = {
     # and one exact model layer (kbfast.measure.model)
     "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.collective",
                                          "kbfast.measure.gemm", "kbfast.measure.model", "kbfast.report",
-                                         "kbfast.sweep", "kbfast.reference"},
+                                         "kbfast.sweep", "kbfast.reference", "kbfast.serving"},
     # a serving run: model steps through kbfast.measure.model, its loop and figures (docs/serving.md)
-    "kbfast.serving": BASE | {"kbfast.workloads", "kbfast.measure.model", "kbfast.report"},
+    "kbfast.serving": BASE | {"kbfast.workloads", "kbfast.measure.model", "kbfast.report", "kbfast.sweep"},
     "kbfast.cli": BASE | PUBLIC_API | CLI_MEASURE | {"kbfast.report", "kbfast.sweep", "kbfast.calibrate",
                                                      "kbfast.bench", "kbfast.serving"},
     "kbfast.__main__": {"kbfast.cli"},

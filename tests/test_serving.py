@@ -255,6 +255,16 @@ def test_direct_costs_evaluate_each_shape_once(tables, router, tiny):
     assert d.decode_ns(2, 16) == d.decode_ns(2, 16) and seen == [1]
 
 
+def test_shapes_on_two_processes_equal_one(tables, router, tiny):
+    """--jobs 2 evaluates on spawned workers, bit for bit what one process gives."""
+    opts = StepOptions(load_model(tiny), "tp_cubes")
+    shapes = [decode_shape(2, 16, 4), decode_shape(3, 40, 4), prefill_shape(24, 4)]
+    with DirectCosts(tables, router, opts, jobs=2) as two:
+        two.evaluate(shapes)
+    one = DirectCosts(tables, router, opts)
+    assert {s: one(s) for s in shapes} == two.memo
+
+
 def test_serving_refuses_what_is_no_transformer(tables, router):
     req = _requests([0], [4], [2])
     with pytest.raises(KbfastError, match="transformer"):

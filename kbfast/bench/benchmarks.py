@@ -422,6 +422,24 @@ def bench_gemm_sweep() -> list[BenchRow]:
                 f"{out.n_points / wall:,.0f} points/s, {out.n_errors} errors")]
 
 
+def bench_serve() -> list[BenchRow]:
+    """The worked serving run of docs/serving.md (Llama-3.2-1B, 40 requests/s for 3 s, at most 16 running) in
+    this process: its step shapes evaluated on the fast path and checked, then the loop."""
+    from kbfast.config.models import load_model
+    from kbfast.serving import serve
+    from kbfast.serving.costs import StepOptions
+    from kbfast.serving.requests import parse_lengths, poisson
+
+    t = build_tables(load_system("ahbm_2sip"))
+    req = poisson(40, 3, parse_lengths("uniform:128:1024", "prompt"), parse_lengths("uniform:32:256", "output"), 0)
+    t0 = time.perf_counter()
+    res = serve(t, Router(t), StepOptions(load_model("llama32_1b")), req, 16)
+    wall = time.perf_counter() - t0
+    n = len(res.costs.direct.memo)
+    return [row(f"serving run, Llama-3.2-1B, {len(req)} requests, one process", wall, "s", None,
+                f"{n} step shapes, {len(res.schedule.steps):,} steps")]
+
+
 def bench_coldstart() -> list[BenchRow]:
     """The README main job (``kbfast sweep seed36 --check 3``) in a fresh process with an empty Numba cache
     of its own, then once more on that cache: what a first run and every later run cost."""
@@ -458,4 +476,5 @@ BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "model_point": bench_model_point,
     "model_sweep": bench_model_sweep,
     "gemm_sweep": bench_gemm_sweep,
+    "serve": bench_serve,
 }

@@ -40,6 +40,7 @@ def serve_command(
     trace: Annotated[Path | None, typer.Option(help="Requests from a CSV or Parquet file (arrival_s, prompt_len, "
                                                      "output_len) instead of --rate and the lengths.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the arrivals and lengths.")] = 0,
+    jobs: Annotated[int, typer.Option(help="Processes that evaluate the step shapes.")] = 1,
     layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
     collective: Annotated[str | None, typer.Option(help="The all-reduce algorithm (default: the model file's, "
                                                         "auto).")] = None,
@@ -65,6 +66,8 @@ def serve_command(
     plot_to = figure_path(plot_to, "--plot", "serving.png")
     steps_to, requests_to = (writable(table_path(p, flag), flag) if p is not None else None
                              for p, flag in ((steps_to, "--steps"), (requests_to, "--requests")))
+    if jobs < 1:
+        raise KbfastError(f"--jobs {jobs}: at least 1 process evaluates the step shapes")
     if max_batch < 1:
         raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
     if layout not in LAYOUTS:
@@ -75,7 +78,7 @@ def serve_command(
     opts = StepOptions(load_model(model), layout, method, collective, None, overlap)
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))
     with _progress("step shapes") as update:
-        res = serve(t, Router(t), opts, requests, max_batch, "exact" if exact else "fast", update)
+        res = serve(t, Router(t), opts, requests, max_batch, "exact" if exact else "fast", update, jobs)
     out = summary(res.schedule)
     if plot_to is not None:
         plot(res.schedule, plot_to, f"{opts.model.name} on {t.layout.n_sips} SIPs, layout {layout}: "

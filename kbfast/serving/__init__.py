@@ -31,10 +31,11 @@ class ServeResult:
 
 
 def serve(t: Tables, router: Router, opts: StepOptions, requests: Requests, max_batch: int, mode: str = "fast",
-          progress: Callable[[int, int], None] | None = None) -> ServeResult:
+          progress: Callable[[int, int], None] | None = None, jobs: int = 1) -> ServeResult:
     """Serve ``requests`` with at most ``max_batch`` running: on the fast path the step costs are interpolated
     from grids covering the run and checked (kbfast.serving.costs.InterpolatedCosts); ``mode`` exact evaluates
-    every distinct step shape exactly.  ``progress(done, planned)``: after each step shape evaluated."""
+    every distinct step shape exactly.  ``progress(done, planned)``: after each step shape evaluated; ``jobs``:
+    processes that evaluate them."""
     if not isinstance(opts.model, Transformer):
         raise KbfastError(f"{opts.model.name} is of kind {opts.model.kind}: serving runs transformer models\n"
                           "  hint: use llama3_70b, llama32_1b, gpt3_175b or a transformer YAML")
@@ -43,11 +44,11 @@ def serve(t: Tables, router: Router, opts: StepOptions, requests: Requests, max_
     if max_batch < 1:
         raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
     mem = memory(t, opts, max_batch, int(requests.prompt.max()))
-    direct = DirectCosts(t, router, opts, mode, progress)
-    if mode == "exact":
-        costs = direct
-    else:
-        kv_range = (int(requests.prompt.min()) + 1, int((requests.prompt + requests.output).max()))
-        costs = InterpolatedCosts.build(direct, min(max_batch, len(requests)), kv_range,
-                                        (int(requests.prompt.min()), int(requests.prompt.max())), mem.granule)
-    return ServeResult(simulate(requests, costs, max_batch, mem.capacity_tokens, mem.granule), mem, costs, mode)
+    with DirectCosts(t, router, opts, mode, progress, jobs) as direct:
+        if mode == "exact":
+            costs = direct
+        else:
+            kv_range = (int(requests.prompt.min()) + 1, int((requests.prompt + requests.output).max()))
+            costs = InterpolatedCosts.build(direct, min(max_batch, len(requests)), kv_range,
+                                            (int(requests.prompt.min()), int(requests.prompt.max())), mem.granule)
+        return ServeResult(simulate(requests, costs, max_batch, mem.capacity_tokens, mem.granule), mem, costs, mode)

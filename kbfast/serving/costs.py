@@ -7,11 +7,11 @@ prompt, take on the system (docs/serving.md "Step costs").
   to a granule: a user's attention (a score and a PV GEMM over its KV rows) grows with its own length, so the
   batch's attention is the mean's; a prefill at its prompt rounded up to a granule (padding).
 * **Direct** (:class:`DirectCosts`): every distinct shape evaluated once (kbfast.measure.model.run_step), on the
-  fast path or exactly.
+  fast path (its point, no bounds) or exactly, on ``--jobs`` processes.
 * **Interpolated** (:class:`InterpolatedCosts`): the fast path at a grid of shapes that covers the run, decode
   bilinear in (batch, KV length) (``scipy.interpolate.RegularGridInterpolator``) and prefill linear in the prompt
-  length.  The grid holds both sides of every GEMM tile edge of the step's tokens (its GEMMs' M: a batch of 33
-  needs two 32-row tiles where 32 needs one, a step in cost no line through its neighbours follows); then every interpolant is checked against direct evaluations at held-out shapes between the grid's
+  length.  The decode grid holds both sides of every GEMM tile edge of the batch (its weight GEMMs' M: 33
+  users need two 32-row tiles where 32 need one, a step in cost no line through its neighbours follows); then every interpolant is checked against direct evaluations at held-out shapes between the grid's
   points.  A held-out shape more than ``TOLERANCE`` off adds its batch and KV length (or its prompt length) to
   the grid, and the check runs again on new held-out shapes, at most ``REFINE_ROUNDS`` times.  The checks are
   kept (``checks``) and printed.
@@ -20,7 +20,9 @@ prompt, take on the system (docs/serving.md "Step costs").
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
+from multiprocessing import get_context
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +31,8 @@ from scipy.interpolate import RegularGridInterpolator
 from kbfast.config.models import Transformer
 from kbfast.errors import KbfastError
 from kbfast.measure.model import plan_step, run_step
-from kbfast.topology.builder import Tables
+from kbfast.sweep.runner import worker_init
+from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.model import Shape, compile_model
 
@@ -113,28 +116,70 @@ def prefill_shape(prompt: int, g: int) -> Shape:
     return Shape("prefill", 1, n, n)
 
 
+def step_ns(t: Tables, router: Router, opts: StepOptions, mode: str, shape: Shape) -> float:
+    """One step of ``shape`` in ``mode``: its latency, ns (on the fast path its point alone, no bounds)."""
+    plan = plan_step(t, opts.model, shape, opts.layout, None, opts.method, opts.collective, opts.sequence_parallel,
+                     opts.overlap)
+    return float(run_step(t, router, plan, (mode,), bounds=False).latency_ns())
+
+
+_WORKER: dict[str, tuple[Tables, Router]] = {}      # a pool worker's system, built once
+
+
+def _worker_step(job: tuple) -> tuple[Shape, float]:
+    """A pool worker's :func:`step_ns`: the system built from its spec once per worker."""
+    spec, opts, mode, shape = job
+    key = repr(spec)
+    if key not in _WORKER:
+        t = build_tables(spec)
+        _WORKER[key] = (t, Router(t))
+    return shape, step_ns(*_WORKER[key], opts, mode, shape)
+
+
 class DirectCosts:
-    """Every distinct step shape evaluated once, in ``mode`` (fast or exact): ns.  ``progress(done, planned)``
-    is called after each evaluation; ``planned`` is what the caller announced (:meth:`plan`), or what is done."""
+    """Every distinct step shape evaluated once, in ``mode`` (fast or exact): ns; :meth:`evaluate` spreads new
+    shapes over ``jobs`` spawned worker processes (kbfast.sweep.runner's workers: Ctrl-C and the parent's death
+    end them).  ``progress(done, planned)`` is called after each evaluation; ``planned`` is what
+    :meth:`evaluate` announced, or what is done.  Close it (a context manager) to end the workers."""
 
     def __init__(self, t: Tables, router: Router, opts: StepOptions, mode: str = "fast",
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, jobs: int = 1):
         self.t, self.router, self.opts, self.mode, self.progress = t, router, opts, mode, progress
         self.memo: dict[Shape, float] = {}
         self.planned = 0
+        self.jobs, self._pool = jobs, None
 
-    def plan(self, shapes: list[Shape]) -> None:
-        """Announce shapes about to be evaluated (for the progress's total)."""
-        self.planned = len(self.memo) + len(set(shapes) - set(self.memo))
+    def __enter__(self) -> DirectCosts:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def evaluate(self, shapes: list[Shape]) -> None:
+        """Evaluate the ``shapes`` not evaluated yet, on the workers when ``jobs`` > 1."""
+        new = sorted(set(shapes) - set(self.memo), key=repr)
+        self.planned = len(self.memo) + len(new)
+        if self.jobs <= 1 or len(new) <= 1:
+            for shape in new:
+                self(shape)
+            return
+        if self._pool is None:
+            self._pool = get_context("spawn").Pool(self.jobs, initializer=worker_init, initargs=(os.getpid(),))
+        for shape, ns in self._pool.imap_unordered(_worker_step, [(self.t.spec, self.opts, self.mode, s)
+                                                                  for s in new]):
+            self._done(shape, ns)
+
+    def _done(self, shape: Shape, ns: float) -> None:
+        self.memo[shape] = ns
+        if self.progress is not None:
+            self.progress(len(self.memo), max(self.planned, len(self.memo)))
 
     def __call__(self, shape: Shape) -> float:
         if shape not in self.memo:
-            o = self.opts
-            plan = plan_step(self.t, o.model, shape, o.layout, None, o.method, o.collective, o.sequence_parallel,
-                             o.overlap)
-            self.memo[shape] = float(run_step(self.t, self.router, plan, (self.mode,)).latency_ns())
-            if self.progress is not None:
-                self.progress(len(self.memo), max(self.planned, len(self.memo)))
+            self._done(shape, step_ns(self.t, self.router, self.opts, self.mode, shape))
         return self.memo[shape]
 
     def decode_ns(self, batch: int, kv: int) -> float:
@@ -183,19 +228,14 @@ def _spread(lo: int, hi: int, n: int, step: int) -> list[int]:
     return sorted(vals | {lo, hi})
 
 
-def _edges(lo: int, hi: int, rows: int, step: int) -> set[int]:
-    """Each whole number of GEMM tile ``rows`` in [lo, hi] and the next value in ``step``s past it: a step's
-    tokens are its GEMMs' M, so its cost jumps where M needs one more tile (spec_pe §5.1)."""
-    out = set()
-    for edge in range(rows, hi + 1, rows):
-        out |= {v for v in (edge, granules(edge + 1, step)) if lo <= v <= hi}
-    return out
-
-
 def _batches(most: int, rows: int) -> list[int]:
-    """The decode grid's batches: powers of two up to ``most``, ``most``, and the tile edges (:func:`_edges`)."""
-    out = [1 << k for k in range(int(math.log2(most)) + 1)]
-    return sorted(set(out) | {most} | _edges(1, most, rows, 1))
+    """The decode grid's batches: powers of two up to ``most``, ``most``, and each side of every GEMM tile edge
+    (``rows`` users and one more): a decode step's users are its weight GEMMs' M, so its cost jumps where M
+    needs one more tile (spec_pe §5.1)."""
+    out = {1 << k for k in range(int(math.log2(most)) + 1)} | {most}
+    for edge in range(rows, most, rows):
+        out |= {edge, edge + 1}
+    return sorted(out)
 
 
 @dataclass
@@ -216,8 +256,7 @@ class InterpolatedCosts:
         of prompts in ``prompt_range`` (tokens; rounded to granules of ``g``), evaluated, checked and refined."""
         rows = direct.t.spec.pe.tile.m
         kvs = _spread(granules(kv_range[0], g), granules(kv_range[1], g), KV_POINTS, g)
-        lo, hi = granules(prompt_range[0], g), granules(prompt_range[1], g)
-        prompts = sorted(set(_spread(lo, hi, PROMPT_POINTS, g)) | _edges(lo, hi, rows, g))
+        prompts = _spread(granules(prompt_range[0], g), granules(prompt_range[1], g), PROMPT_POINTS, g)
         self = cls(direct, _batches(max_batch, rows), kvs, prompts)
         self._fit()
         for rnd in range(REFINE_ROUNDS + 1):
@@ -236,8 +275,8 @@ class InterpolatedCosts:
     def _fit(self) -> None:
         """Evaluate the grids (directly, each shape once) and make the interpolants."""
         d = self.direct
-        d.plan([Shape("decode", b, 1, kv) for b in self.batches for kv in self.kvs]
-               + [Shape("prefill", 1, p, p) for p in self.prompts])
+        d.evaluate([Shape("decode", b, 1, kv) for b in self.batches for kv in self.kvs]
+                   + [Shape("prefill", 1, p, p) for p in self.prompts])
         self._decode = np.array([[d.decode_ns(b, kv) for kv in self.kvs] for b in self.batches])
         self._prefill = np.array([d.prefill_ns(s) for s in self.prompts])
         axes = [np.array(a, float) for a in (self.batches, self.kvs)]
@@ -257,7 +296,7 @@ class InterpolatedCosts:
         new = [Check("decode", b, kv, self.decode_ns(b, kv), self.direct.decode_ns(b, kv), rnd)
                for b, kv in sorted(shapes)]
         held = sorted({ps[0], ps[len(ps) // 2], ps[-1]}) if ps else []
-        self.direct.plan([Shape("decode", b, 1, kv) for b, kv in shapes] + [Shape("prefill", 1, p, p) for p in held])
+        self.direct.evaluate([Shape("decode", b, 1, kv) for b, kv in shapes] + [Shape("prefill", 1, p, p) for p in held])
         new += [Check("prefill", 1, s, self.prefill_ns(s), self.direct.prefill_ns(s), rnd) for s in held]
         self.checks += new
         return [c for c in new if not c.ok]

@@ -216,14 +216,14 @@ def check_sample(n_points: int, k: int, seed: int, points: list[Point] | None = 
 def run_local(batches: list[Batch], jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
     """Evaluate batches in this process (``jobs`` = 1) or on spawned worker processes; yield them as they finish.
 
-    Workers ignore Ctrl-C and die with this process (:func:`_worker_init`); when the caller stops early (Ctrl-C,
+    Workers ignore Ctrl-C and die with this process (:func:`worker_init`); when the caller stops early (Ctrl-C,
     an error, or closing this generator) they are terminated at once, so what is running is dropped and what
     finished is already saved."""
     if jobs <= 1:
         for b in batches:
             yield b, evaluate_batch(b)
         return
-    pool = get_context("spawn").Pool(min(jobs, max(len(batches), 1)), initializer=_worker_init,
+    pool = get_context("spawn").Pool(min(jobs, max(len(batches), 1)), initializer=worker_init,
                                      initargs=(os.getpid(),))
     try:
         for i, res in pool.imap_unordered(_evaluate_nth, list(enumerate(batches))):
@@ -240,7 +240,7 @@ def _evaluate_nth(item: tuple[int, Batch]) -> tuple[int, BatchResult]:
 PARENT_POLL_S = 0.5
 
 
-def _worker_init(parent: int) -> None:
+def worker_init(parent: int) -> None:
     """A pool worker: Ctrl-C is the parent's to handle (it terminates the pool), and the worker exits when the
     parent dies, even by SIGKILL: Linux's PR_SET_PDEATHSIG delivers SIGKILL then (even inside a Numba kernel),
     and a watchdog thread exits when the parent process id changes (other systems, or a worker started after
