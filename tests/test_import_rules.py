@@ -51,8 +51,10 @@ RULES = {
                                          "kbfast.sweep", "kbfast.reference", "kbfast.serving"},
     # a serving run: model steps through kbfast.measure.model, its loop and figures (docs/serving.md)
     "kbfast.serving": BASE | {"kbfast.workloads", "kbfast.measure.model", "kbfast.report", "kbfast.sweep"},
+    # the search: candidates compiled through kbfast.measure.model, evaluated as a sweep (docs/search.md)
+    "kbfast.search": BASE | {"kbfast.workloads", "kbfast.measure.model", "kbfast.report", "kbfast.sweep"},
     "kbfast.cli": BASE | PUBLIC_API | CLI_MEASURE | {"kbfast.report", "kbfast.sweep", "kbfast.calibrate",
-                                                     "kbfast.bench", "kbfast.serving"},
+                                                     "kbfast.bench", "kbfast.serving", "kbfast.search"},
     "kbfast.__main__": {"kbfast.cli"},
     "kbfast": set(),                                         # the public API names its modules lazily
 }

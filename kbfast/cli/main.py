@@ -10,6 +10,7 @@ from kbfast.cli.bench import bench
 from kbfast.cli.calibrate import calibrate
 from kbfast.cli.probe import probe
 from kbfast.cli.run import run_app
+from kbfast.cli.search import search_command
 from kbfast.cli.serve import serve_command
 from kbfast.cli.sweep import check, plot, sweep
 from kbfast.cli.topo import topo_app
@@ -47,6 +48,7 @@ app.command("bench")(bench)
 app.command("calibrate")(calibrate)
 app.add_typer(run_app, name="run")
 app.command("serve")(serve_command)
+app.command("search")(search_command)
 
 
 def _version(value: bool) -> None:

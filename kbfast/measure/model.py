@@ -8,8 +8,8 @@
   the fluid schedule of the one-PE Program, with their bounds (kbfast.measure.gemm).
   The piece's Program then carries each command as one COMPUTE of that time, with everything else: MATH,
   loads and stores, IPCQ rings and all-reduces.  This stand-in Program is small (no tiles), so it is
-  replayed exactly when it fits its event budget (``STANDIN_BUDGET_EVENTS``), else the fast schedule times
-  it; its bounds are the fast schedule's on the same Program with the commands' lower and upper times.
+  replayed exactly when it fits kbfast.measure.hybrid's event budget, else the fast schedule times it; its
+  bounds are the fast schedule's on the same Program with the commands' lower and upper times.
 
 A step's latency is ``sum(repeat x piece latency)``: each piece starts from a launch barrier with idle
 resources, so identical layers are evaluated once (docs/models.md).
@@ -35,7 +35,7 @@ from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import finish_bounds, run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
-from kbfast.sim.lowering import replay_events_estimate
+from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.measure.metrics import phase_ends
@@ -58,11 +58,6 @@ from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_messa
                                     with_fields)
 
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
-# The stand-in's replay budget, events.  A stand-in has no tiles, and its replay runs at 17-20 M events/s: on
-# Llama-3-70B decode layers of 0.9 / 7.4 / 29 M events it took 0.05 / 0.44 / 1.40 s against the fluid schedule's
-# 0.06 / 1.09 / 2.00 s; a Llama-3.2-1B prefill layer of 771 M events took 37 s (and 10 GiB) against 7.0 s.  Up to
-# here the replay is the quicker of the two, and exact.
-STANDIN_BUDGET_EVENTS = 40_000_000
 
 
 @dataclass
@@ -398,13 +393,15 @@ def resolve_prefetches(t: Tables, router: Router, pieces: list[Piece], method: s
 
 def _point(p: Program, method: str):
     """The stand-in Program's point estimate and how it was made: ``exact replay`` when ``method`` is hybrid
-    and its estimated events (kbfast.sim.lowering.replay_events_estimate, never below the replay's) are within
-    ``STANDIN_BUDGET_EVENTS`` and its memory within the limit (kbfast.config.budget), else ``fluid``, the fast
-    schedule.  A stand-in is small (no tiles), and a model's collectives always meet, so the hybrid evaluator's
-    first fast pass (kbfast.measure.hybrid) would only say so: it is skipped."""
-    if method == "hybrid" and replay_events_estimate(p) <= STANDIN_BUDGET_EVENTS:
+    and the replay fits kbfast.measure.hybrid's event budget (its estimate first, then the replay's own guard)
+    and the memory limit (kbfast.config.budget), else ``fluid``, the fast schedule.  A stand-in is small (no
+    tiles), and a model's collectives always meet, so the hybrid evaluator's first fast pass would only say so:
+    it is skipped.  (A larger budget was tried: the replay of a batch-8 Llama-70B decode layer with hier2d and
+    prefetch, 7.4 M events, takes 0.44 s against its schedule's 1.09 s, but a 40 M-event budget made a warm
+    model_1e4 point 88 % slower, paired: docs/models.md.)"""
+    if method == "hybrid" and replay_events_estimate(p) <= 2 * DEFAULT_BUDGET_EVENTS:
         try:
-            return run_exact(p, max_events=STANDIN_BUDGET_EVENTS), EXACT_REPLAY
+            return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), EXACT_REPLAY
         except (ReplayBudgetExceeded, MemoryBudgetError):     # the replay only makes the point exact
             pass
     return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it

@@ -1,0 +1,156 @@
+"""``kbfast search``: the best way to run a model's decode step, and the Pareto front (docs/search.md)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, user_errors, writable
+from kbfast.cli.sweep import _progress
+from kbfast.config import DEFAULT_TOPOLOGY
+from kbfast.config.loader import parse_overrides
+from kbfast.config.models import load_model
+from kbfast.errors import KbfastError
+from kbfast.measure.methods import check_fast_choice
+from kbfast.report.formats import column_unit, count, in_unit, to_json, with_unit
+from kbfast.report.tables import fit, narrow_table
+from kbfast.search import SearchResult, search
+from kbfast.search.figure import plot_front
+from kbfast.search.front import OBJECTIVES, check_objective, parse_constraint
+from kbfast.search.space import BATCHES, COLLECTIVES, Space, parse_knob, parse_list
+from kbfast.workloads.model import LAYOUTS, OVERLAPS
+
+SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
+SHOWN = ("layout", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
+         "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "latency_lo_ns", "latency_hi_ns", "method",
+         "collective_used", "feasible", "front", "best", "error", "command")
+
+
+@user_errors
+def search_command(
+    model: Annotated[str, typer.Argument(help="A bundled transformer (llama3_70b, llama32_1b, gpt3_175b) or a "
+                                              "transformer YAML.")],
+    objective: Annotated[str, typer.Option(help=f"What to optimise: {', '.join(OBJECTIVES)}.")] = "tokens_per_s",
+    constraint: Annotated[list[str] | None, typer.Option(
+        help="METRIC OP VALUE, e.g. 'tpot_ms<=50' (repeatable); metrics tpot_ms, ttft_ms, tokens_per_s, "
+             "tokens_per_s_per_sip, batch.")] = None,
+    kv_len: Annotated[int, typer.Option(help="The context each user's decode step attends to.")] = 4096,
+    seq: Annotated[int, typer.Option(help="The prompt a TTFT prefills (one user).")] = 2048,
+    batch: Annotated[str, typer.Option(help="Users per decode step, comma-separated.")]
+    = ",".join(map(str, BATCHES)),
+    layout: Annotated[str, typer.Option(help="Layouts, comma-separated.")] = ",".join(LAYOUTS),
+    collective: Annotated[str, typer.Option(help="All-reduce algorithms, comma-separated.")] = ",".join(COLLECTIVES),
+    overlap: Annotated[str, typer.Option(help="Overlaps, comma-separated.")] = ",".join(OVERLAPS),
+    sequence_parallel: Annotated[str, typer.Option("--sequence-parallel", help="both, off or on.")] = "both",
+    knob: Annotated[list[str] | None, typer.Option(help="A hardware knob to search: KEY=V1,V2 (any --set key; "
+                                                        "repeatable).")] = None,
+    method: Annotated[str, typer.Option(help="The fast path's point: hybrid or fluid.")] = "hybrid",
+    jobs: Annotated[int, typer.Option(help="Worker processes (as kbfast sweep).")] = 1,
+    scheduler: Annotated[str | None, typer.Option(help="A Dask scheduler address, or local (as kbfast sweep).")]
+    = None,
+    out: Annotated[Path | None, typer.Option(help="Where the sweeps and search.csv go (default "
+                                                  "results/search/MODEL).")] = None,
+    plot_to: Annotated[Path | None, typer.Option("--plot", help="Draw tokens/s against TPOT with the front to "
+                                                                "FILE.png.")] = None,
+    topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")] = None,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
+    sets: SetOpt = None,
+) -> None:
+    """Search layouts, batches, all-reduce algorithms, overlap, sequence parallelism and hardware knobs for a
+    model's decode step (docs/search.md): candidates that do not fit are pruned first (and counted), the rest
+    run as a sweep; prints the Pareto front of tokens/s against TPOT, the objective's best, and each row's
+    ``kbfast run model`` command."""
+    check_fast_choice(method)
+    check_objective(objective)
+    constraints = [parse_constraint(c) for c in constraint or []]
+    if sequence_parallel not in SP_CHOICES:
+        raise KbfastError(f"--sequence-parallel {sequence_parallel!r} is not one of {', '.join(SP_CHOICES)}")
+    for flag, v in (("--kv-len", kv_len), ("--seq", seq), ("--jobs", jobs)):
+        if v < 1:
+            raise KbfastError(f"{flag} {v}: must be at least 1")
+    space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
+                  parse_list(collective, "--collective", str, COLLECTIVES),
+                  parse_list(overlap, "--overlap", str, tuple(OVERLAPS)), SP_CHOICES[sequence_parallel],
+                  tuple(parse_knob(k) for k in knob or []))
+    plot_to = figure_path(plot_to, "--plot", "search.png")
+    m = load_model(model)
+    out = writable(out or Path("results") / "search" / Path(model).stem, "--out", folder=True)
+    overrides, _ = parse_overrides(list(sets or []), None)
+    first_run("collectives", "exact", "runs", "fast", "pipeline")
+    t0 = time.perf_counter()
+    with _progress("candidates") as update:
+        res = search(m, model, topology, overrides, list(sets or []), space, objective, constraints, kv_len, seq, out,
+                     method, jobs, scheduler, lambda what, d, n: update(d, n))
+    wall = time.perf_counter() - t0
+    table = res.table[[c for c in SHOWN if c in res.table]]
+    table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items()))).to_csv(
+        out / "search.csv", index=False)
+    if plot_to is not None:
+        plot_front(res.table, plot_to, f"{m.name} decode at {kv_len:,} tokens of context on "
+                                       f"{topology or DEFAULT_TOPOLOGY}: {len(res.table)} candidates")
+    if fmt is OutputFormat.json:
+        print(to_json({"objective": objective, "constraints": [c.text for c in constraints],
+                       "candidates": res.n_candidates, "pruned": res.pruned.counts, "wall_s": wall,
+                       "front": table[table["front"]].to_dict("records"),
+                       "best": table[table["best"]].to_dict("records")}))
+    elif fmt is OutputFormat.csv:
+        sys.stdout.write(table[table["front"]].to_csv(index=False))
+    else:
+        print_report(res, objective, constraints, wall, out)
+
+
+def wrapped(cmd: str, width: int = 78) -> str:
+    """A long command over several lines, each ending in `` \\`` so that it still pastes as one."""
+    lines = textwrap.wrap(cmd, width - 2, break_long_words=False, break_on_hyphens=False,
+                          subsequent_indent="    ")
+    return " \\\n".join(lines)
+
+
+def print_report(res: SearchResult, objective: str, constraints, wall: float, out: Path) -> None:
+    """The counts, the front (the best marked) and the commands, within 80 columns."""
+    t = res.table
+    ok = t["error"].isna()
+    console.print(f"{count(res.n_candidates)} candidates: {count(len(res.pruned.kept))} compiled and evaluated "
+                  f"in {wall:,.1f} s, {count(res.n_candidates - len(res.pruned.kept))} pruned before any timing",
+                  highlight=False)
+    for why, n in res.pruned.counts.items():
+        console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78, break_on_hyphens=False,
+                                    initial_indent="  ", subsequent_indent="    "), highlight=False, markup=False)
+    if (~ok).any():
+        console.print(f"  failed when evaluated: {count(int((~ok).sum()))} (see {out / 'search.csv'})",
+                      highlight=False)
+    if constraints:
+        console.print(f"  feasible under {', '.join(c.text for c in constraints)}: "
+                      f"{count(int(t['feasible'].sum()))}", highlight=False)
+    front = t[t["front"]].sort_values("tpot_ms")
+    if front.empty:
+        console.print("no candidate meets the constraints", highlight=False)
+        return
+    ttft = t["ttft_ms"].notna().any()
+    unit = column_unit(front["tpot_ms"] * 1e6)
+    t_unit = column_unit(front["ttft_ms"] * 1e6) if ttft else None
+    table = narrow_table("Pareto front: tokens/s against time per output token", "#", "layout", "users",
+                         "all-reduce", "overlap", "SP", *(["knobs"] if any(t["set"].map(bool)) else []),
+                         with_unit("TPOT", unit), "tokens/s", *([with_unit("TTFT", t_unit)] if ttft else []),
+                         caption=f"* best by {objective}; SP: sequence parallel")
+    for i, r in enumerate(front.itertuples(), 1):
+        knobs = [" ".join(f"{k.split('.')[-2] if '.' in k else k}={v}" for k, v in r.set.items())] \
+            if any(t["set"].map(bool)) else []
+        table.add_row(f"{i}{'*' if r.best else ''}", r.layout, str(r.batch), r.collective, r.overlap,
+                      "on" if r.sequence_parallel else "off", *knobs, in_unit(r.tpot_ms * 1e6, unit),
+                      f"{r.tokens_per_s:,.0f}", *([in_unit(r.ttft_ms * 1e6, t_unit)] if ttft else []))
+    console.print(fit(console, table, wrap=("knobs",)))
+    best = t[t["best"]]
+    if not best.empty and not best.iloc[0]["front"]:
+        b = best.iloc[0]
+        console.print(f"best by {objective} (off the front): {b['layout']}, {b['batch']} users, {b['collective']}",
+                      highlight=False)
+    console.print("commands that reproduce each row (all in search.csv):", highlight=False)
+    for i, r in enumerate(front.itertuples(), 1):
+        console.print(f"#{i}", highlight=False)
+        console.print(wrapped(r.command), highlight=False, markup=False, soft_wrap=True)

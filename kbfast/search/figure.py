@@ -1,0 +1,38 @@
+"""The figure of ``kbfast search``: every candidate's throughput against its time per output token, the Pareto
+front joined, the winner marked (docs/search.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from kbfast.report.figures import save_figure  # noqa: E402
+
+
+def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
+    """Tokens/s against TPOT (ms, log), one point per evaluated candidate: feasible ones by layout, the rest
+    faint, the front as a line, the objective's best as a star."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ok = table[table["error"].isna()]
+    bad = ok[~ok["feasible"]]
+    if len(bad):
+        ax.scatter(bad["tpot_ms"], bad["tokens_per_s"], s=12, c="lightgrey", label="fails a constraint")
+    feas = ok[ok["feasible"]]
+    for layout, part in feas.groupby("layout"):
+        ax.scatter(part["tpot_ms"], part["tokens_per_s"], s=14, alpha=0.7, label=f"layout {layout}")
+    front = feas[feas["front"]].sort_values("tpot_ms")
+    ax.plot(front["tpot_ms"], front["tokens_per_s"], "-o", color="black", ms=4, lw=1, label="Pareto front")
+    best = feas[feas["best"]]
+    ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=220, c="red", zorder=5, label="best")
+    ax.set_xscale("log")
+    ax.set_xlabel("time per output token, TPOT (ms, log scale)")
+    ax.set_ylabel("throughput (output tokens/s)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, out)

@@ -1,0 +1,121 @@
+"""The search space of ``kbfast search`` and its pruning (docs/search.md "Candidates").
+
+A candidate is one way to run a model's decode step on the tray: a layout, a batch, an all-reduce algorithm, an
+overlap and sequence parallelism or not, and a value of every hardware knob (``--knob KEY=V1,V2``, any key a
+``--set`` takes).  The space is their cartesian product.  Before anything is timed, every candidate is
+compiled (kbfast.measure.model.plan_step: pure Python, no kernel), and what the model compiler refuses is
+pruned and counted by reason: the weights, KV cache and activations over the HBM slice, a GEMM's tile buffers
+over the TCM, a model dimension that does not divide over the layout's PEs, an option that needs another (a
+sequence-parallel step needs an all-reduce that splits).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from kbfast.config import load_system
+from kbfast.config.models import Transformer
+from kbfast.errors import KbfastError
+from kbfast.measure.model import plan_step
+from kbfast.topology.builder import build_tables
+from kbfast.workloads.model import LAYOUTS, OVERLAPS, shape_for
+
+COLLECTIVES = ("auto", "lrab", "hier2d", "ring_pipe")
+BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
+# a refusal's reason, by what its message says (the first that matches)
+REASONS = (("HBM slice", "memory: the HBM slice"), ("TCM", "memory: TCM"), ("does not divide", "does not divide"),
+           ("needs an all-reduce", "option needs another"))
+
+
+@dataclass(frozen=True)
+class Space:
+    """What ``kbfast search`` tries: each field's values (docs/search.md)."""
+
+    layouts: tuple[str, ...] = tuple(LAYOUTS)
+    batches: tuple[int, ...] = BATCHES
+    collectives: tuple[str, ...] = COLLECTIVES
+    overlaps: tuple[str, ...] = tuple(OVERLAPS)
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    knobs: tuple[tuple[str, tuple], ...] = ()         # (override key, values)
+
+    def candidates(self) -> list[dict]:
+        """Every combination, as the fields of a model workload and the knobs' overrides (``set``)."""
+        knob_keys = [k for k, _ in self.knobs]
+        out = []
+        for values in itertools.product(*(v for _, v in self.knobs)):
+            for lay, b, coll, ov, sp in itertools.product(self.layouts, self.batches, self.collectives,
+                                                          self.overlaps, self.sequence_parallel):
+                out.append({"layout": lay, "batch": int(b), "collective": coll, "overlap": ov,
+                            "sequence_parallel": bool(sp), "set": dict(zip(knob_keys, values))})
+        return out
+
+
+def parse_list(text: str, flag: str, kind=str, choices=None) -> tuple:
+    """A comma-separated option value (``1,2,4``) as a tuple of ``kind``, each in ``choices`` when given."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise KbfastError(f"{flag} {text!r}: give at least one value (comma-separated)")
+    try:
+        values = tuple(kind(x) for x in items)
+    except ValueError:
+        raise KbfastError(f"{flag} {text!r}: every value must be a {kind.__name__}") from None
+    if choices is not None:
+        bad = [v for v in values if v not in choices]
+        if bad:
+            raise KbfastError(f"{flag} {text!r}: {bad[0]!r} is not one of {', '.join(map(str, choices))}")
+    if kind is int and min(values) < 1:
+        raise KbfastError(f"{flag} {text!r}: every value must be at least 1")
+    return values
+
+
+def parse_knob(text: str) -> tuple[str, tuple]:
+    """``--knob KEY=V1,V2`` as (KEY, values): numbers as numbers."""
+    if "=" not in text:
+        raise KbfastError(f"--knob {text!r}: write KEY=V1,V2,… (e.g. --knob link.ucie_conn.bw_gbs=64,128)")
+    key, values = text.split("=", 1)
+
+    def number(x: str):
+        for kind in (int, float):
+            try:
+                return kind(x)
+            except ValueError:
+                pass
+        return x
+    return key.strip(), tuple(number(v.strip()) for v in values.split(",") if v.strip())
+
+
+def reason_of(err: KbfastError) -> str:
+    """The reason a refusal prunes a candidate for (``REASONS``), or ``other``."""
+    text = str(err)
+    return next((why for key, why in REASONS if key in text), "other")
+
+
+@dataclass
+class Pruned:
+    """The candidates that compile, and per reason how many were pruned (with one message as an example)."""
+
+    kept: list[dict]
+    counts: dict[str, int]
+    examples: dict[str, str]
+
+
+def prune(topology: str, overrides: dict, model: Transformer, candidates: list[dict], kv_len: int,
+          method: str = "hybrid") -> Pruned:
+    """Compile every candidate's decode step (no kernel runs) on its system (``topology`` with ``overrides`` and
+    the candidate's knobs) and keep what compiles."""
+    kept, counts, examples, tables = [], {}, {}, {}
+    for c in candidates:
+        system = tuple(sorted(c["set"].items()))
+        if system not in tables:
+            tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)}))
+        try:
+            plan_step(tables[system], model, shape_for(model, "decode", c["batch"], None, kv_len), c["layout"],
+                      None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"])
+        except KbfastError as err:
+            why = reason_of(err)
+            counts[why] = counts.get(why, 0) + 1
+            examples.setdefault(why, str(err).splitlines()[0])
+            continue
+        kept.append(c)
+    return Pruned(kept, counts, examples)
