@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from kbfast.report.figures import save_figure  # noqa: E402
 
@@ -30,6 +31,9 @@ def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
     best = feas[feas["best"]]
     ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=220, c="red", zorder=5, label="best")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlabel("time per output token, TPOT (ms, log scale)")
     ax.set_ylabel("throughput (output tokens/s)")
     ax.set_title(title, fontsize=10)

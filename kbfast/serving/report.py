@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from kbfast.report.figures import save_figure  # noqa: E402
 from kbfast.serving.scheduler import Schedule  # noqa: E402
@@ -88,6 +89,7 @@ def plot(s: Schedule, out: Path, title: str) -> Path:
     ax[1].step((dec["start_ns"] - t0) * 1e-9, dec["batch"], where="post", lw=1)
     ax[1].set_ylabel("decode batch (users)")
     ax[1].set_ylim(0, s.max_batch + 1)
+    ax[1].yaxis.set_major_locator(MaxNLocator(integer=True))
     lat = latencies(s)
     at = (s.requests.arrival_ns - t0) * 1e-9
     ax[2].scatter(at, lat["e2e_ns"] * 1e-6, s=6, label="end to end")

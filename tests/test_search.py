@@ -1,0 +1,167 @@
+"""``kbfast search`` (kbfast.search, docs/search.md): the space and its pruning, constraints, the Pareto front
+against a slow reference, and the winner's figures against its printed command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from kbfast.cli.main import app
+from kbfast.cli.search import wrapped
+from kbfast.config.models import load_model
+from kbfast.errors import KbfastError
+from kbfast.report.formats import clean
+from kbfast.search.front import check_objective, pareto, parse_constraint, rank
+from kbfast.search.space import Space, parse_knob, parse_list, prune
+
+TINY = """name: tiny
+description: a 2-layer toy transformer for the search tests
+kind: transformer
+layers: 2
+hidden: 256
+heads: 8
+kv_heads: 8
+head_dim: 32
+ffn: 512
+ffn_kind: swiglu
+norm: rmsnorm
+vocab: 4096
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("search") / "tiny.yaml"
+    path.write_text(TINY)
+    return str(path)
+
+
+def _naive_front(tps: np.ndarray, tpot: np.ndarray) -> np.ndarray:
+    """Row i is on the front when no row is at least as good on both and better on one, and no earlier row
+    is identical (one of equal rows stands for them)."""
+    n = len(tps)
+    out = np.zeros(n, bool)
+    for i in range(n):
+        dominated = any((tps[j] >= tps[i] and tpot[j] <= tpot[i] and (tps[j] > tps[i] or tpot[j] < tpot[i]))
+                        or (j < i and tps[j] == tps[i] and tpot[j] == tpot[i]) for j in range(n) if j != i)
+        out[i] = not dominated
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 8), st.integers(1, 8)), min_size=1, max_size=30))
+def test_front_equals_the_naive_definition(points):
+    tps, tpot = (np.array(x, float) for x in zip(*points))
+    assert np.array_equal(pareto(tps, tpot), _naive_front(tps, tpot))
+
+
+def test_rank_applies_constraints_and_picks_the_best():
+    df = pd.DataFrame({"tokens_per_s": [100.0, 300.0, 200.0, 50.0], "tpot_ms": [1.0, 3.0, 2.0, 0.5],
+                       "tokens_per_s_per_sip": [50.0, 150.0, 100.0, 25.0], "ttft_ms": np.nan,
+                       "batch": [1, 4, 2, 1], "error": [None, None, None, "refused"]})
+    out = rank(df, "tokens_per_s", [parse_constraint("tpot_ms<=2.5")])
+    assert out["feasible"].tolist() == [True, False, True, False]
+    assert out["front"].tolist() == [True, False, True, False]
+    assert out["best"].tolist() == [False, False, True, False]
+    assert rank(df, "tpot", [])["best"].tolist() == [True, False, False, False]
+
+
+@pytest.mark.parametrize("text", ["tpot_ms=<3", "latency<=3", "ttft_ms<=fast", "batch"])
+def test_bad_constraints_are_refused(text):
+    with pytest.raises(KbfastError, match="--constraint"):
+        parse_constraint(text)
+
+
+def test_objective_and_lists_are_checked():
+    with pytest.raises(KbfastError, match="--objective"):
+        check_objective("speed")
+    assert parse_list("1, 2,4", "--batch", int) == (1, 2, 4)
+    for text in ("", "1,x", "0,2"):
+        with pytest.raises(KbfastError, match="--batch"):
+            parse_list(text, "--batch", int)
+    with pytest.raises(KbfastError, match="tp_sips"):
+        parse_list("tp_pes,tp_sips", "--layout", str, ("tp_pes", "tp_cubes"))
+    assert parse_knob("link.ucie_conn.bw_gbs=64,128.5") == ("link.ucie_conn.bw_gbs", (64, 128.5))
+    with pytest.raises(KbfastError, match="KEY=V1"):
+        parse_knob("sips.count")
+
+
+def test_space_is_the_product_and_pruning_counts_reasons(tiny):
+    space = Space(("tp_cubes",), (1, 4), ("lrab", "hier2d"), ("none",), (False, True),
+                  (("sips.count", (2, 4)),))
+    cands = space.candidates()
+    assert len(cands) == 2 * 2 * 2 * 2 and {c["set"]["sips.count"] for c in cands} == {2, 4}
+    pruned = prune("ahbm_2sip", {}, load_model(tiny), cands, 64)
+    assert pruned.counts == {"option needs another": 4}           # lrab with sequence parallelism
+    assert len(pruned.kept) == 12 and "lrab does not" in pruned.examples["option needs another"]
+    odd = prune("ahbm_2sip", {}, load_model(tiny), Space(("tp_cubes",), (1,), ("lrab",), ("none",),
+                                                          (False,)).candidates(), 66)
+    assert odd.counts == {"does not divide": 1} and not odd.kept
+    big = prune("ahbm_2sip", {}, load_model("llama3_70b"), Space(("tp_cubes",), (64,), ("lrab",), ("none",),
+                                                                 (False,)).candidates(), 131072)
+    assert big.counts == {"memory: the HBM slice": 1}
+
+
+def test_wrapped_commands_paste_as_one():
+    cmd = "kbfast run model llama3_70b --phase decode --batch 16 --kv-len 4096 --layout tp_pes " \
+          "--collective auto --overlap prefetch --set link.ucie_conn.bw_gbs=128"
+    text = wrapped(cmd)
+    assert max(map(len, text.splitlines())) <= 78 and shlex.split(text.replace("\\\n", " ")) == shlex.split(cmd)
+
+
+@pytest.fixture(scope="module")
+def searched(tiny, tmp_path_factory):
+    out = tmp_path_factory.mktemp("search_out")
+    runner = CliRunner(env={"COLUMNS": "80"})
+    args = ["search", tiny, "--batch", "1,4,8", "--layout", "tp_cubes", "--collective", "auto,lrab,hier2d",
+            "--overlap", "prefetch", "--kv-len", "64", "--seq", "32", "--constraint", "tpot_ms<=0.05",
+            "--out", str(out), "--plot", str(out / "front.png")]
+    table = runner.invoke(app, args, catch_exceptions=False)
+    js = runner.invoke(app, args + ["--format", "json", "--objective", "ttft"], catch_exceptions=False)
+    return table, json.loads(js.stdout), pd.read_csv(out / "search.csv"), out
+
+
+def test_search_prints_the_front_within_80_columns(searched):
+    table, _, csv, out = searched
+    assert table.exit_code == 0, table.output
+    assert "Pareto front" in table.stdout and "pruned, option needs another: 3" in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80
+    assert (out / "front.png").stat().st_size > 10_000
+    assert csv["front"].any() and csv.loc[csv["best"], "feasible"].all()
+    assert (csv.loc[csv["feasible"], "tpot_ms"] <= 0.05).all()
+
+
+def test_the_best_equals_its_printed_command(searched):
+    """The winner's step latency and TTFT are bit for bit (at the printed 12 digits) its commands'."""
+    _, js, _, _ = searched
+    best = js["best"][0]
+    runner = CliRunner()
+    args = shlex.split(best["command"])[1:] + ["--format", "json"]
+    step = json.loads(runner.invoke(app, args, catch_exceptions=False).stdout)["step"]
+    assert clean(best["latency_ns"]) == step["latency_ns"]
+    assert clean(best["tokens_per_s"]) == step["tokens_per_s"]
+    pre = list(args)
+    for flag in ("--kv-len", "--batch"):           # the prefill of --seq tokens for one user
+        at = pre.index(flag)
+        del pre[at:at + 2]
+    pre[pre.index("--phase") + 1] = "prefill"
+    pre += ["--batch", "1", "--seq", "32"]
+    ttft = json.loads(runner.invoke(app, pre, catch_exceptions=False).stdout)["step"]
+    assert clean(best["ttft_ms"] * 1e6) == pytest.approx(ttft["time_to_first_token_ns"], rel=1e-12)
+
+
+@pytest.mark.parametrize("args, text", [(["--objective", "speed"], "--objective"),
+                                        (["--constraint", "tpot<3"], "--constraint"),
+                                        (["--batch", "0"], "--batch"), (["--sequence-parallel", "maybe"],
+                                                                        "--sequence-parallel"),
+                                        (["--knob", "sips.count"], "--knob")])
+def test_search_refuses_bad_input_with_exit_2(tiny, args, text):
+    res = CliRunner().invoke(app, ["search", tiny, *args])
+    assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output
