@@ -299,3 +299,26 @@ def run_rates(flows, bn, res_cap, res_ovh, nbytes) -> np.ndarray:
     _rates(np.arange(n, dtype=np.int64), n, rate, np.asarray(nbytes, np.int64), sharing,
            fill_scratch(np.asarray(bn, np.float64), users, len(sh_res)))
     return rate
+
+
+TINY_MODEL = """name: tiny
+description: a 2-layer toy transformer (the serving and search tests)
+kind: transformer
+layers: 2
+hidden: 256
+heads: 8
+kv_heads: 8
+head_dim: 32
+ffn: 512
+ffn_kind: swiglu
+norm: rmsnorm
+vocab: 4096
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> str:
+    """A tiny transformer's YAML: its steps replay exactly in a fraction of a second on tp_cubes."""
+    path = tmp_path_factory.mktemp("tiny_model") / "tiny.yaml"
+    path.write_text(TINY_MODEL)
+    return str(path)

@@ -21,27 +21,6 @@ from kbfast.report.formats import clean
 from kbfast.search.front import check_objective, pareto, parse_constraint, rank
 from kbfast.search.space import Space, parse_knob, parse_list, prune
 
-TINY = """name: tiny
-description: a 2-layer toy transformer for the search tests
-kind: transformer
-layers: 2
-hidden: 256
-heads: 8
-kv_heads: 8
-head_dim: 32
-ffn: 512
-ffn_kind: swiglu
-norm: rmsnorm
-vocab: 4096
-"""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("search") / "tiny.yaml"
-    path.write_text(TINY)
-    return str(path)
-
 
 def _naive_front(tps: np.ndarray, tpot: np.ndarray) -> np.ndarray:
     """Row i is on the front when no row is at least as good on both and better on one, and no earlier row

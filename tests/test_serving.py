@@ -19,27 +19,6 @@ from kbfast.serving.report import latencies, summary
 from kbfast.serving.requests import Requests, parse_lengths, poisson, read_trace
 from kbfast.serving.scheduler import simulate
 
-TINY = """name: tiny
-description: a 2-layer toy transformer for the serving tests
-kind: transformer
-layers: 2
-hidden: 256
-heads: 8
-kv_heads: 8
-head_dim: 32
-ffn: 512
-ffn_kind: swiglu
-norm: rmsnorm
-vocab: 4096
-"""
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("serving") / "tiny.yaml"
-    path.write_text(TINY)
-    return str(path)
-
 
 class Flat:
     """Step costs of a hand-derived case: a prefill ``p`` ns per token, a decode step ``d`` ns per user plus
