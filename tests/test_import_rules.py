@@ -48,7 +48,7 @@ RULES = {
     # and one exact model layer (kbfast.measure.model)
     "kbfast.bench": BASE | EVALUATORS | {"kbfast.workloads", "kbfast.measure.registry", "kbfast.measure.collective",
                                          "kbfast.measure.gemm", "kbfast.measure.model", "kbfast.report",
-                                         "kbfast.sweep", "kbfast.reference", "kbfast.serving"},
+                                         "kbfast.sweep", "kbfast.reference", "kbfast.serving", "kbfast.search"},
     # a serving run: model steps through kbfast.measure.model, its loop and figures (docs/serving.md)
     "kbfast.serving": BASE | {"kbfast.workloads", "kbfast.measure.model", "kbfast.report", "kbfast.sweep"},
     # the search: candidates compiled through kbfast.measure.model, evaluated as a sweep (docs/search.md)
