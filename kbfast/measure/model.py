@@ -391,17 +391,31 @@ def resolve_prefetches(t: Tables, router: Router, pieces: list[Piece], method: s
     return out
 
 
+# A stand-in over the hybrid budget is still replayed when the replay should be no slower than the fast
+# schedule: the replay costs 45-60 ns per event, the schedule 5-35 us per IPCQ send (measured on Llama-3-70B
+# decode layers: lrab 13 us, hier2d 28-35 us, ring_pipe 5 us), so at most REPLAY_EVENTS_PER_SEND events per
+# send, and at most REPLAY_MOST_EVENTS events (about 2 s).
+REPLAY_EVENTS_PER_SEND = 300
+REPLAY_MOST_EVENTS = 40_000_000
+
+
 def _point(p: Program, method: str):
     """The stand-in Program's point estimate and how it was made: ``exact replay`` when ``method`` is hybrid
-    and the replay fits kbfast.measure.hybrid's event budget (its estimate first, then the replay's own guard)
-    and the memory limit (kbfast.config.budget), else ``fluid``, the fast schedule.  A stand-in is small (no
-    tiles), and a model's collectives always meet, so the hybrid evaluator's first fast pass would only say so:
-    it is skipped.  (A larger budget was tried: the replay of a batch-8 Llama-70B decode layer with hier2d and
-    prefetch, 7.4 M events, takes 0.44 s against its schedule's 1.09 s, but a 40 M-event budget made a warm
-    model_1e4 point 88 % slower, paired: docs/models.md.)"""
-    if method == "hybrid" and replay_events_estimate(p) <= 2 * DEFAULT_BUDGET_EVENTS:
+    and the replay fits kbfast.measure.hybrid's event budget (its estimate first, then the replay's own guard),
+    or should be no slower than the schedule (``REPLAY_EVENTS_PER_SEND``), and fits the memory limit
+    (kbfast.config.budget); else ``fluid``, the fast schedule.  A stand-in is small (no tiles), and a model's
+    collectives always meet, so the hybrid evaluator's first fast pass would only say so: it is skipped.  (A
+    flat 40 M-event budget was tried: the replay of a batch-8 Llama-70B decode layer with hier2d and prefetch,
+    7.4 M events, takes 0.44 s against its schedule's 1.09 s, but model_1e4's lrab points, 1,400 events per
+    send, schedule quicker than they replay, and a warm model point was 88 % slower, paired: docs/models.md.)"""
+    if method != "hybrid":
+        return run_fast(p, tight=False), FLUID
+    events = replay_events_estimate(p)
+    sends = int(np.count_nonzero(p.op_code == Op.SEND))
+    quicker = events <= min(REPLAY_MOST_EVENTS, REPLAY_EVENTS_PER_SEND * sends)
+    if events <= 2 * DEFAULT_BUDGET_EVENTS or quicker:
         try:
-            return run_exact(p, max_events=DEFAULT_BUDGET_EVENTS), EXACT_REPLAY
+            return run_exact(p, max_events=events if quicker else DEFAULT_BUDGET_EVENTS), EXACT_REPLAY
         except (ReplayBudgetExceeded, MemoryBudgetError):     # the replay only makes the point exact
             pass
     return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
