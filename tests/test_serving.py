@@ -186,6 +186,15 @@ def test_kv_capacity_from_the_model_memory(tables, tiny):
     assert m.capacity_tokens == (m.hbm_slice - m.weights - m.activations) // m.bytes_per_token
 
 
+def test_kv_capacity_of_a_model_whose_cache_is_tight(tables):
+    """Llama-3-70B on the cube pe0s: 4.3 GiB of weights in a 6 GiB slice leave 44,144 tokens of KV cache (80
+    layers x 1 KV head x 128 dims x 2 B x 2 per token; the ring is one PE).  The ring is found without
+    compiling a step at a long KV length, which would not fit."""
+    m = memory(tables, StepOptions(load_model("llama3_70b"), "tp_cubes"), 32, 1024)
+    assert m.granule == 1 and m.bytes_per_token == 80 * 128 * 2 * 2
+    assert m.capacity_tokens == (m.hbm_slice - m.weights - m.activations) // m.bytes_per_token == 44_144
+
+
 @pytest.fixture(scope="module")
 def tiny_runs(tables, router, tiny):
     """The same requests served fast (interpolated) and exactly (every step shape replayed)."""

@@ -34,7 +34,7 @@ from kbfast.measure.model import plan_step, run_step
 from kbfast.sweep.runner import worker_init
 from kbfast.topology.builder import Tables, build_tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.model import Shape, compile_model
+from kbfast.workloads.model import Shape, attention_ring, compile_model
 
 TOLERANCE = 0.02          # an interpolant's largest relative error at a held-out shape (issue: within 2 %)
 REFINE_ROUNDS = 4         # grid refinements after a failed check
@@ -70,10 +70,9 @@ class Memory:
 def memory(t: Tables, opts: StepOptions, max_batch: int, max_prompt: int) -> Memory:
     """What the KV cache may use: each working PE's HBM slice less every layer's and the LM head's weights and
     the largest activations of a decode step of ``max_batch`` users or a prefill of ``max_prompt`` tokens."""
-    layer, head = compile_model(t, opts.model, Shape("decode", 1, 1, _granule(t, opts)), opts.layout,
-                                collective=opts.collective, sequence_parallel=opts.sequence_parallel,
-                                overlap=opts.overlap)
-    g = layer.info["layer"]["ring"]
+    g = attention_ring(t, opts.model, opts.layout)
+    layer, head = compile_model(t, opts.model, Shape("decode", 1, 1, g), opts.layout, collective=opts.collective,
+                                sequence_parallel=opts.sequence_parallel, overlap=opts.overlap)
     per_token = layer.memory["kv_cache"] // g
     weights = layer.memory["weights"] + head.memory["weights"]
     acts = max(_activations(t, opts, Shape("decode", max_batch, 1, g)),
@@ -84,13 +83,6 @@ def memory(t: Tables, opts: StepOptions, max_batch: int, max_prompt: int) -> Mem
                           f"holds {weights:,} B of weights and {acts:,} B of activations in a {layer.memory['hbm_slice']:,} B "
                           "slice\n  hint: use more SIPs (--set sips.count=N), layout tp_pes, or a smaller --max-batch")
     return Memory(g, per_token, free // per_token, weights, acts, layer.memory["hbm_slice"])
-
-
-def _granule(t: Tables, opts: StepOptions) -> int:
-    """The attention ring's PEs of the layout (kbfast.workloads.model.compile_model's ``ring``)."""
-    layer = compile_model(t, opts.model, Shape("decode", 1, 1, 1 << 20), opts.layout, collective=opts.collective,
-                          sequence_parallel=opts.sequence_parallel, overlap=opts.overlap)[0]
-    return int(layer.info["layer"]["ring"])
 
 
 def _activations(t: Tables, opts: StepOptions, shape: Shape) -> int:

@@ -507,6 +507,28 @@ def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv:
             "block_bytes": 2 * users * kv_heads * kv_rows * d * elem}
 
 
+def _fix(layout: str, P: int, C: int) -> str:
+    return f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
+
+
+def _cube_group(t: Tables, model: Transformer, C: int, fix: str) -> int:
+    """Cubes per attention group over ``C`` working cubes: heads over cubes (1), or (more cubes than heads)
+    a head over a group of cubes."""
+    if C <= model.heads:
+        return 1
+    group = _divide(f"{model.name}: cubes per query head ({C} cubes, {model.heads} heads)", C, model.heads, fix)
+    _divide(f"{model.name}: head groups of {group} cubes in a SIP", t.layout.n_cubes_per_sip, group, fix)
+    return group
+
+
+def attention_ring(t: Tables, model: Transformer, layout: str) -> int:
+    """The PEs of a transformer's attention ring on ``layout`` (:func:`compile_model`'s ``ring``: the working
+    PEs of an attention group's cubes), without compiling a step."""
+    nodes, n_pe = _working(t, layout)
+    P, C = len(nodes), len(nodes) // n_pe
+    return _cube_group(t, model, C, _fix(layout, P, C)) * n_pe
+
+
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
                   layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None,
                   overlap: str | None = None) -> list[Piece]:
@@ -536,12 +558,8 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         raise KbfastError(f"--sequence-parallel needs an all-reduce that splits into a reduce-scatter and an "
                           f"all-gather; {collective} does not\n  hint: use --collective "
                           f"{', '.join(in_model.SCATTERING)} or auto")
-    fix = f"choose a SIP count, layout or model whose sizes divide (layout {layout}: {P} PEs in {C} cubes)"
-    # attention groups: heads over cubes, or (more cubes than heads) a head over a group of cubes
-    group = 1
-    if C > model.heads:
-        group = _divide(f"{model.name}: cubes per query head ({C} cubes, {model.heads} heads)", C, model.heads, fix)
-        _divide(f"{model.name}: head groups of {group} cubes in a SIP", t.layout.n_cubes_per_sip, group, fix)
+    fix = _fix(layout, P, C)
+    group = _cube_group(t, model, C, fix)
     G = C // group
     labels, peer, roles, info = _wiring(t, n_pe, group)
     elem = t.spec.pe.elem_bytes
