@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from conftest import TINY_MODEL
 from kbfast.cli.main import app
+from kbfast.config import load_system
 from kbfast.config.models import load_model
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.serving import serve
@@ -18,6 +20,8 @@ from kbfast.serving.costs import DirectCosts, StepOptions, decode_shape, granule
 from kbfast.serving.report import latencies, summary
 from kbfast.serving.requests import Requests, parse_lengths, poisson, read_trace
 from kbfast.serving.scheduler import simulate
+from kbfast.topology.builder import build_tables
+from kbfast.topology.routing import Router
 
 
 class Flat:
@@ -193,6 +197,25 @@ def test_kv_capacity_of_a_model_whose_cache_is_tight(tables):
     m = memory(tables, StepOptions(load_model("llama3_70b"), "tp_cubes"), 32, 1024)
     assert m.granule == 1 and m.bytes_per_token == 80 * 128 * 2 * 2
     assert m.capacity_tokens == (m.hbm_slice - m.weights - m.activations) // m.bytes_per_token == 44_144
+
+
+def test_a_tight_kv_cache_times_grid_shapes_beyond_it(tmp_path):
+    """96 layers of 256-dim KV heads in a 128 MiB slice: 1,3xx tokens of KV cache.  Four requests fit together
+    (a 600-token prompt and three short ones), but the decode grid's corner, four users at the longest KV
+    length, would not: it is timed all the same (the run holds its cache to the capacity itself).  A request
+    longer than the whole cache is refused and left out of the grids; when none fits the run is refused."""
+    path = tmp_path / "tight.yaml"
+    path.write_text(TINY_MODEL.replace("layers: 2", "layers: 96").replace("head_dim: 32", "head_dim: 256"))
+    t = build_tables(load_system("ahbm_2sip", {"hbm.total_gib_per_cube": 1}))
+    opts = StepOptions(load_model(str(path)), "tp_cubes")
+    req = _requests([0, 0, 0, 0, 0], [600, 32, 40, 48, 5000], [3, 3, 3, 3, 2])
+    res = serve(t, Router(t), opts, req, max_batch=4)
+    cap = res.memory.capacity_tokens
+    assert 600 + 32 + 40 + 48 + 12 <= cap < min(4 * 603, 5002)
+    assert res.schedule.refused.tolist() == [False] * 4 + [True] and summary(res.schedule)["served"] == 4
+    assert res.costs.batches[-1] * res.costs.kvs[-1] > cap and res.costs.prompts[-1] == 600
+    with pytest.raises(KbfastError, match="no request fits the KV cache"):
+        serve(t, Router(t), opts, _requests([0], [5000], [2]), max_batch=4)
 
 
 @pytest.fixture(scope="module")

@@ -529,12 +529,12 @@ class StepPlan:
 
 def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
               method: str = "hybrid", collective: str | None = None, sequence_parallel: bool | None = None,
-              overlap: str | None = None) -> StepPlan:
+              overlap: str | None = None, fit_hbm: bool = True) -> StepPlan:
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`);
     ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`);
-    ``sequence_parallel`` and ``overlap``: kbfast.workloads.model.compile_model's."""
+    ``sequence_parallel``, ``overlap`` and ``fit_hbm``: kbfast.workloads.model.compile_model's."""
     check_fast_choice(method)
     if isinstance(model, Transformer):
         layers = model.layers if layers is None else layers
@@ -545,7 +545,7 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
     return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout,
                                                                        collective=collective,
                                                                        sequence_parallel=sequence_parallel,
-                                                                       overlap=overlap))
+                                                                       overlap=overlap, fit_hbm=fit_hbm))
 
 
 def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",),

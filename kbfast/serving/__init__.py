@@ -44,11 +44,17 @@ def serve(t: Tables, router: Router, opts: StepOptions, requests: Requests, max_
     if max_batch < 1:
         raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
     mem = memory(t, opts, max_batch, int(requests.prompt.max()))
+    fits = requests.prompt + requests.output <= mem.capacity_tokens     # the others are refused on arrival
+    if not fits.any():
+        need = int((requests.prompt + requests.output).min())
+        raise KbfastError(f"no request fits the KV cache: it holds {mem.capacity_tokens:,} tokens, the smallest "
+                          f"request needs {need:,} (prompt and output)\n  hint: shorter --prompt-len or "
+                          "--output-len, a smaller --max-batch, more SIPs (--set sips.count=N) or layout tp_pes")
+    prompt, whole = requests.prompt[fits], (requests.prompt + requests.output)[fits]
     with DirectCosts(t, router, opts, mode, progress, jobs) as direct:
         if mode == "exact":
             costs = direct
-        else:
-            kv_range = (int(requests.prompt.min()) + 1, int((requests.prompt + requests.output).max()))
-            costs = InterpolatedCosts.build(direct, min(max_batch, len(requests)), kv_range,
-                                            (int(requests.prompt.min()), int(requests.prompt.max())), mem.granule)
+        else:         # the grids cover the requests that are served
+            costs = InterpolatedCosts.build(direct, min(max_batch, len(prompt)), (int(prompt.min()) + 1,
+                                            int(whole.max())), (int(prompt.min()), int(prompt.max())), mem.granule)
         return ServeResult(simulate(requests, costs, max_batch, mem.capacity_tokens, mem.granule), mem, costs, mode)

@@ -7,12 +7,14 @@ prompt, take on the system (docs/serving.md "Step costs").
   to a granule: a user's attention (a score and a PV GEMM over its KV rows) grows with its own length, so the
   batch's attention is the mean's; a prefill at its prompt rounded up to a granule (padding).
 * **Direct** (:class:`DirectCosts`): every distinct shape evaluated once (kbfast.measure.model.run_step), on the
-  fast path (its point, no bounds) or exactly, on ``--jobs`` processes.
+  fast path (its point, no bounds) or exactly, on ``--jobs`` processes.  A shape is timed whether or not its
+  KV cache fits the HBM slice (``fit_hbm`` False): the run holds its cache to :func:`memory`'s capacity
+  itself, and a grid's corner (the most users at the longest KV length) may lie beyond it.
 * **Interpolated** (:class:`InterpolatedCosts`): the fast path at a grid of shapes that covers the run, decode
   bilinear in (batch, KV length) (``scipy.interpolate.RegularGridInterpolator``) and prefill linear in the prompt
   length.  The decode grid holds both sides of every GEMM tile edge of the batch (its weight GEMMs' M: 33
-  users need two 32-row tiles where 32 need one, a step in cost no line through its neighbours follows); then every interpolant is checked against direct evaluations at held-out shapes between the grid's
-  points.  A held-out shape more than ``TOLERANCE`` off adds its batch and KV length (or its prompt length) to
+  users need two 32-row tiles where 32 need one, a step in cost no line through its neighbours follows); then
+  every interpolant is checked against direct evaluations at held-out shapes between the grid's points.  A held-out shape more than ``TOLERANCE`` off adds its batch and KV length (or its prompt length) to
   the grid, and the check runs again on new held-out shapes, at most ``REFINE_ROUNDS`` times.  The checks are
   kept (``checks``) and printed.
 """
@@ -72,7 +74,7 @@ def memory(t: Tables, opts: StepOptions, max_batch: int, max_prompt: int) -> Mem
     the largest activations of a decode step of ``max_batch`` users or a prefill of ``max_prompt`` tokens."""
     g = attention_ring(t, opts.model, opts.layout)
     layer, head = compile_model(t, opts.model, Shape("decode", 1, 1, g), opts.layout, collective=opts.collective,
-                                sequence_parallel=opts.sequence_parallel, overlap=opts.overlap)
+                                sequence_parallel=opts.sequence_parallel, overlap=opts.overlap, fit_hbm=False)
     per_token = layer.memory["kv_cache"] // g
     weights = layer.memory["weights"] + head.memory["weights"]
     acts = max(_activations(t, opts, Shape("decode", max_batch, 1, g)),
@@ -89,7 +91,7 @@ def _activations(t: Tables, opts: StepOptions, shape: Shape) -> int:
     return max(p.memory["activations"] for p in compile_model(t, opts.model, shape, opts.layout,
                                                              collective=opts.collective,
                                                              sequence_parallel=opts.sequence_parallel,
-                                                             overlap=opts.overlap))
+                                                             overlap=opts.overlap, fit_hbm=False))
 
 
 def granules(tokens: float, g: int) -> int:
@@ -111,7 +113,7 @@ def prefill_shape(prompt: int, g: int) -> Shape:
 def step_ns(t: Tables, router: Router, opts: StepOptions, mode: str, shape: Shape) -> float:
     """One step of ``shape`` in ``mode``: its latency, ns (on the fast path its point alone, no bounds)."""
     plan = plan_step(t, opts.model, shape, opts.layout, None, opts.method, opts.collective, opts.sequence_parallel,
-                     opts.overlap)
+                     opts.overlap, fit_hbm=False)
     return float(run_step(t, router, plan, (mode,), bounds=False).latency_ns())
 
 

@@ -531,14 +531,18 @@ def attention_ring(t: Tables, model: Transformer, layout: str) -> int:
 
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
                   layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None,
-                  overlap: str | None = None) -> list[Piece]:
+                  overlap: str | None = None, fit_hbm: bool = True) -> list[Piece]:
     """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
     head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
     (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it).  ``collective``
     (default: the model's own, ``auto`` unless its file says otherwise) runs its all-reduces
     (kbfast.workloads.collectives.in_model); ``auto`` is left for kbfast.measure.model to choose.
     ``sequence_parallel`` (transformers): reduce-scatter and all-gather around the norms in place of the
-    all-reduces (:func:`layer_kernel`).  ``overlap`` (transformers; default ``prefetch``): OVERLAPS."""
+    all-reduces (:func:`layer_kernel`).  ``overlap`` (transformers; default ``prefetch``): OVERLAPS.
+    ``fit_hbm`` False: a transformer step whose weights, KV cache and activations exceed a working PE's HBM
+    slice is compiled all the same (its timing does not depend on the slice's size: an address picks its
+    pseudo-channel by its low bits); a serving run, which holds its KV cache to what fits itself, times its
+    steps so (kbfast.serving.costs)."""
     refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel, "overlap": overlap})
     if isinstance(model, AttentionPanels):
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
@@ -601,9 +605,10 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         cache_rows = rows
     cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
     acts = (2 * hid + qkv_pe + o_pe + up_pe) * T * elem          # input, output, QKV, O and FFN, each once
-    _fits(t, model, layout, model.layers * stride + cache + acts, f"{model.layers} layers of weights "
-          f"({budget.fmt_bytes(model.layers * stride)}), the KV cache ({budget.fmt_bytes(cache)}) and a layer's "
-          f"activations ({budget.fmt_bytes(acts)})")
+    if fit_hbm:
+        _fits(t, model, layout, model.layers * stride + cache + acts, f"{model.layers} layers of weights "
+              f"({budget.fmt_bytes(model.layers * stride)}), the KV cache ({budget.fmt_bytes(cache)}) and a "
+              f"layer's activations ({budget.fmt_bytes(acts)})")
     info["layer"] = {
         "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
         "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
