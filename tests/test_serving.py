@@ -304,6 +304,8 @@ def test_kbfast_serve_prints_within_80_columns_and_writes_its_files(tiny, tmp_pa
 
 @pytest.mark.parametrize("args, text", [(["--prompt-len", "uniform:5"], "--prompt-len"),
                                         (["--rate", "0"], "--rate"), (["--max-batch", "0"], "--max-batch"),
+                                        (["--rate", "inf"], "--rate"), (["--duration", "1e20"], "--duration"),
+                                        (["--rate", "1e-9"], "no request arrives"),
                                         (["--steps", "x.txt"], "--steps"), (["--layout", "tp_sips"], "--layout")])
 def test_kbfast_serve_refuses_bad_input_with_exit_2(tiny, args, text):
     res = CliRunner().invoke(app, ["serve", tiny, *args])

@@ -27,6 +27,7 @@ from kbfast.errors import ConfigError, KbfastError
 
 DISTRIBUTIONS = {"uniform": "uniform:LO:HI", "normal": "normal:MEAN:STD", "lognormal": "lognormal:MEDIAN:SIGMA"}
 TRACE_COLUMNS = ("arrival_s", "prompt_len", "output_len")
+MOST_ARRIVALS = 1_000_000        # expected Poisson arrivals of a run at most (its loop runs about 10^4 steps/s)
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,11 @@ def poisson(rate_per_s: float, duration_s: float, prompt: Lengths, output: Lengt
         raise KbfastError(f"--rate {rate_per_s}: requests per second must be above 0")
     if not duration_s > 0:
         raise KbfastError(f"--duration {duration_s}: seconds of arrivals must be above 0")
-    rng = np.random.default_rng(seed)
     expected = rate_per_s * duration_s
+    if not expected <= MOST_ARRIVALS:
+        raise KbfastError(f"--rate {rate_per_s:g} over --duration {duration_s:g} s: {expected:.3g} arrivals expected, "
+                          f"more than a run takes ({MOST_ARRIVALS:,})\n  hint: lower --rate or --duration")
+    rng = np.random.default_rng(seed)
     gaps = rng.exponential(1.0 / rate_per_s, int(expected + 10 * np.sqrt(expected) + 10))
     at = np.cumsum(gaps)
     at = at[at < duration_s]
