@@ -4,6 +4,7 @@ step costs and their checks, a tiny model's run step by step against exact mode,
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from kbfast.config import load_system
 from kbfast.config.models import load_model
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.serving import serve
-from kbfast.serving.costs import DirectCosts, StepOptions, decode_shape, granules, memory, prefill_shape
+from kbfast.serving.costs import DirectCosts, InterpolatedCosts, StepOptions, decode_shape, granules, memory, prefill_shape
 from kbfast.serving.report import latencies, summary
 from kbfast.serving.requests import Requests, parse_lengths, poisson, read_trace
 from kbfast.serving.scheduler import simulate
@@ -258,6 +259,41 @@ def test_interpolants_are_checked_at_held_out_shapes(tiny_runs):
     for c in checks:          # each check's direct figure is the shape's own evaluation
         assert c.direct_ns == fast.costs.direct(decode_shape(c.batch, c.tokens, 1) if c.kind == "decode"
                                                 else prefill_shape(c.tokens, 1))
+
+
+class FormulaDirect:
+    """DirectCosts' interface over a formula with a GEMM tile edge at 4 users and a bend in the KV length; a
+    shape is read only after an ``evaluate`` announced it (on ``--jobs`` N, a shape read first would be
+    evaluated alone, in the parent)."""
+
+    def __init__(self):
+        self.t = SimpleNamespace(spec=SimpleNamespace(pe=SimpleNamespace(tile=SimpleNamespace(m=4))))
+        self.memo = {}
+
+    def evaluate(self, shapes):
+        for s in shapes:
+            tiles, bend = -(-s.batch // 4), max(s.kv_len - 300, 0) * 3.0
+            self.memo.setdefault(s, 100.0 + 50.0 * tiles + s.batch * (s.kv_len + bend) if s.phase == "decode"
+                                 else 10.0 * s.seq + s.seq ** 2 / 50)
+
+    def __call__(self, shape):
+        return self.memo[shape]
+
+    decode_ns, prefill_ns = DirectCosts.decode_ns, DirectCosts.prefill_ns
+
+
+def test_interpolants_read_only_announced_shapes_and_refuse_outside_the_grid():
+    costs = InterpolatedCosts.build(FormulaDirect(), 10, (40, 900), (32, 800), 4)
+    assert costs.checks and all(c.ok for c in costs.checks if c.round == costs.checks[-1].round)
+    assert {4, 5, 8, 9} <= set(costs.batches)               # each side of the tile edges
+    # the users' grid fills in: its KV lengths are then checked at the most users, where they weigh most
+    assert costs.batches == list(range(1, 11))
+    assert {c.batch for c in costs.checks if c.kind == "decode" and c.round == costs.checks[-1].round} == {10}
+    assert costs.decode_ns(10, 900) == costs.direct.decode_ns(10, 900)
+    for call in (lambda: costs.decode_ns(11, 100), lambda: costs.decode_ns(2, 904),
+                 lambda: costs.decode_ns(2, 36), lambda: costs.prefill_ns(804), lambda: costs.prefill_ns(28)):
+        with pytest.raises(ValueError, match="outside the interpolation grid"):
+            call()
 
 
 def test_direct_costs_evaluate_each_shape_once(tables, router, tiny):

@@ -232,6 +232,11 @@ def _batches(most: int, rows: int) -> list[int]:
     return sorted(out)
 
 
+def _within(what: str, x: float, grid: list[int]) -> None:
+    if not grid[0] <= x <= grid[-1]:
+        raise ValueError(f"{what} {x} is outside the interpolation grid [{grid[0]}, {grid[-1]}]")
+
+
 @dataclass
 class InterpolatedCosts:
     """Decode and prefill costs interpolated from the fast path on grids, with their checks (module
@@ -283,27 +288,31 @@ class InterpolatedCosts:
         """Held-out shapes of this round against direct evaluations; the failed ones."""
         bs, ks, ps = _between(self.batches, 1), _between(self.kvs, g), _between(self.prompts, g)
         shapes = set()
-        if bs or ks:
-            bb = bs or [self.batches[0]]
-            kk = ks or [self.kvs[0]]
+        if bs or ks:          # an axis with no held-out value: its far end, where the other axis weighs most
+            bb = bs or [self.batches[-1]]
+            kk = ks or [self.kvs[-1]]
             shapes |= {(bb[0], kk[-1]), (bb[-1], kk[0]), (bb[len(bb) // 2], kk[len(kk) // 2]), (bb[-1], kk[-1])}
-        new = [Check("decode", b, kv, self.decode_ns(b, kv), self.direct.decode_ns(b, kv), rnd)
-               for b, kv in sorted(shapes)]
         held = sorted({ps[0], ps[len(ps) // 2], ps[-1]}) if ps else []
         self.direct.evaluate([Shape("decode", b, 1, kv) for b, kv in shapes] + [Shape("prefill", 1, p, p) for p in held])
+        new = [Check("decode", b, kv, self.decode_ns(b, kv), self.direct.decode_ns(b, kv), rnd)
+               for b, kv in sorted(shapes)]
         new += [Check("prefill", 1, s, self.prefill_ns(s), self.direct.prefill_ns(s), rnd) for s in held]
         self.checks += new
         return [c for c in new if not c.ok]
 
     def decode_ns(self, batch: int, kv: int) -> float:
-        """A decode step of ``batch`` users at KV length ``kv`` (within the grid)."""
+        """A decode step of ``batch`` users at KV length ``kv``, within the grid (the run's shapes are:
+        kbfast.serving.serve builds it over them); outside it a ValueError, never an extrapolation."""
+        _within("decode users", batch, self.batches)
+        _within("decode KV length", kv, self.kvs)
         if self._interp is None:
             return float(self._decode[0, 0])
         point = [x for x, k in zip((batch, kv), self._keep) if k]
         return float(self._interp(np.array([point], float))[0])
 
     def prefill_ns(self, seq: int) -> float:
-        """The prefill of a ``seq``-token prompt (within the grid)."""
+        """The prefill of a ``seq``-token prompt, within the grid (as :meth:`decode_ns`)."""
+        _within("prefill prompt", seq, self.prompts)
         return float(np.interp(seq, self.prompts, self._prefill))
 
     def worst_check(self) -> Check | None:
