@@ -19,7 +19,7 @@ from kbfast.errors import ConfigError, KbfastError
 from kbfast.serving import serve
 from kbfast.serving.costs import DirectCosts, InterpolatedCosts, StepOptions, decode_shape, granules, memory, prefill_shape
 from kbfast.serving.report import latencies, summary
-from kbfast.serving.requests import Requests, parse_lengths, poisson, read_trace
+from kbfast.serving.requests import MOST_TOKENS, Requests, parse_lengths, poisson, read_trace
 from kbfast.serving.scheduler import simulate
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -56,10 +56,17 @@ def test_lengths_draw_whole_tokens_deterministically(text, kind):
 
 
 @pytest.mark.parametrize("text", ["0", "-3", "fast", "uniform:9:1", "uniform:1.5:4", "normal:100", "zipf:1:2",
-                                  "lognormal:0:1"])
+                                  "lognormal:0:1", "20000000", "uniform:1:1e30", "normal:1e30:1", "normal:inf:1",
+                                  "normal:nan:1", "normal:100:nan", "lognormal:512:50"])
 def test_bad_lengths_are_refused_with_the_flag(text):
     with pytest.raises(KbfastError, match="--output-len"):
         parse_lengths(text, "--output-len")
+
+
+def test_long_tailed_draws_stay_within_the_longest_length():
+    """A wide lognormal (SIGMA 8) puts a third of its raw draws above 10^7 tokens: they are drawn again."""
+    got = parse_lengths("lognormal:100000:8", "--prompt-len").draw(np.random.default_rng(1), 1000)
+    assert got.min() >= 1 and got.max() <= MOST_TOKENS and got.max() > MOST_TOKENS // 100
 
 
 def test_poisson_arrivals_are_reproducible_and_have_the_rate():
@@ -79,7 +86,9 @@ def test_trace_file_is_read_and_sorted(tmp_path):
 @pytest.mark.parametrize("text, key", [("arrival_s,prompt_len\n0,1\n", "output_len"),
                                        ("arrival_s,prompt_len,output_len\n0,1,0\n", "output_len (row 1)"),
                                        ("arrival_s,prompt_len,output_len\n-1,1,1\n", "arrival_s (row 1)"),
-                                       ("arrival_s,prompt_len,output_len\n0,2.5,1\n", "prompt_len (row 1)")])
+                                       ("arrival_s,prompt_len,output_len\n0,2.5,1\n", "prompt_len (row 1)"),
+                                       ("arrival_s,prompt_len,output_len\n0,1,1\ninf,1,1\n", "arrival_s (row 2)"),
+                                       ("arrival_s,prompt_len,output_len\n0,1e30,1\n", "prompt_len (row 1)")])
 def test_bad_trace_names_file_and_key(tmp_path, text, key):
     path = tmp_path / "t.csv"
     path.write_text(text)

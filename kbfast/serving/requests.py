@@ -1,15 +1,18 @@
 """The requests of a serving run: Poisson arrivals with prompt and output lengths drawn from distributions,
 or a trace file (docs/serving.md "Requests").
 
-A length distribution is written as text, the same on the command line and in a trace's header:
+A length distribution is written as text (``--prompt-len``, ``--output-len``):
 
 ==========================  ==============================================================================
 ``512``                     every request 512 tokens
 ``uniform:LO:HI``           integers from LO to HI, both included, equally likely
-``normal:MEAN:STD``         rounded to an integer, below 1 drawn again
+``normal:MEAN:STD``         rounded to an integer
 ``lognormal:MEDIAN:SIGMA``  ``MEDIAN x exp(SIGMA x z)`` rounded, z standard normal (long-tailed lengths,
                             as measured chat traces are)
 ==========================  ==============================================================================
+
+A length is 1 to ``MOST_TOKENS`` tokens: a normal or lognormal draw outside is drawn again, and a centre, a
+bound or a spread that would put most draws outside is refused, as is such a length in a trace.
 
 Every draw comes from one ``numpy.random.Generator`` seeded by ``--seed``: the same inputs give the same
 requests, bit for bit.
@@ -27,6 +30,8 @@ from kbfast.errors import ConfigError, KbfastError
 
 DISTRIBUTIONS = {"uniform": "uniform:LO:HI", "normal": "normal:MEAN:STD", "lognormal": "lognormal:MEDIAN:SIGMA"}
 TRACE_COLUMNS = ("arrival_s", "prompt_len", "output_len")
+MOST_TOKENS = 10_000_000        # a prompt's or an output's tokens at most
+MOST_SIGMA = 10.0               # a lognormal's SIGMA at most
 MOST_ARRIVALS = 1_000_000        # expected Poisson arrivals of a run at most (its loop runs about 10^4 steps/s)
 
 
@@ -39,7 +44,7 @@ class Lengths:
     text: str
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` lengths, each at least 1 (int64)."""
+        """``n`` lengths, each from 1 to ``MOST_TOKENS`` (int64)."""
         if self.kind == "const":
             return np.full(n, int(self.params[0]), np.int64)
         if self.kind == "uniform":
@@ -47,10 +52,11 @@ class Lengths:
             return rng.integers(lo, hi + 1, n).astype(np.int64)
         out = np.zeros(n, np.int64)
         todo = np.arange(n)
-        while len(todo):                         # draw again what rounds below 1
+        while len(todo):                         # draw again what rounds below 1 or above MOST_TOKENS
             z = rng.standard_normal(len(todo))
             a, b = self.params
             x = np.rint(a + b * z) if self.kind == "normal" else np.rint(a * np.exp(b * z))
+            x = np.where((x >= 1) & (x <= MOST_TOKENS), x, 0)
             out[todo] = x.astype(np.int64)
             todo = todo[out[todo] < 1]
         return out
@@ -59,11 +65,12 @@ class Lengths:
 def parse_lengths(text: str, flag: str) -> Lengths:
     """A :class:`Lengths` from ``text`` (module docstring); ``flag`` names where it came from in errors."""
     parts = str(text).strip().split(":")
-    hint = f"write a whole number of tokens (512) or one of {', '.join(DISTRIBUTIONS.values())}"
+    hint = (f"write a whole number of tokens (1 to {MOST_TOKENS:,}) or one of "
+            f"{', '.join(DISTRIBUTIONS.values())}")
     try:
         if len(parts) == 1:
             n = int(parts[0])
-            if n < 1:
+            if not 1 <= n <= MOST_TOKENS:
                 raise ValueError
             return Lengths("const", (n,), text)
         kind, values = parts[0], [float(p) for p in parts[1:]]
@@ -72,11 +79,14 @@ def parse_lengths(text: str, flag: str) -> Lengths:
     if kind not in DISTRIBUTIONS or len(values) != 2:
         raise KbfastError(f"{flag} {text!r}: not a length distribution\n  hint: {hint}")
     a, b = values
-    if kind == "uniform" and not (a == int(a) and b == int(b) and 1 <= a <= b):
-        raise KbfastError(f"{flag} {text!r}: uniform takes whole numbers 1 <= LO <= HI\n  hint: uniform:128:1024")
-    if kind in ("normal", "lognormal") and not (a >= 1 and b >= 0):
-        raise KbfastError(f"{flag} {text!r}: {kind} takes a centre of at least 1 and a spread of at least 0\n"
-                          f"  hint: {DISTRIBUTIONS[kind]}, e.g. {kind}:512:{128 if kind == 'normal' else 0.5}")
+    if kind == "uniform" and not (1 <= a <= b <= MOST_TOKENS and a == int(a) and b == int(b)):
+        raise KbfastError(f"{flag} {text!r}: uniform takes whole numbers 1 <= LO <= HI <= {MOST_TOKENS:,}\n"
+                          "  hint: uniform:128:1024")
+    spread = MOST_TOKENS if kind == "normal" else MOST_SIGMA
+    if kind in ("normal", "lognormal") and not (1 <= a <= MOST_TOKENS and 0 <= b <= spread):
+        raise KbfastError(f"{flag} {text!r}: {kind} takes a centre of 1 to {MOST_TOKENS:,} and a spread of 0 "
+                          f"to {spread:,g}\n  hint: {DISTRIBUTIONS[kind]}, e.g. "
+                          f"{kind}:512:{128 if kind == 'normal' else 0.5}")
     return Lengths(kind, (a, b), text)
 
 
@@ -129,14 +139,15 @@ def read_trace(path: Path) -> Requests:
                           f"{', '.join(map(str, df.columns)) or 'none'})", f"name its columns {', '.join(TRACE_COLUMNS)}")
     if df.empty:
         raise ConfigError(str(path), "rows", None, "the trace has no requests", "add one row per request")
-    for col, low in zip(TRACE_COLUMNS, (0.0, 1, 1)):
+    for col, low, high in zip(TRACE_COLUMNS, (0.0, 1, 1), (np.inf, MOST_TOKENS, MOST_TOKENS)):
         values = pd.to_numeric(df[col], errors="coerce")
-        bad = values.isna() | (values < low)
+        bad = ~((values >= low) & (values < high if col == "arrival_s" else values <= high))    # NaN too
         if col != "arrival_s":
             bad |= values != np.floor(values)
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            need = "a time of at least 0 s" if col == "arrival_s" else "a whole number of tokens, at least 1"
+            need = "a finite time of at least 0 s" if col == "arrival_s" else \
+                f"a whole number of tokens, 1 to {MOST_TOKENS:,}"
             raise ConfigError(str(path), f"{col} (row {row + 1})", df[col].iloc[row], f"must be {need}",
                               "fix or drop that row")
         df[col] = values
