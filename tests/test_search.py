@@ -86,6 +86,9 @@ def test_space_is_the_product_and_pruning_counts_reasons(tiny):
     big = prune("ahbm_2sip", {}, load_model("llama3_70b"), Space(("tp_cubes",), (64,), ("lrab",), ("none",),
                                                                  (False,)).candidates(), 131072)
     assert big.counts == {"memory: the HBM slice": 1}
+    # with TTFT asked for, the prefill of --seq tokens is compiled too: 33 tokens do not divide over a ring of 4
+    pre = prune("ahbm_2sip", {}, load_model(tiny), cands, 64, seq=33)
+    assert pre.counts == {"option needs another": 4, "does not divide (the TTFT prefill)": 12} and not pre.kept
 
 
 def test_wrapped_commands_paste_as_one():
@@ -110,6 +113,7 @@ def searched(tiny, tmp_path_factory):
 def test_search_prints_the_front_within_80_columns(searched):
     table, _, csv, out = searched
     assert table.exit_code == 0, table.output
+    assert "--phase prefill --batch 1 --seq 32" not in table.stdout          # no TTFT asked for: no prefill
     assert "Pareto front" in table.stdout and "pruned, option needs another: 3" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
     assert (out / "front.png").stat().st_size > 10_000
@@ -126,12 +130,8 @@ def test_the_best_equals_its_printed_command(searched):
     step = json.loads(runner.invoke(app, args, catch_exceptions=False).stdout)["step"]
     assert clean(best["latency_ns"]) == step["latency_ns"]
     assert clean(best["tokens_per_s"]) == step["tokens_per_s"]
-    pre = list(args)
-    for flag in ("--kv-len", "--batch"):           # the prefill of --seq tokens for one user
-        at = pre.index(flag)
-        del pre[at:at + 2]
-    pre[pre.index("--phase") + 1] = "prefill"
-    pre += ["--batch", "1", "--seq", "32"]
+    pre = shlex.split(best["ttft_command"])[1:] + ["--format", "json"]
+    assert pre[pre.index("--phase") + 1] == "prefill" and pre[pre.index("--seq") + 1] == "32"
     ttft = json.loads(runner.invoke(app, pre, catch_exceptions=False).stdout)["step"]
     assert clean(best["ttft_ms"] * 1e6) == pytest.approx(ttft["time_to_first_token_ns"], rel=1e-12)
 

@@ -28,7 +28,7 @@ from kbfast.workloads.model import LAYOUTS, OVERLAPS
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 SHOWN = ("layout", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
          "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "latency_lo_ns", "latency_hi_ns", "method",
-         "collective_used", "feasible", "front", "best", "error", "command")
+         "collective_used", "feasible", "front", "best", "error", "command", "ttft_command")
 
 
 @user_errors
@@ -150,7 +150,10 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
         b = best.iloc[0]
         console.print(f"best by {objective} (off the front): {b['layout']}, {b['batch']} users, {b['collective']}",
                       highlight=False)
-    console.print("commands that reproduce each row (all in search.csv):", highlight=False)
+    console.print(f"commands that reproduce each row ({'decode, then TTFT; ' if ttft else ''}all in search.csv):",
+                  highlight=False)
     for i, r in enumerate(front.itertuples(), 1):
         console.print(f"#{i}", highlight=False)
         console.print(wrapped(r.command), highlight=False, markup=False, soft_wrap=True)
+        if ttft:                   # its TTFT: the prefill of --seq tokens for one user
+            console.print(wrapped(r.ttft_command), highlight=False, markup=False, soft_wrap=True)

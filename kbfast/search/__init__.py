@@ -1,8 +1,8 @@
 """``kbfast search``: the best way to run a model's decode step on the tray, for an objective, under
 constraints (docs/search.md).
 
-1. The space (kbfast.search.space) is compiled candidate by candidate, and what does not fit or divide is
-   pruned and counted by reason.
+1. The space (kbfast.search.space) is compiled candidate by candidate (and, when TTFT is asked for, its
+   prefill of ``--seq`` tokens), and what does not fit or divide is pruned and counted by reason.
 2. What is left is a sweep (kbfast.sweep): one model point per candidate, a decode step at ``--kv-len``, and
    when TTFT is asked for, one prefill of ``--seq`` tokens per (layout, all-reduce, overlap, sequence
    parallelism, knobs).  It runs like any sweep: ``--jobs`` processes or a Dask scheduler, results in
@@ -34,8 +34,8 @@ KEYS = ("layout", "batch", "collective", "overlap", "sequence_parallel")
 
 @dataclass
 class SearchResult:
-    """Every candidate evaluated (``table``: inputs, metrics, ``feasible``, ``front``, ``best``, ``command``), the
-    pruning, and how many candidates the space had."""
+    """Every candidate evaluated (``table``: inputs, metrics, ``feasible``, ``front``, ``best``, ``command``, and
+    with TTFT its prefill's ``ttft_command``), the pruning, and how many candidates the space had."""
 
     table: pd.DataFrame
     pruned: Pruned
@@ -89,7 +89,8 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
                           "  hint: use llama3_70b, llama32_1b, gpt3_175b or a transformer YAML")
     topo = topology or DEFAULT_TOPOLOGY
     candidates = space.candidates()
-    pruned = prune(topo, overrides, model, candidates, kv_len, method)
+    need_ttft = objective == "ttft" or any(c.metric == "ttft_ms" for c in constraints)
+    pruned = prune(topo, overrides, model, candidates, kv_len, method, seq if need_ttft else None)
     if not pruned.kept:
         why = "; ".join(f"{n} {r} (e.g. {pruned.examples[r]})" for r, n in pruned.counts.items())
         raise KbfastError(f"every one of the {len(candidates)} candidates was pruned: {why}\n  hint: widen the "
@@ -107,12 +108,18 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     table["tokens_per_s_per_sip"] = table["tokens_per_s"] / table["n_sips"]
     table["ttft_ms"] = np.nan
     table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
-    if objective == "ttft" or any(c.metric == "ttft_ms" for c in constraints):
+    if need_ttft:
         keys = [repr(sorted(_row(c, seq).items())) for c in pruned.kept]      # the batch is left out: 1
         first = list(dict.fromkeys(keys))
         rows = {k: _row(c, seq) for k, c in zip(keys, pruned.kept)}
         pre = _sweep("search_prefill", model_arg, topo, overrides, [rows[k] for k in first], kv_len, method,
                      out / "prefill", jobs, scheduler, on("prefills"))
-        ttft = dict(zip(first, pre["latency_ns"].to_numpy() * 1e-6))
+        ns = pre["latency_ns"].to_numpy() if "latency_ns" in pre else np.full(len(pre), np.nan)
+        failed = pre["error"].to_numpy() if "error" in pre else [None] * len(pre)
+        ttft, why = dict(zip(first, ns * 1e-6)), dict(zip(first, failed))
         table["ttft_ms"] = [ttft[k] for k in keys]
+        table["ttft_command"] = [command(model_arg, topology, sets, r, kv_len, "prefill", seq)
+                                 for r in table.to_dict("records")]
+        table["error"] = [d if isinstance(d, str) else (f"prefill: {why[k]}" if isinstance(why[k], str) else None)
+                          for d, k in zip(table["error"], keys)]     # a candidate without its TTFT failed
     return SearchResult(rank(table, objective, constraints), pruned, len(candidates))

@@ -101,19 +101,31 @@ class Pruned:
 
 
 def prune(topology: str, overrides: dict, model: Transformer, candidates: list[dict], kv_len: int,
-          method: str = "hybrid") -> Pruned:
+          method: str = "hybrid", seq: int | None = None) -> Pruned:
     """Compile every candidate's decode step (no kernel runs) on its system (``topology`` with ``overrides`` and
-    the candidate's knobs) and keep what compiles."""
-    kept, counts, examples, tables = [], {}, {}, {}
+    the candidate's knobs) and keep what compiles; with ``seq`` (TTFT is asked for) its prefill of ``seq``
+    tokens for one user too (a refusal's reason then says so)."""
+    kept, counts, examples, tables, prefills = [], {}, {}, {}, {}
+
+    def refusal(system: tuple, shape, options: tuple) -> KbfastError | None:
+        try:
+            plan_step(tables[system], model, shape, *options)
+        except KbfastError as err:
+            return err
+        return None
+
     for c in candidates:
         system = tuple(sorted(c["set"].items()))
         if system not in tables:
             tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)}))
-        try:
-            plan_step(tables[system], model, shape_for(model, "decode", c["batch"], None, kv_len), c["layout"],
-                      None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"])
-        except KbfastError as err:
-            why = reason_of(err)
+        options = (c["layout"], None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"])
+        err, what = refusal(system, shape_for(model, "decode", c["batch"], None, kv_len), options), ""
+        if err is None and seq is not None:             # the prefill does not depend on the batch
+            if (system, options) not in prefills:
+                prefills[system, options] = refusal(system, shape_for(model, "prefill", 1, seq), options)
+            err, what = prefills[system, options], " (the TTFT prefill)"
+        if err is not None:
+            why = reason_of(err) + what
             counts[why] = counts.get(why, 0) + 1
             examples.setdefault(why, str(err).splitlines()[0])
             continue
