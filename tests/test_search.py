@@ -140,7 +140,9 @@ def test_the_best_equals_its_printed_command(searched):
                                         (["--constraint", "tpot<3"], "--constraint"),
                                         (["--batch", "0"], "--batch"), (["--sequence-parallel", "maybe"],
                                                                         "--sequence-parallel"),
-                                        (["--knob", "sips.count"], "--knob")])
+                                        (["--knob", "sips.count"], "--knob"), (["--knob", "sips.count="], "--knob"),
+                                        (["--knob", "=2,4"], "--knob"),
+                                        (["--knob", "sips.count=2", "--knob", "sips.count=4"], "given twice")])
 def test_search_refuses_bad_input_with_exit_2(tiny, args, text):
     res = CliRunner().invoke(app, ["search", tiny, *args])
     assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output

@@ -22,7 +22,7 @@ from kbfast.report.tables import fit, narrow_table
 from kbfast.search import SearchResult, search
 from kbfast.search.figure import plot_front
 from kbfast.search.front import OBJECTIVES, check_objective, parse_constraint
-from kbfast.search.space import BATCHES, COLLECTIVES, Space, parse_knob, parse_list
+from kbfast.search.space import BATCHES, COLLECTIVES, Space, parse_knobs, parse_list
 from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
@@ -76,7 +76,7 @@ def search_command(
     space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
                   parse_list(collective, "--collective", str, COLLECTIVES),
                   parse_list(overlap, "--overlap", str, tuple(OVERLAPS)), SP_CHOICES[sequence_parallel],
-                  tuple(parse_knob(k) for k in knob or []))
+                  parse_knobs(knob or []))
     plot_to = figure_path(plot_to, "--plot", "search.png")
     m = load_model(model)
     out = writable(out or Path("results") / "search" / Path(model).stem, "--out", folder=True)

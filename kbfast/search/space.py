@@ -82,7 +82,21 @@ def parse_knob(text: str) -> tuple[str, tuple]:
             except ValueError:
                 pass
         return x
-    return key.strip(), tuple(number(v.strip()) for v in values.split(",") if v.strip())
+    out = tuple(number(v.strip()) for v in values.split(",") if v.strip())
+    if not key.strip() or not out:
+        raise KbfastError(f"--knob {text!r}: name a key and at least one value: KEY=V1,V2,… (e.g. --knob "
+                          "sips.count=2,4)")
+    return key.strip(), out
+
+
+def parse_knobs(texts: list[str]) -> tuple[tuple[str, tuple], ...]:
+    """Every ``--knob`` (:func:`parse_knob`), each key once."""
+    knobs = tuple(parse_knob(k) for k in texts)
+    keys = [k for k, _ in knobs]
+    twice = next((k for k in keys if keys.count(k) > 1), None)
+    if twice is not None:
+        raise KbfastError(f"--knob {twice} is given twice\n  hint: list its values once: --knob {twice}=V1,V2,…")
+    return knobs
 
 
 def reason_of(err: KbfastError) -> str:
