@@ -14,9 +14,10 @@ prompt, take on the system (docs/serving.md "Step costs").
   bilinear in (batch, KV length) (``scipy.interpolate.RegularGridInterpolator``) and prefill linear in the prompt
   length.  The decode grid holds both sides of every GEMM tile edge of the batch (its weight GEMMs' M: 33
   users need two 32-row tiles where 32 need one, a step in cost no line through its neighbours follows); then
-  every interpolant is checked against direct evaluations at held-out shapes between the grid's points.  A held-out shape more than ``TOLERANCE`` off adds its batch and KV length (or its prompt length) to
-  the grid, and the check runs again on new held-out shapes, at most ``REFINE_ROUNDS`` times.  The checks are
-  kept (``checks``) and printed.
+  every interpolant is checked against direct evaluations at held-out shapes between the grid's points.  A
+  held-out shape more than ``TOLERANCE`` off adds its batch and KV length (or its prompt length) to the grid,
+  and the check runs again on new held-out shapes, at most ``REFINE_ROUNDS`` times.  The checks are kept
+  (``checks``) and printed.
 """
 
 from __future__ import annotations
@@ -293,7 +294,8 @@ class InterpolatedCosts:
             kk = ks or [self.kvs[-1]]
             shapes |= {(bb[0], kk[-1]), (bb[-1], kk[0]), (bb[len(bb) // 2], kk[len(kk) // 2]), (bb[-1], kk[-1])}
         held = sorted({ps[0], ps[len(ps) // 2], ps[-1]}) if ps else []
-        self.direct.evaluate([Shape("decode", b, 1, kv) for b, kv in shapes] + [Shape("prefill", 1, p, p) for p in held])
+        self.direct.evaluate([Shape("decode", b, 1, kv) for b, kv in shapes]
+                             + [Shape("prefill", 1, p, p) for p in held])
         new = [Check("decode", b, kv, self.decode_ns(b, kv), self.direct.decode_ns(b, kv), rnd)
                for b, kv in sorted(shapes)]
         new += [Check("prefill", 1, s, self.prefill_ns(s), self.direct.prefill_ns(s), rnd) for s in held]
