@@ -142,7 +142,9 @@ def test_the_best_equals_its_printed_command(searched):
                                                                         "--sequence-parallel"),
                                         (["--knob", "sips.count"], "--knob"), (["--knob", "sips.count="], "--knob"),
                                         (["--knob", "=2,4"], "--knob"),
-                                        (["--knob", "sips.count=2", "--knob", "sips.count=4"], "given twice")])
+                                        (["--knob", "sips.count=2", "--knob", "sips.count=4"], "given twice"),
+                                        (["--knob", "sips.count=2,4", "--set", "sips.count=2"], "also given by"),
+                                        (["--knob", "sip.mesh.w=2,4"], "--knob sip.mesh.w")])
 def test_search_refuses_bad_input_with_exit_2(tiny, args, text):
     res = CliRunner().invoke(app, ["search", tiny, *args])
     assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output

@@ -73,14 +73,14 @@ def search_command(
     for flag, v in (("--kv-len", kv_len), ("--seq", seq), ("--jobs", jobs)):
         if v < 1:
             raise KbfastError(f"{flag} {v}: must be at least 1")
+    overrides, _ = parse_overrides(list(sets or []), None)
     space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
                   parse_list(collective, "--collective", str, COLLECTIVES),
                   parse_list(overlap, "--overlap", str, tuple(OVERLAPS)), SP_CHOICES[sequence_parallel],
-                  parse_knobs(knob or []))
+                  parse_knobs(knob or [], overrides))
     plot_to = figure_path(plot_to, "--plot", "search.png")
     m = load_model(model)
     out = writable(out or Path("results") / "search" / Path(model).stem, "--out", folder=True)
-    overrides, _ = parse_overrides(list(sets or []), None)
     first_run("collectives", "exact", "runs", "fast", "pipeline")
     t0 = time.perf_counter()
     with _progress("candidates") as update:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from kbfast.config import load_system
 from kbfast.config.models import Transformer
+from kbfast.config.overrides import check_key_path
 from kbfast.errors import KbfastError
 from kbfast.measure.model import plan_step
 from kbfast.topology.builder import build_tables
@@ -89,13 +90,18 @@ def parse_knob(text: str) -> tuple[str, tuple]:
     return key.strip(), out
 
 
-def parse_knobs(texts: list[str]) -> tuple[tuple[str, tuple], ...]:
-    """Every ``--knob`` (:func:`parse_knob`), each key once."""
+def parse_knobs(texts: list[str], overrides: dict) -> tuple[tuple[str, tuple], ...]:
+    """Every ``--knob`` (:func:`parse_knob`), each a key of the system (kbfast.config.overrides), given once
+    and not also by a ``--set`` (in ``overrides``: a printed command would give it twice)."""
     knobs = tuple(parse_knob(k) for k in texts)
     keys = [k for k, _ in knobs]
-    twice = next((k for k in keys if keys.count(k) > 1), None)
-    if twice is not None:
-        raise KbfastError(f"--knob {twice} is given twice\n  hint: list its values once: --knob {twice}=V1,V2,…")
+    for text, key in zip(texts, keys):
+        check_key_path(f"--knob {text}", key)
+        if keys.count(key) > 1:
+            raise KbfastError(f"--knob {key} is given twice\n  hint: list its values once: --knob {key}=V1,V2,…")
+        if key in overrides:
+            raise KbfastError(f"--knob {text}: {key} is also given by --set {key}={overrides[key]}\n  hint: "
+                              "drop the --set, or put its value among the knob's")
     return knobs
 
 
