@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
-from kbfast.cli.search import wrapped
+from kbfast.cli.search import knob_label, wrapped
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.report.formats import clean
@@ -89,6 +89,12 @@ def test_space_is_the_product_and_pruning_counts_reasons(tiny):
     # with TTFT asked for, the prefill of --seq tokens is compiled too: 33 tokens do not divide over a ring of 4
     pre = prune("ahbm_2sip", {}, load_model(tiny), cands, 64, seq=33)
     assert pre.counts == {"option needs another": 4, "does not divide (the TTFT prefill)": 12} and not pre.kept
+
+
+def test_knob_labels_tell_knobs_apart():
+    keys = ("link.ucie_mesh.bw_gbs", "link.ucie_mesh.distance_mm", "fabric.ns_per_mm", "sips.count")
+    assert [knob_label(k) for k in keys] == ["ucie_mesh.bw_gbs", "ucie_mesh.distance_mm", "fabric.ns_per_mm",
+                                             "sips.count"]
 
 
 def test_wrapped_commands_paste_as_one():

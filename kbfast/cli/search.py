@@ -111,6 +111,12 @@ def wrapped(cmd: str, width: int = 78) -> str:
     return " \\\n".join(lines)
 
 
+def knob_label(key: str) -> str:
+    """A knob in the front's table: its key's last two parts (``ucie_mesh.bw_gbs``, ``ucie_mesh.distance_mm``,
+    ``fabric.ns_per_mm``), enough to tell knobs apart and name what each sets."""
+    return ".".join(key.split(".")[-2:])
+
+
 def print_report(res: SearchResult, objective: str, constraints, wall: float, out: Path) -> None:
     """The counts, the front (the best marked) and the commands, within 80 columns."""
     t = res.table
@@ -139,7 +145,7 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
                          with_unit("TPOT", unit), "tokens/s", *([with_unit("TTFT", t_unit)] if ttft else []),
                          caption=f"* best by {objective}; SP: sequence parallel")
     for i, r in enumerate(front.itertuples(), 1):
-        knobs = [" ".join(f"{k.split('.')[-2] if '.' in k else k}={v}" for k, v in r.set.items())] \
+        knobs = [" ".join(f"{knob_label(k)}={v}" for k, v in r.set.items())] \
             if any(t["set"].map(bool)) else []
         table.add_row(f"{i}{'*' if r.best else ''}", r.layout, str(r.batch), r.collective, r.overlap,
                       "on" if r.sequence_parallel else "off", *knobs, in_unit(r.tpot_ms * 1e6, unit),
