@@ -347,6 +347,20 @@ def test_kbfast_serve_prints_within_80_columns_and_writes_its_files(tiny, tmp_pa
     assert out["summary"]["served"] == 3 and out["checks"]
 
 
+def test_kbfast_serve_one_late_request_of_one_token(tiny, tmp_path):
+    """A trace of one row arriving at 5 s whose one token the prefill makes: no decode step, no TPOT; the span
+    starts at its arrival."""
+    trace = tmp_path / "one.csv"
+    trace.write_text("arrival_s,prompt_len,output_len\n5.0,16,1\n")
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["serve", tiny, "--trace", str(trace), "--layout",
+                                                        "tp_cubes", "--max-batch", "64"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "nan" not in res.stdout and "decode batch: mean / most" in res.stdout
+    out = json.loads(CliRunner().invoke(app, ["serve", tiny, "--trace", str(trace), "--layout", "tp_cubes",
+                                              "--format", "json"], catch_exceptions=False).stdout)["summary"]
+    assert out["decode_steps"] == 0 and out["span_ns"] == out["ttft_p50_ns"] == out["e2e_p99_ns"]
+
+
 @pytest.mark.parametrize("args, text", [(["--prompt-len", "uniform:5"], "--prompt-len"),
                                         (["--rate", "0"], "--rate"), (["--max-batch", "0"], "--max-batch"),
                                         (["--rate", "inf"], "--rate"), (["--duration", "1e20"], "--duration"),

@@ -15,7 +15,7 @@ from kbfast.cli.sweep import _progress
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.measure.methods import check_fast_choice
-from kbfast.report.formats import count, duration, pct, percent, to_json
+from kbfast.report.formats import count, duration, num, pct, percent, to_json
 from kbfast.report.tables import fit, narrow_table
 from kbfast.serving import ServeResult, serve
 from kbfast.serving.costs import StepOptions
@@ -125,11 +125,11 @@ def print_report(res: ServeResult, out: dict, opts: StepOptions, t, trace: Path 
     run = narrow_table("the run", "", "value")
     for name, value in (("requests served / refused", f"{count(out['served'])} / {count(out['refused'])}"),
                         ("span (first arrival to last token)", duration(out["span_ns"])),
-                        ("output tokens/s", f"{out['output_tokens_per_s']:,.1f}"),
-                        ("requests/s", f"{out['requests_per_s']:,.2f}"),
+                        ("output tokens/s", num(out["output_tokens_per_s"])),
+                        ("requests/s", num(out["requests_per_s"], 2)),
                         ("steps: prefill / decode", f"{count(out['prefill_steps'])} / {count(out['decode_steps'])}"),
                         ("busy share of the span", percent(out["busy_share"])),
-                        ("decode batch: mean / most", f"{out['decode_batch_mean']:.2f} / {out['decode_batch_max']}"),
+                        ("decode batch: mean / most", f"{num(out['decode_batch_mean'], 2)} / {out['decode_batch_max']}"),
                         ("KV held: mean / most", f"{percent(out['kv_held_mean'], 2)} / {percent(out['kv_held_max'], 2)}"),
                         ("KV capacity, tokens", count(m.capacity_tokens)),
                         ("KV bytes per token, each working PE", count(m.bytes_per_token))):
