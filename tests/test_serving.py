@@ -364,7 +364,7 @@ def test_kbfast_serve_one_late_request_of_one_token(tiny, tmp_path):
 @pytest.mark.parametrize("args, text", [(["--prompt-len", "uniform:5"], "--prompt-len"),
                                         (["--rate", "0"], "--rate"), (["--max-batch", "0"], "--max-batch"),
                                         (["--rate", "inf"], "--rate"), (["--duration", "1e20"], "--duration"),
-                                        (["--rate", "1e-9"], "no request arrives"),
+                                        (["--rate", "1e-9"], "no request arrives"), (["--seed", "-1"], "--seed"),
                                         (["--steps", "x.txt"], "--steps"), (["--layout", "tp_sips"], "--layout")])
 def test_kbfast_serve_refuses_bad_input_with_exit_2(tiny, args, text):
     res = CliRunner().invoke(app, ["serve", tiny, *args])

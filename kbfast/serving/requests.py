@@ -109,6 +109,8 @@ def poisson(rate_per_s: float, duration_s: float, prompt: Lengths, output: Lengt
         raise KbfastError(f"--rate {rate_per_s}: requests per second must be above 0")
     if not duration_s > 0:
         raise KbfastError(f"--duration {duration_s}: seconds of arrivals must be above 0")
+    if seed < 0:
+        raise KbfastError(f"--seed {seed}: a seed is a whole number of at least 0")
     expected = rate_per_s * duration_s
     if not expected <= MOST_ARRIVALS:
         raise KbfastError(f"--rate {rate_per_s:g} over --duration {duration_s:g} s: {expected:.3g} arrivals expected, "
