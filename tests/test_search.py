@@ -3,6 +3,7 @@ against a slow reference, and the winner's figures against its printed command."
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 
@@ -140,6 +141,16 @@ def test_the_best_equals_its_printed_command(searched):
     assert pre[pre.index("--phase") + 1] == "prefill" and pre[pre.index("--seq") + 1] == "32"
     ttft = json.loads(runner.invoke(app, pre, catch_exceptions=False).stdout)["step"]
     assert clean(best["ttft_ms"] * 1e6) == pytest.approx(ttft["time_to_first_token_ns"], rel=1e-12)
+
+
+def test_search_csv_on_stdout_writes_knobs_as_its_file_does(tiny, tmp_path):
+    args = ["search", tiny, "--batch", "4", "--layout", "tp_cubes", "--collective", "auto", "--overlap", "none",
+            "--sequence-parallel", "off", "--kv-len", "64", "--knob", "sips.count=2", "--out", str(tmp_path),
+            "--format", "csv"]
+    res = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = pd.read_csv(io.StringIO(res.stdout))
+    assert out["set"].tolist() == pd.read_csv(tmp_path / "search.csv")["set"].tolist() == ["sips.count=2"]
 
 
 @pytest.mark.parametrize("args, text", [(["--objective", "speed"], "--objective"),

@@ -88,8 +88,8 @@ def search_command(
                      method, jobs, scheduler, lambda what, d, n: update(d, n))
     wall = time.perf_counter() - t0
     table = res.table[[c for c in SHOWN if c in res.table]]
-    table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items()))).to_csv(
-        out / "search.csv", index=False)
+    flat = table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items())))  # CSV cells
+    flat.to_csv(out / "search.csv", index=False)
     if plot_to is not None:
         plot_front(res.table, plot_to, f"{m.name} decode at {kv_len:,} tokens of context on "
                                        f"{topology or DEFAULT_TOPOLOGY}: {len(res.table)} candidates")
@@ -99,7 +99,7 @@ def search_command(
                        "front": table[table["front"]].to_dict("records"),
                        "best": table[table["best"]].to_dict("records")}))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(table[table["front"]].to_csv(index=False))
+        sys.stdout.write(flat[flat["front"]].to_csv(index=False))
     else:
         print_report(res, objective, constraints, wall, out)
 
