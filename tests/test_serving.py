@@ -17,7 +17,8 @@ from kbfast.config import load_system
 from kbfast.config.models import load_model
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.serving import serve
-from kbfast.serving.costs import DirectCosts, InterpolatedCosts, StepOptions, decode_shape, granules, memory, prefill_shape
+from kbfast.serving.costs import (DirectCosts, InterpolatedCosts, StepOptions, decode_shape, granules, memory,
+                                  prefill_shape)
 from kbfast.serving.report import latencies, summary
 from kbfast.serving.requests import MOST_TOKENS, Requests, parse_lengths, poisson, read_trace
 from kbfast.serving.scheduler import simulate

@@ -125,7 +125,8 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
                   f"in {wall:,.1f} s, {count(res.n_candidates - len(res.pruned.kept))} pruned before any timing",
                   highlight=False)
     for why, n in res.pruned.counts.items():
-        console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78, break_on_hyphens=False,
+        console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78,
+                                    break_on_hyphens=False,
                                     initial_indent="  ", subsequent_indent="    "), highlight=False, markup=False)
     if (~ok).any():
         console.print(f"  failed when evaluated: {count(int((~ok).sum()))} (see {out / 'search.csv'})",

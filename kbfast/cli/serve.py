@@ -129,8 +129,10 @@ def print_report(res: ServeResult, out: dict, opts: StepOptions, t, trace: Path 
                         ("requests/s", num(out["requests_per_s"], 2)),
                         ("steps: prefill / decode", f"{count(out['prefill_steps'])} / {count(out['decode_steps'])}"),
                         ("busy share of the span", percent(out["busy_share"])),
-                        ("decode batch: mean / most", f"{num(out['decode_batch_mean'], 2)} / {out['decode_batch_max']}"),
-                        ("KV held: mean / most", f"{percent(out['kv_held_mean'], 2)} / {percent(out['kv_held_max'], 2)}"),
+                        ("decode batch: mean / most",
+                         f"{num(out['decode_batch_mean'], 2)} / {out['decode_batch_max']}"),
+                        ("KV held: mean / most",
+                         f"{percent(out['kv_held_mean'], 2)} / {percent(out['kv_held_max'], 2)}"),
                         ("KV capacity, tokens", count(m.capacity_tokens)),
                         ("KV bytes per token, each working PE", count(m.bytes_per_token))):
         run.add_row(name, value)

@@ -83,7 +83,8 @@ def memory(t: Tables, opts: StepOptions, max_batch: int, max_prompt: int) -> Mem
     free = layer.memory["hbm_slice"] - weights - acts
     if free < per_token:
         raise KbfastError(f"{opts.model.name} leaves no HBM for a KV cache on layout {opts.layout}: each working PE "
-                          f"holds {weights:,} B of weights and {acts:,} B of activations in a {layer.memory['hbm_slice']:,} B "
+                          f"holds {weights:,} B of weights and {acts:,} B of activations in a "
+                          f"{layer.memory['hbm_slice']:,} B "
                           "slice\n  hint: use more SIPs (--set sips.count=N), layout tp_pes, or a smaller --max-batch")
     return Memory(g, per_token, free // per_token, weights, acts, layer.memory["hbm_slice"])
 

@@ -138,7 +138,8 @@ def read_trace(path: Path) -> Requests:
     missing = [c for c in TRACE_COLUMNS if c not in df.columns]
     if missing:
         raise ConfigError(str(path), missing[0], None, f"the trace has no column {missing[0]!r} (it has "
-                          f"{', '.join(map(str, df.columns)) or 'none'})", f"name its columns {', '.join(TRACE_COLUMNS)}")
+                          f"{', '.join(map(str, df.columns)) or 'none'})",
+                          f"name its columns {', '.join(TRACE_COLUMNS)}")
     if df.empty:
         raise ConfigError(str(path), "rows", None, "the trace has no requests", "add one row per request")
     for col, low, high in zip(TRACE_COLUMNS, (0.0, 1, 1), (np.inf, MOST_TOKENS, MOST_TOKENS)):

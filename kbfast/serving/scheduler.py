@@ -68,7 +68,8 @@ def simulate(requests: Requests, costs, max_batch: int, capacity_tokens: int, gr
             if not refused[nxt]:
                 waiting.append(nxt)
             nxt += 1
-        while waiting and len(to_prefill) + len(decoding) < max_batch and reserved + need[waiting[0]] <= capacity_tokens:
+        while (waiting and len(to_prefill) + len(decoding) < max_batch
+               and reserved + need[waiting[0]] <= capacity_tokens):
             r = waiting.popleft()
             admitted[r] = now
             reserved += int(need[r])
