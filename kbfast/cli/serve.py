@@ -40,7 +40,8 @@ def serve_command(
     trace: Annotated[Path | None, typer.Option(help="Requests from a CSV or Parquet file (arrival_s, prompt_len, "
                                                      "output_len) instead of --rate and the lengths.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the arrivals and lengths.")] = 0,
-    jobs: Annotated[int, typer.Option(help="Processes that evaluate the step shapes.")] = 1,
+    jobs: Annotated[int, typer.Option(help="Processes that evaluate the step shapes of the grids (with --exact "
+                                           "the loop finds its shapes one by one, in this process).")] = 1,
     layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
     collective: Annotated[str | None, typer.Option(help="The all-reduce algorithm (default: the model file's, "
                                                         "auto).")] = None,
@@ -115,7 +116,7 @@ def print_report(res: ServeResult, out: dict, opts: StepOptions, t, trace: Path 
     """The run's figures, latency percentiles and the interpolants' checks, each table within 80 columns."""
     m = res.memory
     console.print(f"[bold]{opts.model.name}[/] on {t.spec.name} ({t.layout.n_sips} SIPs), layout {opts.layout}: "
-                  f"{out['requests']} requests{' from ' + str(trace) if trace else ''}, at most {out['max_batch']} "
+                  f"{out['requests']} request{'' if out['requests'] == 1 else 's'}{' from ' + str(trace) if trace else ''}, at most {out['max_batch']} "
                   f"running; step costs {'exact, every shape' if res.mode == 'exact' else 'fast, interpolated'}",
                   highlight=False)
     lat = narrow_table("latency per request", "", *(f"p{q}" for q in PERCENTILES))
