@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, user_errors, writable
-from kbfast.cli.sweep import _progress
+from kbfast.cli.sweep import progress_of
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import parse_overrides
 from kbfast.config.models import load_model
@@ -83,7 +83,7 @@ def search_command(
     out = writable(out or Path("results") / "search" / Path(model).stem, "--out", folder=True)
     first_run("collectives", "exact", "runs", "fast", "pipeline")
     t0 = time.perf_counter()
-    with _progress("candidates") as update:
+    with progress_of("candidates") as update:
         res = search(m, model, topology, overrides, list(sets or []), space, objective, constraints, kv_len, seq, out,
                      method, jobs, scheduler, lambda what, d, n: update(d, n))
     wall = time.perf_counter() - t0

@@ -11,7 +11,7 @@ import typer
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, load, user_errors, writable
 from kbfast.cli.outputs import table_path, write_table
-from kbfast.cli.sweep import _progress
+from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.measure.methods import check_fast_choice
@@ -78,7 +78,7 @@ def serve_command(
     t = build_tables(load(topology, list(sets or [])))
     opts = StepOptions(load_model(model), layout, method, collective, None, overlap)
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))
-    with _progress("step shapes") as update:
+    with progress_of("step shapes") as update:
         res = serve(t, Router(t), opts, requests, max_batch, "exact" if exact else "fast", update, jobs)
     out = summary(res.schedule)
     if plot_to is not None:

@@ -95,7 +95,7 @@ class ProgressLines:
 
 
 @contextmanager
-def _progress(label: str) -> Iterator:
+def progress_of(label: str) -> Iterator:
     """Progress on stderr; yields the update callback ``(done, total)``.  On a terminal a rich bar (points
     done / total, points per second, elapsed, ETA) that is gone before the results print; otherwise plain
     lines (:class:`ProgressLines`), about every ``PROGRESS_EVERY_S`` seconds from a timer thread."""
@@ -233,7 +233,7 @@ def _sweep(s: SweepSpec, out: Path, fmt: Fmt, jobs: int, scheduler: str | None, 
     first_run(*_kernels(s, s.mode == "exact", check > 0))
     if check > 0:
         _warn_ignored(s, s.points())
-    with _progress(f"sweep {s.name}") as update:
+    with progress_of(f"sweep {s.name}") as update:
         res = run_sweep(s, out, fmt.value, jobs, scheduler, check, resume, overwrite, links=links, pcs=pcs,
                         progress=update)
     for f in res.corrupt:   # --resume found a part it could not read: its points were evaluated again
@@ -278,7 +278,7 @@ def check(
     picked = [p for p in points if p.index in chosen]
     rows = []
     first_run(*_kernels(s, False, True))
-    with _progress(f"check {s.name}") as update:
+    with progress_of(f"check {s.name}") as update:
         update(0, len(picked))
         for batch, res in run_local(make_batches(picked, "fast", chosen, max_points=1), jobs):
             rows.append(res.rows)

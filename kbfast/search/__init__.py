@@ -109,9 +109,10 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     table["ttft_ms"] = np.nan
     table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
     if need_ttft:
-        keys = [repr(sorted(_row(c, seq).items())) for c in pruned.kept]      # the batch is left out: 1
-        first = list(dict.fromkeys(keys))
-        rows = {k: _row(c, seq) for k, c in zip(keys, pruned.kept)}
+        prefills = [_row(c, seq) for c in pruned.kept]     # one user: candidates that differ in batch alone share it
+        keys = [repr(sorted(r.items())) for r in prefills]
+        rows = dict(zip(keys, prefills))
+        first = list(rows)
         pre = _sweep("search_prefill", model_arg, topo, overrides, [rows[k] for k in first], kv_len, method,
                      out / "prefill", jobs, scheduler, on("prefills"))
         ns = pre["latency_ns"].to_numpy() if "latency_ns" in pre else np.full(len(pre), np.nan)

@@ -317,10 +317,3 @@ class InterpolatedCosts:
         """The prefill of a ``seq``-token prompt, within the grid (as :meth:`decode_ns`)."""
         _within("prefill prompt", seq, self.prompts)
         return float(np.interp(seq, self.prompts, self._prefill))
-
-    def worst_check(self) -> Check | None:
-        """The last round's check furthest off."""
-        if not self.checks:
-            return None
-        last = max(c.round for c in self.checks)
-        return max((c for c in self.checks if c.round == last), key=lambda c: abs(c.error))
