@@ -362,6 +362,16 @@ def test_kbfast_serve_one_late_request_of_one_token(tiny, tmp_path):
     assert out["decode_steps"] == 0 and out["span_ns"] == out["ttft_p50_ns"] == out["e2e_p99_ns"]
 
 
+def test_kbfast_serve_exits_1_when_an_interpolant_stays_over(tiny, tmp_path):
+    """A tiny model's prompts of 64 to 1,000 tokens cross 32-token GEMM tile edges that four refinements do not
+    all catch: the report is printed in full, the plot written, then exit 1 with the worst check named."""
+    res = CliRunner().invoke(app, ["serve", tiny, "--layout", "tp_cubes", "--rate", "20000", "--duration", "0.002",
+                                   "--plot", str(tmp_path / "run.png")])
+    assert res.exit_code == 1, res.output
+    assert " over" in res.stdout and "time to first token" in res.stdout and (tmp_path / "run.png").exists()
+    assert "check failed" in res.stderr and "Traceback" not in res.output
+
+
 @pytest.mark.parametrize("args, text", [(["--prompt-len", "uniform:5"], "--prompt-len"),
                                         (["--rate", "0"], "--rate"), (["--max-batch", "0"], "--max-batch"),
                                         (["--rate", "inf"], "--rate"), (["--duration", "1e20"], "--duration"),

@@ -9,7 +9,8 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, load, user_errors, writable
+from kbfast.cli.common import (OutputFormat, SetOpt, console, err_console, figure_path, first_run, load, user_errors,
+                               writable)
 from kbfast.cli.outputs import table_path, write_table
 from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
@@ -94,6 +95,15 @@ def serve_command(
         sys.stdout.write(pd.DataFrame([out]).to_csv(index=False))
     else:
         print_report(res, out, opts, t, trace)
+    checks = getattr(res.costs, "checks", [])            # none in exact mode
+    over = [c for c in checks if c.round == checks[-1].round and not c.ok]
+    if over:                       # printed in full, then a failed check exits 1 (docs/serving.md)
+        worst = max(over, key=lambda c: abs(c.error))
+        err_console.print(f"check failed: {len(over)} interpolated step cost(s) still over ±2 % after the grid's "
+                          f"refinements (worst: {worst.kind} of {worst.batch} user(s) at {worst.tokens:,} tokens, "
+                          f"{pct(worst.error)}); the run's figures lean on them\n  hint: --exact times every step "
+                          "shape directly (small models), or narrow --prompt-len / --output-len", highlight=False)
+        raise typer.Exit(1)
 
 
 def requests_table(res: ServeResult) -> pd.DataFrame:
