@@ -151,7 +151,7 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
         table.add_row(f"{i}{'*' if r.best else ''}", r.layout, str(r.batch), r.collective, r.overlap,
                       "on" if r.sequence_parallel else "off", *knobs, in_unit(r.tpot_ms * 1e6, unit),
                       f"{r.tokens_per_s:,.0f}", *([in_unit(r.ttft_ms * 1e6, t_unit)] if ttft else []))
-    console.print(fit(console, table, wrap=("knobs",)))
+    console.print(fit(console, table, wrap=("knobs",), drop=("SP", "overlap", "all-reduce")))   # each in the commands
     best = t[t["best"]]
     if not best.empty and not best.iloc[0]["front"]:
         b = best.iloc[0]
