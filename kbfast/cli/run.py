@@ -384,6 +384,13 @@ def run_model(
     overlap: Annotated[str | None, typer.Option(
         help="Transformers: prefetch (the default: the GEMM after each all-reduce streams its first weight "
              "tiles into free TCM during it) or none (stage by stage, the reference's).")] = None,
+    pp: Annotated[int | None, typer.Option(help="Transformers: pipeline stages, each on its own group of SIPs "
+                                                "(default 1).")] = None,
+    dp: Annotated[int | None, typer.Option(help="Transformers: data-parallel replicas, each on its own group of "
+                                                "SIPs, the users split among them (default 1).")] = None,
+    micro_batches: Annotated[int | None, typer.Option(
+        help="With --pp: micro-batches per step (default: the largest divisor of a replica's users up to "
+             "--pp).")] = None,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -398,7 +405,8 @@ def run_model(
     router = Router(t)
     w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,
          "layers": layers, "layout": layout, "method": method, "collective": collective,
-         "sequence_parallel": True if sequence_parallel else None, "overlap": overlap}
+         "sequence_parallel": True if sequence_parallel else None, "overlap": overlap, "pp": pp, "dp": dp,
+         "micro_batches": micro_batches}
     prepared = prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),

@@ -39,6 +39,7 @@ from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.measure.metrics import phase_ends
+from kbfast.measure.pipeline import PipelineTiming, schedule, terms_of
 from kbfast.measure.roofline import ZERO, Floors, piece_floors, roofline_row
 from kbfast.measure.rows import STEP_CATEGORIES
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
@@ -54,8 +55,9 @@ from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.collectives.in_model import AUTO, candidates
 from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_message, allreduce_piece, build_piece,
-                                    compile_model, prefetched, refuse_unread, shape_for, with_collective,
-                                    with_fields)
+                                    compile_model, pipeline_piece, prefetched, refuse_unread, shape_for,
+                                    with_collective, with_fields)
+from kbfast.workloads.parallel import Parallel, split
 
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
 
@@ -471,35 +473,76 @@ class StepResult:
     mode: str                                  # the mode the totals come from
     refused: KbfastError | None = None         # why a later mode is missing (its refusal), the earlier kept
     choices: dict[str, dict] = field(default_factory=dict)   # auto's all-reduce choices (resolve_collectives)
+    parallel: Parallel = Parallel()            # pipeline stages, replicas, micro-batches
+    pipeline: dict[str, PipelineTiming] = field(default_factory=dict)   # mode -> the recurrence on its pieces
+    whole: dict[str, tuple[float, float]] = field(default_factory=dict)  # exact: the whole pipeline replayed
 
     def with_mode(self, other: StepResult) -> StepResult:
         """This step with ``other``'s modes added (the same step measured in another mode); the totals stay
         from this step's mode."""
-        return dataclasses.replace(self, results={**self.results, **other.results})
+        return dataclasses.replace(self, results={**self.results, **other.results},
+                                   pipeline={**self.pipeline, **other.pipeline}, whole={**self.whole, **other.whole})
 
     def repeat(self, piece: Piece) -> int:
-        """How often the step runs ``piece``: the step's layers for a transformer layer, else its own count."""
-        return self.layers if piece.name == "layer" else piece.repeat
+        """How often the step runs ``piece``: the step's layers for a transformer layer, else its own count;
+        in a pipeline, per micro-batch, and the hand-off between every two stages."""
+        par = self.parallel
+        if par.pp == 1:
+            return self.layers if piece.name == "layer" else piece.repeat
+        per = {"layer": self.layers, "hand-off": par.pp - 1}.get(piece.name, 1)
+        return per * par.micro_batches
 
     def latency_ns(self, mode: str | None = None) -> float:
-        """The step: every piece's latency times how often the step runs it (identical layers once)."""
-        return sum(self.repeat(p) * r.latency_ns for p, r in zip(self.pieces, self.results[mode or self.mode]))
+        """The step: every piece's latency times how often the step runs it (identical layers once); a
+        pipeline's makespan (kbfast.measure.pipeline), in exact mode the whole pipeline's replay."""
+        mode = mode or self.mode
+        if self.parallel.pp > 1:
+            return self.whole[mode][0] if mode in self.whole else self.pipeline[mode].makespan_ns
+        return sum(self.repeat(p) * r.latency_ns for p, r in zip(self.pieces, self.results[mode]))
+
+    def period_ns(self, mode: str | None = None) -> float:
+        """What a step costs among steps: a pipeline's period (its next round's micro-batches enter as their
+        tokens come back, kbfast.measure.pipeline), else the step's latency."""
+        mode = mode or self.mode
+        if self.parallel.pp > 1:
+            return self.whole[mode][1] if mode in self.whole else self.pipeline[mode].period_ns
+        return self.latency_ns(mode)
+
+    def bounds_ns(self) -> tuple[float, float]:
+        """The latency's lower and upper bounds: the pieces' (a pipeline: its recurrence on them)."""
+        res = self.results[self.mode]
+        if self.parallel.pp > 1:
+            by = {p.name: r for p, r in zip(self.pieces, res)}
+            par = self.parallel
+            return tuple(schedule(terms_of(by, f), par.pp, par.micro_batches, self.layers // par.pp).makespan_ns
+                         for f in ("lo_ns", "hi_ns"))
+        return (sum(self.repeat(p) * r.lo_ns for p, r in zip(self.pieces, res)),
+                sum(self.repeat(p) * r.hi_ns for p, r in zip(self.pieces, res)))
 
     def macs(self) -> int:
         """The step's useful multiply-accumulates."""
         return sum(self.repeat(p) * p.macs for p in self.pieces)
 
+    def working_pes(self) -> int:
+        """The PEs the step runs on: its first piece's, on every stage."""
+        return len(self.pieces[0].nodes) * self.parallel.pp
+
     def mac_util(self, t: Tables) -> float:
         """Useful MACs over what the working PEs' GEMM units could do in the step's time."""
-        n_pe = len(self.pieces[0].nodes)
+        n_pe = self.working_pes()
         lat = self.latency_ns()
         return self.macs() / (lat * n_pe * t.spec.pe.gemm_macs_per_ns) if lat > 0 else 0.0
 
     def floors(self, mode: str | None = None) -> Floors:
-        """The step's roofline floors (kbfast.measure.roofline): every piece's, times how often the step runs it."""
+        """The step's roofline floors (kbfast.measure.roofline): every piece's, times how often the step runs it;
+        a pipeline's, its last stage's (no stage works more): its layers, the LM head and the hand-off in,
+        per micro-batch."""
         out = ZERO
+        par = self.parallel
         for p, r in zip(self.pieces, self.results[mode or self.mode]):
-            out = out + r.floors * self.repeat(p)
+            runs = self.repeat(p) if par.pp == 1 else par.micro_batches * {
+                "layer": self.layers // par.pp, "head": 1, "hand-off": 1}.get(p.name, 0)
+            out = out + r.floors * runs
         return out
 
     def roofline(self) -> dict:
@@ -507,11 +550,19 @@ class StepResult:
         return roofline_row(self.floors(), self.latency_ns())
 
     def breakdown(self) -> dict[str, float]:
-        """The critical path of the step by category: each piece's, times its repeat count."""
+        """The critical path of the step by category: each piece's, times its repeat count; a pipeline's, each
+        piece's in the share of its latency its terms spend on the recurrence's critical path."""
         out = dict.fromkeys(STEP_CATEGORIES, 0.0)
+        weight = {p.name: self.repeat(p) for p in self.pieces}
+        if self.parallel.pp > 1 and self.mode in self.pipeline:
+            path = self.pipeline[self.mode].on_path
+            spent = {"layer": path["layer"], "head": path["head"], "hand-off": path["send"] + path["recv"],
+                     "token": path["token"] + path["token_out"]}
+            weight = {p.name: spent[p.name] / r.latency_ns if r.latency_ns > 0 else 0.0
+                      for p, r in zip(self.pieces, self.results[self.mode])}
         for p, r in zip(self.pieces, self.results[self.mode]):
             for k, v in r.breakdown.items():
-                out[k] += self.repeat(p) * v
+                out[k] += weight[p.name] * v
         return out
 
 
@@ -525,27 +576,36 @@ class StepPlan:
     layers: int | None
     method: str
     pieces: list
+    parallel: Parallel = Parallel()
 
 
 def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
               method: str = "hybrid", collective: str | None = None, sequence_parallel: bool | None = None,
-              overlap: str | None = None, fit_hbm: bool = True) -> StepPlan:
+              overlap: str | None = None, fit_hbm: bool = True, pp: int | None = None, dp: int | None = None,
+              micro_batches: int | None = None) -> StepPlan:
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`);
     ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`);
-    ``sequence_parallel``, ``overlap`` and ``fit_hbm``: kbfast.workloads.model.compile_model's."""
+    ``sequence_parallel``, ``overlap``, ``fit_hbm``, ``pp``, ``dp`` and ``micro_batches``:
+    kbfast.workloads.model.compile_model's."""
     check_fast_choice(method)
+    par = Parallel()
     if isinstance(model, Transformer):
+        given = layers
         layers = model.layers if layers is None else layers
         if not 1 <= layers <= model.layers:
             raise KbfastError(f"--layers {layers}: {model.name} has {model.layers} layers; use 1 to {model.layers}")
+        par = split(t, pp, dp, micro_batches, (shape or shape_for(model)).batch)
+        if par.pp > 1 and given not in (None, model.layers):
+            raise KbfastError(f"--layers {given} with --pp {par.pp}: a pipeline runs every layer, "
+                              f"{model.layers // par.pp if model.layers % par.pp == 0 else '?'} per stage\n"
+                              "  hint: drop --layers")
     else:
-        refuse_unread(model, {"layers": layers})
-    return StepPlan(model, shape, layout, layers, method, compile_model(t, model, shape, layout,
-                                                                       collective=collective,
-                                                                       sequence_parallel=sequence_parallel,
-                                                                       overlap=overlap, fit_hbm=fit_hbm))
+        refuse_unread(model, {"layers": layers, "pp": pp, "dp": dp, "micro_batches": micro_batches})
+    return StepPlan(model, shape, layout, layers, method,
+                    compile_model(t, model, shape, layout, collective=collective, sequence_parallel=sequence_parallel,
+                                  overlap=overlap, fit_hbm=fit_hbm, pp=pp, dp=dp, micro_batches=micro_batches), par)
 
 
 def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",),
@@ -569,8 +629,19 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
                 raise
             refused = err
             break
+    par = plan.parallel
+    pipeline, whole = {}, {}
+    if par.pp > 1:
+        per_stage = (plan.layers or 1) // par.pp
+        for m, res in results.items():
+            pipeline[m] = schedule(terms_of({p.name: r for p, r in zip(pieces, res)}), par.pp, par.micro_batches,
+                                   per_stage)
+        if "exact" in results:
+            one, two = (evaluate_piece(t, router, pipeline_piece(t, pieces, par, per_stage, rounds), "exact").latency_ns
+                        for rounds in (1, 2))
+            whole["exact"] = (one, two - one)
     return StepResult(plan.model, plan.shape, plan.layout, plan.layers or 1, pieces, results, modes[0], refused,
-                      choices)
+                      choices, par, pipeline, whole)
 
 
 def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
@@ -644,15 +715,16 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
     all-reduce algorithms and the overlap a transformer's layer ran ("" for the other models)."""
     res = step.results[step.mode]
     lat = step.latency_ns()
-    out = {"latency_ns": lat, "latency_lo_ns": sum(step.repeat(p) * r.lo_ns for p, r in zip(step.pieces, res)),
-           "latency_hi_ns": sum(step.repeat(p) * r.hi_ns for p, r in zip(step.pieces, res)),
+    lo, hi = step.bounds_ns()
+    out = {"latency_ns": lat, "latency_lo_ns": lo, "latency_hi_ns": hi,
            "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
-           "n_ranks": len(step.pieces[0].nodes), "mac_util": step.mac_util(t),
+           "n_ranks": step.working_pes(), "mac_util": step.mac_util(t),
            "method": ",".join(sorted({r.method for r in res})), "collective_used": collectives_used(step.pieces),
            "overlap": next((p.info["layer"]["overlap"] for p in step.pieces if "layer" in p.info), "")}
     if step.shape is not None:
         out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \
-            step.shape.batch / (lat * 1e-9) if step.shape.phase == "decode" else lat
+            step.shape.batch / (step.period_ns() * 1e-9) if step.shape.phase == "decode" else lat
+        out["step_period_ns"] = step.period_ns()
     out.update({f"critical_path_{k}_ns": v for k, v in step.breakdown().items()})
     return out
 
@@ -664,7 +736,13 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     refuse_unread(model, w)
     layers = None if w["layers"] is None else int(w["layers"])
     return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
-                     w["sequence_parallel"], w["overlap"])
+                     w["sequence_parallel"], w["overlap"], pp=_int_or_none(w["pp"]), dp=_int_or_none(w["dp"]),
+                     micro_batches=_int_or_none(w["micro_batches"]))
+
+
+def _int_or_none(v):
+    """A sweep field's integer (a spec's YAML and an axis give ints; a CSV's read gives floats), or None."""
+    return None if v is None else int(v) if isinstance(v, float) and v == int(v) else v
 
 
 def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
@@ -695,12 +773,13 @@ MODEL = WorkloadKind(
     "model", "one step of a model: a transformer layer x layers + LM head, the TP MLP or the attention panels "
              "(kbfast run model)",
     {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
-     "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None, "overlap": None},
+     "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None, "overlap": None,
+     "pp": None, "dp": None, "micro_batches": None},
     # phase and batch: decode and 1 for a transformer; collective: the model file's (auto by default);
     # overlap: prefetch for a transformer
     _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
     resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method",
-                                         "collective", "sequence_parallel", "overlap"),
+                                         "collective", "sequence_parallel", "overlap", "pp", "dp", "micro_batches"),
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly

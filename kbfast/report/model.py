@@ -43,8 +43,9 @@ def model_report(step: StepResult, t: Tables) -> dict:
     """Inputs, one row per piece (latency per run, repeat, per-mode latencies and error, op counts), the
     step's totals and its critical path by category."""
     s, m = step.shape, step.model
-    inputs = {"model": m.name, "kind": m.kind, "layout": step.layout, "topology": t.spec.name,
-              "sips": t.layout.n_sips, "working_pes": len(step.pieces[0].nodes), "mode": step.mode,
+    par = step.parallel
+    inputs = {"model": m.name, "kind": m.kind, "layout": par.label(step.layout), "topology": t.spec.name,
+              "sips": t.layout.n_sips, "working_pes": step.working_pes(), "mode": step.mode,
               "modes": list(step.results)}
     if s is not None:
         inputs.update(phase=s.phase, batch=s.batch, seq=s.seq, kv_len=s.kv_len, layers=step.layers)
@@ -76,14 +77,24 @@ def model_report(step: StepResult, t: Tables) -> dict:
         return out
     lat = step.latency_ns()
     total = {"latency_ns": lat, "macs": step.macs(), "mac_util": step.mac_util(t)}
+    if par.pp > 1:
+        total["period_ns"] = step.period_ns()
     if s is not None and s.phase == "decode":
-        total["tokens_per_s"] = s.batch / (lat * 1e-9)
+        total["tokens_per_s"] = s.batch / (step.period_ns() * 1e-9)
     elif s is not None:
         total["time_to_first_token_ns"] = lat
     if len(step.results) == 2:
         total["exact_latency_ns"] = step.latency_ns("exact")
         total["rel_error"] = rel_error(lat, total["exact_latency_ns"])
+        if par.pp > 1:
+            total["exact_period_ns"] = step.period_ns("exact")
+            total["period_rel_error"] = rel_error(total["period_ns"], total["exact_period_ns"])
     out["step"] = total
+    if par.pp > 1:
+        timing = step.pipeline[step.mode]
+        out["pipeline"] = {"stages": par.pp, "replicas": par.dp, "micro_batches": par.micro_batches,
+                           "sips_per_stage": par.sips, "makespan_ns": timing.makespan_ns,
+                           "period_ns": timing.period_ns, "stage_rows": timing.stages, "on_path_ns": timing.on_path}
     out["critical_path_ns"] = step.breakdown()
     out["roofline"] = step.roofline()
     return out
@@ -116,6 +127,10 @@ def print_model_report(rep: dict, console: Console) -> None:
         tot.add_row("latency", duration(st["latency_ns"]))
         if "exact_latency_ns" in st:
             tot.add_row("exact latency", f"{duration(st['exact_latency_ns'])} ({pct(st['rel_error'])})")
+        if "period_ns" in st:
+            tot.add_row("period among steps", duration(st["period_ns"]))
+        if "exact_period_ns" in st:
+            tot.add_row("exact period", f"{duration(st['exact_period_ns'])} ({pct(st['period_rel_error'])})")
         if "tokens_per_s" in st:
             tot.add_row("tokens/s", num(st["tokens_per_s"]))
         if "time_to_first_token_ns" in st:
@@ -131,6 +146,8 @@ def print_model_report(rep: dict, console: Console) -> None:
             crit.add_row(CATEGORY_NAMES[k], in_unit(cp[k], unit), percent(cp[k] / whole))
         console.print(fit(console, crit, wrap=("category",)))
         _print_roofline(rep["roofline"], st["latency_ns"], console)
+    if "pipeline" in rep:
+        _print_pipeline(rep["pipeline"], console)
     ends = rep["stage_end_ns"].get("layer") or rep["stage_end_ns"].get("mlp")
     if ends:
         unit = column_unit([*ends.values(), *np.diff([0.0, *ends.values()])])
@@ -150,6 +167,22 @@ def print_model_report(rep: dict, console: Console) -> None:
     for row in rep["pieces"]:
         counts.add_row(row["piece"], *(count(row[f"count[{k}]"]) for k in COUNTED))
     console.print(fit(console, counts))
+
+
+def _print_pipeline(pl: dict, console: Console) -> None:
+    """The stages of one step (fill and drain, kbfast.measure.pipeline): when each starts and ends, how long it
+    works and idles (its bubble)."""
+    rows = pl["stage_rows"]
+    unit = column_unit([r["end_ns"] for r in rows])
+    table = narrow_table(f"pipeline: {pl['stages']} stages of {pl['sips_per_stage']} SIP(s), {pl['micro_batches']} "
+                         f"micro-batch(es), {pl['replicas']} replica(s)", "stage", with_unit("starts", unit),
+                         with_unit("ends", unit), with_unit("busy", unit), "bubble",
+                         caption=f"one step, fill and drain: {duration(pl['makespan_ns'])}; a step among steps: "
+                                 f"{duration(pl['period_ns'])} (docs/models.md)")
+    for i, r in enumerate(rows):
+        table.add_row(str(i), in_unit(r["start_ns"], unit), in_unit(r["end_ns"], unit), in_unit(r["busy_ns"], unit),
+                      percent(r["idle_ns"] / pl["makespan_ns"]))
+    console.print(fit(console, table))
 
 
 def ipcq_slot_bytes(program) -> dict:

@@ -19,7 +19,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
-for _p in ("global_", "intra_", "pe_", "mesh_", "sip_", "ring_"):
+for _p in ("global_", "intra_", "pe_", "mesh_", "sip_", "ring_", "pipe_"):
     OPPOSITE.update({_p + a: _p + b for a, b in list(OPPOSITE.items())[:4]})
 
 Table = dict[str, int]

@@ -51,6 +51,7 @@ from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.ir.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
+from kbfast.workloads import parallel
 from kbfast.workloads.collectives import in_model, lrab
 from kbfast.workloads.collectives.lrab import intercube_peers
 from kbfast.workloads.collectives.placement import kernel_info, pe_nodes
@@ -101,6 +102,7 @@ class Piece:
     repeat: int = 1                  # how many times a step runs it (identical layers)
     allreduce: str = ""              # the info key of its all-reduce's fields (n_pe, bytes, collective), if any
     memory: dict = dataclasses.field(default_factory=dict)   # per working PE, bytes (:func:`_memory`)
+    groups: np.ndarray | None = None     # per rank, the ranks it ends with (lo, hi); None: every rank's
 
     @property
     def collective(self) -> str:
@@ -135,7 +137,8 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
 
 
 # what a transformer's step takes
-STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel", "overlap")
+STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel", "overlap", "pp", "dp",
+                "micro_batches")
 OVERLAPS = {"prefetch": "the GEMM after each all-reduce streams its first weight tiles into free TCM during it",
             "none": "stage by stage, each GEMM from an idle read channel (the reference)"}
 DEFAULT_OVERLAP = "prefetch"     # the decisions table's overlap row
@@ -439,9 +442,12 @@ def allreduce_piece(piece: Piece, algorithm: str) -> Piece:
     nbytes, tile_io = allreduce_message(piece)
     fields = {"n_pe": piece.info[piece.allreduce]["n_pe"], "bytes": nbytes, "tile_io": tile_io,
               "collective": algorithm}
-    info = {k: v for k, v in piece.info.items() if k != piece.allreduce}
-    return Piece("all-reduce", piece.nodes, piece.labels, piece.peer, piece.roles, allreduce_kernel,
-                 dict(info, allreduce=fields), [], 0)
+    info = dict({k: v for k, v in piece.info.items() if k != piece.allreduce}, allreduce=fields)
+    kernel = allreduce_kernel
+    if "group" in info:                                  # a piece placed on groups of SIPs (parallel.place)
+        info["group"], kernel = dict(info["group"], kernel=allreduce_kernel), parallel.grouped_kernel
+    return Piece("all-reduce", piece.nodes, piece.labels, piece.peer, piece.roles, kernel, info, [], 0,
+                 groups=piece.groups)
 
 
 def panel_kernel(tl: Tl):
@@ -531,7 +537,8 @@ def attention_ring(t: Tables, model: Transformer, layout: str) -> int:
 
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
                   layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None,
-                  overlap: str | None = None, fit_hbm: bool = True) -> list[Piece]:
+                  overlap: str | None = None, fit_hbm: bool = True, pp: int | None = None, dp: int | None = None,
+                  micro_batches: int | None = None) -> list[Piece]:
     """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
     head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
     (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it).  ``collective``
@@ -542,8 +549,15 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     ``fit_hbm`` False: a transformer step whose weights, KV cache and activations exceed a working PE's HBM
     slice is compiled all the same (its timing does not depend on the slice's size: an address picks its
     pseudo-channel by its low bits); a serving run, which holds its KV cache to what fits itself, times its
-    steps so (kbfast.serving.costs)."""
-    refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel, "overlap": overlap})
+    steps so (kbfast.serving.costs).  ``pp``, ``dp``, ``micro_batches`` (transformers): pipeline stages,
+    data-parallel replicas and micro-batches (kbfast.workloads.parallel; :func:`_compile_split`)."""
+    refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel, "overlap": overlap,
+                          "pp": pp, "dp": dp, "micro_batches": micro_batches})
+    if isinstance(model, Transformer) and (pp, dp, micro_batches) != (None, None, None):
+        s = shape or shape_for(model)
+        par = parallel.split(t, pp, dp, micro_batches, s.batch)
+        if par.groups > 1:
+            return _compile_split(t, model, s, layout, layer, collective, sequence_parallel, overlap, fit_hbm, par)
     if isinstance(model, AttentionPanels):
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
     collective = in_model.check_choice(collective or model.collective)
@@ -632,6 +646,95 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
                                allreduce="head", memory=head_mem)]
 
 
+def _compile_split(t: Tables, model: Transformer, s: Shape, layout: str, layer: int, collective: str | None,
+                   sequence_parallel: bool | None, overlap: str | None, fit_hbm: bool,
+                   par: parallel.Parallel) -> list[Piece]:
+    """A step split ``par.pp`` x ``par.dp`` ways (kbfast.workloads.parallel): the layer of a stage (``layers /
+    pp`` of them, a micro-batch's users) on stage 0 of every replica, the LM head on the last stage, and with a
+    pipeline the hand-off between two stages and the tokens' trip back, each compiled on a group's own tray
+    and placed on the whole.  A stage's memory is its layers' weights and KV cache for all of a replica's
+    users (checked against the HBM slice unless ``fit_hbm`` is False)."""
+    if model.layers % par.pp:
+        raise KbfastError(f"--pp {par.pp}: {model.name}'s {model.layers} layers do not divide into {par.pp} stages"
+                          f"\n  hint: use a --pp that divides {model.layers}")
+    small = parallel.sub_tables(t, par.sips)
+    stage = model.model_copy(update={"layers": model.layers // par.pp})
+    replica = dataclasses.replace(s, batch=s.batch // par.dp)
+    micro = dataclasses.replace(replica, batch=replica.batch // par.micro_batches)
+    opts = {"layout": layout, "layer": layer, "collective": collective, "sequence_parallel": sequence_parallel,
+            "overlap": overlap}
+    held = compile_model(small, stage, replica, fit_hbm=fit_hbm, **opts)
+    one, head = held if micro == replica else compile_model(small, stage, micro, fit_hbm=False, **opts)
+    one = dataclasses.replace(one, memory=held[0].memory)
+    replicas = range(par.dp)
+    out = [parallel.place(t, small, one, [par.first_sip(k, 0) for k in replicas]),
+           parallel.place(t, small, head, [par.first_sip(k, par.pp - 1) for k in replicas])]
+    if par.pp > 1:
+        x_bytes = one.info["layer"]["x_bytes"]
+        out += [parallel.handoff_piece(t, small, one, par, x_bytes),
+                parallel.token_piece(t, small, one, par, micro.batch)]
+    return out
+
+
+def pipeline_kernel(tl: Tl):
+    """A whole pipelined step on one working PE (:func:`pipeline_piece`): for each round and micro-batch, the
+    stage's hand-off in (stage 0 after the first round: the last stage's tokens), its layers, the LM head on
+    the last stage, the hand-off out (the last stage: the tokens back to stage 0).  Returns what the rank
+    holds at the end: its stage's contributions and the previous stage's."""
+    P = tl.info["pipeline"]
+    R, S = P["ranks"], P["stages"]
+    stage, i = divmod(tl.rank % (S * R), R)
+    me = parallel.local(tl, i, R)
+    out = None
+    for r in range(P["rounds"]):
+        for _ in range(P["micro_batches"]):
+            got = None
+            if stage > 0:
+                got = yield from parallel.handoff_recv(me, P["handoff"])
+            elif r > 0:
+                yield me.phase("pp tokens in")
+                yield me.recv(parallel.PIPE[1], P["token_bytes"])
+            for _ in range(P["layers"]):
+                acc = yield from layer_kernel(me)
+            if stage < S - 1:
+                yield from parallel.handoff_send(me, P["handoff"])
+            else:
+                acc = yield from head_kernel(me)
+                if r < P["rounds"] - 1:
+                    yield me.phase("pp tokens out")
+                    yield me.send(parallel.PIPE[0], me.contribution(), P["token_bytes"])
+            out = acc if got is None else me.add(got, acc)
+    return out
+
+
+def pipeline_piece(t: Tables, pieces: list[Piece], par: parallel.Parallel, layers: int, rounds: int = 1) -> Piece:
+    """A pipelined step as one Program (exact mode's replay of what the fast path composes,
+    kbfast.measure.pipeline): every stage of every replica, ``rounds`` steps of ``par.micro_batches``
+    micro-batches each, from :func:`_compile_split`'s pieces with their collectives chosen (layer, head,
+    hand-off, tokens); ``layers`` per stage."""
+    layer, head, handoff, token = pieces
+    g, k = layer.info["group"], par.dp
+    R = g["ranks"]
+    one = dataclasses.replace(layer, nodes=layer.nodes[:R], peer=layer.peer[:R], roles=layer.roles[:R])
+    labels, peer, roles = parallel.stage_wiring(one, par.pp)
+    off = len(layer.commands)
+    H = head.info["head"]
+    pinned = layer.info["layer"]["pinned"] + H["pinned"]
+    info = {key: v for key, v in layer.info.items() if key not in ("group", "layer")}
+    info.update(layer=dict(layer.info["layer"], pinned=pinned), head=dict(H, gemm=H["gemm"] + off, pinned=pinned),
+                pipeline={"ranks": R, "stages": par.pp, "micro_batches": par.micro_batches, "rounds": rounds,
+                          "layers": layers, "handoff": handoff.info["handoff"],
+                          "token_bytes": token.info["token"]["bytes"]})
+    nodes = np.concatenate([one.nodes + (par.first_sip(0, s) - par.first_sip(0, 0)) * t.layout.nodes_per_sip
+                            for s in range(par.pp)])
+    rank = np.arange(par.pp * R)
+    lo = np.maximum(rank // R - 1, 0) * R
+    whole = Piece("pipeline", nodes, labels, peer, roles, pipeline_kernel, info, layer.commands + head.commands,
+                  0, groups=np.stack([lo, (rank // R + 1) * R], axis=1))
+    return parallel.place(t, t, whole, [par.first_sip(r, 0) for r in range(k)],
+                          np.concatenate([whole.groups + r * par.pp * R for r in range(k)]))
+
+
 def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout, collective: str) -> Piece:
     d_in, d_h, d_out = model.dims
     P = len(nodes)
@@ -700,7 +803,7 @@ def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float
     b = ProgramBuilder(t, router, name=piece.name)
     tl_info = dict(piece.info)
     run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), piece.kernel, tl_info.get("elem", 2),
-               piece.roles, tl_info, lower=lower, cache=True)
+               piece.roles, tl_info, lower=lower, cache=True, groups=piece.groups)
     if launch_ns is None:
         launch_ns = launch_timing(t, router, piece.nodes).target_start_ns
     return b.build(launch_ns=launch_ns)

@@ -106,30 +106,42 @@ def _union(pool, row, x, y):
 
 
 @njit(cache=True)
-def _missing(pool, slot, base, tp, n, out):
-    """The exactly-once check at the end: the first rank whose returned value lacks a contribution, and the
-    ranks it lacks (into ``out``): (rank, how many), or (-1, 0) when every rank holds all ``n``.  Ranks often
-    share a pool row: each row is checked once."""
+def _ones(k):
+    """A word's low ``k`` bits set (``k`` clipped to 0..64)."""
+    if k <= 0:
+        return np.uint64(0)
+    if k >= 64:
+        return np.uint64(0xFFFFFFFFFFFFFFFF)
+    return (np.uint64(1) << np.uint64(k)) - np.uint64(1)
+
+
+@njit(cache=True)
+def _missing(pool, slot, base, tp, n, lo, hi, out):
+    """The exactly-once check at the end: the first rank ``r`` whose returned value is not exactly the
+    contributions of ranks ``lo[r]`` to ``hi[r] - 1`` (every rank, for a collective; its group's, for pieces
+    that run side by side: kbfast.workloads.parallel), and the ranks it differs in (into ``out``): (rank, how
+    many), or (-1, 0) when every rank holds its own.  Ranks often share a pool row: each row is checked once
+    per range."""
     W = pool.shape[1]
-    checked = np.zeros(len(pool), np.bool_)
+    seen_lo = np.full(len(pool), -1, np.int64)
+    seen_hi = np.full(len(pool), -1, np.int64)
     for r in range(n):
         v = tp.ret[tp.tpl_of[r]]
         h = slot[base[r] + v] if v >= 0 else -(n + 1)
         full = True
         if h >= 0:
-            if checked[h]:
+            if seen_lo[h] == lo[r] and seen_hi[h] == hi[r]:
                 continue
-            checked[h] = True
+            seen_lo[h], seen_hi[h] = lo[r], hi[r]
             for w in range(W):
-                want = np.uint64(0xFFFFFFFFFFFFFFFF) if (w + 1) * 64 <= n else \
-                    (np.uint64(1) << np.uint64(n - w * 64)) - np.uint64(1)
+                want = _ones(hi[r] - w * 64) & ~_ones(lo[r] - w * 64)
                 full &= pool[h, w] == want
         else:
-            full = n == 1 and h == -1
+            full = v >= 0 and hi[r] - lo[r] == 1 and h == -lo[r] - 1
         if not full:
             m = 0
             for q in range(n):
-                if not _has(pool, h, q):
+                if _has(pool, h, q) != (lo[r] <= q < hi[r]):
                     out[m] = q
                     m += 1
             return r, m
@@ -168,11 +180,12 @@ def _blocked_in_queue(live, lh, n_live, blocked, out):
 
 
 @njit(cache=True)
-def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs):
+def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs, lo, hi):
     """Run every rank's traced template (``tp``, a :data:`Templates`) in ``run_kernels``'s order over the
     install ``peer`` / ``inbound`` (:class:`~kbfast.workloads.install.Wiring`), checking that every
-    contribution is counted exactly once; ``n_phases``, ``n_emit``, ``n_msgs``: phase names, emitted ops and
-    messages (the output sizes).
+    contribution is counted exactly once and that rank ``r`` ends with those of ranks ``lo[r]`` to
+    ``hi[r] - 1``; ``n_phases``, ``n_emit``, ``n_msgs``: phase names, emitted ops and messages (the output
+    sizes).
 
     Ranks take turns in a round-robin queue, each running until it blocks on a recv whose channel is empty;
     a channel is created at its first send.  A value is a leaf (``-rank - 1``) or a refcounted row of a
@@ -306,7 +319,7 @@ def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs):
                 m = _blocked_in_queue(live, lh, n_live, blocked, err_ranks)
                 return (E_DEADLOCK, -1, err_ranks[:m], out_rank, out_ins, out_chan, out_phase, ch_src[:n_ch],
                         ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
-    err_rank, m = _missing(pool, slot, base, tp, n, err_ranks)
+    err_rank, m = _missing(pool, slot, base, tp, n, lo, hi, err_ranks)
     return (OK if err_rank < 0 else E_MISSING, err_rank, err_ranks[:m], out_rank, out_ins, out_chan, out_phase,
             ch_src[:n_ch], ch_dst[:n_ch], phase_order[:n_seen], cur_phase, pc)
 
@@ -321,7 +334,7 @@ TRACED_CACHE = 128      # up to a few MB each: a sweep system's shapes, layer an
 
 
 def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nbytes: int, roles: np.ndarray,
-                      info: dict | None):
+                      info: dict | None, groups: np.ndarray | None = None):
     """Trace every role, run the templates on every rank and run the symbolic check: (phase names, the
     template arrays, the emitted rows (rank, instruction, channel, phase), the channels, the phase order and
     each rank's last phase).  Raises ScheduleError on a double count, a deadlock or a missing contribution."""
@@ -344,7 +357,11 @@ def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nb
                  "per rank")
     tp = Templates(tpl_of, ar["ptr"], ar["op"], ar["label"], ar["val"], ar["a"], ar["b"], ar["phase"],
                    ar["kill_ptr"], ar["kill"], ar["n_values"], ar["ret"])
-    res = run_templates(tp, wiring.peer, wiring.inbound, len(phases), n_emit, int(per_tpl @ sends))
+    if groups is None:
+        lo, hi = np.zeros(n, np.int64), np.full(n, n, np.int64)
+    else:
+        lo, hi = (np.ascontiguousarray(c, dtype=np.int64) for c in np.asarray(groups).reshape(n, 2).T)
+    res = run_templates(tp, wiring.peer, wiring.inbound, len(phases), n_emit, int(per_tpl @ sends), lo, hi)
     err, err_rank, err_ranks, out_rank, out_ins, out_chan, out_phase, ch_src, ch_dst, phase_order, last, pc = res
     bad = err_ranks.tolist()
     if err == E_TWICE:
@@ -356,6 +373,10 @@ def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nb
     if err == E_DIFFER:
         raise ScheduleError(f"rank {err_rank} holds pieces of one buffer whose contributors differ in ranks "
                             f"{bad[:8]}")
+    if err == E_MISSING and groups is not None:
+        want = f"ranks {lo[err_rank]} to {hi[err_rank] - 1}"
+        raise ScheduleError(f"rank {err_rank} ends not with exactly its group's contributions ({want}): it differs "
+                            f"in ranks {bad[:8]}" + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""))
     if err == E_MISSING:
         raise ScheduleError(f"rank {err_rank} ends without the contributions of ranks {bad[:8]}"
                             + (f" (and {len(bad) - 8} more)" if len(bad) > 8 else ""))
@@ -363,26 +384,30 @@ def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nb
 
 
 def run_traced(b: ProgramBuilder, agents: np.ndarray, wiring: Wiring, kernel: Kernel, nbytes: int,
-               roles: np.ndarray, info: dict | None = None, lower=None, cache: bool = False) -> None:
+               roles: np.ndarray, info: dict | None = None, lower=None, cache: bool = False,
+               groups: np.ndarray | None = None) -> None:
     """:func:`~kbfast.workloads.kernels.run_kernels` for a kernel whose control flow depends only on the
     rank's role (``roles[rank]``, one row of features per rank): the same ops, channels, phases and checks.
 
     A kernel's GEMM commands (``tl.gemm(i)``) need ``lower``, a :class:`kbfast.workloads.commands.Lowering`:
     it turns the emitted command rows into ops (the tile pipeline, or a timed stand-in) and appends what
     follows the bulk (the pipelines' helper agents).  ``cache`` keeps the checked run for the next call
-    with the same kernel, sizes, roles, wiring, info and PE costs (a sweep's points that differ elsewhere)."""
+    with the same kernel, sizes, roles, wiring, info and PE costs (a sweep's points that differ elsewhere).
+    ``groups`` (n x 2): rank ``r`` must end with the contributions of ranks ``groups[r, 0]`` to
+    ``groups[r, 1] - 1`` (default: every rank's), so that independent pieces run side by side in one
+    Program (kbfast.workloads.parallel)."""
     n = len(agents)
     agents = np.asarray(agents, np.int64)
     roles = np.asarray(roles, np.int64).reshape(n, -1)
     key = None
     if cache:
         key = (kernel, nbytes, roles.tobytes(), roles.shape, wiring.labels, wiring.peer.tobytes(), repr(info),
-               repr(b.t.spec.pe))
+               repr(b.t.spec.pe), None if groups is None else groups.tobytes())
     if key is not None and key in _TRACED:
         _TRACED.move_to_end(key)
         phases, ar, res = _TRACED[key]
     else:
-        phases, ar, res = _trace_and_run(b, n, wiring, kernel, nbytes, roles, info)
+        phases, ar, res = _trace_and_run(b, n, wiring, kernel, nbytes, roles, info, groups)
         if key is not None:
             _TRACED[key] = (phases, ar, res)
             if len(_TRACED) > TRACED_CACHE:

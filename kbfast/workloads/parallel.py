@@ -1,0 +1,257 @@
+"""Pipeline and data parallelism: a tensor-parallel layout on each group of SIPs, the groups side by side.
+
+docs/models.md "Pipeline and data parallelism" walks through it.  The tray's ``S`` SIPs split into
+``pp x dp`` groups of ``g = S / (pp dp)`` consecutive SIPs; group ``k pp + s`` holds pipeline stage ``s`` of
+data-parallel replica ``k``, and runs the layout (``tp_pes``, ``tp_cubes``) on its ``g`` SIPs as the whole tray
+would, with ``layers / pp`` layers and ``batch / dp`` users.  A stage's users flow through it in ``M``
+micro-batches; the last stage adds the LM head.  Between stages, each working PE ``i`` of a stage sends its
+``1 / R`` of a micro-batch's activations to PE ``i`` of the next stage, whose ``R`` PEs all-gather them
+(:func:`handoff_send`, :func:`handoff_recv`: the scatter-gather hand-off); the last stage sends each
+micro-batch's sampled tokens back to stage 0, where the next step's tokens start.
+
+Every group's pieces are compiled on a tray of ``g`` SIPs (:func:`sub_tables`) and placed on their SIPs of the
+whole tray (:func:`place`): the same PEs, wiring and roles shifted by whole SIPs (a SIP's node ids are a block;
+the SIPs meet only at the switch, so a group's routes are those of the small tray's, shifted).  Pieces placed on
+several groups run side by side in one Program, contending wherever their traffic meets; each group's ranks
+must end with their own group's contributions (kbfast.workloads.symbolic.run_traced's ``groups``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from kbfast.config.schema import GRID_TOPOLOGIES
+from kbfast.errors import KbfastError
+from kbfast.topology.builder import Tables, build_tables
+from kbfast.workloads.collectives import in_model
+from kbfast.workloads.kernels import Tl
+
+PIPE = ("pipe_E", "pipe_W")       # to the next stage, from the previous one (a ring over the stages)
+TOKEN_BYTES = 4                   # a sampled token id, i32, per user
+HANDOFF_GATHER = "hier2d"         # the next stage's all-gather of the handed-off activations
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How a step splits the tray: ``pp`` pipeline stages, ``dp`` data-parallel replicas, ``micro_batches``
+    per stage and step, ``sips`` per group (the tensor-parallel degree in SIPs)."""
+
+    pp: int = 1
+    dp: int = 1
+    micro_batches: int = 1
+    sips: int = 1
+
+    @property
+    def groups(self) -> int:
+        """Groups of SIPs: one per (replica, stage)."""
+        return self.pp * self.dp
+
+    def first_sip(self, replica: int, stage: int) -> int:
+        """The first SIP of replica ``replica``'s stage ``stage``."""
+        return (replica * self.pp + stage) * self.sips
+
+    def label(self, layout: str) -> str:
+        """``tp_pes``, or ``tp_pes pp2 dp1 mb2`` with pipeline or data parallelism."""
+        if self.groups == 1:
+            return layout
+        return f"{layout} pp{self.pp} dp{self.dp}" + (f" mb{self.micro_batches}" if self.pp > 1 else "")
+
+
+def split(t: Tables, pp: int | None, dp: int | None, micro_batches: int | None, users: int | None) -> Parallel:
+    """Check the degrees against the tray and the users (``users``: the step's batch; None for a model with no
+    step shape) and return the split.  ``micro_batches`` defaults to the largest divisor of a replica's users
+    not above ``pp`` (1 without a pipeline)."""
+    pp, dp = 1 if pp is None else pp, 1 if dp is None else dp
+    for name, v in (("pp", pp), ("dp", dp), ("micro-batches", micro_batches)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise KbfastError(f"--{name} must be a positive integer (got {v!r})")
+    n = t.layout.n_sips
+    if n % (pp * dp):
+        raise KbfastError(f"--pp {pp} x --dp {dp} = {pp * dp} groups of SIPs do not divide the tray's {n} SIPs\n"
+                          f"  hint: choose degrees whose product divides {n}, or another SIP count "
+                          "(--set sips.count=N)")
+    if users is None:
+        if pp * dp > 1 or micro_batches not in (None, 1):
+            raise KbfastError("--pp, --dp and --micro-batches split a transformer's step; this model has none")
+        return Parallel()
+    if users % dp:
+        raise KbfastError(f"--dp {dp}: the step's {users} users (--batch) do not divide over {dp} replicas\n"
+                          f"  hint: use a --batch divisible by {dp}")
+    per = users // dp
+    if micro_batches is None:
+        micro_batches = max(m for m in range(1, min(pp, per) + 1) if per % m == 0)
+    if pp == 1 and micro_batches != 1:
+        raise KbfastError(f"--micro-batches {micro_batches} needs a pipeline (--pp 2 or more)")
+    if per % micro_batches:
+        raise KbfastError(f"--micro-batches {micro_batches}: a replica's {per} users do not divide into "
+                          f"{micro_batches} micro-batches\n  hint: use a divisor of {per}")
+    return Parallel(pp, dp, micro_batches, n // (pp * dp))
+
+
+_SMALL: dict[str, Tables] = {}      # repr of a group's system -> its tables
+
+
+def _tables_of(spec) -> Tables:
+    key = repr(spec)
+    if key not in _SMALL:
+        if len(_SMALL) >= 16:
+            _SMALL.pop(next(iter(_SMALL)))
+        _SMALL[key] = build_tables(spec)
+    return _SMALL[key]
+
+
+def sub_tables(t: Tables, n_sips: int) -> Tables:
+    """The tables of a tray like ``t``'s with ``n_sips`` SIPs: a group's own tray.  A grid SIP topology keeps its
+    width when the group is whole rows of it, else the group's SIPs form a ring (``ring_1d``)."""
+    if n_sips == t.layout.n_sips:
+        return t
+    sips = t.spec.sips
+    update: dict = {"count": n_sips}
+    if sips.topology in GRID_TOPOLOGIES:
+        w, _ = t.spec.sip_grid()
+        update = dict(update, w=w, h=n_sips // w) if n_sips % w == 0 else \
+            dict(update, topology="ring_1d", w=None, h=None)
+    spec = t.spec.model_copy(update={"sips": sips.model_copy(update=update)})
+    return _tables_of(spec)
+
+
+def place(t: Tables, small: Tables, piece, first_sips: list[int], groups: np.ndarray | None = None):
+    """``piece`` (compiled on the small tray ``small``) placed on each group of SIPs starting at ``first_sips``
+    of the whole tray ``t``, side by side: its ranks repeated per group in that order, their neighbours
+    shifted with them, its kernel run on each rank's place within its group (:func:`grouped_kernel`).
+    ``groups``: each rank's range of ranks it must end with, when not its own group's."""
+    R = len(piece.nodes)
+    per_sip = t.layout.nodes_per_sip
+    nodes = np.concatenate([piece.nodes + s * per_sip for s in first_sips])
+    k = len(first_sips)
+    shift = (np.arange(k, dtype=np.int64) * R)[:, None, None]
+    peer = np.where(piece.peer[None] >= 0, piece.peer[None] + shift, -1).reshape(k * R, -1)
+    if groups is None:
+        lo = np.repeat(np.arange(k, dtype=np.int64) * R, R)
+        groups = np.stack([lo, lo + R], axis=1)
+    info = dict(piece.info, group={"ranks": R, "kernel": piece.kernel, "groups": k})
+    assert small.layout.nodes_per_sip == per_sip
+    return dataclasses.replace(piece, nodes=nodes, peer=peer, roles=np.tile(piece.roles, (k, 1)),
+                               kernel=grouped_kernel, info=info, groups=groups, macs=piece.macs * k)
+
+
+def local(tl: Tl, rank: int, n_ranks: int) -> Tl:
+    """``tl`` seen from a group of ``n_ranks`` ranks, as rank ``rank``: the same ops and values (a copy keeps the
+    tracer's ``add`` and ``same``), so that a kernel written for a whole tray runs on one group of it."""
+    out = copy.copy(tl)
+    out.rank, out.n_ranks = rank, n_ranks
+    return out
+
+
+def grouped_kernel(tl: Tl):
+    """The kernel ``info["group"]["kernel"]`` on the rank's place within its group (:func:`place`)."""
+    g = tl.info["group"]
+    return (yield from g["kernel"](local(tl, tl.rank % g["ranks"], g["ranks"])))
+
+
+# -- the hand-off between stages ---------------------------------------------------------------------------
+def handoff_send(tl: Tl, h: dict):
+    """Stage ``s``'s side of a hand-off (``tl``: the rank within its stage): its ``1 / R`` of the micro-batch's
+    activations loaded from its slice and sent to its peer in stage ``s + 1``.  Returns nothing."""
+    yield tl.phase("pp send")
+    yield tl.load(h["part"])
+    yield tl.send(PIPE[0], tl.contribution(), h["part"])
+
+
+def handoff_recv(tl: Tl, h: dict):
+    """Stage ``s + 1``'s side: the peer's part received, the ``R`` parts all-gathered over the stage
+    (:data:`HANDOFF_GATHER`, kbfast.workloads.collectives.in_model) and the whole stored to the slice.
+    Returns the senders' contributions (each once)."""
+    yield tl.phase("pp receive")
+    part = yield tl.recv(PIPE[1], h["part"])
+    tl.nbytes, tl.n_elem = h["bytes"], max(h["bytes"] // tl.info["elem"], 1)
+    got = part
+    if tl.n_ranks > 1:
+        got = yield from in_model.all_gather(tl, part, HANDOFF_GATHER, h["n_pe"])
+    yield tl.store(h["bytes"])
+    return got
+
+
+def handoff_kernel(tl: Tl):
+    """A hand-off alone (:func:`handoff_piece`): ranks ``0 .. R-1`` send, ``R .. 2R-1`` receive."""
+    h = tl.info["handoff"]
+    R = h["ranks"]
+    stage, i = divmod(tl.rank % (2 * R), R)
+    me = local(tl, i, R)
+    if stage == 0:
+        yield from handoff_send(me, h)
+        return me.contribution()
+    return (yield from handoff_recv(me, h))
+
+
+def handoff_info(piece, x_bytes: int) -> dict:
+    """The hand-off of ``x_bytes`` of activations between two stages of ``piece``'s ranks (a layer piece on
+    one group)."""
+    R = len(piece.nodes)
+    return {"ranks": R, "bytes": x_bytes, "part": max(x_bytes // R, 1), "n_pe": piece.info["layer"]["n_pe"]}
+
+
+def stage_wiring(piece, stages: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``piece``'s labels, neighbours and roles repeated over ``stages`` consecutive groups of its ranks, with
+    the stage ring (:data:`PIPE`) from each rank to the same rank of the next and previous stage, and the
+    stage as the roles' first column."""
+    R = len(piece.nodes)
+    shift = (np.arange(stages, dtype=np.int64) * R)[:, None, None]
+    peer = np.where(piece.peer[None] >= 0, piece.peer[None] + shift, -1).reshape(stages * R, -1)
+    rank = np.arange(stages * R, dtype=np.int64)
+    ring = np.stack([(rank + R) % (stages * R), (rank - R) % (stages * R)], axis=1)
+    roles = np.concatenate([np.repeat(np.arange(stages), R)[:, None], np.tile(piece.roles, (stages, 1))], axis=1)
+    return list(piece.labels) + list(PIPE), np.concatenate([peer, ring], axis=1), roles
+
+
+def handoff_piece(t: Tables, small: Tables, layer, par: Parallel, x_bytes: int):
+    """Stage 0 handing a micro-batch's activations (``x_bytes``) to stage 1, on every replica at once; from
+    ``layer``, the layer piece compiled on the small tray (its ranks, wiring and roles)."""
+    from kbfast.workloads.model import Piece
+
+    R = len(layer.nodes)
+    labels, peer, roles = stage_wiring(layer, 2)
+    info = dict({k: v for k, v in layer.info.items() if k != "layer"}, handoff=handoff_info(layer, x_bytes))
+    rank = np.arange(2 * R)
+    lo = np.where(rank < R, rank, 0)                     # a sender keeps its own; a receiver gets the senders'
+    hi = np.where(rank < R, rank + 1, R)
+    nodes = np.concatenate([layer.nodes, layer.nodes + par.sips * t.layout.nodes_per_sip])
+    two = Piece("hand-off", nodes, labels, peer, roles, handoff_kernel, info, [], 0)
+    firsts = [par.first_sip(k, 0) for k in range(par.dp)]
+    groups = np.concatenate([np.stack([lo, hi], axis=1) + k * 2 * R for k in range(par.dp)])
+    return place(t, small, two, firsts, groups)
+
+
+def token_piece(t: Tables, small: Tables, layer, par: Parallel, users: int):
+    """The last stage sending a micro-batch's sampled tokens (``users`` x :data:`TOKEN_BYTES`) to stage 0, every
+    working PE to its peer, on every replica at once: what a step's next tokens wait for."""
+    from kbfast.workloads.model import Piece
+
+    R = len(layer.nodes)
+    labels, peer, roles = stage_wiring(layer, 2)
+    info = dict({k: v for k, v in layer.info.items() if k != "layer"}, token={"ranks": R, "bytes": users *
+                                                                              TOKEN_BYTES})
+    rank = np.arange(2 * R)
+    groups = np.stack([np.where(rank < R, rank, rank - R), np.where(rank < R, rank, rank - R) + 1], axis=1)
+    last = par.first_sip(0, par.pp - 1) - par.first_sip(0, 0)
+    two = Piece("token", np.concatenate([layer.nodes + last * t.layout.nodes_per_sip, layer.nodes]), labels, peer,
+                roles, token_kernel, info, [], 0)
+    return place(t, small, two, [par.first_sip(k, 0) for k in range(par.dp)],
+                 np.concatenate([groups + k * 2 * R for k in range(par.dp)]))
+
+
+def token_kernel(tl: Tl):
+    """The tokens' trip back (:func:`token_piece`): ranks ``0 .. R-1`` (the last stage) send, the others receive;
+    each receiver ends with its sender's contribution."""
+    T = tl.info["token"]
+    R = T["ranks"]
+    if tl.rank % (2 * R) < R:
+        yield tl.phase("pp tokens out")
+        yield tl.send(PIPE[0], tl.contribution(), T["bytes"])
+        return tl.contribution()
+    yield tl.phase("pp tokens in")
+    return (yield tl.recv(PIPE[1], T["bytes"]))
