@@ -39,7 +39,7 @@ from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
 from kbfast.measure.metrics import phase_ends
-from kbfast.measure.pipeline import PipelineTiming, schedule, terms_of
+from kbfast.measure.pipeline import RECURRENCE, WHOLE, PipelineTiming, schedule, terms_of, whole_events
 from kbfast.measure.roofline import ZERO, Floors, piece_floors, roofline_row
 from kbfast.measure.rows import STEP_CATEGORIES
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
@@ -475,7 +475,7 @@ class StepResult:
     choices: dict[str, dict] = field(default_factory=dict)   # auto's all-reduce choices (resolve_collectives)
     parallel: Parallel = Parallel()            # pipeline stages, replicas, micro-batches
     pipeline: dict[str, PipelineTiming] = field(default_factory=dict)   # mode -> the recurrence on its pieces
-    whole: dict[str, tuple[float, float]] = field(default_factory=dict)  # exact: the whole pipeline replayed
+    whole: dict[str, tuple] = field(default_factory=dict)   # mode -> the whole pipeline: (makespan, period, lo, hi)
 
     def with_mode(self, other: StepResult) -> StepResult:
         """This step with ``other``'s modes added (the same step measured in another mode); the totals stay
@@ -508,9 +508,18 @@ class StepResult:
             return self.whole[mode][1] if mode in self.whole else self.pipeline[mode].period_ns
         return self.latency_ns(mode)
 
+    def pipeline_method(self, mode: str | None = None) -> str:
+        """How a pipelined step's totals were made in ``mode``: the whole pipeline replayed, or composed by the
+        recurrence (kbfast.measure.pipeline); "" without a pipeline."""
+        if self.parallel.pp == 1:
+            return ""
+        return WHOLE if (mode or self.mode) in self.whole else RECURRENCE
+
     def bounds_ns(self) -> tuple[float, float]:
         """The latency's lower and upper bounds: the pieces' (a pipeline: its recurrence on them)."""
         res = self.results[self.mode]
+        if self.mode in self.whole:
+            return self.whole[self.mode][2:]
         if self.parallel.pp > 1:
             by = {p.name: r for p, r in zip(self.pieces, res)}
             par = self.parallel
@@ -551,14 +560,16 @@ class StepResult:
 
     def breakdown(self) -> dict[str, float]:
         """The critical path of the step by category: each piece's, times its repeat count; a pipeline's, each
-        piece's in the share of its latency its terms spend on the recurrence's critical path."""
+        piece's in the share of its latency its terms spend on the recurrence's critical path, scaled to the
+        step's latency (the whole pipeline replayed overlaps its pieces a little)."""
         out = dict.fromkeys(STEP_CATEGORIES, 0.0)
         weight = {p.name: self.repeat(p) for p in self.pieces}
         if self.parallel.pp > 1 and self.mode in self.pipeline:
             path = self.pipeline[self.mode].on_path
             spent = {"layer": path["layer"], "head": path["head"], "hand-off": path["send"] + path["recv"],
                      "token": path["token"] + path["token_out"]}
-            weight = {p.name: spent[p.name] / r.latency_ns if r.latency_ns > 0 else 0.0
+            scale = self.latency_ns() / self.pipeline[self.mode].makespan_ns    # the whole replayed: its share
+            weight = {p.name: scale * spent[p.name] / r.latency_ns if r.latency_ns > 0 else 0.0
                       for p, r in zip(self.pieces, self.results[self.mode])}
         for p, r in zip(self.pieces, self.results[self.mode]):
             for k, v in r.breakdown.items():
@@ -629,19 +640,31 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
                 raise
             refused = err
             break
-    par = plan.parallel
-    pipeline, whole = {}, {}
-    if par.pp > 1:
-        per_stage = (plan.layers or 1) // par.pp
-        for m, res in results.items():
-            pipeline[m] = schedule(terms_of({p.name: r for p, r in zip(pieces, res)}), par.pp, par.micro_batches,
-                                   per_stage)
-        if "exact" in results:
-            one, two = (evaluate_piece(t, router, pipeline_piece(t, pieces, par, per_stage, rounds), "exact").latency_ns
-                        for rounds in (1, 2))
-            whole["exact"] = (one, two - one)
+    pipeline, whole = _pipeline(t, router, plan, pieces, results, timer, bounds) if plan.parallel.pp > 1 else ({}, {})
     return StepResult(plan.model, plan.shape, plan.layout, plan.layers or 1, pieces, results, modes[0], refused,
-                      choices, par, pipeline, whole)
+                      choices, plan.parallel, pipeline, whole)
+
+
+def _pipeline(t: Tables, router: Router, plan: StepPlan, pieces: list[Piece], results: dict, timer: CommandTimer,
+              bounds: bool) -> tuple[dict, dict]:
+    """A pipelined step (kbfast.measure.pipeline) in each mode: the recurrence on the pieces' results, and the
+    whole pipeline replayed (rounds 1 and 2: the makespan and the period, with the first round's bounds) in
+    exact mode, and on the fast path when the hybrid method's replay of its stand-in fits the budget."""
+    par = plan.parallel
+    per_stage = (plan.layers or 1) // par.pp
+    pipeline, whole = {}, {}
+    for m, res in results.items():
+        pipeline[m] = schedule(terms_of({p.name: r for p, r in zip(pieces, res)}), par.pp, par.micro_batches,
+                               per_stage)
+        if m == "fast":
+            estimates = {p.name: replay_events_estimate(r.program) for p, r in zip(pieces, res)}
+            if plan.method != "hybrid" or whole_events(estimates, plan.layers, par.pp, par.micro_batches) > \
+                    2 * DEFAULT_BUDGET_EVENTS:
+                continue
+        one, two = (evaluate_piece(t, router, pipeline_piece(t, pieces, par, per_stage, rounds), m, timer,
+                                   plan.method, bounds=bounds and rounds == 1) for rounds in (1, 2))
+        whole[m] = (one.latency_ns, two.latency_ns - one.latency_ns, one.lo_ns, one.hi_ns)
+    return pipeline, whole
 
 
 def evaluate_step(t: Tables, router: Router, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
@@ -719,7 +742,8 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
     out = {"latency_ns": lat, "latency_lo_ns": lo, "latency_hi_ns": hi,
            "busbw_gbps": np.nan, "effective_bw_gbps": np.nan, "contention": np.nan,
            "n_ranks": step.working_pes(), "mac_util": step.mac_util(t),
-           "method": ",".join(sorted({r.method for r in res})), "collective_used": collectives_used(step.pieces),
+           "method": ",".join(sorted({r.method for r in res} | ({step.pipeline_method()} - {""}))),
+           "collective_used": collectives_used(step.pieces),
            "overlap": next((p.info["layer"]["overlap"] for p in step.pieces if "layer" in p.info), "")}
     if step.shape is not None:
         out["tokens_per_s" if step.shape.phase == "decode" else "time_to_first_token_ns"] = \

@@ -93,8 +93,9 @@ def model_report(step: StepResult, t: Tables) -> dict:
     if par.pp > 1:
         timing = step.pipeline[step.mode]
         out["pipeline"] = {"stages": par.pp, "replicas": par.dp, "micro_batches": par.micro_batches,
-                           "sips_per_stage": par.sips, "makespan_ns": timing.makespan_ns,
-                           "period_ns": timing.period_ns, "stage_rows": timing.stages, "on_path_ns": timing.on_path}
+                           "sips_per_stage": par.sips, "method": step.pipeline_method(),
+                           "composed_makespan_ns": timing.makespan_ns, "composed_period_ns": timing.period_ns,
+                           "stage_rows": timing.stages, "on_path_ns": timing.on_path}
     out["critical_path_ns"] = step.breakdown()
     out["roofline"] = step.roofline()
     return out
@@ -170,18 +171,19 @@ def print_model_report(rep: dict, console: Console) -> None:
 
 
 def _print_pipeline(pl: dict, console: Console) -> None:
-    """The stages of one step (fill and drain, kbfast.measure.pipeline): when each starts and ends, how long it
-    works and idles (its bubble)."""
+    """The stages of one step (fill and drain) as the pieces compose (kbfast.measure.pipeline): when each starts
+    and ends, how long it works and idles (its bubble)."""
     rows = pl["stage_rows"]
     unit = column_unit([r["end_ns"] for r in rows])
     table = narrow_table(f"pipeline: {pl['stages']} stages of {pl['sips_per_stage']} SIP(s), {pl['micro_batches']} "
                          f"micro-batch(es), {pl['replicas']} replica(s)", "stage", with_unit("starts", unit),
                          with_unit("ends", unit), with_unit("busy", unit), "bubble",
-                         caption=f"one step, fill and drain: {duration(pl['makespan_ns'])}; a step among steps: "
-                                 f"{duration(pl['period_ns'])} (docs/models.md)")
+                         caption=f"composed from the pieces: a step {duration(pl['composed_makespan_ns'])} (fill "
+                                 f"and drain), among steps {duration(pl['composed_period_ns'])}; the step's totals: "
+                                 f"{pl['method']} (docs/models.md)")
     for i, r in enumerate(rows):
         table.add_row(str(i), in_unit(r["start_ns"], unit), in_unit(r["end_ns"], unit), in_unit(r["busy_ns"], unit),
-                      percent(r["idle_ns"] / pl["makespan_ns"]))
+                      percent(r["idle_ns"] / pl["composed_makespan_ns"]))
     console.print(fit(console, table))
 
 
