@@ -75,21 +75,32 @@ def test_objective_and_lists_are_checked():
 
 def test_space_is_the_product_and_pruning_counts_reasons(tiny):
     space = Space(("tp_cubes",), (1, 4), ("lrab", "hier2d"), ("none",), (False, True),
-                  (("sips.count", (2, 4)),))
+                  (("sips.count", (2, 4)),), pp=(1,), dp=(1,))
     cands = space.candidates()
     assert len(cands) == 2 * 2 * 2 * 2 and {c["set"]["sips.count"] for c in cands} == {2, 4}
     pruned = prune("ahbm_2sip", {}, load_model(tiny), cands, 64)
     assert pruned.counts == {"option needs another": 4}           # lrab with sequence parallelism
     assert len(pruned.kept) == 12 and "lrab does not" in pruned.examples["option needs another"]
     odd = prune("ahbm_2sip", {}, load_model(tiny), Space(("tp_cubes",), (1,), ("lrab",), ("none",),
-                                                          (False,)).candidates(), 66)
+                                                          (False,), pp=(1,), dp=(1,)).candidates(), 66)
     assert odd.counts == {"does not divide": 1} and not odd.kept
     big = prune("ahbm_2sip", {}, load_model("llama3_70b"), Space(("tp_cubes",), (64,), ("lrab",), ("none",),
-                                                                 (False,)).candidates(), 131072)
+                                                                 (False,), pp=(1,), dp=(1,)).candidates(), 131072)
     assert big.counts == {"memory: the HBM slice": 1}
     # with TTFT asked for, the prefill of --seq tokens is compiled too: 33 tokens do not divide over a ring of 4
     pre = prune("ahbm_2sip", {}, load_model(tiny), cands, 64, seq=33)
     assert pre.counts == {"option needs another": 4, "does not divide (the TTFT prefill)": 12} and not pre.kept
+
+
+def test_pipeline_and_data_parallel_degrees_are_searched_and_pruned(tiny):
+    """pp x dp groups of SIPs that do not divide the tray, and users that do not divide over the replicas, are
+    pruned as "does not divide"; the rest compile (kbfast.workloads.parallel)."""
+    cands = Space(("tp_cubes",), (1, 2), ("lrab",), ("none",), (False,), pp=(1, 2), dp=(1, 2)).candidates()
+    assert len(cands) == 8 and {(c["pp"], c["dp"]) for c in cands} == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    pruned = prune("ahbm_2sip", {}, load_model(tiny), cands, 64)
+    kept = sorted((c["pp"], c["dp"], c["batch"]) for c in pruned.kept)
+    assert kept == [(1, 1, 1), (1, 1, 2), (1, 2, 2), (2, 1, 1), (2, 1, 2)]
+    assert pruned.counts == {"does not divide": 3}     # pp2 x dp2 on 2 SIPs (twice), 1 user over 2 replicas
 
 
 def test_knob_labels_tell_knobs_apart():
@@ -109,7 +120,7 @@ def test_wrapped_commands_paste_as_one():
 def searched(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("search_out")
     runner = CliRunner(env={"COLUMNS": "80"})
-    args = ["search", tiny, "--batch", "1,4,8", "--layout", "tp_cubes", "--collective", "auto,lrab,hier2d",
+    args = ["search", tiny, "--pp", "1,2", "--dp", "1", "--batch", "1,4,8", "--layout", "tp_cubes", "--collective", "auto,lrab,hier2d",
             "--overlap", "prefetch", "--kv-len", "64", "--seq", "32", "--constraint", "tpot_ms<=0.05",
             "--out", str(out), "--plot", str(out / "front.png")]
     table = runner.invoke(app, args, catch_exceptions=False)
@@ -121,7 +132,7 @@ def test_search_prints_the_front_within_80_columns(searched):
     table, _, csv, out = searched
     assert table.exit_code == 0, table.output
     assert "--phase prefill --batch 1 --seq 32" not in table.stdout          # no TTFT asked for: no prefill
-    assert "Pareto front" in table.stdout and "pruned, option needs another: 3" in table.stdout
+    assert "Pareto front" in table.stdout and "pruned, option needs another: 6" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
     assert (out / "front.png").stat().st_size > 10_000
     assert csv["front"].any() and csv.loc[csv["best"], "feasible"].all()
@@ -144,7 +155,7 @@ def test_the_best_equals_its_printed_command(searched):
 
 
 def test_search_csv_on_stdout_writes_knobs_as_its_file_does(tiny, tmp_path):
-    args = ["search", tiny, "--batch", "4", "--layout", "tp_cubes", "--collective", "auto", "--overlap", "none",
+    args = ["search", tiny, "--pp", "1", "--dp", "1", "--batch", "4", "--layout", "tp_cubes", "--collective", "auto", "--overlap", "none",
             "--sequence-parallel", "off", "--kv-len", "64", "--knob", "sips.count=2", "--out", str(tmp_path),
             "--format", "csv"]
     res = CliRunner().invoke(app, args, catch_exceptions=False)

@@ -22,11 +22,11 @@ from kbfast.report.tables import fit, narrow_table
 from kbfast.search import SearchResult, search
 from kbfast.search.figure import plot_front
 from kbfast.search.front import OBJECTIVES, check_objective, parse_constraint
-from kbfast.search.space import BATCHES, COLLECTIVES, Space, parse_knobs, parse_list
+from kbfast.search.space import BATCHES, COLLECTIVES, DEGREES, Space, parse_knobs, parse_list
 from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
-SHOWN = ("layout", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
+SHOWN = ("layout", "pp", "dp", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
          "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "latency_lo_ns", "latency_hi_ns", "method",
          "collective_used", "feasible", "front", "best", "error", "command", "ttft_command")
 
@@ -44,6 +44,10 @@ def search_command(
     batch: Annotated[str, typer.Option(help="Users per decode step, comma-separated.")]
     = ",".join(map(str, BATCHES)),
     layout: Annotated[str, typer.Option(help="Layouts, comma-separated.")] = ",".join(LAYOUTS),
+    pp: Annotated[str, typer.Option(help="Pipeline stages, comma-separated (each on its own group of SIPs; "
+                                         "degrees whose product does not divide the SIPs are pruned).")]
+        = ",".join(map(str, DEGREES)),
+    dp: Annotated[str, typer.Option(help="Data-parallel replicas, comma-separated.")] = ",".join(map(str, DEGREES)),
     collective: Annotated[str, typer.Option(help="All-reduce algorithms, comma-separated.")] = ",".join(COLLECTIVES),
     overlap: Annotated[str, typer.Option(help="Overlaps, comma-separated.")] = ",".join(OVERLAPS),
     sequence_parallel: Annotated[str, typer.Option("--sequence-parallel", help="both, off or on.")] = "both",
@@ -61,7 +65,8 @@ def search_command(
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
     sets: SetOpt = None,
 ) -> None:
-    """Search layouts, batches, all-reduce algorithms, overlap, sequence parallelism and hardware knobs for a
+    """Search layouts, pipeline and data-parallel degrees, batches, all-reduce algorithms, overlap, sequence
+    parallelism and hardware knobs for a
     model's decode step (docs/search.md): candidates that do not fit are pruned first (and counted), the rest
     run as a sweep; prints the Pareto front of tokens/s against TPOT, the objective's best, and each row's
     ``kbfast run model`` command."""
@@ -77,7 +82,7 @@ def search_command(
     space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
                   parse_list(collective, "--collective", str, COLLECTIVES),
                   parse_list(overlap, "--overlap", str, tuple(OVERLAPS)), SP_CHOICES[sequence_parallel],
-                  parse_knobs(knob or [], overrides))
+                  parse_knobs(knob or [], overrides), parse_list(pp, "--pp", int), parse_list(dp, "--dp", int))
     plot_to = figure_path(plot_to, "--plot", "search.png")
     m = load_model(model)
     out = writable(out or Path("results") / "search" / Path(model).stem, "--out", folder=True)
@@ -109,6 +114,11 @@ def wrapped(cmd: str, width: int = 78) -> str:
     lines = textwrap.wrap(cmd, width - 2, break_long_words=False, break_on_hyphens=False,
                           subsequent_indent="    ")
     return " \\\n".join(lines)
+
+
+def layout_label(row) -> str:
+    """A candidate's layout with its pipeline and data-parallel degrees when above 1 (``tp_pes pp2``)."""
+    return " ".join([row.layout] + [f"{k}{int(getattr(row, k))}" for k in ("pp", "dp") if int(getattr(row, k)) > 1])
 
 
 def knob_label(key: str) -> str:
@@ -148,14 +158,15 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
     for i, r in enumerate(front.itertuples(), 1):
         knobs = [" ".join(f"{knob_label(k)}={v}" for k, v in r.set.items())] \
             if any(t["set"].map(bool)) else []
-        table.add_row(f"{i}{'*' if r.best else ''}", r.layout, str(r.batch), r.collective, r.overlap,
+        table.add_row(f"{i}{'*' if r.best else ''}", layout_label(r), str(r.batch), r.collective, r.overlap,
                       "on" if r.sequence_parallel else "off", *knobs, in_unit(r.tpot_ms * 1e6, unit),
                       f"{r.tokens_per_s:,.0f}", *([in_unit(r.ttft_ms * 1e6, t_unit)] if ttft else []))
     console.print(fit(console, table, wrap=("knobs",), drop=("SP", "overlap", "all-reduce")))   # each in the commands
     best = t[t["best"]]
     if not best.empty and not best.iloc[0]["front"]:
         b = best.iloc[0]
-        console.print(f"best by {objective} (off the front): {b['layout']}, {b['batch']} users, {b['collective']}",
+        console.print(f"best by {objective} (off the front): {layout_label(b)}, {b['batch']} users, "
+                      f"{b['collective']}",
                       highlight=False)
     console.print(f"commands that reproduce each row ({'decode, then TTFT; ' if ttft else ''}all in search.csv):",
                   highlight=False)

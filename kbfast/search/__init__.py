@@ -29,7 +29,7 @@ from kbfast.search.space import Pruned, Space, prune
 from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import parse_spec
 
-KEYS = ("layout", "batch", "collective", "overlap", "sequence_parallel")
+KEYS = ("layout", "pp", "dp", "batch", "collective", "overlap", "sequence_parallel")
 
 
 @dataclass
@@ -43,12 +43,14 @@ class SearchResult:
 
 
 def _row(c: dict, seq: int | None = None) -> dict:
-    """A candidate's zip row: its decode step, or with ``seq`` a prefill of ``seq`` tokens for one user."""
+    """A candidate's zip row: its decode step, or with ``seq`` a prefill of ``seq`` tokens for one user (for one
+    user per data-parallel replica: each replica prefills its own request)."""
     row = {f"workload.{k}": c[k] for k in KEYS if k != "sequence_parallel"}
     row["workload.sequence_parallel"] = True if c["sequence_parallel"] else None     # as the command line
     row.update(c["set"])
     if seq is not None:
-        row.update({"workload.batch": 1, "workload.phase": "prefill", "workload.seq": seq, "workload.kv_len": seq})
+        row.update({"workload.batch": c["dp"], "workload.phase": "prefill", "workload.seq": seq,
+                    "workload.kv_len": seq})
     return row
 
 
@@ -66,8 +68,10 @@ def command(model: str, topology: str | None, sets: list[str], row: dict, kv_len
     """The ``kbfast run model`` command that reproduces ``row``'s step."""
     args = ["kbfast", "run", "model", model, "--phase", phase]
     args += ["--batch", str(int(row["batch"])), "--kv-len", str(kv_len)] if phase == "decode" else \
-        ["--batch", "1", "--seq", str(seq)]
-    args += ["--layout", row["layout"], "--collective", row["collective"], "--overlap", row["overlap"]]
+        ["--batch", str(int(row["dp"])), "--seq", str(seq)]
+    args += ["--layout", row["layout"]]
+    args += [arg for k in ("pp", "dp") if int(row[k]) > 1 for arg in (f"--{k}", str(int(row[k])))]
+    args += ["--collective", row["collective"], "--overlap", row["overlap"]]
     if row["sequence_parallel"]:
         args.append("--sequence-parallel")
     if topology:
@@ -99,12 +103,13 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     dec = _sweep("search_decode", model_arg, topo, overrides, [_row(c) for c in pruned.kept], kv_len, method,
                  out / "decode", jobs, scheduler, on("decode steps"))
     table = pd.DataFrame(pruned.kept)
-    for col in ("latency_ns", "latency_lo_ns", "latency_hi_ns", "tokens_per_s", "method", "collective_used"):
+    for col in ("latency_ns", "latency_lo_ns", "latency_hi_ns", "step_period_ns", "tokens_per_s", "method",
+                "collective_used"):
         table[col] = dec[col].to_numpy() if col in dec else np.nan
     table["error"] = dec["error"].to_numpy() if "error" in dec else None
     sips = int(load_system(topo, overrides).sips.count)
     table["n_sips"] = [int(c["set"].get("sips.count", sips)) for c in pruned.kept]
-    table["tpot_ms"] = table["latency_ns"] * 1e-6
+    table["tpot_ms"] = table["step_period_ns"] * 1e-6      # a pipeline's period: its steps overlap
     table["tokens_per_s_per_sip"] = table["tokens_per_s"] / table["n_sips"]
     table["ttft_ms"] = np.nan
     table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]

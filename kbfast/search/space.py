@@ -1,7 +1,8 @@
 """The search space of ``kbfast search`` and its pruning (docs/search.md "Candidates").
 
-A candidate is one way to run a model's decode step on the tray: a layout, a batch, an all-reduce algorithm, an
-overlap and sequence parallelism or not, and a value of every hardware knob (``--knob KEY=V1,V2``, any key a
+A candidate is one way to run a model's decode step on the tray: a layout, pipeline and data-parallel degrees
+(kbfast.workloads.parallel), a batch, an all-reduce algorithm, an overlap and sequence parallelism or not, and a
+value of every hardware knob (``--knob KEY=V1,V2``, any key a
 ``--set`` takes).  The space is their cartesian product.  Before anything is timed, every candidate is
 compiled (kbfast.measure.model.plan_step: pure Python, no kernel), and what the model compiler refuses is
 pruned and counted by reason: the weights, KV cache and activations over the HBM slice, a GEMM's tile buffers
@@ -26,7 +27,9 @@ COLLECTIVES = ("auto", "lrab", "hier2d", "ring_pipe")
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 # a refusal's reason, by what its message says (the first that matches)
 REASONS = (("HBM slice", "memory: the HBM slice"), ("TCM", "memory: TCM"), ("does not divide", "does not divide"),
-           ("needs an all-reduce", "option needs another"))
+           ("do not divide", "does not divide"), ("needs an all-reduce", "option needs another"),
+           ("needs a pipeline", "option needs another"))
+DEGREES = (1, 2)             # pipeline stages and data-parallel replicas tried by default
 
 
 @dataclass(frozen=True)
@@ -39,16 +42,19 @@ class Space:
     overlaps: tuple[str, ...] = tuple(OVERLAPS)
     sequence_parallel: tuple[bool, ...] = (False, True)
     knobs: tuple[tuple[str, tuple], ...] = ()         # (override key, values)
+    pp: tuple[int, ...] = DEGREES
+    dp: tuple[int, ...] = DEGREES
 
     def candidates(self) -> list[dict]:
         """Every combination, as the fields of a model workload and the knobs' overrides (``set``)."""
         knob_keys = [k for k, _ in self.knobs]
         out = []
         for values in itertools.product(*(v for _, v in self.knobs)):
-            for lay, b, coll, ov, sp in itertools.product(self.layouts, self.batches, self.collectives,
-                                                          self.overlaps, self.sequence_parallel):
-                out.append({"layout": lay, "batch": int(b), "collective": coll, "overlap": ov,
-                            "sequence_parallel": bool(sp), "set": dict(zip(knob_keys, values))})
+            for lay, pp, dp, b, coll, ov, sp in itertools.product(self.layouts, self.pp, self.dp, self.batches,
+                                                                  self.collectives, self.overlaps,
+                                                                  self.sequence_parallel):
+                out.append({"layout": lay, "pp": int(pp), "dp": int(dp), "batch": int(b), "collective": coll,
+                            "overlap": ov, "sequence_parallel": bool(sp), "set": dict(zip(knob_keys, values))})
         return out
 
 
@@ -128,8 +134,9 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
     kept, counts, examples, tables, prefills = [], {}, {}, {}, {}
 
     def refusal(system: tuple, shape, options: tuple) -> KbfastError | None:
+        *positional, pp, dp = options
         try:
-            plan_step(tables[system], model, shape, *options)
+            plan_step(tables[system], model, shape, *positional, pp=pp, dp=dp)
         except KbfastError as err:
             return err
         return None
@@ -138,11 +145,12 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
         system = tuple(sorted(c["set"].items()))
         if system not in tables:
             tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)}))
-        options = (c["layout"], None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"])
+        options = (c["layout"], None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"], c["pp"],
+                   c["dp"])
         err, what = refusal(system, shape_for(model, "decode", c["batch"], None, kv_len), options), ""
         if err is None and seq is not None:             # the prefill does not depend on the batch
             if (system, options) not in prefills:
-                prefills[system, options] = refusal(system, shape_for(model, "prefill", 1, seq), options)
+                prefills[system, options] = refusal(system, shape_for(model, "prefill", c["dp"], seq), options)
             err, what = prefills[system, options], " (the TTFT prefill)"
         if err is not None:
             why = reason_of(err) + what
