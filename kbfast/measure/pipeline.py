@@ -20,8 +20,9 @@ bounds it bounds the makespan.
 
 It sees each piece from a launch barrier: a stage's next piece starts when the piece's last PE is done,
 where in the pipeline each PE goes on as soon as it is (a hand-off's part leaves as its PE ends the layer).
-With stages of a few microseconds that skew is several per cent of the step (a two-layer toy: +6.5 %), with
-real layers well under one (Llama-3.2-1B, two stages: +0.4 %).  So the fast path evaluates the whole
+With stages of a few microseconds that skew is several per cent of the step (a two-layer toy: 6.5 % above
+the exact replay of the whole pipeline), with real layers under one either way (Llama-3.2-1B, two stages:
+0.4 % below it).  So the fast path evaluates the whole
 pipeline's stand-in Program (kbfast.workloads.model.pipeline_piece, every GEMM command one timed op) when
 its replay fits the hybrid budget (:func:`whole_events`), and composes by the recurrence above it.  Exact
 mode always replays the whole pipeline with its tiles.
