@@ -361,6 +361,10 @@ def bench_model() -> list[BenchRow]:
     t0 = time.perf_counter()
     ahead = measure(t, router, {**fields, "overlap": "prefetch"}, "fast").result
     ahead_s = time.perf_counter() - t0
+    forget()
+    t0 = time.perf_counter()
+    piped = measure(t, router, {**fields, "pp": 2}, "fast").result
+    piped_s = time.perf_counter() - t0
     m = load_model("llama3_70b")
     layer = compile_model(t, m, shape_for(m, "decode", 1, None, 4096), collective="lrab", overlap="none")[0]
     t0 = time.perf_counter()
@@ -374,6 +378,8 @@ def bench_model() -> list[BenchRow]:
                 f"{auto.choices['layer']['chosen']} and {auto.choices['head']['chosen']}"),
             row("the same step, --overlap prefetch", ahead_s, "s", None,
                 f"step {duration(ahead.latency_ns())}; each prefetch's collective timed alone"),
+            row("the same step, --pp 2", piped_s, "s", None,
+                f"two stages of one SIP: step {duration(piped.latency_ns())} ({piped.pipeline_method()})"),
             row("Llama-3-70B decode layer, exact", exact_s, "s", None,
                 f"layer {duration(ex.latency_ns)} exact vs {duration(lat)} fast")]
 
