@@ -682,9 +682,9 @@ def pipeline_kernel(tl: Tl):
     the last stage, the hand-off out (the last stage: the tokens back to stage 0).  Returns what the rank
     holds at the end: its stage's contributions and the previous stage's."""
     P = tl.info["pipeline"]
-    R, S = P["ranks"], P["stages"]
-    stage, i = divmod(tl.rank % (S * R), R)
-    me = parallel.local(tl, i, R)
+    stage, i = divmod(tl.rank, P["ranks"])
+    S = P["stages"]
+    me = parallel.local(tl, i, P["ranks"])
     out = None
     for r in range(P["rounds"]):
         for _ in range(P["micro_batches"]):
@@ -723,7 +723,7 @@ def pipeline_piece(t: Tables, pieces: list[Piece], par: parallel.Parallel, layer
     info = {key: v for key, v in layer.info.items() if key not in ("group", "layer")}
     info.update(layer=dict(layer.info["layer"], pinned=pinned), head=dict(H, gemm=H["gemm"] + off, pinned=pinned),
                 pipeline={"ranks": R, "stages": par.pp, "micro_batches": par.micro_batches, "rounds": rounds,
-                          "layers": layers, "handoff": handoff.info["handoff"],
+                          "layers": layers, "handoff": handoff.info["hand-off"],
                           "token_bytes": token.info["token"]["bytes"]})
     nodes = np.concatenate([one.nodes + (par.first_sip(0, s) - par.first_sip(0, 0)) * t.layout.nodes_per_sip
                             for s in range(par.pp)])

@@ -178,21 +178,14 @@ def handoff_recv(tl: Tl, h: dict):
 
 def handoff_kernel(tl: Tl):
     """A hand-off alone (:func:`handoff_piece`): ranks ``0 .. R-1`` send, ``R .. 2R-1`` receive."""
-    h = tl.info["handoff"]
+    h = tl.info["hand-off"]
     R = h["ranks"]
-    stage, i = divmod(tl.rank % (2 * R), R)
+    stage, i = divmod(tl.rank, R)
     me = local(tl, i, R)
     if stage == 0:
         yield from handoff_send(me, h)
         return me.contribution()
     return (yield from handoff_recv(me, h))
-
-
-def handoff_info(piece, x_bytes: int) -> dict:
-    """The hand-off of ``x_bytes`` of activations between two stages of ``piece``'s ranks (a layer piece on
-    one group)."""
-    R = len(piece.nodes)
-    return {"ranks": R, "bytes": x_bytes, "part": max(x_bytes // R, 1), "n_pe": piece.info["layer"]["n_pe"]}
 
 
 def stage_wiring(piece, stages: int) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -208,48 +201,46 @@ def stage_wiring(piece, stages: int) -> tuple[list[str], np.ndarray, np.ndarray]
     return list(piece.labels) + list(PIPE), np.concatenate([peer, ring], axis=1), roles
 
 
-def handoff_piece(t: Tables, small: Tables, layer, par: Parallel, x_bytes: int):
-    """Stage 0 handing a micro-batch's activations (``x_bytes``) to stage 1, on every replica at once; from
-    ``layer``, the layer piece compiled on the small tray (its ranks, wiring and roles)."""
-    from kbfast.workloads.model import Piece
-
+def _between_stages(t: Tables, small: Tables, layer, par: Parallel, name: str, kernel, fields: dict,
+                    sender: int, receiver: int, receivers_get: str):
+    """A piece from one stage's working PEs to another's (stages ``sender`` and ``receiver``), every PE to the
+    same PE of the other stage, on every replica at once; from ``layer``, the layer piece compiled on the
+    small tray (its ranks, wiring and roles).  ``fields`` go to the kernel as ``info[name]``; a sender ends
+    with its own contribution, a receiver (``receivers_get``) with its peer's, or with every sender's."""
     R = len(layer.nodes)
     labels, peer, roles = stage_wiring(layer, 2)
-    info = dict({k: v for k, v in layer.info.items() if k != "layer"}, handoff=handoff_info(layer, x_bytes))
+    info = dict({k: v for k, v in layer.info.items() if k != "layer"}, **{name: dict(fields, ranks=R)})
     rank = np.arange(2 * R)
-    lo = np.where(rank < R, rank, 0)                     # a sender keeps its own; a receiver gets the senders'
-    hi = np.where(rank < R, rank + 1, R)
-    nodes = np.concatenate([layer.nodes, layer.nodes + par.sips * t.layout.nodes_per_sip])
-    two = Piece("hand-off", nodes, labels, peer, roles, handoff_kernel, info, [], 0)
-    firsts = [par.first_sip(k, 0) for k in range(par.dp)]
-    groups = np.concatenate([np.stack([lo, hi], axis=1) + k * 2 * R for k in range(par.dp)])
-    return place(t, small, two, firsts, groups)
+    lo = np.where(rank < R, rank, 0 if receivers_get == "all" else rank - R)
+    hi = np.where(rank < R, rank + 1, R if receivers_get == "all" else rank - R + 1)
+    per_sip = t.layout.nodes_per_sip
+    first = par.first_sip(0, 0)
+    nodes = np.concatenate([layer.nodes + (par.first_sip(0, s) - first) * per_sip for s in (sender, receiver)])
+    two = dataclasses.replace(layer, name=name, nodes=nodes, labels=labels, peer=peer, roles=roles, kernel=kernel,
+                              info=info, commands=[], macs=0, repeat=1, allreduce="", memory={}, groups=None)
+    return place(t, small, two, [par.first_sip(k, 0) for k in range(par.dp)],
+                 np.concatenate([np.stack([lo, hi], axis=1) + k * 2 * R for k in range(par.dp)]))
+
+
+def handoff_piece(t: Tables, small: Tables, layer, par: Parallel, x_bytes: int):
+    """Stage 0 handing a micro-batch's activations (``x_bytes``) to stage 1 (:func:`handoff_kernel`)."""
+    R = len(layer.nodes)
+    fields = {"bytes": x_bytes, "part": max(x_bytes // R, 1), "n_pe": layer.info["layer"]["n_pe"]}
+    return _between_stages(t, small, layer, par, "hand-off", handoff_kernel, fields, 0, 1, "all")
 
 
 def token_piece(t: Tables, small: Tables, layer, par: Parallel, users: int):
     """The last stage sending a micro-batch's sampled tokens (``users`` x :data:`TOKEN_BYTES`) to stage 0, every
-    working PE to its peer, on every replica at once: what a step's next tokens wait for."""
-    from kbfast.workloads.model import Piece
-
-    R = len(layer.nodes)
-    labels, peer, roles = stage_wiring(layer, 2)
-    info = dict({k: v for k, v in layer.info.items() if k != "layer"}, token={"ranks": R, "bytes": users *
-                                                                              TOKEN_BYTES})
-    rank = np.arange(2 * R)
-    groups = np.stack([np.where(rank < R, rank, rank - R), np.where(rank < R, rank, rank - R) + 1], axis=1)
-    last = par.first_sip(0, par.pp - 1) - par.first_sip(0, 0)
-    two = Piece("token", np.concatenate([layer.nodes + last * t.layout.nodes_per_sip, layer.nodes]), labels, peer,
-                roles, token_kernel, info, [], 0)
-    return place(t, small, two, [par.first_sip(k, 0) for k in range(par.dp)],
-                 np.concatenate([groups + k * 2 * R for k in range(par.dp)]))
+    working PE to its peer (:func:`token_kernel`): what a step's next tokens wait for."""
+    return _between_stages(t, small, layer, par, "token", token_kernel, {"bytes": users * TOKEN_BYTES},
+                           par.pp - 1, 0, "peer")
 
 
 def token_kernel(tl: Tl):
     """The tokens' trip back (:func:`token_piece`): ranks ``0 .. R-1`` (the last stage) send, the others receive;
     each receiver ends with its sender's contribution."""
     T = tl.info["token"]
-    R = T["ranks"]
-    if tl.rank % (2 * R) < R:
+    if tl.rank < T["ranks"]:
         yield tl.phase("pp tokens out")
         yield tl.send(PIPE[0], tl.contribution(), T["bytes"])
         return tl.contribution()
