@@ -391,6 +391,11 @@ def run_model(
     micro_batches: Annotated[int | None, typer.Option(
         help="With --pp: micro-batches per step (default: the largest divisor of a replica's users up to "
              "--pp).")] = None,
+    ep: Annotated[int | None, typer.Option(help="Mixtures of experts: expert-parallel blocks of PEs, each holding "
+                                                "experts / ep experts (default gcd(experts, PEs)).")] = None,
+    hot_expert: Annotated[float | None, typer.Option(
+        help="Mixtures of experts: the hottest expert's share of the routed token-slots, from 1/experts (even, "
+             "the default) to 1/top_k.")] = None,
     topology: TopologyOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
@@ -406,7 +411,7 @@ def run_model(
     w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,
          "layers": layers, "layout": layout, "method": method, "collective": collective,
          "sequence_parallel": True if sequence_parallel else None, "overlap": overlap, "pp": pp, "dp": dp,
-         "micro_batches": micro_batches}
+         "micro_batches": micro_batches, "ep": ep, "hot_expert": hot_expert}
     prepared = prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),

@@ -32,7 +32,9 @@ Collective = Literal["auto", "lrab", "ring_pipe", "hier2d"]
 
 
 class Transformer(Strict):
-    """A decoder-only transformer: per layer a norm, QKV, attention, O projection, norm, FFN."""
+    """A decoder-only transformer: per layer a norm, QKV, attention, O projection, norm, FFN; a
+    mixture-of-experts model (``experts`` > 0) routes each token to ``top_k`` of ``experts`` FFNs of width
+    ``ffn`` each, in every layer."""
 
     name: str
     description: str = ""
@@ -47,6 +49,13 @@ class Transformer(Strict):
     norm: Literal["rmsnorm", "layernorm"]
     vocab: PositiveInt
     collective: Collective = "auto"
+    experts: Annotated[int, BeforeValidator(_no_bool_int)] = 0    # routed experts per layer (0: a dense FFN)
+    top_k: Annotated[int, BeforeValidator(_no_bool_int)] = 0      # experts each token is routed to
+
+    @property
+    def moe(self) -> bool:
+        """Is it a mixture of experts (its FFN routed to ``top_k`` of ``experts``)?"""
+        return self.experts > 0
 
     @property
     def qkv_cols(self) -> int:
@@ -59,9 +68,11 @@ class Transformer(Strict):
         return self.ffn * (2 if self.ffn_kind == "swiglu" else 1)
 
     def layer_params(self) -> int:
-        """Weights of one layer: QKV, O, the FFN's up (and gate) and down projections."""
+        """Weights of one layer: QKV, O, the FFN's up (and gate) and down projections (each expert's, and the
+        router's ``hidden x experts``, in a mixture of experts)."""
+        ffn = self.hidden * self.up_cols + self.ffn * self.hidden
         return self.hidden * self.qkv_cols + self.heads * self.head_dim * self.hidden \
-            + self.hidden * self.up_cols + self.ffn * self.hidden
+            + (self.experts * ffn + self.hidden * self.experts if self.moe else ffn)
 
 
 class Mlp(Strict):
@@ -146,6 +157,15 @@ def _check(label: str, m: Model) -> None:
     if isinstance(m, Transformer) and m.heads % m.kv_heads:
         raise ConfigError(label, "kv_heads", m.kv_heads, f"must divide heads ({m.heads}): each KV head serves "
                           "a whole group of query heads", "use a divisor of heads, e.g. 8 for 64 heads")
+    if isinstance(m, Transformer) and (m.experts < 0 or m.top_k < 0):
+        key = "experts" if m.experts < 0 else "top_k"
+        raise ConfigError(label, key, getattr(m, key), "must be 0 or more", "0 for a dense FFN")
+    if isinstance(m, Transformer) and m.moe and not 1 <= m.top_k <= m.experts:
+        raise ConfigError(label, "top_k", m.top_k, f"a mixture of {m.experts} experts routes each token to 1 to "
+                          f"{m.experts} of them", "use the published num_experts_per_tok, e.g. 2 or 8")
+    if isinstance(m, Transformer) and not m.moe and m.top_k:
+        raise ConfigError(label, "top_k", m.top_k, "applies to a mixture of experts (experts > 0) only",
+                          "give experts, or drop top_k")
     if isinstance(m, AttentionPanels):
         if not m.panels:
             raise ConfigError(label, "panels", {}, "needs at least one panel")

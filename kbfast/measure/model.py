@@ -516,15 +516,18 @@ class StepResult:
         return WHOLE if (mode or self.mode) in self.whole else RECURRENCE
 
     def bounds_ns(self) -> tuple[float, float]:
-        """The latency's lower and upper bounds: the pieces' (a pipeline: its recurrence on them)."""
+        """The latency's lower and upper bounds: the pieces' summed; a pipeline replayed whole, the replay's;
+        composed by the recurrence, the last stage's roofline floor (no schedule does its work quicker) and
+        the recurrence on the pieces' upper bounds (the recurrence on their lower bounds is no bound: in the
+        pipeline a piece starts before the one it follows has ended on every PE, kbfast.measure.pipeline)."""
         res = self.results[self.mode]
         if self.mode in self.whole:
             return self.whole[self.mode][2:]
         if self.parallel.pp > 1:
             by = {p.name: r for p, r in zip(self.pieces, res)}
             par = self.parallel
-            return tuple(schedule(terms_of(by, f), par.pp, par.micro_batches, self.layers // par.pp).makespan_ns
-                         for f in ("lo_ns", "hi_ns"))
+            hi = schedule(terms_of(by, "hi_ns"), par.pp, par.micro_batches, self.layers // par.pp).makespan_ns
+            return self.floors().bound()[1], hi
         return (sum(self.repeat(p) * r.lo_ns for p, r in zip(self.pieces, res)),
                 sum(self.repeat(p) * r.hi_ns for p, r in zip(self.pieces, res)))
 
@@ -593,13 +596,13 @@ class StepPlan:
 def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes", layers: int | None = None,
               method: str = "hybrid", collective: str | None = None, sequence_parallel: bool | None = None,
               overlap: str | None = None, fit_hbm: bool = True, pp: int | None = None, dp: int | None = None,
-              micro_batches: int | None = None) -> StepPlan:
+              micro_batches: int | None = None, ep: int | None = None, hot_expert: float | None = None) -> StepPlan:
     """Check the step's inputs and compile ``model`` into its pieces (kbfast.workloads.model.compile_model): pure
     Python, no kernel, so that a command refuses bad input before a first run compiles anything.  ``layers``
     (default: all) says how many layers the step counts; ``method`` is the fast path's (:func:`evaluate_piece`);
     ``collective`` runs the all-reduces (default: the model's own; ``auto`` is chosen in :func:`run_step`);
-    ``sequence_parallel``, ``overlap``, ``fit_hbm``, ``pp``, ``dp`` and ``micro_batches``:
-    kbfast.workloads.model.compile_model's."""
+    ``sequence_parallel``, ``overlap``, ``fit_hbm``, ``pp``, ``dp``, ``micro_batches``, ``ep`` and
+    ``hot_expert``: kbfast.workloads.model.compile_model's."""
     check_fast_choice(method)
     par = Parallel()
     if isinstance(model, Transformer):
@@ -613,10 +616,12 @@ def plan_step(t: Tables, model: Model, shape: Shape | None = None, layout: str =
                               f"{model.layers // par.pp if model.layers % par.pp == 0 else '?'} per stage\n"
                               "  hint: drop --layers")
     else:
-        refuse_unread(model, {"layers": layers, "pp": pp, "dp": dp, "micro_batches": micro_batches})
+        refuse_unread(model, {"layers": layers, "pp": pp, "dp": dp, "micro_batches": micro_batches, "ep": ep,
+                              "hot_expert": hot_expert})
     return StepPlan(model, shape, layout, layers, method,
                     compile_model(t, model, shape, layout, collective=collective, sequence_parallel=sequence_parallel,
-                                  overlap=overlap, fit_hbm=fit_hbm, pp=pp, dp=dp, micro_batches=micro_batches), par)
+                                  overlap=overlap, fit_hbm=fit_hbm, pp=pp, dp=dp, micro_batches=micro_batches,
+                                  ep=ep, hot_expert=hot_expert), par)
 
 
 def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] = ("fast",),
@@ -761,7 +766,8 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     layers = None if w["layers"] is None else int(w["layers"])
     return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
                      w["sequence_parallel"], w["overlap"], pp=_int_or_none(w["pp"]), dp=_int_or_none(w["dp"]),
-                     micro_batches=_int_or_none(w["micro_batches"]))
+                     micro_batches=_int_or_none(w["micro_batches"]), ep=_int_or_none(w["ep"]),
+                     hot_expert=None if w["hot_expert"] is None else float(w["hot_expert"]))
 
 
 def _int_or_none(v):
@@ -798,12 +804,13 @@ MODEL = WorkloadKind(
              "(kbfast run model)",
     {"model": "llama3_70b", "phase": None, "batch": None, "seq": None, "kv_len": None, "layers": None,
      "layout": "tp_pes", "method": "hybrid", "collective": None, "sequence_parallel": None, "overlap": None,
-     "pp": None, "dp": None, "micro_batches": None},
+     "pp": None, "dp": None, "micro_batches": None, "ep": None, "hot_expert": None},
     # phase and batch: decode and 1 for a transformer; collective: the model file's (auto by default);
     # overlap: prefetch for a transformer
     _build, _measure, _measure_batch, columns=("model", "phase", "batch", "layout"), kernels=("collectives",),
     resolve=_model_fields, batch_fields=("model", "phase", "batch", "seq", "kv_len", "layers", "layout", "method",
-                                         "collective", "sequence_parallel", "overlap", "pp", "dp", "micro_batches"),
+                                         "collective", "sequence_parallel", "overlap", "pp", "dp", "micro_batches",
+                                         "ep", "hot_expert"),
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly

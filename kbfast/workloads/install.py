@@ -21,6 +21,8 @@ from kbfast.errors import KbfastError
 OPPOSITE = {"E": "W", "W": "E", "N": "S", "S": "N"}
 for _p in ("global_", "intra_", "pe_", "mesh_", "sip_", "ring_", "pipe_"):
     OPPOSITE.update({_p + a: _p + b for a, b in list(OPPOSITE.items())[:4]})
+for _k in range(1, 256):          # an all-to-all beside other directions (kbfast.workloads.moe): a2a+k to rank + k
+    OPPOSITE.update({f"a2a+{_k}": f"a2a-{_k}", f"a2a-{_k}": f"a2a+{_k}"})
 
 Table = dict[str, int]
 NeighborFn = Callable[[int, int], Table]

@@ -51,7 +51,7 @@ from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.ir.tiling import plan_gemm
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads import parallel
+from kbfast.workloads import moe, parallel
 from kbfast.workloads.collectives import in_model, lrab
 from kbfast.workloads.collectives.lrab import intercube_peers
 from kbfast.workloads.collectives.placement import kernel_info, pe_nodes
@@ -138,7 +138,8 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
 
 # what a transformer's step takes
 STEP_OPTIONS = ("phase", "batch", "seq", "kv_len", "layers", "sequence_parallel", "overlap", "pp", "dp",
-                "micro_batches")
+                "micro_batches", "ep", "hot_expert")
+MOE_OPTIONS = ("ep", "hot_expert")                             # what only a mixture of experts reads
 OVERLAPS = {"prefetch": "the GEMM after each all-reduce streams its first weight tiles into free TCM during it",
             "none": "stage by stage, each GEMM from an idle read channel (the reference)"}
 DEFAULT_OVERLAP = "prefetch"     # the decisions table's overlap row
@@ -152,14 +153,17 @@ def refuse_unread(model: Model, options: dict, label: str | None = None) -> None
     (``--kv-len 64``), or with ``label`` (a sweep spec) the key ``workload.kv_len``."""
     reads = STEP_OPTIONS + COLLECTIVE_OPTIONS if isinstance(model, Transformer) else \
         COLLECTIVE_OPTIONS if isinstance(model, Mlp) else ()
+    if isinstance(model, Transformer) and not model.moe:
+        reads = tuple(k for k in reads if k not in MOE_OPTIONS)
     given = [k for k in STEP_OPTIONS + COLLECTIVE_OPTIONS if options.get(k) is not None and k not in reads]
     if not given:
         return
     names = [f"workload.{k}" if label else f"--{k.replace('_', '-')}" for k in given]
     which = "models with an all-reduce (transformers, MLPs)" if given[0] in COLLECTIVE_OPTIONS else \
-        "transformer models"
+        "mixtures of experts (a model file with experts)" if given[0] in MOE_OPTIONS else "transformer models"
     problem = (f"applies to {which} only; {model.name} is of kind {model.kind}, whose file fixes what "
-               "its step computes")
+               "its step computes") if given[0] not in MOE_OPTIONS or not isinstance(model, Transformer) else \
+        f"applies to {which} only; {model.name} has a dense FFN"
     hint = f"drop {', '.join(names)}" + (" from the spec (its workload and axes)" if label else "")
     if label:
         raise ConfigError(label, names[0], options[given[0]], problem, hint)
@@ -348,14 +352,22 @@ def layer_kernel(tl: Tl):
         yield from _gather(tl, L["o_shard_bytes"], n)
     yield tl.phase("o proj")
     yield from _gemm(tl, L, "o", L["o_in_bytes"])
+    first = "router" if "moe" in L else "up"       # the FFN's first GEMM
     if sp:
-        yield from _scattered(tl, "o reduce-scatter", L, gather=False, prefetch="up")
+        yield from _scattered(tl, "o reduce-scatter", L, gather=False, prefetch=first)
     else:
         yield from _allreduce(tl, "o all-reduce", L["x_bytes"], L["collective"], pe, L["n_pe"], cube_rank,
-                              prefetch=(L, "up"))
+                              prefetch=(L, first))
     yield tl.phase("ffn norm")
     yield tl.math(own, "add")
     yield from _norm(tl, own, L["norm"])
+    if "moe" in L:
+        acc = yield from moe.moe_ffn(tl, L, pe, cube_rank, _prefetch(tl, L, "qkv"))
+        yield tl.phase("residual")
+        yield tl.math(own, "add")
+        if sp:
+            tl.same(qkv_in, acc)
+        return acc
     if sp:
         up_in = yield from _scattered(tl, "ffn all-gather", L, gather=True)
     yield tl.phase("ffn up")
@@ -434,7 +446,8 @@ def prefetched(piece: Piece) -> tuple[str, ...]:
     """The GEMM commands ``piece`` prefetches, by their info key (a transformer layer under ``--overlap
     prefetch``: the FFN up projection behind the o all-reduce, and the next layer's QKV behind the FFN's)."""
     fields = piece.info.get(piece.allreduce, {}) if piece.allreduce else {}
-    return ("up", "qkv") if fields.get("overlap") == "prefetch" else ()
+    first = "router" if "moe" in fields else "up"
+    return (first, "qkv") if fields.get("overlap") == "prefetch" else ()
 
 
 def allreduce_piece(piece: Piece, algorithm: str) -> Piece:
@@ -497,14 +510,15 @@ class _Table:
 
 
 def _attention_dims(t: Tables, table: _Table, kernel: str, users: int, q_per_kv: int, kv_heads: int, d: int,
-                    q_rows: int, kv_rows: int, base: int) -> dict:
+                    q_rows: int, kv_rows: int, base: int, steps: int = 1) -> dict:
     """The attention's commands and sizes for one rank: ``q_rows`` query tokens per user and ``kv_rows``
-    keys per block; ``q_per_kv`` query heads share each of the rank's ``kv_heads`` KV heads."""
+    keys per block; ``q_per_kv`` query heads share each of the rank's ``kv_heads`` KV heads; ``steps``: how
+    many times the rank runs them (mesh_kv: once per KV block around its ring)."""
     elem = t.spec.pe.elem_bytes
     m = q_per_kv * q_rows
     pairs = users * kv_heads
-    score = table.add(m, kv_rows, d, base, count=pairs)
-    pv = table.add(m, d, kv_rows, base + users * kv_heads * kv_rows * d * elem, count=pairs)
+    score = table.add(m, kv_rows, d, base, count=pairs * steps)
+    pv = table.add(m, d, kv_rows, base + users * kv_heads * kv_rows * d * elem, count=pairs * steps)
     q_heads = q_per_kv * kv_heads
     return {"kernel": kernel, "users": users, "kv_heads": kv_heads, "score": score, "pv": pv,
             "score_elems": m * kv_rows,
@@ -538,7 +552,8 @@ def attention_ring(t: Tables, model: Transformer, layout: str) -> int:
 def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: str = "tp_pes",
                   layer: int = 0, collective: str | None = None, sequence_parallel: bool | None = None,
                   overlap: str | None = None, fit_hbm: bool = True, pp: int | None = None, dp: int | None = None,
-                  micro_batches: int | None = None) -> list[Piece]:
+                  micro_batches: int | None = None, ep: int | None = None,
+                  hot_expert: float | None = None) -> list[Piece]:
     """The pieces of one step of ``model`` (a transformer: its layer, repeated ``layers`` times, and the LM
     head; an MLP: one piece; attention panels: one piece per panel).  ``layer`` places the layer's weights
     (layer ``l`` at ``l`` x its aligned size, so every layer times alike; tests prove it).  ``collective``
@@ -550,14 +565,17 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     slice is compiled all the same (its timing does not depend on the slice's size: an address picks its
     pseudo-channel by its low bits); a serving run, which holds its KV cache to what fits itself, times its
     steps so (kbfast.serving.costs).  ``pp``, ``dp``, ``micro_batches`` (transformers): pipeline stages,
-    data-parallel replicas and micro-batches (kbfast.workloads.parallel; :func:`_compile_split`)."""
+    data-parallel replicas and micro-batches (kbfast.workloads.parallel; :func:`_compile_split`).  ``ep``,
+    ``hot_expert`` (mixtures of experts): the expert-parallel degree and the hottest expert's share of the
+    routed slots (kbfast.workloads.moe)."""
     refuse_unread(model, {"collective": collective, "sequence_parallel": sequence_parallel, "overlap": overlap,
-                          "pp": pp, "dp": dp, "micro_batches": micro_batches})
+                          "pp": pp, "dp": dp, "micro_batches": micro_batches, "ep": ep, "hot_expert": hot_expert})
     if isinstance(model, Transformer) and (pp, dp, micro_batches) != (None, None, None):
         s = shape or shape_for(model)
         par = parallel.split(t, pp, dp, micro_batches, s.batch)
         if par.groups > 1:
-            return _compile_split(t, model, s, layout, layer, collective, sequence_parallel, overlap, fit_hbm, par)
+            return _compile_split(t, model, s, layout, layer, collective, sequence_parallel, overlap, fit_hbm, par,
+                                  ep, hot_expert)
     if isinstance(model, AttentionPanels):
         return [_panel(t, model, name, p) for name, p in model.panels.items()]
     collective = in_model.check_choice(collective or model.collective)
@@ -596,15 +614,30 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     q_per_kv = q_grp // kv_grp
     qkv_pe = _divide(f"{model.name}: QKV columns per PE of an attention group", (q_grp + 2 * kv_grp) * d, m, fix)
     o_pe = _divide(f"{model.name}: O rows per PE of an attention group", q_grp * d, m, fix)
-    ffn_pe = _divide(f"{model.name}: FFN columns per PE ({model.ffn} over {P} PEs)", model.ffn, P, fix)
-    up_pe = ffn_pe * (2 if model.ffn_kind == "swiglu" else 1)
-    w_bytes = (hid * qkv_pe + o_pe * hid + hid * up_pe + ffn_pe * hid) * elem
+    up_mult = 2 if model.ffn_kind == "swiglu" else 1
+    if model.moe:
+        ep = moe.check_ep(ep or moe.default_ep(model.experts, P), model.experts, P, fix)
+        ffn_pe = _divide(f"{model.name}: an expert's FFN columns per PE of its block ({model.ffn} over {P // ep} "
+                         f"PEs, --ep {ep})", model.ffn, P // ep, fix)
+        router_k = _divide(f"{model.name}: hidden elements per PE ({hid} over {P} PEs, sequence parallel)", hid,
+                           P, fix) if sp else hid
+        ffn_w = (model.experts // ep) * (hid * ffn_pe * up_mult + ffn_pe * hid) + router_k * model.experts
+    else:
+        ffn_pe = _divide(f"{model.name}: FFN columns per PE ({model.ffn} over {P} PEs)", model.ffn, P, fix)
+        ffn_w = hid * ffn_pe * up_mult + ffn_pe * hid
+    up_pe = ffn_pe * up_mult
+    w_bytes = (hid * qkv_pe + o_pe * hid + ffn_w) * elem
     stride = -(-w_bytes // LAYER_ALIGN) * LAYER_ALIGN
     base = layer * stride
     qkv = table.add(T, qkv_pe, hid, base)
     o = table.add(T, hid, o_pe, base + hid * qkv_pe * elem)
-    up = table.add(T, up_pe, hid, base + (hid * qkv_pe + o_pe * hid) * elem)
-    down = table.add(T, hid, ffn_pe, base + (hid * qkv_pe + o_pe * hid + hid * up_pe) * elem)
+    ffn_base = base + (hid * qkv_pe + o_pe * hid) * elem
+    if model.moe:
+        ffn = moe.compile_ffn(table, model, T, P, ep, hot_expert, router_k, ffn_pe, ffn_base, elem)
+        up = down = None
+    else:
+        ffn = {"up": table.add(T, up_pe, hid, ffn_base), "down": table.add(T, hid, ffn_pe, ffn_base + hid * up_pe *
+                                                                              elem)}
     kv_base = model.layers * stride
     if s.phase == "decode":
         kv_rows = _divide(f"{model.name}: KV cache rows per PE of an attention group (--kv-len {s.kv_len})",
@@ -615,7 +648,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     else:
         rows = _divide(f"{model.name}: query tokens per PE of an attention group (--seq {s.seq})", s.seq, m,
                        f"use a --seq divisible by {m}")
-        attn = _attention_dims(t, table, "mesh_kv", s.batch, q_per_kv, kv_grp, d, rows, rows, kv_base)
+        attn = _attention_dims(t, table, "mesh_kv", s.batch, q_per_kv, kv_grp, d, rows, rows, kv_base, steps=m)
         cache_rows = rows
     cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
     acts = (2 * hid + qkv_pe + o_pe + up_pe) * T * elem          # input, output, QKV, O and FFN, each once
@@ -625,14 +658,17 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
               f"layer's activations ({budget.fmt_bytes(acts)})")
     info["layer"] = {
         "n_pe": n_pe, "ring": m, "norm": model.norm, "ffn_kind": model.ffn_kind, "x_elems": T * hid, "x_bytes": T * hid * elem,
-        "qkv": qkv, "o": o, "up": up, "down": down, "attn": attn,
+        "qkv": qkv, "o": o, **ffn, "attn": attn,
         "qkv_shard_bytes": T * qkv_pe * elem, "o_shard_bytes": T * o_pe * elem // m,
         "o_in_bytes": T * o_pe * elem, "act_elems": T * ffn_pe, "h_bytes": T * ffn_pe * elem,
         "collective": collective, "allreduce_bytes": T * hid * elem, "allreduce_tile_io": True,
         "pinned": table.pinned(), "sequence_parallel": sp, "P": P, "overlap": overlap}
-    layer_piece = Piece("layer", nodes, labels, peer, roles, layer_kernel, info, table.commands, table.macs * P,
-                        repeat=model.layers, allreduce="layer",
-                        memory=_memory(t, table, model.layers * stride, cache, acts))
+    wiring = (labels, peer, roles)
+    if model.moe:                          # the all-to-alls' directions; a block's GEMMs, a rank's message sizes
+        wiring = moe.wiring(labels, peer, roles, ffn["moe"], P)
+    layer_piece = Piece("layer", nodes, *wiring, layer_kernel, info, table.commands,
+                        table.macs * P + (ffn["moe"]["macs"] if model.moe else 0), repeat=model.layers,
+                        allreduce="layer", memory=_memory(t, table, model.layers * stride, cache, acts))
     head_table = _Table(t)
     vocab_pe = -(-model.vocab // P)                      # padded to the PE count, as Megatron pads it
     head_info = dict({k: v for k, v in info.items() if k != "layer"}, head={"n_pe": n_pe, "norm": model.norm, "x_elems": s.batch * hid,
@@ -648,7 +684,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
 
 def _compile_split(t: Tables, model: Transformer, s: Shape, layout: str, layer: int, collective: str | None,
                    sequence_parallel: bool | None, overlap: str | None, fit_hbm: bool,
-                   par: parallel.Parallel) -> list[Piece]:
+                   par: parallel.Parallel, ep: int | None = None, hot_expert: float | None = None) -> list[Piece]:
     """A step split ``par.pp`` x ``par.dp`` ways (kbfast.workloads.parallel): the layer of a stage (``layers /
     pp`` of them, a micro-batch's users) on stage 0 of every replica, the LM head on the last stage, and with a
     pipeline the hand-off between two stages and the tokens' trip back, each compiled on a group's own tray
@@ -662,7 +698,7 @@ def _compile_split(t: Tables, model: Transformer, s: Shape, layout: str, layer: 
     replica = dataclasses.replace(s, batch=s.batch // par.dp)
     micro = dataclasses.replace(replica, batch=replica.batch // par.micro_batches)
     opts = {"layout": layout, "layer": layer, "collective": collective, "sequence_parallel": sequence_parallel,
-            "overlap": overlap}
+            "overlap": overlap, "ep": ep, "hot_expert": hot_expert}
     held = compile_model(small, stage, replica, fit_hbm=fit_hbm, **opts)
     one, head = held if micro == replica else compile_model(small, stage, micro, fit_hbm=False, **opts)
     one = dataclasses.replace(one, memory=held[0].memory)
