@@ -362,7 +362,8 @@ def _print_gemm(row: dict, fmt: OutputFormat) -> None:
 @run_app.command("model")
 @user_errors
 def run_model(
-    model: Annotated[str, typer.Argument(help="A bundled model (llama3_70b, gpt3_175b, llama32_1b, tp_mlp, "
+    model: Annotated[str, typer.Argument(help="A bundled model (llama3_70b, gpt3_175b, llama32_1b, mixtral_8x7b, "
+                                              "qwen3_235b_a22b, tp_mlp, "
                                               "gqa_llama70b_validation) or a model YAML.")],
     phase: Annotated[str | None, typer.Option(help="decode (one token per user, the default) or prefill; "
                                                    "transformers only.")] = None,
