@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, user_errors, writable
@@ -26,7 +27,7 @@ from kbfast.search.space import BATCHES, COLLECTIVES, DEGREES, Space, parse_knob
 from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
-SHOWN = ("layout", "pp", "dp", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
+SHOWN = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
          "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "latency_lo_ns", "latency_hi_ns", "method",
          "collective_used", "feasible", "front", "best", "error", "command", "ttft_command")
 
@@ -48,6 +49,8 @@ def search_command(
                                          "degrees whose product does not divide the SIPs are pruned).")]
         = ",".join(map(str, DEGREES)),
     dp: Annotated[str, typer.Option(help="Data-parallel replicas, comma-separated.")] = ",".join(map(str, DEGREES)),
+    ep: Annotated[str | None, typer.Option(help="Mixtures of experts: expert-parallel blocks, comma-separated "
+                                                "(default: each model's gcd(experts, PEs)).")] = None,
     collective: Annotated[str, typer.Option(help="All-reduce algorithms, comma-separated.")] = ",".join(COLLECTIVES),
     overlap: Annotated[str, typer.Option(help="Overlaps, comma-separated.")] = ",".join(OVERLAPS),
     sequence_parallel: Annotated[str, typer.Option("--sequence-parallel", help="both, off or on.")] = "both",
@@ -82,7 +85,8 @@ def search_command(
     space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
                   parse_list(collective, "--collective", str, COLLECTIVES),
                   parse_list(overlap, "--overlap", str, tuple(OVERLAPS)), SP_CHOICES[sequence_parallel],
-                  parse_knobs(knob or [], overrides), parse_list(pp, "--pp", int), parse_list(dp, "--dp", int))
+                  parse_knobs(knob or [], overrides), parse_list(pp, "--pp", int), parse_list(dp, "--dp", int),
+                  (None,) if ep is None else parse_list(ep, "--ep", int))
     plot_to = figure_path(plot_to, "--plot", "search.png")
     m = load_model(model)
     out = writable(out or Path("results") / "search" / Path(model).stem, "--out", folder=True)
@@ -117,8 +121,11 @@ def wrapped(cmd: str, width: int = 78) -> str:
 
 
 def layout_label(row) -> str:
-    """A candidate's layout with its pipeline and data-parallel degrees when above 1 (``tp_pes pp2``)."""
-    return " ".join([row.layout] + [f"{k}{int(getattr(row, k))}" for k in ("pp", "dp") if int(getattr(row, k)) > 1])
+    """A candidate's layout with its pipeline and data-parallel degrees when above 1, and its expert-parallel
+    blocks when given (``tp_pes pp2 ep8``)."""
+    ep = getattr(row, "ep", None)
+    return " ".join([row.layout] + [f"{k}{int(getattr(row, k))}" for k in ("pp", "dp") if int(getattr(row, k)) > 1]
+                    + ([] if ep is None or pd.isna(ep) else [f"ep{int(ep)}"]))
 
 
 def knob_label(key: str) -> str:

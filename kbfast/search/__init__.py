@@ -29,7 +29,7 @@ from kbfast.search.space import Pruned, Space, prune
 from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import parse_spec
 
-KEYS = ("layout", "pp", "dp", "batch", "collective", "overlap", "sequence_parallel")
+KEYS = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel")
 
 
 @dataclass
@@ -45,7 +45,9 @@ class SearchResult:
 def _row(c: dict, seq: int | None = None) -> dict:
     """A candidate's zip row: its decode step, or with ``seq`` a prefill of ``seq`` tokens for one user (for one
     user per data-parallel replica: each replica prefills its own request)."""
-    row = {f"workload.{k}": c[k] for k in KEYS if k != "sequence_parallel"}
+    row = {f"workload.{k}": c[k] for k in KEYS if k not in ("sequence_parallel", "ep")}
+    if c["ep"] is not None:
+        row["workload.ep"] = c["ep"]
     row["workload.sequence_parallel"] = True if c["sequence_parallel"] else None     # as the command line
     row.update(c["set"])
     if seq is not None:
@@ -71,6 +73,8 @@ def command(model: str, topology: str | None, sets: list[str], row: dict, kv_len
         ["--batch", str(int(row["dp"])), "--seq", str(seq)]
     args += ["--layout", row["layout"]]
     args += [arg for k in ("pp", "dp") if int(row[k]) > 1 for arg in (f"--{k}", str(int(row[k])))]
+    if row.get("ep") is not None and not pd.isna(row["ep"]):
+        args += ["--ep", str(int(row["ep"]))]
     args += ["--collective", row["collective"], "--overlap", row["overlap"]]
     if row["sequence_parallel"]:
         args.append("--sequence-parallel")

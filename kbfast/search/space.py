@@ -1,7 +1,7 @@
 """The search space of ``kbfast search`` and its pruning (docs/search.md "Candidates").
 
 A candidate is one way to run a model's decode step on the tray: a layout, pipeline and data-parallel degrees
-(kbfast.workloads.parallel), a batch, an all-reduce algorithm, an overlap and sequence parallelism or not, and a
+(kbfast.workloads.parallel), a mixture of experts' expert-parallel blocks (kbfast.workloads.moe), a batch, an all-reduce algorithm, an overlap and sequence parallelism or not, and a
 value of every hardware knob (``--knob KEY=V1,V2``, any key a
 ``--set`` takes).  The space is their cartesian product.  Before anything is timed, every candidate is
 compiled (kbfast.measure.model.plan_step: pure Python, no kernel), and what the model compiler refuses is
@@ -44,17 +44,19 @@ class Space:
     knobs: tuple[tuple[str, tuple], ...] = ()         # (override key, values)
     pp: tuple[int, ...] = DEGREES
     dp: tuple[int, ...] = DEGREES
+    ep: tuple[int | None, ...] = (None,)            # a mixture of experts' blocks (None: its default)
 
     def candidates(self) -> list[dict]:
         """Every combination, as the fields of a model workload and the knobs' overrides (``set``)."""
         knob_keys = [k for k, _ in self.knobs]
         out = []
         for values in itertools.product(*(v for _, v in self.knobs)):
-            for lay, pp, dp, b, coll, ov, sp in itertools.product(self.layouts, self.pp, self.dp, self.batches,
-                                                                  self.collectives, self.overlaps,
-                                                                  self.sequence_parallel):
-                out.append({"layout": lay, "pp": int(pp), "dp": int(dp), "batch": int(b), "collective": coll,
-                            "overlap": ov, "sequence_parallel": bool(sp), "set": dict(zip(knob_keys, values))})
+            for lay, pp, dp, ep, b, coll, ov, sp in itertools.product(self.layouts, self.pp, self.dp, self.ep,
+                                                                      self.batches, self.collectives, self.overlaps,
+                                                                      self.sequence_parallel):
+                out.append({"layout": lay, "pp": int(pp), "dp": int(dp), "ep": ep, "batch": int(b),
+                            "collective": coll, "overlap": ov, "sequence_parallel": bool(sp),
+                            "set": dict(zip(knob_keys, values))})
         return out
 
 
@@ -134,9 +136,9 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
     kept, counts, examples, tables, prefills = [], {}, {}, {}, {}
 
     def refusal(system: tuple, shape, options: tuple) -> KbfastError | None:
-        *positional, pp, dp = options
+        *positional, pp, dp, ep = options
         try:
-            plan_step(tables[system], model, shape, *positional, pp=pp, dp=dp)
+            plan_step(tables[system], model, shape, *positional, pp=pp, dp=dp, ep=ep)
         except KbfastError as err:
             return err
         return None
@@ -146,7 +148,7 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
         if system not in tables:
             tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)}))
         options = (c["layout"], None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"], c["pp"],
-                   c["dp"])
+                   c["dp"], c["ep"])
         err, what = refusal(system, shape_for(model, "decode", c["batch"], None, kv_len), options), ""
         if err is None and seq is not None:             # the prefill does not depend on the batch
             if (system, options) not in prefills:
