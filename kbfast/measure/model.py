@@ -654,7 +654,8 @@ def _pipeline(t: Tables, router: Router, plan: StepPlan, pieces: list[Piece], re
               bounds: bool) -> tuple[dict, dict]:
     """A pipelined step (kbfast.measure.pipeline) in each mode: the recurrence on the pieces' results, and the
     whole pipeline replayed (rounds 1 and 2: the makespan and the period, with the first round's bounds) in
-    exact mode, and on the fast path when the hybrid method's replay of its stand-in fits the budget."""
+    exact mode, and on the fast path when the hybrid method's replay of its stand-in fits the budget; a whole
+    pipeline over the memory limit stays composed."""
     par = plan.parallel
     per_stage = (plan.layers or 1) // par.pp
     pipeline, whole = {}, {}
@@ -666,8 +667,11 @@ def _pipeline(t: Tables, router: Router, plan: StepPlan, pieces: list[Piece], re
             if plan.method != "hybrid" or whole_events(estimates, plan.layers, par.pp, par.micro_batches) > \
                     2 * DEFAULT_BUDGET_EVENTS:
                 continue
-        one, two = (evaluate_piece(t, router, pipeline_piece(t, pieces, par, per_stage, rounds), m, timer,
-                                   plan.method, bounds=bounds and rounds == 1) for rounds in (1, 2))
+        try:
+            one, two = (evaluate_piece(t, router, pipeline_piece(t, pieces, par, per_stage, rounds), m, timer,
+                                       plan.method, bounds=bounds and rounds == 1) for rounds in (1, 2))
+        except MemoryBudgetError:          # too large to replay whole: composed (the row's method says so)
+            continue
         whole[m] = (one.latency_ns, two.latency_ns - one.latency_ns, one.lo_ns, one.hi_ns)
     return pipeline, whole
 
