@@ -449,8 +449,8 @@ def bench_serve() -> list[BenchRow]:
 
 def bench_search() -> list[BenchRow]:
     """``kbfast search llama3_70b`` on ahbm_2sip over 4 batches, both layouts, lrab and hier2d, no overlap
-    and prefetch, sequence parallel or not (the candidates left after pruning, one process), after one
-    candidate that compiles what it needs: candidates per minute."""
+    and prefetch, sequence parallel or not, tensor parallel alone (the candidates left after pruning, one
+    process), after one candidate that compiles what it needs: candidates per minute."""
     import tempfile
     from pathlib import Path
 
@@ -460,9 +460,10 @@ def bench_search() -> list[BenchRow]:
 
     model = load_model("llama3_70b")
     with tempfile.TemporaryDirectory() as tmp:
-        warm = Space(("tp_pes",), (1,), ("lrab",), ("none",), (False,))
+        warm = Space(("tp_pes",), (1,), ("lrab",), ("none",), (False,), pp=(1,), dp=(1,))
         search(model, "llama3_70b", None, {}, [], warm, "tokens_per_s", [], 4096, 2048, Path(tmp) / "warm")
-        space = Space(("tp_pes", "tp_cubes"), (1, 4, 16, 64), ("lrab", "hier2d"), ("prefetch", "none"), (False, True))
+        space = Space(("tp_pes", "tp_cubes"), (1, 4, 16, 64), ("lrab", "hier2d"), ("prefetch", "none"), (False, True),
+                      pp=(1,), dp=(1,))
         t0 = time.perf_counter()
         res = search(model, "llama3_70b", None, {}, [], space, "tokens_per_s", [], 4096, 2048, Path(tmp) / "run")
         wall = time.perf_counter() - t0
