@@ -480,8 +480,6 @@ def test_an_ep_that_does_not_divide_is_refused(model, tray, experts: int, ep: in
     assert words in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="kbfast/workloads/model.py compile_model: `moe.check_ep(ep or "
-                   "moe.default_ep(...))` turns --ep 0 into the default before check_ep can refuse it")
 def test_ep_zero_is_refused(model, tray) -> None:
     """``--ep 0`` is no block count: check_ep refuses it ("--ep must be a positive integer (got 0)")."""
     t, _ = tray
@@ -517,9 +515,6 @@ def test_a_hot_share_outside_its_range_is_refused_by_plan_step(model, tray, hot:
         plan_step(t, model, decode(model), "tp_cubes", hot_expert=hot)
 
 
-@pytest.mark.xfail(strict=True, reason="kbfast/workloads/moe.py peers() refuses more than 256 working PEs through "
-                   "collectives.all_to_all.check_ranks, whose hint 'use ranks=cube_pe0, sip_pe0 or a list' is an "
-                   "option of kbfast run collective, not of kbfast run model")
 def test_too_many_pes_for_the_all_to_all_are_refused_in_a_models_terms() -> None:
     """Mixtral-8x7B on tp_pes over 4 SIPs (512 working PEs) is over the direct all-to-all's 256 ranks: refused,
     with a hint a model step can follow (layout tp_cubes, fewer SIPs)."""

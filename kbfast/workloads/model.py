@@ -616,7 +616,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     o_pe = _divide(f"{model.name}: O rows per PE of an attention group", q_grp * d, m, fix)
     up_mult = 2 if model.ffn_kind == "swiglu" else 1
     if model.moe:
-        ep = moe.check_ep(ep or moe.default_ep(model.experts, P), model.experts, P, fix)
+        ep = moe.check_ep(moe.default_ep(model.experts, P) if ep is None else ep, model.experts, P, fix)
         ffn_pe = _divide(f"{model.name}: an expert's FFN columns per PE of its block ({model.ffn} over {P // ep} "
                          f"PEs, --ep {ep})", model.ffn, P // ep, fix)
         router_k = _divide(f"{model.name}: hidden elements per PE ({hid} over {P} PEs, sequence parallel)", hid,
@@ -652,6 +652,8 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
         cache_rows = rows
     cache = model.layers * s.batch * kv_grp * cache_rows * d * elem * 2
     acts = (2 * hid + qkv_pe + o_pe + up_pe) * T * elem          # input, output, QKV, O and FFN, each once
+    if model.moe:                        # the FFN's: the tokens dispatched to the PE's block, and their activations
+        acts = (2 * hid + qkv_pe + o_pe) * T * elem + max(ffn["moe"]["loads_per_block"]) * (hid + up_pe) * elem
     if fit_hbm:
         _fits(t, model, layout, model.layers * stride + cache + acts, f"{model.layers} layers of weights "
               f"({budget.fmt_bytes(model.layers * stride)}), the KV cache ({budget.fmt_bytes(cache)}) and a "

@@ -13,7 +13,8 @@ router             GEMM tokens x experts x hidden on every PE (sequence parallel
 dispatch           all-to-all (kbfast.workloads.collectives.all_to_all's direct sends, one channel per
                    pair): every PE sends its slice of the tokens routed to a block to each of the block's PEs
 experts            per expert of the block with tokens routed to it: GEMM up (and gate), the activation, GEMM
-                   down, on the PE's ``1 / u`` of the expert
+                   down, on the PE's ``1 / u`` of the expert; each GEMM's A (the tokens, the activations)
+                   loaded into TCM first when it is pinned there, as the dense FFN's
 combine            all-to-all back: each PE sends the slice of its partial outputs to every PE
 weighted sum       MATH: each token's partials scaled by their routing weights and added
 ffn all-gather     (not sequence parallel) the slices gathered, every PE holding every token again
@@ -24,8 +25,8 @@ algorithm when it splits (ring_pipe, hier2d), else by hier2d.
 
 Routing is set by load, not drawn: of the ``tokens x top_k`` routed slots the hottest expert (expert 0)
 takes ``ceil(hot x slots)`` (``--hot-expert``, at most one slot per token; default: an even share), and the
-rest go one by one to the others, a block at a time, so that every block's load differs by at most one slot
-per expert.  A token routed to two experts of one block is sent to it twice (each slot is a message's share).
+rest go one by one to the others, a block at a time: every expert but the hot one is within one slot of the
+others.  A token routed to two experts of one block is sent to it twice (each slot is a message's share).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 
 from kbfast.errors import KbfastError
 from kbfast.workloads.collectives import in_model
-from kbfast.workloads.collectives.all_to_all import check_ranks
+from kbfast.workloads.collectives.all_to_all import MAX_RANKS
 from kbfast.workloads.kernels import Tl
 
 LOGIT_BYTES = 4                  # router logits in f32
@@ -120,6 +121,7 @@ def compile_ffn(table, model, tokens: int, n_pe: int, ep: int, hot: float | None
         "router_in_bytes": tokens * router_k * elem, "logit_bytes": tokens * E * LOGIT_BYTES,
         "logit_elems": tokens * E, "block_pes": u, "slice_bytes": slices, "gemms": gemms, "ffn_cols": ffn_pe,
         "partial_elems": u * sum(slices) // elem, "loads": loads.tolist(), "ep": ep,
+        "loads_per_block": block_loads(loads, ep).tolist(), "token_bytes": hid * elem,
         "macs": int(loads.sum()) * per_slot + tokens * hid * E}}
 
 
@@ -138,7 +140,10 @@ def peers(n: int) -> tuple[list[str], np.ndarray]:
     """An all-to-all's directions over ``n`` working PEs beside the layer's others: ``a2a+k`` from rank ``r``
     to ``(r + k) % n``, ``a2a-k`` back to ``(r - k) % n``, each the other's opposite
     (kbfast.workloads.install), so that no pair's channel is mistaken for a ring's."""
-    check_ranks(n)
+    if n > MAX_RANKS:
+        raise KbfastError(f"a mixture of experts' all-to-all opens a channel between every two of its {n:,} working "
+                          f"PEs, {n * (n - 1):,} in all; it is limited to {MAX_RANKS} PEs\n  hint: use layout "
+                          "tp_cubes, fewer SIPs (--set sips.count=N), or split the tray with --pp / --dp")
     r = np.arange(n)[:, None]
     k = np.arange(1, n)[None, :]
     return [f"a2a+{i}" for i in range(1, n)] + [f"a2a-{i}" for i in range(1, n)], \
@@ -180,10 +185,15 @@ def moe_ffn(tl: Tl, L: dict, pe: int, cube_rank: int, prefetch):
     to = [slices[q // M["block_pes"]] for q in range(P)]
     got = yield from exchange(tl, "dispatch (all-to-all)", to, [slices[block]] * P)
     yield tl.phase("experts")
-    for up, down, n in M["gemms"][block]:
+    elem = tl.info["elem"]
+    for up, down, n in M["gemms"][block]:         # A loaded into TCM first when it is pinned there, as dense
+        if L["pinned"][up]:
+            yield tl.load(n * M["token_bytes"])
         yield tl.gemm(up)
         for op in ("exp", "mul", "mul") if L["ffn_kind"] == "swiglu" else ("exp", "mul"):
             yield tl.math(n * M["ffn_cols"], op)
+        if L["pinned"][down]:
+            yield tl.load(n * M["ffn_cols"] * elem)
         yield tl.gemm(down)
     back = yield from exchange(tl, "combine (all-to-all)", [slices[block]] * P, to)
     tl.same(got, back)                            # both exchanges heard from the same ranks
