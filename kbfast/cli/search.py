@@ -28,7 +28,7 @@ from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 SHOWN = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
-         "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "latency_lo_ns", "latency_hi_ns", "method",
+         "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "method",
          "collective_used", "feasible", "front", "best", "error", "command", "ttft_command")
 
 

@@ -3,7 +3,8 @@ constraints (docs/search.md).
 
 1. The space (kbfast.search.space) is compiled candidate by candidate (and, when TTFT is asked for, its
    prefill of ``--seq`` tokens), and what does not fit or divide is pruned and counted by reason.
-2. What is left is a sweep (kbfast.sweep): one model point per candidate, a decode step at ``--kv-len``, and
+2. What is left is a sweep (kbfast.sweep): one model point per candidate (the fast path's point alone, no
+   bounds: its printed command gives them), a decode step at ``--kv-len``, and
    when TTFT is asked for, one prefill of ``--seq`` tokens per (layout, all-reduce, overlap, sequence
    parallelism, knobs).  It runs like any sweep: ``--jobs`` processes or a Dask scheduler, results in
    ``--out``, resumable.
@@ -60,7 +61,8 @@ def _sweep(name: str, model: str, topology: str, overrides: dict, rows: list[dic
            out: Path, jobs: int, scheduler: str | None, progress) -> pd.DataFrame:
     data = {"name": name, "description": f"kbfast search over {len(rows)} configurations of {model}",
             "topology": topology, "set": overrides, "seed": 0, "axes": [{"zip": rows}],
-            "workload": {"kind": "model", "model": model, "phase": "decode", "kv_len": kv_len, "method": method}}
+            "workload": {"kind": "model", "model": model, "phase": "decode", "kv_len": kv_len, "method": method,
+                         "bounds": False}}                       # the front ranks points; a command has the bounds
     spec = parse_spec(data, f"kbfast search ({name})")
     return run_sweep(spec, out, jobs=jobs, scheduler=scheduler, overwrite=True, progress=progress).results
 
@@ -107,7 +109,7 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     dec = _sweep("search_decode", model_arg, topo, overrides, [_row(c) for c in pruned.kept], kv_len, method,
                  out / "decode", jobs, scheduler, on("decode steps"))
     table = pd.DataFrame(pruned.kept)
-    for col in ("latency_ns", "latency_lo_ns", "latency_hi_ns", "step_period_ns", "tokens_per_s", "method",
+    for col in ("latency_ns", "step_period_ns", "tokens_per_s", "method",
                 "collective_used"):
         table[col] = dec[col].to_numpy() if col in dec else np.nan
     table["error"] = dec["error"].to_numpy() if "error" in dec else None
