@@ -48,7 +48,7 @@ from kbfast.topology.names import node_names, pe_block
 from kbfast.workloads.install import ring_peers, wire
 from kbfast.workloads.kernels import ScheduleError, Tl
 from kbfast.workloads.model import compile_model, shape_for
-from kbfast.workloads.parallel import Parallel, split, sub_tables
+from kbfast.workloads.parallel import Parallel, nodes_at, split, sub_tables
 from kbfast.workloads.symbolic import run_traced
 import kbfast.cli.run as cli_run
 from conftest import flat, le, refused, topo
@@ -317,8 +317,9 @@ def test_schedule_invariants(case, grown: str, delta: float) -> None:
 
 # -- split: the degrees against the tray and the users -------------------------------------------------------------
 @pytest.mark.parametrize("pp,dp,mb,users,fragment", [
-    (3, 1, None, 4, "--pp 3 x --dp 1 = 3 groups of SIPs do not divide the tray's 2 SIPs"),
-    (2, 2, None, 4, "--pp 2 x --dp 2 = 4 groups of SIPs do not divide the tray's 2 SIPs"),
+    (3, 1, None, 4, "--pp 3 x --dp 1 = 3 groups: 3 does not divide the tray's 2 SIPs, nor split each SIP's 4 rows"),
+    (3, 2, None, 6, "--pp 3 x --dp 2 = 6 groups: 6 does not divide the tray's 2 SIPs, nor split each SIP's 4 rows"),
+    (16, 1, None, 16, "--pp 16 x --dp 1 = 16 groups: 16 does not divide the tray's 2 SIPs, nor split"),
     (1, 2, None, 3, "--dp 2: the step's 3 users (--batch) do not divide over 2 replicas"),
     (2, 1, 3, 4, "--micro-batches 3: a replica's 4 users do not divide into 3 micro-batches"),
     (2, 1, 8, 4, "--micro-batches 8: a replica's 4 users do not divide into 8 micro-batches"),
@@ -372,7 +373,7 @@ def test_a_sips_nodes_are_a_block() -> None:
     """What placing by whole SIPs rests on: the 1-SIP tray's nodes are the tray's of the same ids (the switch and
     SIP 0), and each SIP 0 node's id plus nodes_per_sip is the same node of SIP 1."""
     t, _ = topo({})
-    small = sub_tables(t, 1)
+    small = sub_tables(t, Parallel(sips=1))
     per = t.layout.nodes_per_sip
     assert small.layout.nodes_per_sip == per and small.layout.n_sips == 1
     names = node_names(small, np.arange(small.n_nodes))
@@ -445,20 +446,63 @@ def test_the_split_prefill_does_the_same_work(model, step, options: dict) -> Non
     assert step({}, prefill(model), **options).macs() == step({}, prefill(model)).macs()
 
 
+def test_groups_of_cube_rows_sit_on_their_rows(model) -> None:
+    """pp=4 on 2 SIPs of 4 x 4 cubes: groups of 2 rows of cubes, stage s on SIP s // 2, rows 2 (s % 2) and up;
+    every PE of a group's tray is the same PE of the same cube there (names), and the layer's pieces of the
+    stages are those of a one-SIP tray of 2 rows."""
+    t, _ = topo({})
+    par = split(t, 4, 1, None, 4)
+    assert (par.sips, par.rows, par.group_text()) == (1, 2, "2 cube rows")
+    small = sub_tables(t, par)
+    assert (small.layout.n_sips, small.layout.cube_w, small.layout.cube_h) == (1, 4, 2)
+    pe = np.array([i for i, n in enumerate(node_names(small, np.arange(small.n_nodes))) if n.endswith(".pe_dma")])
+    cube = lambda name: int(name.split(".")[1][4:])          # noqa: E731  sipS.cubeC.peP.pe_dma -> C
+    for stage in range(4):
+        sip, row0 = par.where(t, 0, stage)
+        assert (sip, row0) == (stage // 2, 2 * (stage % 2))
+        names = node_names(t, nodes_at(t, small, pe, par, 0, stage))
+        want = node_names(small, pe)
+        assert [n.split(".")[0] for n in names] == [f"sip{sip}"] * len(pe)
+        assert [cube(n) for n in names] == [cube(w) + 4 * row0 for w in want]
+        assert [n.split(".", 2)[2] for n in names] == [w.split(".", 2)[2] for w in want]
+    m = model.model_copy(update={"layers": 4, "name": "tiny4"})
+    pieces = {p.name: p for p in compile_model(t, m, decode(m), "tp_cubes", pp=4, dp=1)}
+    assert len(pieces["layer"].nodes) == 8 and len(pieces["hand-off"].nodes) == 16
+
+
+def test_cube_row_groups_refused_when_rows_do_not_split(model) -> None:
+    t, _ = topo({})
+    with pytest.raises(KbfastError, match=r"= 6 groups: 6 does not divide the tray's 2 SIPs, nor split each SIP's "
+                                           r"4 rows of cubes evenly"):
+        split(t, 6, 1, None, 6)
+
+
+@pytest.mark.parametrize("options", [{"pp": 4}, {"pp": 2, "dp": 2}, {"dp": 4}])
+def test_cube_row_groups_match_exact(model, step, options: dict) -> None:
+    """Stages and replicas on rows of cubes (4 groups on 2 SIPs): fast within 5 % of exact, bounds holding."""
+    m = model.model_copy(update={"layers": 4, "name": "tiny4"})
+    s = step({}, decode(m), of=m, **options)
+    f, e = s.latency_ns("fast"), s.latency_ns("exact")
+    assert abs(f / e - 1) <= 0.05, (f, e)
+    lo, hi = s.bounds_ns()
+    assert le(lo, e) and le(e, hi)
+    assert abs(s.period_ns("fast") / s.period_ns("exact") - 1) <= 0.05
+
+
 def test_sub_tables_keep_whole_rows_of_a_grid() -> None:
     """A 2 x 2 torus of SIPs: a group of 2 is one row of it (torus_2d 2 x 1), of 1 a ring; the whole tray is
     itself.  torus16 (4 x 4): 8 and 4 SIPs keep the width 4, 2 fall back to a ring."""
     t, _ = topo({**FOUR, "sips.topology": "torus_2d", "sips.w": 2, "sips.h": 2})
-    assert sub_tables(t, 4) is t
-    got = {n: sub_tables(t, n).spec.sips for n in (2, 1)}
+    assert sub_tables(t, Parallel(sips=4)) is t
+    got = {n: sub_tables(t, Parallel(sips=n)).spec.sips for n in (2, 1)}
     assert (got[2].count, got[2].topology, got[2].w, got[2].h) == (2, "torus_2d", 2, 1)
     assert (got[1].count, got[1].topology, got[1].w, got[1].h) == (1, "ring_1d", None, None)
-    assert sub_tables(t, 2).layout.n_sips == 2
+    assert sub_tables(t, Parallel(sips=2)).layout.n_sips == 2
     t16, _ = topo({}, "torus16")
-    got = {n: sub_tables(t16, n).spec.sips for n in (8, 4, 2)}
+    got = {n: sub_tables(t16, Parallel(sips=n)).spec.sips for n in (8, 4, 2)}
     assert [(s.topology, s.w, s.h) for s in got.values()] == [("torus_2d", 4, 2), ("torus_2d", 4, 1),
                                                               ("ring_1d", None, None)]
-    assert sub_tables(t16, 4) is sub_tables(t16, 4)                 # built once
+    assert sub_tables(t16, Parallel(sips=4)) is sub_tables(t16, Parallel(sips=4))                 # built once
 
 
 # -- the symbolic check's groups -----------------------------------------------------------------------------------
@@ -526,7 +570,7 @@ def test_cli_prints_the_pipeline(terminal, tiny) -> None:
     assert max(map(len, lines)) <= 80
     text = flat(res.stdout)
     assert "layout tp_cubes pp2 dp1 mb2" in text
-    assert "pipeline: 2 stages of 1 SIP(s), 2 micro-batch(es), 1 replica(s)" in text
+    assert "pipeline: 2 stages of 1 SIP, 2 micro-batch(es), 1 replica(s)" in text
     assert f"the step's totals: {WHOLE}" in text
     assert re.search(r"^period among steps\s+[\d.]+ µs$", res.stdout, re.M)
     head = next(i for i, line in enumerate(lines) if line.startswith("stage  starts"))
@@ -541,8 +585,8 @@ def test_cli_json_has_the_pipeline(terminal, tiny) -> None:
     assert res.exit_code == 0, res.stderr
     rep = json.loads(res.stdout)
     pl = rep["pipeline"]
-    assert (pl["stages"], pl["replicas"], pl["micro_batches"], pl["sips_per_stage"], pl["method"]) == (2, 1, 2, 1,
-                                                                                                      WHOLE)
+    assert (pl["stages"], pl["replicas"], pl["micro_batches"], pl["stage_is"], pl["method"]) == (2, 1, 2, "1 SIP",
+                                                                                                WHOLE)
     assert len(pl["stage_rows"]) == 2 and set(pl["on_path_ns"]) == set(TERMS)
     assert math.isclose(sum(pl["on_path_ns"].values()), pl["composed_makespan_ns"], rel_tol=1e-9)
     assert rep["step"]["period_ns"] > 0 and rep["inputs"]["layout"] == "tp_cubes pp2 dp1 mb2"
@@ -556,7 +600,7 @@ def _no_compiling(*kernels: str) -> None:
 @pytest.mark.parametrize("args,fragment", [
     (["--pp", "0"], "--pp must be a positive integer (got 0)"),
     (["--dp", "-1"], "--dp must be a positive integer (got -1)"),
-    (["--pp", "3"], "--pp 3 x --dp 1 = 3 groups of SIPs do not divide the tray's 2 SIPs"),
+    (["--pp", "3"], "--pp 3 x --dp 1 = 3 groups: 3 does not divide the tray's 2 SIPs"),
     (["--pp", "3", "--set", "sips.count=3"], "--pp 3: tiny's 2 layers do not divide into 3 stages"),
     (["--dp", "2", "--batch", "3"], "--dp 2: the step's 3 users (--batch) do not divide over 2 replicas"),
     (["--micro-batches", "2"], "--micro-batches 2 needs a pipeline (--pp 2 or more)"),

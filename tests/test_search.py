@@ -95,14 +95,14 @@ def test_space_is_the_product_and_pruning_counts_reasons(tiny):
 
 
 def test_pipeline_and_data_parallel_degrees_are_searched_and_pruned(tiny):
-    """pp x dp groups of SIPs that do not divide the tray, and users that do not divide over the replicas, are
-    pruned as "does not divide"; the rest compile (kbfast.workloads.parallel)."""
+    """Users that do not divide over the replicas are pruned as "does not divide"; the rest compile, pp2 x dp2 on
+    2 SIPs as groups of two rows of cubes (kbfast.workloads.parallel)."""
     cands = Space(("tp_cubes",), (1, 2), ("lrab",), ("none",), (False,), pp=(1, 2), dp=(1, 2)).candidates()
     assert len(cands) == 8 and {(c["pp"], c["dp"]) for c in cands} == {(1, 1), (1, 2), (2, 1), (2, 2)}
     pruned = prune("ahbm_2sip", {}, load_model(tiny), cands, 64)
     kept = sorted((c["pp"], c["dp"], c["batch"]) for c in pruned.kept)
-    assert kept == [(1, 1, 1), (1, 1, 2), (1, 2, 2), (2, 1, 1), (2, 1, 2)]
-    assert pruned.counts == {"does not divide": 3}     # pp2 x dp2 on 2 SIPs (twice), 1 user over 2 replicas
+    assert kept == [(1, 1, 1), (1, 1, 2), (1, 2, 2), (2, 1, 1), (2, 1, 2), (2, 2, 2)]   # pp2 dp2: rows of cubes
+    assert pruned.counts == {"does not divide": 2}     # 1 user over 2 replicas, twice
 
 
 def test_knob_labels_tell_knobs_apart():

@@ -93,7 +93,7 @@ def model_report(step: StepResult, t: Tables) -> dict:
     if par.pp > 1:
         timing = step.pipeline[step.mode]
         out["pipeline"] = {"stages": par.pp, "replicas": par.dp, "micro_batches": par.micro_batches,
-                           "sips_per_stage": par.sips, "method": step.pipeline_method(),
+                           "stage_is": par.group_text(), "method": step.pipeline_method(),
                            "composed_makespan_ns": timing.makespan_ns, "composed_period_ns": timing.period_ns,
                            "stage_rows": timing.stages, "on_path_ns": timing.on_path}
     out["critical_path_ns"] = step.breakdown()
@@ -175,7 +175,7 @@ def _print_pipeline(pl: dict, console: Console) -> None:
     and ends, how long it works and idles (its bubble)."""
     rows = pl["stage_rows"]
     unit = column_unit([r["end_ns"] for r in rows])
-    table = narrow_table(f"pipeline: {pl['stages']} stages of {pl['sips_per_stage']} SIP(s), {pl['micro_batches']} "
+    table = narrow_table(f"pipeline: {pl['stages']} stages of {pl['stage_is']}, {pl['micro_batches']} "
                          f"micro-batch(es), {pl['replicas']} replica(s)", "stage", with_unit("starts", unit),
                          with_unit("ends", unit), with_unit("busy", unit), "bubble",
                          caption=f"composed from the pieces: a step {duration(pl['composed_makespan_ns'])} (fill "

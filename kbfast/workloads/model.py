@@ -695,7 +695,7 @@ def _compile_split(t: Tables, model: Transformer, s: Shape, layout: str, layer: 
     if model.layers % par.pp:
         raise KbfastError(f"--pp {par.pp}: {model.name}'s {model.layers} layers do not divide into {par.pp} stages"
                           f"\n  hint: use a --pp that divides {model.layers}")
-    small = parallel.sub_tables(t, par.sips)
+    small = parallel.sub_tables(t, par)
     stage = model.model_copy(update={"layers": model.layers // par.pp})
     replica = dataclasses.replace(s, batch=s.batch // par.dp)
     micro = dataclasses.replace(replica, batch=replica.batch // par.micro_batches)
@@ -705,8 +705,8 @@ def _compile_split(t: Tables, model: Transformer, s: Shape, layout: str, layer: 
     one, head = held if micro == replica else compile_model(small, stage, micro, fit_hbm=False, **opts)
     one = dataclasses.replace(one, memory=held[0].memory)
     replicas = range(par.dp)
-    out = [parallel.place(t, small, one, [par.first_sip(k, 0) for k in replicas]),
-           parallel.place(t, small, head, [par.first_sip(k, par.pp - 1) for k in replicas])]
+    out = [parallel.place(one, [parallel.nodes_at(t, small, one.nodes, par, k, 0) for k in replicas]),
+           parallel.place(head, [parallel.nodes_at(t, small, head.nodes, par, k, par.pp - 1) for k in replicas])]
     if par.pp > 1:
         x_bytes = one.info["layer"]["x_bytes"]
         out += [parallel.handoff_piece(t, small, one, par, x_bytes),
@@ -751,9 +751,11 @@ def pipeline_piece(t: Tables, pieces: list[Piece], par: parallel.Parallel, layer
     micro-batches each, from :func:`_compile_split`'s pieces with their collectives chosen (layer, head,
     hand-off, tokens); ``layers`` per stage."""
     layer, head, handoff, token = pieces
-    g, k = layer.info["group"], par.dp
-    R = g["ranks"]
-    one = dataclasses.replace(layer, nodes=layer.nodes[:R], peer=layer.peer[:R], roles=layer.roles[:R])
+    small = parallel.sub_tables(t, par)
+    n_pe = layer.info["layer"]["n_pe"]
+    R = layer.info["group"]["ranks"]
+    local = pe_nodes(small, n_pe)
+    one = dataclasses.replace(layer, nodes=local, peer=layer.peer[:R], roles=layer.roles[:R])
     labels, peer, roles = parallel.stage_wiring(one, par.pp)
     off = len(layer.commands)
     H = head.info["head"]
@@ -763,14 +765,14 @@ def pipeline_piece(t: Tables, pieces: list[Piece], par: parallel.Parallel, layer
                 pipeline={"ranks": R, "stages": par.pp, "micro_batches": par.micro_batches, "rounds": rounds,
                           "layers": layers, "handoff": handoff.info["hand-off"],
                           "token_bytes": token.info["token"]["bytes"]})
-    nodes = np.concatenate([one.nodes + (par.first_sip(0, s) - par.first_sip(0, 0)) * t.layout.nodes_per_sip
-                            for s in range(par.pp)])
     rank = np.arange(par.pp * R)
     lo = np.maximum(rank // R - 1, 0) * R
-    whole = Piece("pipeline", nodes, labels, peer, roles, pipeline_kernel, info, layer.commands + head.commands,
-                  0, groups=np.stack([lo, (rank // R + 1) * R], axis=1))
-    return parallel.place(t, t, whole, [par.first_sip(r, 0) for r in range(k)],
-                          np.concatenate([whole.groups + r * par.pp * R for r in range(k)]))
+    groups = np.stack([lo, (rank // R + 1) * R], axis=1)
+    whole = Piece("pipeline", np.concatenate([local] * par.pp), labels, peer, roles, pipeline_kernel, info,
+                  layer.commands + head.commands, 0)
+    blocks = [np.concatenate([parallel.nodes_at(t, small, local, par, k, s) for s in range(par.pp)])
+              for k in range(par.dp)]
+    return parallel.place(whole, blocks, np.concatenate([groups + k * par.pp * R for k in range(par.dp)]))
 
 
 def _mlp(t, model: Mlp, nodes, n_pe, labels, peer, roles, info, layout, collective: str) -> Piece:

@@ -1,17 +1,19 @@
-"""Pipeline and data parallelism: a tensor-parallel layout on each group of SIPs, the groups side by side.
+"""Pipeline and data parallelism: a tensor-parallel layout on each group of SIPs or cubes, side by side.
 
 docs/models.md "Pipeline and data parallelism" walks through it.  The tray's ``S`` SIPs split into
-``pp x dp`` groups of ``g = S / (pp dp)`` consecutive SIPs; group ``k pp + s`` holds pipeline stage ``s`` of
-data-parallel replica ``k``, and runs the layout (``tp_pes``, ``tp_cubes``) on its ``g`` SIPs as the whole tray
-would, with ``layers / pp`` layers and ``batch / dp`` users.  A stage's users flow through it in ``M``
+``pp x dp`` groups of ``g = S / (pp dp)`` consecutive SIPs, or, when ``pp x dp`` is a multiple of ``S``, each
+SIP into groups of whole rows of its cubes; group ``k pp + s`` holds pipeline stage ``s`` of data-parallel
+replica ``k``, and runs the layout (``tp_pes``, ``tp_cubes``) on its SIPs or cubes as the whole tray would, with
+``layers / pp`` layers and ``batch / dp`` users.  A stage's users flow through it in ``M``
 micro-batches; the last stage adds the LM head.  Between stages, each working PE ``i`` of a stage sends its
 ``1 / R`` of a micro-batch's activations to PE ``i`` of the next stage, whose ``R`` PEs all-gather them
 (:func:`handoff_send`, :func:`handoff_recv`: the scatter-gather hand-off); the last stage sends each
 micro-batch's sampled tokens back to stage 0, where the next step's tokens start.
 
-Every group's pieces are compiled on a tray of ``g`` SIPs (:func:`sub_tables`) and placed on their SIPs of the
-whole tray (:func:`place`): the same PEs, wiring and roles shifted by whole SIPs (a SIP's node ids are a block;
-the SIPs meet only at the switch, so a group's routes are those of the small tray's, shifted).  Pieces placed on
+Every group's pieces are compiled on a tray of the group's size (:func:`sub_tables`) and placed on their SIPs
+or cubes of the whole tray (:func:`nodes_at`, :func:`place`): the same PEs, wiring and roles, shifted by whole
+SIPs or rows of cubes (a SIP's node ids are a block, a cube's too; routes are the whole tray's, and between
+two cubes of a group they stay in its rows: a detour out of them is longer).  Pieces placed on
 several groups run side by side in one Program, contending wherever their traffic meets; each group's ranks
 must end with their own group's contributions (kbfast.workloads.symbolic.run_traced's ``groups``).
 """
@@ -38,21 +40,32 @@ HANDOFF_GATHER = "hier2d"         # the next stage's all-gather of the handed-of
 @dataclass(frozen=True)
 class Parallel:
     """How a step splits the tray: ``pp`` pipeline stages, ``dp`` data-parallel replicas, ``micro_batches``
-    per stage and step, ``sips`` per group (the tensor-parallel degree in SIPs)."""
+    per stage and step; a group is ``sips`` whole SIPs, or (``rows`` > 0) ``rows`` rows of one SIP's cubes."""
 
     pp: int = 1
     dp: int = 1
     micro_batches: int = 1
     sips: int = 1
+    rows: int = 0
 
     @property
     def groups(self) -> int:
-        """Groups of SIPs: one per (replica, stage)."""
+        """Groups: one per (replica, stage)."""
         return self.pp * self.dp
 
-    def first_sip(self, replica: int, stage: int) -> int:
-        """The first SIP of replica ``replica``'s stage ``stage``."""
-        return (replica * self.pp + stage) * self.sips
+    def where(self, t: Tables, replica: int, stage: int) -> tuple[int, int]:
+        """Replica ``replica``'s stage ``stage``: its first SIP and first row of cubes."""
+        g = replica * self.pp + stage
+        if not self.rows:
+            return g * self.sips, 0
+        per = t.layout.cube_h // self.rows
+        return g // per, g % per * self.rows
+
+    def group_text(self) -> str:
+        """What a group is: ``1 SIP``, ``2 SIPs``, ``2 cube rows``."""
+        if self.rows:
+            return f"{self.rows} cube row{'s' if self.rows > 1 else ''}"
+        return f"{self.sips} SIP{'s' if self.sips > 1 else ''}"
 
     def label(self, layout: str) -> str:
         """``tp_pes``, or ``tp_pes pp2 dp1 mb2`` with pipeline or data parallelism."""
@@ -63,19 +76,21 @@ class Parallel:
 
 def split(t: Tables, pp: int | None, dp: int | None, micro_batches: int | None, users: int | None) -> Parallel:
     """Check the degrees against the tray and the users (``users``: the step's batch; None for a model with no
-    step shape) and return the split.  ``micro_batches`` defaults to the largest divisor of a replica's users
-    not above ``pp`` (1 without a pipeline)."""
+    step shape) and return the split: groups of whole SIPs when ``pp x dp`` divides the SIPs, else of whole
+    rows of cubes when it is a multiple of the SIPs and each SIP's rows divide evenly.  ``micro_batches``
+    defaults to the largest divisor of a replica's users not above ``pp`` (1 without a pipeline)."""
     pp, dp = 1 if pp is None else pp, 1 if dp is None else dp
     for name, v in (("pp", pp), ("dp", dp), ("micro-batches", micro_batches)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise KbfastError(f"--{name} must be a positive integer (got {v!r})")
-    n = t.layout.n_sips
-    if n % (pp * dp):
-        raise KbfastError(f"--pp {pp} x --dp {dp} = {pp * dp} groups of SIPs do not divide the tray's {n} SIPs\n"
-                          f"  hint: choose degrees whose product divides {n}, or another SIP count "
+    n, rows, g = t.layout.n_sips, t.layout.cube_h, pp * dp
+    if n % g and (g % n or rows % (g // n)):
+        raise KbfastError(f"--pp {pp} x --dp {dp} = {g} groups: {g} does not divide the tray's {n} SIPs, nor "
+                          f"split each SIP's {rows} rows of cubes evenly\n  hint: choose degrees whose product "
+                          f"divides {n}, or is {n} times a divisor of {rows}; or another SIP count "
                           "(--set sips.count=N)")
     if users is None:
-        if pp * dp > 1 or micro_batches not in (None, 1):
+        if g > 1 or micro_batches not in (None, 1):
             raise KbfastError("--pp, --dp and --micro-batches split a transformer's step; this model has none")
         return Parallel()
     if users % dp:
@@ -89,7 +104,9 @@ def split(t: Tables, pp: int | None, dp: int | None, micro_batches: int | None, 
     if per % micro_batches:
         raise KbfastError(f"--micro-batches {micro_batches}: a replica's {per} users do not divide into "
                           f"{micro_batches} micro-batches\n  hint: use a divisor of {per}")
-    return Parallel(pp, dp, micro_batches, n // (pp * dp))
+    if n % g == 0:
+        return Parallel(pp, dp, micro_batches, n // g)
+    return Parallel(pp, dp, micro_batches, 1, rows // (g // n))
 
 
 _SMALL: dict[str, Tables] = {}      # repr of a group's system -> its tables
@@ -104,38 +121,56 @@ def _tables_of(spec) -> Tables:
     return _SMALL[key]
 
 
-def sub_tables(t: Tables, n_sips: int) -> Tables:
-    """The tables of a tray like ``t``'s with ``n_sips`` SIPs: a group's own tray.  A grid SIP topology keeps its
-    width when the group is whole rows of it, else the group's SIPs form a ring (``ring_1d``)."""
-    if n_sips == t.layout.n_sips:
-        return t
+def sub_tables(t: Tables, par: Parallel) -> Tables:
+    """The tables of a group's own tray: ``t``'s with ``par.sips`` SIPs (a grid SIP topology keeps its width
+    when the group is whole rows of it, else the group's SIPs form a ring, ``ring_1d``), or one SIP of
+    ``par.rows`` rows of cubes (its IO chiplet's ports on those rows; a group's PEs never use them)."""
     sips = t.spec.sips
-    update: dict = {"count": n_sips}
+    if par.rows:
+        mesh = t.spec.sip.cube_mesh.model_copy(update={"h": par.rows})
+        chip = t.spec.sip.io_chiplets[0]
+        chip = chip.model_copy(update={"cube_ports": [p for p in chip.cube_ports if p.cube[1] < par.rows]})
+        sip = t.spec.sip.model_copy(update={"cube_mesh": mesh, "io_chiplets": [chip]})
+        one = sips.model_copy(update={"count": 1, "topology": "ring_1d", "w": None, "h": None})
+        return _tables_of(t.spec.model_copy(update={"sips": one, "sip": sip}))
+    if par.sips == t.layout.n_sips:
+        return t
+    update: dict = {"count": par.sips}
     if sips.topology in GRID_TOPOLOGIES:
         w, _ = t.spec.sip_grid()
-        update = dict(update, w=w, h=n_sips // w) if n_sips % w == 0 else \
+        update = dict(update, w=w, h=par.sips // w) if par.sips % w == 0 else \
             dict(update, topology="ring_1d", w=None, h=None)
-    spec = t.spec.model_copy(update={"sips": sips.model_copy(update=update)})
-    return _tables_of(spec)
+    return _tables_of(t.spec.model_copy(update={"sips": sips.model_copy(update=update)}))
 
 
-def place(t: Tables, small: Tables, piece, first_sips: list[int], groups: np.ndarray | None = None):
-    """``piece`` (compiled on the small tray ``small``) placed on each group of SIPs starting at ``first_sips``
-    of the whole tray ``t``, side by side: its ranks repeated per group in that order, their neighbours
-    shifted with them, its kernel run on each rank's place within its group (:func:`grouped_kernel`).
-    ``groups``: each rank's range of ranks it must end with, when not its own group's."""
+def nodes_at(t: Tables, small: Tables, nodes: np.ndarray, par: Parallel, replica: int, stage: int) -> np.ndarray:
+    """The nodes of the whole tray ``t`` that the cube nodes ``nodes`` of the group's tray ``small`` are, for
+    replica ``replica``'s stage ``stage``: the same node of the same cube, its SIP and row shifted to the
+    group's (node ids are blocks: a SIP's after the switch, its IO chiplet's then its cubes' row by row)."""
+    sip, row0 = par.where(t, replica, stage)
+    ls, lw = small.layout, t.layout
+    s, local = np.divmod(np.asarray(nodes, np.int64) - 1, ls.nodes_per_sip)
+    cube, within = np.divmod(local - ls.io_nodes, ls.nodes_per_cube)
+    assert (local >= ls.io_nodes).all(), "a group's pieces run on cube nodes only"
+    y, x = np.divmod(cube, ls.cube_w)
+    return 1 + (sip + s) * lw.nodes_per_sip + lw.io_nodes + ((y + row0) * lw.cube_w + x) * lw.nodes_per_cube + within
+
+
+def place(piece, blocks: list[np.ndarray], groups: np.ndarray | None = None):
+    """``piece`` run side by side on each block of nodes of the whole tray (``blocks``: its nodes in each group,
+    :func:`nodes_at`): its ranks repeated per block in that order, their neighbours shifted with them, its
+    kernel run on each rank's place within its block (:func:`grouped_kernel`).  ``groups``: each rank's range
+    of ranks it must end with, when not its own block's."""
     R = len(piece.nodes)
-    per_sip = t.layout.nodes_per_sip
-    nodes = np.concatenate([piece.nodes + s * per_sip for s in first_sips])
-    k = len(first_sips)
+    assert all(len(b) == R for b in blocks)
+    k = len(blocks)
     shift = (np.arange(k, dtype=np.int64) * R)[:, None, None]
     peer = np.where(piece.peer[None] >= 0, piece.peer[None] + shift, -1).reshape(k * R, -1)
     if groups is None:
         lo = np.repeat(np.arange(k, dtype=np.int64) * R, R)
         groups = np.stack([lo, lo + R], axis=1)
     info = dict(piece.info, group={"ranks": R, "kernel": piece.kernel, "groups": k})
-    assert small.layout.nodes_per_sip == per_sip
-    return dataclasses.replace(piece, nodes=nodes, peer=peer, roles=np.tile(piece.roles, (k, 1)),
+    return dataclasses.replace(piece, nodes=np.concatenate(blocks), peer=peer, roles=np.tile(piece.roles, (k, 1)),
                                kernel=grouped_kernel, info=info, groups=groups, macs=piece.macs * k)
 
 
@@ -213,13 +248,12 @@ def _between_stages(t: Tables, small: Tables, layer, par: Parallel, name: str, k
     rank = np.arange(2 * R)
     lo = np.where(rank < R, rank, 0 if receivers_get == "all" else rank - R)
     hi = np.where(rank < R, rank + 1, R if receivers_get == "all" else rank - R + 1)
-    per_sip = t.layout.nodes_per_sip
-    first = par.first_sip(0, 0)
-    nodes = np.concatenate([layer.nodes + (par.first_sip(0, s) - first) * per_sip for s in (sender, receiver)])
-    two = dataclasses.replace(layer, name=name, nodes=nodes, labels=labels, peer=peer, roles=roles, kernel=kernel,
-                              info=info, commands=[], macs=0, repeat=1, allreduce="", memory={}, groups=None)
-    return place(t, small, two, [par.first_sip(k, 0) for k in range(par.dp)],
-                 np.concatenate([np.stack([lo, hi], axis=1) + k * 2 * R for k in range(par.dp)]))
+    two = dataclasses.replace(layer, name=name, nodes=np.concatenate([layer.nodes, layer.nodes]), labels=labels,
+                              peer=peer, roles=roles, kernel=kernel, info=info, commands=[], macs=0, repeat=1,
+                              allreduce="", memory={}, groups=None)
+    blocks = [np.concatenate([nodes_at(t, small, layer.nodes, par, k, s) for s in (sender, receiver)])
+              for k in range(par.dp)]
+    return place(two, blocks, np.concatenate([np.stack([lo, hi], axis=1) + k * 2 * R for k in range(par.dp)]))
 
 
 def handoff_piece(t: Tables, small: Tables, layer, par: Parallel, x_bytes: int):
