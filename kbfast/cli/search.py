@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 
 from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, user_errors, writable
@@ -22,7 +21,7 @@ from kbfast.report.formats import column_unit, count, in_unit, to_json, with_uni
 from kbfast.report.tables import fit, narrow_table
 from kbfast.search import SearchResult, search
 from kbfast.search.figure import plot_front
-from kbfast.search.front import OBJECTIVES, check_objective, parse_constraint
+from kbfast.search.front import OBJECTIVES, check_objective, layout_label, parse_constraint
 from kbfast.search.space import BATCHES, COLLECTIVES, DEGREES, Space, parse_knobs, parse_list
 from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
@@ -118,14 +117,6 @@ def wrapped(cmd: str, width: int = 78) -> str:
     lines = textwrap.wrap(cmd, width - 2, break_long_words=False, break_on_hyphens=False,
                           subsequent_indent="    ")
     return " \\\n".join(lines)
-
-
-def layout_label(row) -> str:
-    """A candidate's layout with its pipeline and data-parallel degrees when above 1, and its expert-parallel
-    blocks when given (``tp_pes pp2 ep8``)."""
-    ep = getattr(row, "ep", None)
-    return " ".join([row.layout] + [f"{k}{int(getattr(row, k))}" for k in ("pp", "dp") if int(getattr(row, k)) > 1]
-                    + ([] if ep is None or pd.isna(ep) else [f"ep{int(ep)}"]))
 
 
 def knob_label(key: str) -> str:

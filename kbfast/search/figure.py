@@ -13,18 +13,21 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.search.front import layout_label  # noqa: E402
 
 
 def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
-    """Tokens/s against TPOT (ms, log), one point per evaluated candidate: feasible ones by layout, the rest
-    faint, the front as a line, the objective's best as a star."""
+    """Tokens/s against TPOT (ms, log), one point per evaluated candidate: feasible ones by layout and degrees
+    (:func:`~kbfast.search.front.layout_label`), the rest faint, the front as a line, the objective's best as a
+    star."""
     fig, ax = plt.subplots(figsize=(8, 5))
     ok = table[table["error"].isna()]
     bad = ok[~ok["feasible"]]
     if len(bad):
         ax.scatter(bad["tpot_ms"], bad["tokens_per_s"], s=12, c="lightgrey", label="fails a constraint")
     feas = ok[ok["feasible"]]
-    for layout, part in feas.groupby("layout"):
+    labels = feas.apply(layout_label, axis=1) if len(feas) else pd.Series(dtype=str)
+    for layout, part in feas.groupby(labels, sort=False):
         ax.scatter(part["tpot_ms"], part["tokens_per_s"], s=14, alpha=0.7, label=f"layout {layout}")
     front = feas[feas["front"]].sort_values("tpot_ms")
     ax.plot(front["tpot_ms"], front["tokens_per_s"], "-o", color="black", ms=4, lw=1, label="Pareto front")

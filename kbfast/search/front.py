@@ -102,3 +102,11 @@ def rank(df: pd.DataFrame, objective: str, constraints: list[Constraint]) -> pd.
     if len(values):
         out.loc[values.idxmax() if maximise else values.idxmin(), "best"] = True
     return out
+
+
+def layout_label(row) -> str:
+    """A candidate's layout with its pipeline and data-parallel degrees when above 1, and its expert-parallel
+    blocks when given (``tp_pes pp2 ep8``); ``row``: a table row (a Series or a named tuple)."""
+    ep = getattr(row, "ep", None)
+    return " ".join([row.layout] + [f"{k}{int(getattr(row, k))}" for k in ("pp", "dp") if int(getattr(row, k)) > 1]
+                    + ([] if ep is None or pd.isna(ep) else [f"ep{int(ep)}"]))
