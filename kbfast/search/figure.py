@@ -35,7 +35,9 @@ def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
     ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=220, c="red", zorder=5, label="best")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    spread = ok["tpot_ms"].max() / ok["tpot_ms"].min() if len(ok) else 10.0
+    narrow = not spread >= 10           # within a decade the 2..9 ticks are labelled too (NaN: none)
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if narrow else ""))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlabel("time per output token, TPOT (ms, log scale)")
     ax.set_ylabel("throughput (output tokens/s)")
