@@ -316,34 +316,25 @@ vocab: 4096
 """
 
 
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> str:
-    """A tiny transformer's YAML: its steps replay exactly in a fraction of a second on tp_cubes."""
-    path = tmp_path_factory.mktemp("tiny_model") / "tiny.yaml"
-    path.write_text(TINY_MODEL)
+TINY_MOE = TINY_MODEL.replace("name: tiny\ndescription: a 2-layer toy transformer (the serving and search tests)",
+                              "name: tinymoe\ndescription: a 2-layer toy mixture of experts, 8 SwiGLU experts of "
+                              "256, top-2 (the mixture-of-experts tests)").replace("ffn: 512", "ffn: 256") \
+    + "experts: 8\ntop_k: 2\n"
+
+
+def _model_file(tmp_path_factory, name: str, text: str) -> str:
+    path = tmp_path_factory.mktemp(name) / f"{name}.yaml"
+    path.write_text(text)
     return str(path)
 
 
-TINY_MOE = """name: tinymoe
-description: a 2-layer toy mixture of experts, 8 SwiGLU experts of 256, top-2 (the mixture-of-experts tests)
-kind: transformer
-layers: 2
-hidden: 256
-heads: 8
-kv_heads: 8
-head_dim: 32
-ffn: 256
-ffn_kind: swiglu
-norm: rmsnorm
-vocab: 4096
-experts: 8
-top_k: 2
-"""
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> str:
+    """A tiny transformer's YAML: its steps replay exactly in a fraction of a second on tp_cubes."""
+    return _model_file(tmp_path_factory, "tiny", TINY_MODEL)
 
 
 @pytest.fixture(scope="session")
 def tiny_moe(tmp_path_factory) -> str:
     """A tiny mixture of experts' YAML: its steps replay exactly in well under a second on tp_cubes."""
-    path = tmp_path_factory.mktemp("tiny_moe") / "tinymoe.yaml"
-    path.write_text(TINY_MOE)
-    return str(path)
+    return _model_file(tmp_path_factory, "tinymoe", TINY_MOE)

@@ -20,7 +20,6 @@ from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.report.formats import clean
 from kbfast.search.front import check_objective, pareto, parse_constraint, rank
-from conftest import TINY_MODEL
 from kbfast.search import command
 from kbfast.search.space import Space, parse_knob, parse_list, prune
 
@@ -180,12 +179,10 @@ def test_search_refuses_bad_input_with_exit_2(tiny, args, text):
     assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output
 
 
-def test_expert_parallel_blocks_are_searched_for_a_mixture_of_experts(tmp_path):
+def test_expert_parallel_blocks_are_searched_for_a_mixture_of_experts(tiny_moe):
     """``--ep`` values are candidates of a mixture of experts; one that does not divide the experts and the PEs
     is pruned as "does not divide", and a dense model refuses any (every candidate pruned, "other")."""
-    path = tmp_path / "moe.yaml"
-    path.write_text(TINY_MODEL.replace("name: tiny", "name: tinymoe").replace("ffn: 512", "ffn: 256")
-                    + "experts: 8\ntop_k: 2\n")
+    path = tiny_moe
     cands = Space(("tp_cubes",), (2,), ("lrab",), ("none",), (False,), pp=(1,), dp=(1,), ep=(4, 3)).candidates()
     pruned = prune("ahbm_2sip", {}, load_model(str(path)), cands, 64)
     assert [c["ep"] for c in pruned.kept] == [4] and pruned.counts == {"does not divide": 1}

@@ -634,7 +634,6 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     ffn_base = base + (hid * qkv_pe + o_pe * hid) * elem
     if model.moe:
         ffn = moe.compile_ffn(table, model, T, P, ep, hot_expert, router_k, ffn_pe, ffn_base, elem)
-        up = down = None
     else:
         ffn = {"up": table.add(T, up_pe, hid, ffn_base), "down": table.add(T, hid, ffn_pe, ffn_base + hid * up_pe *
                                                                               elem)}
