@@ -27,8 +27,11 @@ def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
         ax.scatter(bad["tpot_ms"], bad["tokens_per_s"], s=12, c="lightgrey", label="fails a constraint")
     feas = ok[ok["feasible"]]
     labels = feas.apply(layout_label, axis=1) if len(feas) else pd.Series(dtype=str)
-    for layout, part in feas.groupby(labels, sort=False):
-        ax.scatter(part["tpot_ms"], part["tokens_per_s"], s=14, alpha=0.7, label=f"layout {layout}")
+    groups = list(feas.groupby(labels, sort=False))
+    colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")      # each layout its own colour
+    for i, (layout, part) in enumerate(groups):
+        ax.scatter(part["tpot_ms"], part["tokens_per_s"], s=14, alpha=0.7, color=colours(i % 20),
+                   marker="o^sD"[i // 20 % 4], label=f"layout {layout}")
     front = feas[feas["front"]].sort_values("tpot_ms")
     ax.plot(front["tpot_ms"], front["tokens_per_s"], "-o", color="black", ms=4, lw=1, label="Pareto front")
     best = feas[feas["best"]]
