@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def save_figure(fig, out: Path, dpi: int = 110) -> Path:
@@ -18,3 +19,15 @@ def save_figure(fig, out: Path, dpi: int = 110) -> Path:
     fig.savefig(out, dpi=dpi)
     plt.close(fig)
     return out
+
+
+def plain_log_axis(axis, values) -> None:
+    """A log ``axis`` (``ax.xaxis``, ``ax.yaxis``) labelled in plain numbers (``0.2``, ``5``, ``20``, not
+    ``2 x 10^-1``); within a decade of ``values`` the 2-9 ticks are labelled too, else only the decades."""
+    from matplotlib.ticker import FuncFormatter
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    narrow = len(v) == 0 or v.max() / v.min() < 10
+    axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda x, _: f"{x:g}" if narrow else ""))

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.report.figures import plain_log_axis, save_figure  # noqa: E402
 from kbfast.search.front import layout_label  # noqa: E402
 
 
@@ -37,10 +37,7 @@ def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
     best = feas[feas["best"]]
     ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=220, c="red", zorder=5, label="best")
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    spread = ok["tpot_ms"].max() / ok["tpot_ms"].min() if len(ok) else 10.0
-    narrow = not spread >= 10           # within a decade the 2..9 ticks are labelled too (NaN: none)
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if narrow else ""))
+    plain_log_axis(ax.xaxis, ok["tpot_ms"])
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlabel("time per output token, TPOT (ms, log scale)")
     ax.set_ylabel("throughput (output tokens/s)")

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from kbfast.report.figures import save_figure  # noqa: E402
+from kbfast.report.figures import plain_log_axis, save_figure  # noqa: E402
 from kbfast.serving.scheduler import Schedule  # noqa: E402
 
 PERCENTILES = (50, 90, 99)
@@ -95,6 +95,7 @@ def plot(s: Schedule, out: Path, title: str) -> Path:
     ax[2].scatter(at, lat["e2e_ns"] * 1e-6, s=6, label="end to end")
     ax[2].scatter(at, lat["ttft_ns"] * 1e-6, s=6, label="time to first token")
     ax[2].set_yscale("log")
+    plain_log_axis(ax[2].yaxis, np.concatenate([lat["e2e_ns"], lat["ttft_ns"]]) * 1e-6)
     ax[2].set_ylabel("latency (ms)")
     ax[2].set_xlabel("time since the first arrival (s); latency at the request's arrival")
     ax[2].legend(loc="best", fontsize=8)
