@@ -456,10 +456,7 @@ def allreduce_piece(piece: Piece, algorithm: str) -> Piece:
     fields = {"n_pe": piece.info[piece.allreduce]["n_pe"], "bytes": nbytes, "tile_io": tile_io,
               "collective": algorithm}
     info = dict({k: v for k, v in piece.info.items() if k != piece.allreduce}, allreduce=fields)
-    kernel = allreduce_kernel
-    if "group" in info:                                  # a piece placed on groups of SIPs (parallel.place)
-        info["group"], kernel = dict(info["group"], kernel=allreduce_kernel), parallel.grouped_kernel
-    return Piece("all-reduce", piece.nodes, piece.labels, piece.peer, piece.roles, kernel, info, [], 0,
+    return Piece("all-reduce", piece.nodes, piece.labels, piece.peer, piece.roles, allreduce_kernel, info, [], 0,
                  groups=piece.groups)
 
 
@@ -841,7 +838,10 @@ def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float
     kernel starts at the launch barrier (``launch_ns``: its time when the caller knows it)."""
     b = ProgramBuilder(t, router, name=piece.name)
     tl_info = dict(piece.info)
-    run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), piece.kernel, tl_info.get("elem", 2),
+    kernel = piece.kernel
+    if "group" in tl_info:              # placed on groups (kbfast.workloads.parallel.place): each rank in its own
+        tl_info["group"], kernel = dict(tl_info["group"], kernel=kernel), parallel.grouped_kernel
+    run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), kernel, tl_info.get("elem", 2),
                piece.roles, tl_info, lower=lower, cache=True, groups=piece.groups)
     if launch_ns is None:
         launch_ns = launch_timing(t, router, piece.nodes).target_start_ns

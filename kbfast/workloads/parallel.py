@@ -29,6 +29,7 @@ import numpy as np
 from kbfast.config.schema import GRID_TOPOLOGIES
 from kbfast.errors import KbfastError
 from kbfast.topology.builder import Tables, build_tables
+from kbfast.topology.names import cube_locals
 from kbfast.workloads.collectives import in_model
 from kbfast.workloads.kernels import Tl
 
@@ -149,29 +150,35 @@ def nodes_at(t: Tables, small: Tables, nodes: np.ndarray, par: Parallel, replica
     group's (node ids are blocks: a SIP's after the switch, its IO chiplet's then its cubes' row by row)."""
     sip, row0 = par.where(t, replica, stage)
     ls, lw = small.layout, t.layout
-    s, local = np.divmod(np.asarray(nodes, np.int64) - 1, ls.nodes_per_sip)
-    cube, within = np.divmod(local - ls.io_nodes, ls.nodes_per_cube)
-    assert (local >= ls.io_nodes).all(), "a group's pieces run on cube nodes only"
+    cube, within = cube_locals(small, nodes)
     y, x = np.divmod(cube, ls.cube_w)
-    return 1 + (sip + s) * lw.nodes_per_sip + lw.io_nodes + ((y + row0) * lw.cube_w + x) * lw.nodes_per_cube + within
+    return lw.cube_node_base(sip + (np.asarray(nodes, np.int64) - 1) // ls.nodes_per_sip,
+                             (y + row0) * lw.cube_w + x) + within
 
 
 def place(piece, blocks: list[np.ndarray], groups: np.ndarray | None = None):
     """``piece`` run side by side on each block of nodes of the whole tray (``blocks``: its nodes in each group,
     :func:`nodes_at`): its ranks repeated per block in that order, their neighbours shifted with them, its
-    kernel run on each rank's place within its block (:func:`grouped_kernel`).  ``groups``: each rank's range
+    kernel run on each rank's place within its block (:func:`grouped_kernel`, when it is built).  ``groups``: each rank's range
     of ranks it must end with, when not its own block's."""
     R = len(piece.nodes)
     assert all(len(b) == R for b in blocks)
     k = len(blocks)
-    shift = (np.arange(k, dtype=np.int64) * R)[:, None, None]
-    peer = np.where(piece.peer[None] >= 0, piece.peer[None] + shift, -1).reshape(k * R, -1)
+    peer = _shifted(piece.peer, k)
     if groups is None:
         lo = np.repeat(np.arange(k, dtype=np.int64) * R, R)
         groups = np.stack([lo, lo + R], axis=1)
-    info = dict(piece.info, group={"ranks": R, "kernel": piece.kernel, "groups": k})
+    info = dict(piece.info, group={"ranks": R})
     return dataclasses.replace(piece, nodes=np.concatenate(blocks), peer=peer, roles=np.tile(piece.roles, (k, 1)),
-                               kernel=grouped_kernel, info=info, groups=groups, macs=piece.macs * k)
+                               info=info, groups=groups, macs=piece.macs * k)
+
+
+def _shifted(peer: np.ndarray, k: int) -> np.ndarray:
+    """The neighbour table ``peer`` of ``R`` ranks repeated for ``k`` blocks of ranks, each block's neighbours
+    shifted with it (-1 stays)."""
+    R = len(peer)
+    shift = (np.arange(k, dtype=np.int64) * R)[:, None, None]
+    return np.where(peer[None] >= 0, peer[None] + shift, -1).reshape(k * R, -1)
 
 
 def local(tl: Tl, rank: int, n_ranks: int) -> Tl:
@@ -183,7 +190,8 @@ def local(tl: Tl, rank: int, n_ranks: int) -> Tl:
 
 
 def grouped_kernel(tl: Tl):
-    """The kernel ``info["group"]["kernel"]`` on the rank's place within its group (:func:`place`)."""
+    """The kernel ``info["group"]["kernel"]`` on the rank's place within its group (:func:`place`;
+    kbfast.workloads.model.build_piece sets the kernel)."""
     g = tl.info["group"]
     return (yield from g["kernel"](local(tl, tl.rank % g["ranks"], g["ranks"])))
 
@@ -228,8 +236,7 @@ def stage_wiring(piece, stages: int) -> tuple[list[str], np.ndarray, np.ndarray]
     the stage ring (:data:`PIPE`) from each rank to the same rank of the next and previous stage, and the
     stage as the roles' first column."""
     R = len(piece.nodes)
-    shift = (np.arange(stages, dtype=np.int64) * R)[:, None, None]
-    peer = np.where(piece.peer[None] >= 0, piece.peer[None] + shift, -1).reshape(stages * R, -1)
+    peer = _shifted(piece.peer, stages)
     rank = np.arange(stages * R, dtype=np.int64)
     ring = np.stack([(rank + R) % (stages * R), (rank - R) % (stages * R)], axis=1)
     roles = np.concatenate([np.repeat(np.arange(stages), R)[:, None], np.tile(piece.roles, (stages, 1))], axis=1)
