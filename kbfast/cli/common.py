@@ -38,6 +38,10 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+TopologyOpt = Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")]
+FmtOpt = Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")]
+
+
 def user_errors(fn: F) -> F:
     """Print a KbfastError as one clear message on stderr and exit with its code (design §10)."""
 

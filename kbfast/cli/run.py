@@ -13,8 +13,8 @@ import typer
 from rich.markup import escape
 
 from kbfast.measure.bottleneck import link_table, top_resources
-from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_console, first_run, load,
-                               positive_size, user_errors, writable)
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_modes, console, err_console,
+                               first_run, load, positive_size, user_errors, writable)
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.config.units import format_size
 from kbfast.exact import run_exact
@@ -43,11 +43,9 @@ run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE tr
                       no_args_is_help=True)
 
 
-TopologyOpt = Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")]
 SizeOpt = Annotated[str, typer.Option("--size", help="Bytes per rank, e.g. 96KiB, 1MiB.")]
 ExactOpt = Annotated[bool, typer.Option("--exact", help="Exact flit-level replay instead of the fast path.")]
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Fast path and exact replay, with the error.")]
-FmtOpt = Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")]
 TraceOpt = Annotated[Path | None, typer.Option(help="Write a Perfetto trace JSON of the exact replay.")]
 LinksOpt = Annotated[Path | None, typer.Option("--links", help="Write the per-link table (bytes, busy, "
                                                                 "utilisation) to FILE.csv or FILE.parquet.")]

@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, first_run, user_errors, writable
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, console, figure_path, first_run,
+                               user_errors, writable)
 from kbfast.cli.sweep import progress_of
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import parse_overrides
@@ -26,9 +27,9 @@ from kbfast.search.space import BATCHES, COLLECTIVES, DEGREES, Space, parse_knob
 from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
-SHOWN = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms", "tokens_per_s",
-         "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "method",
-         "collective_used", "feasible", "front", "best", "error", "command", "ttft_command")
+SHOWN = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms",
+         "tokens_per_s", "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "method", "collective_used", "feasible",
+         "front", "best", "error", "command", "ttft_command")
 
 
 @user_errors
@@ -63,8 +64,8 @@ def search_command(
                                                   "results/search/MODEL).")] = None,
     plot_to: Annotated[Path | None, typer.Option("--plot", help="Draw tokens/s against TPOT with the front to "
                                                                 "FILE.png.")] = None,
-    topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
+    topology: TopologyOpt = None,
+    fmt: FmtOpt = OutputFormat.table,
     sets: SetOpt = None,
 ) -> None:
     """Search layouts, pipeline and data-parallel degrees, batches, all-reduce algorithms, overlap, sequence

@@ -9,8 +9,8 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from kbfast.cli.common import (OutputFormat, SetOpt, console, err_console, figure_path, first_run, load, user_errors,
-                               writable)
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, console, err_console, figure_path,
+                               first_run, load, user_errors, writable)
 from kbfast.cli.outputs import table_path, write_table
 from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
@@ -56,8 +56,8 @@ def serve_command(
                                                                   "FILE.parquet.")] = None,
     requests_to: Annotated[Path | None, typer.Option("--requests", help="Write every request's times to "
                                                                         "FILE.csv or FILE.parquet.")] = None,
-    topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML (default ahbm_2sip).")] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
+    topology: TopologyOpt = None,
+    fmt: FmtOpt = OutputFormat.table,
     sets: SetOpt = None,
 ) -> None:
     """Serve a model under a request load (docs/serving.md): Poisson arrivals or a trace, prefills and decode
