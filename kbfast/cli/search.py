@@ -94,7 +94,7 @@ def search_command(
     t0 = time.perf_counter()
     with progress_of("candidates") as update:
         res = search(m, model, topology, overrides, list(sets or []), space, objective, constraints, kv_len, seq, out,
-                     method, jobs, scheduler, lambda what, d, n: update(d, n))
+                     method, jobs, scheduler, update)
     wall = time.perf_counter() - t0
     table = res.table[[c for c in SHOWN if c in res.table]]
     flat = table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items())))  # CSV cells

@@ -251,17 +251,17 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         lat = res.latency_ns(p.launch_ns)[0]
         lo = hi = np.nan
         floors = ZERO
-    if mode != "exact" and bounds:
-        ops = np.asarray(lower.command_op, np.int64)
-        timed, args = lower.timed()
-        nodes = p.agent_node[p.op_agent[timed]]
-        bounded = [p.op_arg.copy() for _ in range(2)]
-        for arg, which in zip(bounded, (1, 2)):
-            arg[timed] = timer.times(piece.commands, args[:, 0], nodes, which, args[:, 1], args[:, 2])
-        lo_f, hi_f = finish_bounds(dataclasses.replace(p, op_arg=bounded[0]),
-                                   dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
-        lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
-        floors = piece_floors(t, p, piece.commands, ops, np.asarray(lower.command_id, np.int64))
+        if bounds:
+            timed, args = lower.timed()
+            nodes = p.agent_node[p.op_agent[timed]]
+            bounded = [p.op_arg.copy() for _ in range(2)]
+            for arg, which in zip(bounded, (1, 2)):
+                arg[timed] = timer.times(piece.commands, args[:, 0], nodes, which, args[:, 1], args[:, 2])
+            lo_f, hi_f = finish_bounds(dataclasses.replace(p, op_arg=bounded[0]),
+                                       dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
+            lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
+            floors = piece_floors(t, p, piece.commands, np.asarray(lower.command_op, np.int64),
+                                  np.asarray(lower.command_id, np.int64))
     wall = time.perf_counter() - t0
     timer = timer or CommandTimer(t, router)
     return PieceResult(piece, mode, float(lat), float(lo), float(hi),

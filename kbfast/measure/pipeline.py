@@ -54,7 +54,7 @@ def _run(terms: dict[str, float], stages: int, micro: int, layers: int, rounds: 
     S, M = stages, micro
     free = [0.0] * S
     free_at = [None] * S                 # the event that freed each stage
-    done: dict[tuple, tuple] = {}        # (r, j, s) -> (C, end, [(term, ns)], predecessor event)
+    done: dict[tuple, tuple] = {}        # (r, j, s) -> (C, [(term, ns)], predecessor event)
     rows = [{"start_ns": None, "end_ns": 0.0, "busy_ns": 0.0} for _ in range(S)]
     last = None
     for r in range(rounds):
@@ -66,18 +66,17 @@ def _run(terms: dict[str, float], stages: int, micro: int, layers: int, rounds: 
                     arrive, src = done[(r - 1, j, S - 1)][0] + terms["token"], (r - 1, j, S - 1)
                 else:
                     arrive, src = 0.0, None
-                if free[s] > arrive:
-                    begin, pred = free[s], free_at[s]
-                    path = [("send" if s < S - 1 else "token_out", None)] if pred is not None else []
-                else:
-                    begin, pred = arrive, src
-                    path = [("send" if s > 0 else "token", None)] if src is not None else []
+                if free[s] > arrive:             # waits for itself: its own hand-off out of the last one
+                    begin, pred, link = free[s], free_at[s], "send" if s < S - 1 else "token_out"
+                else:                             # waits for its input
+                    begin, pred, link = arrive, src, "send" if s > 0 else "token"
+                path = [(link, terms[link])] if pred is not None else []
                 work = [("recv", terms["recv"])] if s > 0 else []
                 work += [("layer", layers * terms["layer"])] + ([("head", terms["head"])] if s == S - 1 else [])
                 C = begin + sum(ns for _, ns in work)
                 out = terms["send"] if s < S - 1 else terms["token_out"]
                 free[s], free_at[s] = C + out, (r, j, s)
-                done[(r, j, s)] = (C, C + out, [(k, terms[k] if ns is None else ns) for k, ns in path] + work, pred)
+                done[(r, j, s)] = (C, path + work, pred)
                 if r == 0:
                     row = rows[s]
                     row["start_ns"] = begin if row["start_ns"] is None else row["start_ns"]
@@ -89,9 +88,9 @@ def _run(terms: dict[str, float], stages: int, micro: int, layers: int, rounds: 
     on_path = dict.fromkeys(TERMS, 0.0)
     event = last
     while event is not None:
-        for k, ns in done[event][2]:
+        for k, ns in done[event][1]:
             on_path[k] += ns
-        event = done[event][3]
+        event = done[event][2]
     return makespan, rows, on_path
 
 

@@ -92,7 +92,7 @@ def command(model: str, topology: str | None, sets: list[str], row: dict, kv_len
 def search(model: Transformer, model_arg: str, topology: str | None, overrides: dict, sets: list[str], space: Space,
            objective: str, constraints: list[Constraint], kv_len: int, seq: int, out: Path, method: str = "hybrid",
            jobs: int = 1, scheduler: str | None = None,
-           progress: Callable[[str, int, int], None] | None = None) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Prune ``space``, evaluate what is left (the module docstring) and rank it."""
     if not isinstance(model, Transformer):
         raise KbfastError(f"{model.name} is of kind {model.kind}: kbfast search takes transformer models\n"
@@ -105,9 +105,8 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
         why = "; ".join(f"{n} {r} (e.g. {pruned.examples[r]})" for r, n in pruned.counts.items())
         raise KbfastError(f"every one of the {len(candidates)} candidates was pruned: {why}\n  hint: widen the "
                           "space (more SIPs with --knob sips.count=…, smaller --batch values, a shorter --kv-len)")
-    on = (lambda what: (lambda d, n: progress(what, d, n))) if progress else (lambda what: None)
     dec = _sweep("search_decode", model_arg, topo, overrides, [_row(c) for c in pruned.kept], kv_len, method,
-                 out / "decode", jobs, scheduler, on("decode steps"))
+                 out / "decode", jobs, scheduler, progress)
     table = pd.DataFrame(pruned.kept)
     for col in ("latency_ns", "step_period_ns", "tokens_per_s", "method",
                 "collective_used"):
@@ -125,7 +124,7 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
         rows = dict(zip(keys, prefills))
         first = list(rows)
         pre = _sweep("search_prefill", model_arg, topo, overrides, [rows[k] for k in first], kv_len, method,
-                     out / "prefill", jobs, scheduler, on("prefills"))
+                     out / "prefill", jobs, scheduler, progress)
         ns = pre["latency_ns"].to_numpy() if "latency_ns" in pre else np.full(len(pre), np.nan)
         failed = pre["error"].to_numpy() if "error" in pre else [None] * len(pre)
         ttft, why = dict(zip(first, ns * 1e-6)), dict(zip(first, failed))

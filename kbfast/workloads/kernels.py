@@ -129,6 +129,20 @@ class Tl:
 Kernel = Callable[[Tl], Generator[Request, int, int]]
 
 
+def pinned_gemm(tl: Tl, pinned: tuple[bool, ...], command: int, a_bytes: int):
+    """GEMM command ``command``, its A operand (``a_bytes``) loaded into TCM first when the command pins it
+    (``pinned[command]``); a command that streams A reads it tile by tile from the PE's slice."""
+    if pinned[command]:
+        yield tl.load(a_bytes)
+    yield tl.gemm(command)
+
+
+def activation(tl: Tl, n_elem: int, kind: str):
+    """An FFN's activation over ``n_elem`` elements: SiLU and the gate product (``swiglu``), or GELU."""
+    for op in ("exp", "mul", "mul") if kind == "swiglu" else ("exp", "mul"):
+        yield tl.math(n_elem, op)
+
+
 def with_tile_io(kernel: Kernel) -> Kernel:
     """``kernel`` between a tile load and a tile store, each in its own phase (``tile load``, ``tile store``):
     the reference kernels' ``acc = load(pe_addr)`` ... ``store(pe_addr, acc)``."""

@@ -57,7 +57,7 @@ from kbfast.workloads.collectives.lrab import intercube_peers
 from kbfast.workloads.collectives.placement import kernel_info, pe_nodes
 from kbfast.workloads.commands import GemmCommand
 from kbfast.workloads.install import ring_peers, wire
-from kbfast.workloads.kernels import Tl
+from kbfast.workloads.kernels import Tl, activation, pinned_gemm
 from kbfast.workloads.launch import launch_timing
 from kbfast.workloads.symbolic import run_traced
 
@@ -161,9 +161,10 @@ def refuse_unread(model: Model, options: dict, label: str | None = None) -> None
     names = [f"workload.{k}" if label else f"--{k.replace('_', '-')}" for k in given]
     which = "models with an all-reduce (transformers, MLPs)" if given[0] in COLLECTIVE_OPTIONS else \
         "mixtures of experts (a model file with experts)" if given[0] in MOE_OPTIONS else "transformer models"
-    problem = (f"applies to {which} only; {model.name} is of kind {model.kind}, whose file fixes what "
-               "its step computes") if given[0] not in MOE_OPTIONS or not isinstance(model, Transformer) else \
-        f"applies to {which} only; {model.name} has a dense FFN"
+    dense = given[0] in MOE_OPTIONS and isinstance(model, Transformer)
+    why = f"{model.name} has a dense FFN" if dense else \
+        f"{model.name} is of kind {model.kind}, whose file fixes what its step computes"
+    problem = f"applies to {which} only; {why}"
     hint = f"drop {', '.join(names)}" + (" from the spec (its workload and axes)" if label else "")
     if label:
         raise ConfigError(label, names[0], options[given[0]], problem, hint)
@@ -224,10 +225,7 @@ def _sized(tl: Tl, nbytes: int) -> None:
 def _gemm(tl: Tl, fields: dict, name: str, a_bytes: int):
     """GEMM command ``fields[name]``, its A operand (``a_bytes``) loaded into TCM first when the command pins
     it; a command whose A does not fit in TCM streams A tile by tile from the PE's slice (_Table.add)."""
-    command = fields[name]
-    if fields["pinned"][command]:
-        yield tl.load(a_bytes)
-    yield tl.gemm(command)
+    yield from pinned_gemm(tl, fields["pinned"], fields[name], a_bytes)
 
 
 def _prefetch(tl: Tl, fields: dict, name: str | None):
@@ -373,8 +371,7 @@ def layer_kernel(tl: Tl):
     yield tl.phase("ffn up")
     yield from _gemm(tl, L, "up", L["x_bytes"])
     yield tl.phase("activation")
-    for op in ("exp", "mul", "mul") if L["ffn_kind"] == "swiglu" else ("exp", "mul"):
-        yield tl.math(L["act_elems"], op)
+    yield from activation(tl, L["act_elems"], L["ffn_kind"])
     yield tl.phase("ffn down")
     yield from _gemm(tl, L, "down", L["h_bytes"])
     if sp:
@@ -611,7 +608,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     q_per_kv = q_grp // kv_grp
     qkv_pe = _divide(f"{model.name}: QKV columns per PE of an attention group", (q_grp + 2 * kv_grp) * d, m, fix)
     o_pe = _divide(f"{model.name}: O rows per PE of an attention group", q_grp * d, m, fix)
-    up_mult = 2 if model.ffn_kind == "swiglu" else 1
+    up_mult = model.up_cols // model.ffn                 # gate and up fused under SwiGLU
     if model.moe:
         ep = moe.check_ep(moe.default_ep(model.experts, P) if ep is None else ep, model.experts, P, fix)
         ffn_pe = _divide(f"{model.name}: an expert's FFN columns per PE of its block ({model.ffn} over {P // ep} "
@@ -630,7 +627,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     o = table.add(T, hid, o_pe, base + hid * qkv_pe * elem)
     ffn_base = base + (hid * qkv_pe + o_pe * hid) * elem
     if model.moe:
-        ffn = moe.compile_ffn(table, model, T, P, ep, hot_expert, router_k, ffn_pe, ffn_base, elem)
+        ffn = moe.compile_ffn(table, model, T, P, ep, hot_expert, router_k, ffn_pe, up_pe, ffn_base, elem)
     else:
         ffn = {"up": table.add(T, up_pe, hid, ffn_base), "down": table.add(T, hid, ffn_pe, ffn_base + hid * up_pe *
                                                                               elem)}

@@ -38,7 +38,7 @@ import numpy as np
 from kbfast.errors import KbfastError
 from kbfast.workloads.collectives import in_model
 from kbfast.workloads.collectives.all_to_all import MAX_RANKS
-from kbfast.workloads.kernels import Tl
+from kbfast.workloads.kernels import Tl, activation, pinned_gemm
 
 LOGIT_BYTES = 4                  # router logits in f32
 COUNT_BYTES = 4                  # a pair's token count: exchanged even when no token is
@@ -88,15 +88,15 @@ def block_loads(loads: np.ndarray, ep: int) -> np.ndarray:
 
 
 def compile_ffn(table, model, tokens: int, n_pe: int, ep: int, hot: float | None, router_k: int, ffn_pe: int,
-                base: int, elem: int) -> dict:
+                up_cols: int, base: int, elem: int) -> dict:
     """The FFN's GEMM commands in ``table`` (kbfast.workloads.model._Table) and its kernel's fields: the router
     (``tokens x experts x router_k``: every hidden element, or the PE's ``hidden / P`` under sequence
-    parallelism) at ``base``, then each local expert's up (and gate) and down projections (``ffn_pe`` columns),
+    parallelism) at ``base``, then each local expert's up (and gate: ``up_cols``) and down projections
+    (``ffn_pe`` columns),
     one command per (local expert, tokens routed to it); per block, the (up, down, tokens) of its experts with
     tokens, and the bytes one PE sends it; the useful MACs (each routed slot's expert FFN once, the router
     once)."""
     hid, E = model.hidden, model.experts
-    up_cols = ffn_pe * (2 if model.ffn_kind == "swiglu" else 1)
     loads = expert_loads(tokens, model.top_k, E, ep, hot)
     per_block, u = E // ep, n_pe // ep
     router = table.add(tokens, E, router_k, base, count=0)
@@ -115,13 +115,14 @@ def compile_ffn(table, model, tokens: int, n_pe: int, ep: int, hot: float | None
             if n:
                 row.append(made[i, n])
         gemms.append(tuple(row))
-    per_slot = hid * model.ffn * (3 if model.ffn_kind == "swiglu" else 2)
-    slices = [int(n) * hid * elem // n_pe for n in block_loads(loads, ep)]
+    per_slot = hid * (model.up_cols + model.ffn)          # an expert's MACs per token: up (and gate), down
+    per_block_load = block_loads(loads, ep)
+    slices = [int(n) * hid * elem // n_pe for n in per_block_load]
     return {"router": router, "moe": {
         "router_in_bytes": tokens * router_k * elem, "logit_bytes": tokens * E * LOGIT_BYTES,
         "logit_elems": tokens * E, "block_pes": u, "slice_bytes": slices, "gemms": gemms, "ffn_cols": ffn_pe,
         "partial_elems": u * sum(slices) // elem, "loads": loads.tolist(), "ep": ep,
-        "loads_per_block": block_loads(loads, ep).tolist(), "token_bytes": hid * elem,
+        "loads_per_block": per_block_load.tolist(), "token_bytes": hid * elem,
         "macs": int(loads.sum()) * per_slot + tokens * hid * E}}
 
 
@@ -172,9 +173,7 @@ def moe_ffn(tl: Tl, L: dict, pe: int, cube_rank: int, prefetch):
     sp = L["sequence_parallel"]
     alg = L["collective"] if L["collective"] in in_model.SCATTERING else "hier2d"
     yield tl.phase("router")
-    if L["pinned"][L["router"]]:
-        yield tl.load(M["router_in_bytes"])
-    yield tl.gemm(L["router"])
+    yield from pinned_gemm(tl, L["pinned"], L["router"], M["router_in_bytes"])
     if sp:                                        # each PE's logits are partial: summed over the PEs
         tl.nbytes, tl.n_elem = M["logit_bytes"], max(M["logit_bytes"] // LOGIT_BYTES, 1)
         yield from in_model.body(tl, tl.contribution(), alg, pe, L["n_pe"], cube_rank)
@@ -187,14 +186,9 @@ def moe_ffn(tl: Tl, L: dict, pe: int, cube_rank: int, prefetch):
     yield tl.phase("experts")
     elem = tl.info["elem"]
     for up, down, n in M["gemms"][block]:         # A loaded into TCM first when it is pinned there, as dense
-        if L["pinned"][up]:
-            yield tl.load(n * M["token_bytes"])
-        yield tl.gemm(up)
-        for op in ("exp", "mul", "mul") if L["ffn_kind"] == "swiglu" else ("exp", "mul"):
-            yield tl.math(n * M["ffn_cols"], op)
-        if L["pinned"][down]:
-            yield tl.load(n * M["ffn_cols"] * elem)
-        yield tl.gemm(down)
+        yield from pinned_gemm(tl, L["pinned"], up, n * M["token_bytes"])
+        yield from activation(tl, n * M["ffn_cols"], L["ffn_kind"])
+        yield from pinned_gemm(tl, L["pinned"], down, n * M["ffn_cols"] * elem)
     back = yield from exchange(tl, "combine (all-to-all)", [slices[block]] * P, to)
     tl.same(got, back)                            # both exchanges heard from the same ranks
     yield tl.phase("weighted sum")
