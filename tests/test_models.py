@@ -576,3 +576,35 @@ def test_sequence_parallel_needs_a_scattering_collective(tray):
     step = evaluate_step(t, router, m, s, layers=1, sequence_parallel=True)      # auto: no lrab for the layer
     assert set(step.choices["layer"]["candidates_ns"]) == {"hier2d"}
     assert "lrab" in step.choices["head"]["candidates_ns"]                        # the head keeps its all-reduce
+
+
+@pytest.mark.parametrize("layout, collective, sp", [("tp_cubes", "hier2d", False), ("tp_cubes", "ring_pipe", True),
+                                                    ("tp_pes", "hier2d", True), ("tp_pes", "ring_pipe", False)])
+def test_one_trace_serves_every_rank_where_only_lrab_reads_the_rank(tiny, layout, collective, sp):
+    """Without lrab, a layer's and the LM head's ranks all run the same ops (kbfast.workloads.model.trace_roles):
+    their Programs traced once equal those traced per cube and PE, op for op; with pipelines and replicas too."""
+    import dataclasses
+
+    import kbfast.workloads.model as wm
+    from kbfast.workloads.symbolic import forget_traces
+
+    t = build_tables(load_system("ahbm_2sip"))
+    r = Router(t)
+    m = load_model(tiny)
+    for pp, dp in ((1, 1), (2, 1), (1, 2)):
+        pieces = compile_model(t, m, shape_for(m, "decode", 4, None, 64), layout, collective=collective,
+                               sequence_parallel=sp or None, overlap="prefetch", pp=pp, dp=dp)
+        for piece in pieces:
+            progs = []
+            for roles in (wm.trace_roles(piece), piece.roles):
+                forget_traces()
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setattr(wm, "trace_roles", lambda p, roles=roles: roles)
+                    lower = TimedLowering(piece.commands, lambda c, *_: np.full(len(c), 100.0))
+                    progs.append(build_piece(t, r, piece, lower, 0.0))
+            if piece.name in ("layer", "head"):
+                assert len(np.unique(wm.trace_roles(piece), axis=0)) == 1 < len(np.unique(piece.roles, axis=0))
+            for f in dataclasses.fields(progs[0]):
+                a, b = getattr(progs[0], f.name), getattr(progs[1], f.name)
+                if isinstance(a, np.ndarray):
+                    assert np.array_equal(a, b), (piece.name, pp, dp, f.name)

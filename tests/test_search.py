@@ -189,3 +189,110 @@ def test_expert_parallel_blocks_are_searched_for_a_mixture_of_experts(tiny_moe):
     assert "--ep 4" in command(str(path), None, [], {**pruned.kept[0], "set": {}}, 64)
     dense = prune("ahbm_2sip", {}, load_model("llama32_1b"), cands, 64)
     assert not dense.kept and "dense FFN" in next(iter(dense.examples.values()))
+
+
+# -- branch and bound (kbfast.search.bound) ------------------------------------------------------------------
+
+def _naive_beaten(lo, users, sips, timed: pd.DataFrame, objective: str) -> np.ndarray:
+    """Candidate i is beaten when a timed row, against the best case its bound allows, is at least as good on
+    TPOT and tokens/s, better on one, and better by the objective."""
+    out = []
+    for bound, u, s in zip(lo, users, sips):
+        tpot, tok = bound * 1e-6, u / (bound * 1e-9)
+        mine = {"tpot_ms": tpot, "tokens_per_s": tok, "tokens_per_s_per_sip": tok / s}
+        col = check_objective(objective)[0]
+        hit = False
+        for r in timed.itertuples():
+            theirs = {"tpot_ms": r.tpot_ms, "tokens_per_s": r.tokens_per_s,
+                      "tokens_per_s_per_sip": r.tokens_per_s_per_sip}
+            as_good = theirs["tpot_ms"] <= tpot and theirs["tokens_per_s"] >= tok
+            one_better = theirs["tpot_ms"] < tpot or theirs["tokens_per_s"] > tok
+            by_objective = theirs[col] < mine[col] if col == "tpot_ms" else theirs[col] > mine[col]
+            hit |= as_good and one_better and by_objective
+        out.append(hit and not np.isnan(bound))
+    return np.array(out, bool)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2])), min_size=1,
+                max_size=12),
+       st.lists(st.tuples(st.integers(1, 6), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2])), max_size=8),
+       st.sampled_from(["tokens_per_s", "tpot", "tokens_per_s_per_sip"]))
+def test_beaten_equals_the_naive_definition(cands, timed_rows, objective):
+    from kbfast.search.bound import beaten
+    lo = np.array([c[0] * 1e6 for c in cands], float)
+    lo[::5] = np.nan                                         # a candidate without a bound is never beaten
+    users, sips = (np.array([c[k] for c in cands]) for k in (1, 2))
+    period = np.array([r[0] * 1e6 for r in timed_rows], float)
+    tok = np.array([r[1] for r in timed_rows], float) / (period * 1e-9)
+    timed = pd.DataFrame({"tpot_ms": period * 1e-6, "tokens_per_s": tok,
+                          "tokens_per_s_per_sip": tok / np.array([r[2] for r in timed_rows], float)})
+    assert np.array_equal(beaten(lo, users, sips, timed, objective), _naive_beaten(lo, users, sips, timed, objective))
+
+
+def test_auto_takes_its_siblings_bounds_only_when_all_are_there():
+    from kbfast.search.bound import leaders, sibling_bounds
+    base = {"layout": "tp_pes", "pp": 1, "dp": 1, "ep": None, "batch": 4, "overlap": "none",
+            "sequence_parallel": False, "set": {}}
+    cands = [dict(base, collective=c) for c in ("lrab", "hier2d", "auto")]
+    cands[2]["auto_among"] = ("hier2d", "lrab")
+    assert sibling_bounds(cands, np.array([5.0, 3.0, np.nan])).tolist() == [5.0, 3.0, 3.0]
+    cands[2]["auto_among"] = ("hier2d", "lrab", "ring_pipe")          # ring_pipe is not in the space
+    assert np.isnan(sibling_bounds(cands, np.array([5.0, 3.0, np.nan]))[2])
+    other = dict(base, collective="lrab", batch=8)
+    assert leaders(cands + [other], np.array([5.0, 3.0, np.nan, 9.0])) == [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def bounded_and_exhaustive(tiny, tmp_path_factory):
+    """The tiny model's search, bounded (per objective) and exhaustive, over pipelines, replicas, every
+    all-reduce (auto's siblings among them), both overlaps and sequence parallelism."""
+    from kbfast.search import search
+    space = Space(("tp_cubes",), (1, 4, 8), ("auto", "lrab", "hier2d", "ring_pipe"), ("prefetch", "none"),
+                  (False, True), pp=(1, 2), dp=(1, 2))
+    out = tmp_path_factory.mktemp("bounded")
+    m = load_model(tiny)
+    every = search(m, tiny, None, {}, [], space, "tokens_per_s", [], 64, 32, out / "every", exhaustive=True)
+    runs = {}
+    for objective, constraints in (("tokens_per_s", []), ("tpot", [parse_constraint("batch>=4")])):
+        bounded = search(m, tiny, None, {}, [], space, objective, constraints, 64, 32, out / objective)
+        runs[objective] = bounded, rank(every.table, objective, constraints), every
+    return runs
+
+
+@pytest.mark.parametrize("objective", ["tokens_per_s", "tpot"])
+def test_bounds_leave_the_front_and_the_best_of_timing_every_candidate(bounded_and_exhaustive, objective):
+    """The bounded search times fewer candidates and finds the same front and best; every point it times is the
+    exhaustive search's, and every bound is at most its candidate's point."""
+    res, every, whole = bounded_and_exhaustive[objective]
+    bounded = res.table
+    assert every["timed"].all() and res.n_beaten > 0 and whole.n_beaten == 0
+    assert bounded["front"].tolist() == every["front"].tolist()
+    assert bounded["best"].tolist() == every["best"].tolist()
+    timed = bounded["timed"].to_numpy()
+    assert np.array_equal(bounded.loc[timed, "tpot_ms"], every.loc[timed, "tpot_ms"])
+    has = bounded["tpot_lo_ms"].notna()
+    assert has[bounded["pp"] == 1].all()          # a pipeline replayed whole has none (the next test)
+    assert (bounded.loc[has, "tpot_lo_ms"] <= every.loc[has, "tpot_ms"]).all()
+
+
+def test_a_composed_pipeline_is_bounded_by_its_last_stage(tiny):
+    """Composed by the recurrence (the fluid method), a pipeline's period is at least its last stage's
+    micro-batches' layers and head at their lower bounds; replayed whole (hybrid, within the budget), it has no
+    bound."""
+    from kbfast.config import load_system
+    from kbfast.measure.model import plan_step, run_step, step_lower_ns
+    from kbfast.topology.builder import build_tables
+    from kbfast.topology.routing import Router
+    from kbfast.workloads.model import shape_for
+    t = build_tables(load_system("ahbm_2sip"))
+    r = Router(t)
+    m = load_model(tiny)
+    for method in ("fluid", "hybrid"):
+        plan = plan_step(t, m, shape_for(m, "decode", 4, None, 64), "tp_cubes", None, method, "hier2d", pp=2)
+        lo = step_lower_ns(t, r, plan)
+        step = run_step(t, r, plan, bounds=False)
+        if method == "fluid":
+            assert step.pipeline_method() == "pipeline recurrence" and 0.5 * step.period_ns() < lo <= step.period_ns()
+        else:
+            assert step.pipeline_method() == "pipeline replayed whole" and np.isnan(lo)

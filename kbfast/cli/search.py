@@ -28,8 +28,8 @@ from kbfast.workloads.model import LAYOUTS, OVERLAPS
 
 SP_CHOICES = {"both": (False, True), "off": (False,), "on": (True,)}
 SHOWN = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel", "set", "tpot_ms",
-         "tokens_per_s", "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "method", "collective_used", "feasible",
-         "front", "best", "error", "command", "ttft_command")
+         "tokens_per_s", "tokens_per_s_per_sip", "ttft_ms", "latency_ns", "method", "collective_used", "timed",
+         "tpot_lo_ms", "feasible", "front", "best", "error", "command", "ttft_command")
 
 
 @user_errors
@@ -57,6 +57,8 @@ def search_command(
     knob: Annotated[list[str] | None, typer.Option(help="A hardware knob to search: KEY=V1,V2 (any --set key; "
                                                         "repeatable).")] = None,
     method: Annotated[str, typer.Option(help="The fast path's point: hybrid or fluid.")] = "hybrid",
+    exhaustive: Annotated[bool, typer.Option(help="Time every candidate: none is left untimed because its lower "
+                                                  "bound is beaten (the same front and best, slower).")] = False,
     jobs: Annotated[int, typer.Option(help="Worker processes (as kbfast sweep).")] = 1,
     scheduler: Annotated[str | None, typer.Option(help="A Dask scheduler address, or local (as kbfast sweep).")]
     = None,
@@ -94,7 +96,7 @@ def search_command(
     t0 = time.perf_counter()
     with progress_of("candidates") as update:
         res = search(m, model, topology, overrides, list(sets or []), space, objective, constraints, kv_len, seq, out,
-                     method, jobs, scheduler, update)
+                     method, jobs, scheduler, update, exhaustive)
     wall = time.perf_counter() - t0
     table = res.table[[c for c in SHOWN if c in res.table]]
     flat = table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items())))  # CSV cells
@@ -104,7 +106,8 @@ def search_command(
                                        f"{topology or DEFAULT_TOPOLOGY}: {len(res.table)} candidates")
     if fmt is OutputFormat.json:
         print(to_json({"objective": objective, "constraints": [c.text for c in constraints],
-                       "candidates": res.n_candidates, "pruned": res.pruned.counts, "wall_s": wall,
+                       "candidates": res.n_candidates, "pruned": res.pruned.counts,
+                       "timed": int(res.table["timed"].sum()), "beaten_by_bound": res.n_beaten, "wall_s": wall,
                        "front": table[table["front"]].to_dict("records"),
                        "best": table[table["best"]].to_dict("records")}))
     elif fmt is OutputFormat.csv:
@@ -130,8 +133,10 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
     """The counts, the front (the best marked) and the commands, within 80 columns."""
     t = res.table
     ok = t["error"].isna()
-    console.print(f"{count(res.n_candidates)} candidates: {count(len(res.pruned.kept))} compiled and evaluated "
-                  f"in {wall:,.1f} s, {count(res.n_candidates - len(res.pruned.kept))} pruned before any timing",
+    console.print(f"{count(res.n_candidates)} candidates in {wall:,.1f} s: {count(len(res.pruned.kept))} compiled, "
+                  f"{count(res.n_candidates - len(res.pruned.kept))} pruned before any timing", highlight=False)
+    console.print(f"  timed: {count(int(t['timed'].sum()))}; beaten by their lower bounds, never timed: "
+                  f"{count(res.n_beaten)}" + ("" if res.n_beaten else " (--exhaustive, or TTFT asked for)"),
                   highlight=False)
     for why, n in res.pruned.counts.items():
         console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78,

@@ -103,14 +103,24 @@ def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES
     no flows, so no co-users of the flows beside it.  They keep the window-free start and the descending
     passes (``tight=False`` in :func:`_upper`), whose margins have covered that traffic in every test; the
     tight bound, which counts only the flows it sees, would not (docs/fast_path.md §4)."""
-    plan = plan_fast(lower_p)
-    head = plan.head_offsets(lower_p.op_nbytes)
-    iso = np.full((lower_p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
-    lo = _lower(lower_p, plan, head, iso)
+    lo = _lower_of(lower_p)
     up_plan = plan_fast(upper_p)
     iso = np.full((upper_p.n_ops, 1 + up_plan.lowered.hbm.n_pcs), np.nan)
     hi = _upper(upper_p, up_plan, up_plan.head_offsets(upper_p.op_nbytes), iso, lo, passes, tight=False)
     return lo[0].a_finish, hi[0].a_finish
+
+
+def lower_finish(p: Program) -> np.ndarray:
+    """Every agent's finish in the lower-bound schedule (:func:`_lower`): no replay or schedule of ``p`` ends an
+    agent earlier (docs/fast_path.md §4)."""
+    return _lower_of(p)[0].a_finish
+
+
+def _lower_of(p: Program):
+    """:func:`_lower` on ``p``, planned on its own."""
+    plan = plan_fast(p)
+    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
+    return _lower(p, plan, plan.head_offsets(p.op_nbytes), iso)
 
 
 def _lower(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray):

@@ -33,7 +33,7 @@ from kbfast.errors import KbfastError
 from kbfast.measure.gemm import fast_method, maxplus_rows
 from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import finish_bounds, run_fast
+from kbfast.fast.evaluate import finish_bounds, lower_finish, run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
 from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
@@ -304,6 +304,25 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
     return res
 
 
+def _memo_lower(system: str, t: Tables, router: Router, piece: Piece, timer: CommandTimer,
+                launch_ns: float) -> tuple[float, int]:
+    """A lower bound on ``piece``'s fast-path point (ns from the launch barrier), and about the events its
+    stand-in's replay takes: the lower-bound schedule (kbfast.fast.evaluate.lower_finish: every op alone on
+    the resources it owns) of the stand-in Program with every GEMM command at its lower time.  The point is
+    that Program's replay, or its schedule clamped into its bounds, with each command at its point time, no
+    shorter: so never below this (docs/fast_path.md §4).  Remembered as :func:`_memo_piece`'s results are."""
+    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), piece.nodes.tobytes(), "lower",
+           launch_ns)
+    if key not in _PIECES:
+        lower = TimedLowering(piece.commands, lambda c, n, pre, part: timer.times(piece.commands, c, n, 1, pre, part))
+        p = build_piece(t, router, piece, lower, launch_ns)
+        _PIECES[key] = (float(lower_finish(p).max() - p.launch_ns), replay_events_estimate(p))
+        if len(_PIECES) > PIECE_CACHE:
+            _PIECES.popitem(last=False)
+    _PIECES.move_to_end(key)
+    return _PIECES[key]
+
+
 _CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method, candidates) -> (algorithm, {alg: ns})
 _ALONE: OrderedDict = OrderedDict()    # (system, PEs, size, tile I/O, method, algorithm) -> ns
 
@@ -460,6 +479,15 @@ def last_pe_time_by_category(p: Program, res, piece: Piece, lower, timer: Comman
     return out
 
 
+def runs_of(piece: Piece, layers: int, par: Parallel) -> int:
+    """How often a step of ``layers`` layers runs ``piece``: the layers for a transformer layer, else the piece's
+    own count; in a pipeline, per micro-batch, and the hand-off between every two stages."""
+    if par.pp == 1:
+        return layers if piece.name == "layer" else piece.repeat
+    per = {"layer": layers, "hand-off": par.pp - 1}.get(piece.name, 1)
+    return per * par.micro_batches
+
+
 @dataclass
 class StepResult:
     """A model step: its pieces' results (per mode), and the step's totals from ``mode``."""
@@ -484,13 +512,8 @@ class StepResult:
                                    pipeline={**self.pipeline, **other.pipeline}, whole={**self.whole, **other.whole})
 
     def repeat(self, piece: Piece) -> int:
-        """How often the step runs ``piece``: the step's layers for a transformer layer, else its own count;
-        in a pipeline, per micro-batch, and the hand-off between every two stages."""
-        par = self.parallel
-        if par.pp == 1:
-            return self.layers if piece.name == "layer" else piece.repeat
-        per = {"layer": self.layers, "hand-off": par.pp - 1}.get(piece.name, 1)
-        return per * par.micro_batches
+        """How often the step runs ``piece`` (:func:`runs_of`)."""
+        return runs_of(piece, self.layers, self.parallel)
 
     def latency_ns(self, mode: str | None = None) -> float:
         """The step: every piece's latency times how often the step runs it (identical layers once); a
@@ -650,6 +673,36 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
                       choices, plan.parallel, pipeline, whole)
 
 
+def step_lower_ns(t: Tables, router: Router, plan: StepPlan) -> float:
+    """A lower bound on the fast path's period of ``plan``'s step (its latency without a pipeline), before any
+    point is timed: ``kbfast search`` never times a candidate this proves beaten (docs/search.md "Bounds").
+
+    * Without a pipeline the step is the sum of its pieces' runs, each at least its lower bound
+      (:func:`_memo_lower`).
+    * A pipeline composed by the recurrence (kbfast.measure.pipeline): its last stage serves its micro-batches
+      first in, first out, so the second round's ``m`` micro-batches there follow the first round's end and
+      the period is at least ``m x (L x layer + head)`` (``L`` layers a stage), each piece at least its lower
+      bound.
+    * A pipeline the fast path replays whole (its stand-in within the hybrid budget): NaN, no bound.
+
+    ``auto`` all-reduces are chosen first (:func:`resolve_collectives`), and prefetches limited, as
+    :func:`run_step` does."""
+    timer = CommandTimer(t, router)
+    launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in plan.pieces}
+    pieces, _ = resolve_collectives(t, router, plan.pieces, plan.method, launch)
+    pieces = resolve_prefetches(t, router, pieces, plan.method, launch, timer)
+    system = repr(t.spec)
+    lows = {p.name: _memo_lower(system, t, router, p, timer, launch[p.nodes.tobytes()]) for p in pieces}
+    par, layers = plan.parallel, plan.layers or 1
+    if par.pp == 1:
+        return sum(runs_of(p, layers, par) * lows[p.name][0] for p in pieces)
+    events = {name: n for name, (_, n) in lows.items()}
+    if plan.method == "hybrid" and whole_events(events, layers, par.pp, par.micro_batches) <= \
+            2 * DEFAULT_BUDGET_EVENTS:
+        return np.nan
+    return par.micro_batches * (layers // par.pp * lows["layer"][0] + lows["head"][0])
+
+
 def _pipeline(t: Tables, router: Router, plan: StepPlan, pieces: list[Piece], results: dict, timer: CommandTimer,
               bounds: bool) -> tuple[dict, dict]:
     """A pipelined step (kbfast.measure.pipeline) in each mode: the recurrence on the pieces' results, and the
@@ -767,9 +820,9 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     any kernel compiles."""
     model = _model_of(str(w["model"]))
     refuse_unread(model, w)
-    if w.get("bounds") not in (None, True, False):
-        raise KbfastError(f"workload.bounds must be true or false (got {w['bounds']!r}): false times the fast "
-                          "path's point alone")
+    if w.get("bounds") not in BOUNDS_CHOICES:
+        raise KbfastError(f"workload.bounds must be true, false or lower (got {w['bounds']!r}): false times the "
+                          "fast path's point alone, lower its lower bound alone")
     layers = None if w["layers"] is None else int(w["layers"])
     return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
                      w["sequence_parallel"], w["overlap"], pp=_int_or_none(w["pp"]), dp=_int_or_none(w["dp"]),
@@ -782,9 +835,18 @@ def _int_or_none(v):
     return None if v is None else int(v) if isinstance(v, float) and v == int(v) else v
 
 
+BOUNDS_CHOICES = (None, True, False, "lower")
+
+
 def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
     """One model step (:func:`run_step`) in ``mode``: its metric row and the step's result; ``bounds`` False:
-    the fast path's point alone (``kbfast search``: about a third quicker; its rows' bounds NaN)."""
+    the fast path's point alone (``kbfast search``: about a third quicker; its rows' bounds NaN); ``lower``:
+    only a lower bound on its period (:func:`step_lower_ns`, the row's ``period_lo_ns``)."""
+    if w.get("bounds") == "lower":
+        if mode != "fast":
+            raise KbfastError("workload.bounds: lower bounds the fast path's point; exact mode has none to bound\n"
+                              "  hint: drop --exact, or set workload.bounds to true")
+        return Measurement({"period_lo_ns": step_lower_ns(t, router, prepared.plan)})
     step = run_step(t, router, prepared.plan, (mode,), bounds=w.get("bounds") is not False)
     return Measurement(step_row(step, t), step)
 

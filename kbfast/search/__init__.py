@@ -3,11 +3,14 @@ constraints (docs/search.md).
 
 1. The space (kbfast.search.space) is compiled candidate by candidate (and, when TTFT is asked for, its
    prefill of ``--seq`` tokens), and what does not fit or divide is pruned and counted by reason.
-2. What is left is a sweep (kbfast.sweep): one model point per candidate (the fast path's point alone, no
-   bounds: its printed command gives them), a decode step at ``--kv-len``, and
-   when TTFT is asked for, one prefill of ``--seq`` tokens per (layout, all-reduce, overlap, sequence
-   parallelism, knobs).  It runs like any sweep: ``--jobs`` processes or a Dask scheduler, results in
-   ``--out``, resumable.
+2. What is left is bounded, then timed, as sweeps (kbfast.sweep: ``--jobs`` processes or a Dask scheduler,
+   results in ``--out``): first each candidate's lower bound on its step's period (kbfast.measure.model
+   .step_lower_ns, no point timed); then the fast path's point (no bounds: its printed command gives them) of
+   the candidate with the smallest bound per number of users, and of every candidate those points do not beat
+   (kbfast.search.bound): the others cannot be on the front or the best.  ``exhaustive`` times them all, and so
+   does a search that asks for TTFT (a prefill's time is no function of the decode step's bound).  The decode
+   step is at ``--kv-len``; with TTFT, one prefill of ``--seq`` tokens per (layout, all-reduce, overlap,
+   sequence parallelism, knobs).
 3. The metrics, the constraints, the Pareto front and the winner (kbfast.search.front); each candidate carries
    the ``kbfast run model`` command that reproduces its figures.
 """
@@ -25,22 +28,30 @@ import pandas as pd
 from kbfast.config import DEFAULT_TOPOLOGY, load_system
 from kbfast.config.models import Transformer
 from kbfast.errors import KbfastError
+from kbfast.search.bound import beaten, leaders, sibling_bounds
 from kbfast.search.front import Constraint, rank
 from kbfast.search.space import Pruned, Space, prune
 from kbfast.sweep.runner import run_sweep
 from kbfast.sweep.spec import parse_spec
 
 KEYS = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel")
+METRICS = ("latency_ns", "step_period_ns", "tokens_per_s", "tpot_ms", "tokens_per_s_per_sip", "ttft_ms")
 
 
 @dataclass
 class SearchResult:
-    """Every candidate evaluated (``table``: inputs, metrics, ``feasible``, ``front``, ``best``, ``command``, and
-    with TTFT its prefill's ``ttft_command``), the pruning, and how many candidates the space had."""
+    """Every candidate compiled (``table``: inputs, ``timed`` and the metrics where timed, ``tpot_lo_ms`` (the
+    lower bound on its TPOT), ``feasible``, ``front``, ``best``, ``command``, and with TTFT its prefill's
+    ``ttft_command``), the pruning, and how many candidates the space had."""
 
     table: pd.DataFrame
     pruned: Pruned
     n_candidates: int
+
+    @property
+    def n_beaten(self) -> int:
+        """Candidates left untimed: their lower bounds are beaten (kbfast.search.bound)."""
+        return int((~self.table["timed"] & self.table["error"].isna()).sum())
 
 
 def _row(c: dict, seq: int | None = None) -> dict:
@@ -58,13 +69,34 @@ def _row(c: dict, seq: int | None = None) -> dict:
 
 
 def _sweep(name: str, model: str, topology: str, overrides: dict, rows: list[dict], kv_len: int, method: str,
-           out: Path, jobs: int, scheduler: str | None, progress) -> pd.DataFrame:
+           out: Path, jobs: int, scheduler: str | None, progress, bounds: bool | str = False) -> pd.DataFrame:
+    """``rows`` as one sweep of model points (``bounds`` False: the points alone, as the front ranks points and
+    a printed command gives the bounds; ``lower``: each point's lower bound alone), in batches small enough to
+    keep ``jobs`` processes busy."""
     data = {"name": name, "description": f"kbfast search over {len(rows)} configurations of {model}",
             "topology": topology, "set": overrides, "seed": 0, "axes": [{"zip": rows}],
             "workload": {"kind": "model", "model": model, "phase": "decode", "kv_len": kv_len, "method": method,
-                         "bounds": False}}                       # the front ranks points; a command has the bounds
+                         "bounds": bounds}}
     spec = parse_spec(data, f"kbfast search ({name})")
-    return run_sweep(spec, out, jobs=jobs, scheduler=scheduler, overwrite=True, progress=progress).results
+    size = max(1, -(-len(rows) // (4 * jobs)))             # four batches a process: the slow ones even out
+    return run_sweep(spec, out, jobs=jobs, scheduler=scheduler, overwrite=True, progress=progress,
+                     max_batch=size).results
+
+
+def _bounds(kept: list[dict], rows: list[dict], model: str, topology: str, overrides: dict, kv_len: int, method: str,
+            out: Path, jobs: int, scheduler: str | None, progress) -> np.ndarray:
+    """Each candidate's lower bound on its period (ns; NaN: none), one sweep of ``workload.bounds: lower`` points
+    (kbfast.measure.model.step_lower_ns); an ``auto`` candidate whose siblings are all in the space takes theirs
+    instead (kbfast.search.bound.sibling_bounds: choosing among them costs each one's timing alone).  A bound
+    that fails is none: its candidate is timed, and says why."""
+    lo = np.full(len(kept), np.nan)
+    auto = np.array([c["collective"] == "auto" for c in kept], bool)
+    which = np.flatnonzero(~auto | np.isnan(sibling_bounds(kept, np.where(auto, np.nan, 0.0)))).tolist()
+    if which:
+        res = _sweep("search_bounds", model, topology, overrides, [rows[i] for i in which], kv_len, method,
+                     out / "bounds", jobs, scheduler, progress, bounds="lower")
+        lo[which] = res["period_lo_ns"].to_numpy(float) if "period_lo_ns" in res else np.nan
+    return sibling_bounds(kept, lo)
 
 
 def command(model: str, topology: str | None, sets: list[str], row: dict, kv_len: int, phase: str = "decode",
@@ -92,8 +124,9 @@ def command(model: str, topology: str | None, sets: list[str], row: dict, kv_len
 def search(model: Transformer, model_arg: str, topology: str | None, overrides: dict, sets: list[str], space: Space,
            objective: str, constraints: list[Constraint], kv_len: int, seq: int, out: Path, method: str = "hybrid",
            jobs: int = 1, scheduler: str | None = None,
-           progress: Callable[[int, int], None] | None = None) -> SearchResult:
-    """Prune ``space``, evaluate what is left (the module docstring) and rank it."""
+           progress: Callable[[int, int], None] | None = None, exhaustive: bool = False) -> SearchResult:
+    """Prune ``space``, time what is left and is not beaten by its bound (``exhaustive``: all of it; the module
+    docstring) and rank it."""
     if not isinstance(model, Transformer):
         raise KbfastError(f"{model.name} is of kind {model.kind}: kbfast search takes transformer models\n"
                           "  hint: use llama3_70b, llama32_1b, gpt3_175b or a transformer YAML")
@@ -105,18 +138,44 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
         why = "; ".join(f"{n} {r} (e.g. {pruned.examples[r]})" for r, n in pruned.counts.items())
         raise KbfastError(f"every one of the {len(candidates)} candidates was pruned: {why}\n  hint: widen the "
                           "space (more SIPs with --knob sips.count=…, smaller --batch values, a shorter --kv-len)")
-    dec = _sweep("search_decode", model_arg, topo, overrides, [_row(c) for c in pruned.kept], kv_len, method,
-                 out / "decode", jobs, scheduler, progress)
-    table = pd.DataFrame(pruned.kept)
-    for col in ("latency_ns", "step_period_ns", "tokens_per_s", "method",
-                "collective_used"):
-        table[col] = dec[col].to_numpy() if col in dec else np.nan
-    table["error"] = dec["error"].to_numpy() if "error" in dec else None
+    kept = pruned.kept
+    rows = [_row(c) for c in kept]
     sips = int(load_system(topo, overrides).sips.count)
-    table["n_sips"] = [int(c["set"].get("sips.count", sips)) for c in pruned.kept]
-    table["tpot_ms"] = table["step_period_ns"] * 1e-6      # a pipeline's period: its steps overlap
-    table["tokens_per_s_per_sip"] = table["tokens_per_s"] / table["n_sips"]
-    table["ttft_ms"] = np.nan
+    table = pd.DataFrame(kept)
+    table["n_sips"] = [int(c["set"].get("sips.count", sips)) for c in kept]
+    for col in METRICS:
+        table[col] = np.nan
+    table["method"] = table["collective_used"] = table["error"] = None
+    table["timed"] = False
+    table["tpot_lo_ms"] = np.nan
+
+    def time_points(which: list[int], name: str) -> None:
+        """Time candidates ``which`` (one sweep, in ``out / name``) into ``table``."""
+        if not which:
+            return
+        dec = _sweep(f"search_{name}", model_arg, topo, overrides, [rows[i] for i in which], kv_len, method,
+                     out / name, jobs, scheduler, progress)
+        idx = table.index[which]
+        for col in ("latency_ns", "step_period_ns", "tokens_per_s", "method", "collective_used", "error"):
+            if col in dec:
+                table.loc[idx, col] = dec[col].to_numpy()
+        table.loc[idx, "timed"] = True
+        table["tpot_ms"] = table["step_period_ns"] * 1e-6      # a pipeline's period: its steps overlap
+        table["tokens_per_s_per_sip"] = table["tokens_per_s"] / table["n_sips"]
+
+    if exhaustive or need_ttft:                  # a TTFT is no function of the decode step: nothing to bound
+        time_points(list(range(len(kept))), "decode")
+    else:
+        table["tpot_lo_ms"] = _bounds(kept, rows, model_arg, topo, overrides, kv_len, method, out, jobs, scheduler,
+                                      progress) * 1e-6
+        lo_ns = table["tpot_lo_ms"].to_numpy(float) * 1e6
+        first = leaders(kept, lo_ns)
+        time_points(first, "decode")
+        ok = table["timed"] & table["error"].isna()
+        for c in constraints:
+            ok &= c.holds(table)
+        out_of_it = beaten(lo_ns, table["batch"].to_numpy(), table["n_sips"].to_numpy(), table[ok], objective)
+        time_points([i for i in range(len(kept)) if not table.at[i, "timed"] and not out_of_it[i]], "decode_rest")
     table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
     if need_ttft:
         prefills = [_row(c, seq) for c in pruned.kept]     # one user: candidates that differ in batch alone share it

@@ -17,11 +17,17 @@ from kbfast.search.front import layout_label  # noqa: E402
 
 
 def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
-    """Tokens/s against TPOT (ms, log), one point per evaluated candidate: feasible ones by layout and degrees
+    """Tokens/s against TPOT (ms, log), one point per timed candidate: feasible ones by layout and degrees
     (:func:`~kbfast.search.front.layout_label`), the rest faint, the front as a line, the objective's best as a
-    star."""
+    star; a candidate beaten by its lower bound as a hollow mark at its best case (TPOT at the bound)."""
     fig, ax = plt.subplots(figsize=(8, 5))
-    ok = table[table["error"].isna()]
+    timed = table["timed"].astype(bool) if "timed" in table else pd.Series(True, index=table.index)
+    beaten = table[~timed & table["error"].isna()]
+    if len(beaten):                        # never timed: where their bounds would put them at best
+        lo = beaten["tpot_lo_ms"]
+        ax.scatter(lo, beaten["batch"] / (lo * 1e-3), s=10, facecolors="none", edgecolors="darkgrey", linewidths=0.6,
+                   label="beaten by its lower bound (at best)")
+    ok = table[table["error"].isna() & timed]
     bad = ok[~ok["feasible"]]
     if len(bad):
         ax.scatter(bad["tpot_ms"], bad["tokens_per_s"], s=12, c="lightgrey", label="fails a constraint")
@@ -37,7 +43,7 @@ def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
     best = feas[feas["best"]]
     ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=220, c="red", zorder=5, label="best")
     ax.set_xscale("log")
-    plain_log_axis(ax.xaxis, ok["tpot_ms"])
+    plain_log_axis(ax.xaxis, pd.concat([ok["tpot_ms"], beaten.get("tpot_lo_ms", pd.Series(dtype=float))]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     ax.set_xlabel("time per output token, TPOT (ms, log scale)")
     ax.set_ylabel("throughput (output tokens/s)")

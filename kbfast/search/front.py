@@ -84,11 +84,14 @@ def pareto(tokens_per_s: np.ndarray, tpot: np.ndarray) -> np.ndarray:
 
 
 def rank(df: pd.DataFrame, objective: str, constraints: list[Constraint]) -> pd.DataFrame:
-    """``df`` with ``feasible`` (every constraint holds), ``front`` (on the Pareto front of the feasible) and
-    ``best`` (the feasible row best by ``objective``; the first in candidate order on a tie)."""
+    """``df`` with ``feasible`` (timed, and every constraint holds), ``front`` (on the Pareto front of the
+    feasible) and ``best`` (the feasible row best by ``objective``; the first in candidate order on a tie).  A row
+    not timed (``timed`` False: beaten by its bound, kbfast.search.bound) is none of them."""
     column, maximise = check_objective(objective)
     out = df.copy()
     ok = out["error"].isna() if "error" in out else pd.Series(True, index=out.index)
+    if "timed" in out:
+        ok &= out["timed"].astype(bool)
     for c in constraints:
         ok &= c.holds(out)
     out["feasible"] = ok

@@ -422,6 +422,10 @@ def allreduce_kernel(tl: Tl):
                                   A["tile_io"]))
 
 
+# the kernels whose ops depend on the rank through their all-reduce alone (trace_roles), by their info key
+_UNIFORM_KERNELS = {layer_kernel: "layer", head_kernel: "head", mlp_kernel: "mlp", allreduce_kernel: "allreduce"}
+
+
 def allreduce_message(piece: Piece) -> tuple[int, bool]:
     """The size and the tile I/O of ``piece``'s all-reduce (its layer's, LM head's or MLP's)."""
     a = piece.info[piece.allreduce]
@@ -830,6 +834,20 @@ def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
                            "or a shorter --kv-len / smaller --batch")
 
 
+def trace_roles(piece: Piece) -> np.ndarray:
+    """The roles ``piece``'s ranks are traced by (kbfast.workloads.symbolic.run_traced: one trace per role).  Its
+    own (:func:`_wiring`: a cube's first PE runs lrab's mesh and inter-SIP phases by its cube's place, every PE a
+    chain by its own) where lrab or a mixture of experts' routing runs; else one role for every rank: in a
+    layer, the LM head, the TP MLP and an all-reduce alone, only lrab reads the rank, and hier2d's and
+    ring_pipe's ranks all run the same ops (kbfast.workloads.collectives.hier2d, ring_pipe), so a trace per
+    cube and PE would repeat one template (``tests/test_models.py`` builds both and compares)."""
+    key = _UNIFORM_KERNELS.get(piece.kernel)
+    fields = piece.info.get(key, {}) if key else {}
+    if key is None or fields.get("collective") == "lrab" or "moe" in fields:
+        return piece.roles
+    return np.zeros((len(piece.nodes), 1), np.int64)
+
+
 def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float | None = None) -> Program:
     """The Program of ``piece`` with its GEMM commands lowered by ``lower`` (kbfast.workloads.commands); the
     kernel starts at the launch barrier (``launch_ns``: its time when the caller knows it)."""
@@ -839,7 +857,7 @@ def build_piece(t: Tables, router: Router, piece: Piece, lower, launch_ns: float
     if "group" in tl_info:              # placed on groups (kbfast.workloads.parallel.place): each rank in its own
         tl_info["group"], kernel = dict(tl_info["group"], kernel=kernel), parallel.grouped_kernel
     run_traced(b, b.pe_agents(piece.nodes), wire(piece.labels, piece.peer), kernel, tl_info.get("elem", 2),
-               piece.roles, tl_info, lower=lower, cache=True, groups=piece.groups)
+               trace_roles(piece), tl_info, lower=lower, cache=True, groups=piece.groups)
     if launch_ns is None:
         launch_ns = launch_timing(t, router, piece.nodes).target_start_ns
     return b.build(launch_ns=launch_ns)

@@ -348,8 +348,8 @@ def _trace_and_run(b: ProgramBuilder, n: int, wiring: Wiring, kernel: Kernel, nb
     _check_directions(wiring, tpls, tpl_of, names)
     ar = templates_to_arrays(tpls)
     per_tpl = np.bincount(tpl_of, minlength=len(tpls))
-    emits = np.array([sum(o not in UNEMITTED for o in tp.op) for tp in tpls], np.int64)
-    sends = np.array([sum(o == _SEND for o in tp.op) for tp in tpls], np.int64)
+    emits = np.array([np.count_nonzero(~np.isin(tp.op, UNEMITTED)) for tp in tpls], np.int64)
+    sends = np.array([np.count_nonzero(tp.op == _SEND) for tp in tpls], np.int64)
     n_emit = int(per_tpl @ emits)
     budget.check(f"generating {b.name} on {n:,} ranks ({n_emit:,} ops)",
                  budget.program_bytes(n_emit) + 16 * n * ((n + 63) // 64),      # + the symbolic check's bitsets
@@ -459,9 +459,8 @@ def _check_directions(wiring: Wiring, tpls: list, tpl_of: np.ndarray, names: lis
     L = len(wiring.labels)
     for t_id, tp in enumerate(tpls):
         ranks = np.flatnonzero(tpl_of == t_id)
-        for o, k in dict.fromkeys(zip(tp.op, tp.label)):
-            if o not in (_SEND, _RECV):
-                continue
+        comm = (tp.op == _SEND) | (tp.op == _RECV)
+        for o, k in dict.fromkeys(zip(tp.op[comm].tolist(), tp.label[comm].tolist())):
             side = wiring.peer if o == _SEND else wiring.inbound
             bad = ranks if k >= L else ranks[side[ranks, k] < 0]
             if len(bad):

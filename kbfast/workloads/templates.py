@@ -27,42 +27,52 @@ UNEMITTED = (ADD, PHASE, SAME)
 
 @dataclass
 class Template:
-    """Instructions of one role.  ``val``: value defined (recv, add) or sent (send); ``a``, ``b``: add operands;
-    ``label``: direction index (send / recv); ``phase``: phase id; ``kills``: values dead after each
-    instruction; ``ret``: the value the kernel returns (-1: nothing)."""
+    """Instructions of one role, as arrays (one entry per instruction).  ``val``: value defined (recv, add) or
+    sent (send); ``a``, ``b``: add operands; ``label``: direction index (send / recv); ``phase``: phase id;
+    ``kill_count`` / ``kill``: how many values die after each instruction, and which, in instruction order;
+    ``ret``: the value the kernel returns (-1: nothing)."""
 
-    op: list[int]
-    label: list[int]
-    val: list[int]
-    a: list[int]
-    b: list[int]
-    nbytes: list[int]
-    arg: list[float]
-    phase: list[int]
-    kills: list[list[int]]
+    op: np.ndarray
+    label: np.ndarray
+    val: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    nbytes: np.ndarray
+    arg: np.ndarray
+    phase: np.ndarray
+    kill_count: np.ndarray
+    kill: np.ndarray
     n_values: int
     ret: int
+
+
+_INT_COLUMNS = ("op", "label", "val", "a", "b", "nbytes", "phase")
 
 
 def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int], math_ns) -> Template:
     """Run ``kernel`` on ``tl`` with symbolic payloads; ``labels`` maps direction names to indices
     (unknown names are appended), ``phases`` collects phase names (ids in order of first trace)."""
-    t = Template([], [], [], [], [], [], [], [], [], 1, -1)
-    uses: dict[int, int] = {}
+    rows: list[tuple] = []          # per instruction: the _INT_COLUMNS
+    args: list[float] = []
+    uses: dict[int, int] = {}       # value -> the last instruction that reads or defines it
+    n_values = [1]                  # value 0 is the rank's contribution
 
     def emit(op: int, label: int = -1, val: int = -1, a: int = -1, b: int = -1, nbytes: int = 0,
              arg: float = 0.0, phase: int = -1) -> None:
-        for v in (a, b) if op in (ADD, SAME) else (val,) if op == Op.SEND else ():
-            uses[v] = len(t.op)
-        if op in (ADD, Op.RECV):
-            uses[val] = len(t.op)
-        for col, x in zip((t.op, t.label, t.val, t.a, t.b, t.nbytes, t.arg, t.phase),
-                          (op, label, val, a, b, nbytes, arg, phase)):
-            col.append(x)
+        i = len(rows)
+        if op == ADD or op == SAME:
+            uses[a] = i
+            uses[b] = i
+        elif op == Op.SEND:
+            uses[val] = i
+        if op == ADD or op == Op.RECV:
+            uses[val] = i
+        rows.append((op, label, val, a, b, nbytes, phase))
+        args.append(arg)
 
     def new_value() -> int:
-        t.n_values += 1
-        return t.n_values - 1
+        n_values[0] += 1
+        return n_values[0] - 1
 
     def add(acc: int, other: int) -> int:
         out = new_value()
@@ -79,52 +89,54 @@ def trace(kernel: Kernel, tl: Tl, labels: dict[str, int], phases: dict[str, int]
     tl.tagged = False
     gen = kernel(tl)
     reply = None
+    ret = -1
     while True:
         try:
             req = gen.send(reply)
         except StopIteration as stop:
-            t.ret = -1 if stop.value is None else int(stop.value)
+            ret = -1 if stop.value is None else int(stop.value)
             break
         reply = None
-        if req.kind == "send":
+        kind = req.kind
+        if kind == "send":
             emit(Op.SEND, labels.setdefault(req.direction, len(labels)), val=int(req.payload), nbytes=req.nbytes)
-        elif req.kind == "recv":
+        elif kind == "recv":
             reply = new_value()
             emit(Op.RECV, labels.setdefault(req.direction, len(labels)), val=reply, nbytes=req.nbytes, arg=1.0)
-        elif req.kind == "math":
+        elif kind == "math":
             emit(Op.MATH, nbytes=req.nbytes, arg=math_ns(req.nbytes, req.direction or "add"))
-        elif req.kind == "gemm":                # a command: nbytes names it, the lowering expands it
+        elif kind == "gemm":                    # a command: nbytes names it, the lowering expands it
             emit(Op.GEMM, nbytes=int(req.payload))
-        elif req.kind == "prefetch":
+        elif kind == "prefetch":
             emit(PREFETCH, nbytes=int(req.payload), arg=req.value)
-        elif req.kind == "compute":
+        elif kind == "compute":
             if req.value < 0:
                 raise KbfastError(f"COMPUTE needs ns >= 0 (got {req.value})")
             emit(Op.COMPUTE, arg=req.value)
-        elif req.kind in ("load", "store"):     # the tile DMA: its target (the rank's own slice) is set per rank
+        elif kind in ("load", "store"):         # the tile DMA: its target (the rank's own slice) is set per rank
             if req.nbytes < 0:
                 raise KbfastError(f"DMA needs nbytes >= 0 and addr >= 0 (got {req.nbytes}, 0)")
-            emit(Op.DMA_WRITE if req.kind == "store" else Op.DMA_READ, nbytes=req.nbytes)
-        elif req.kind == "phase":
+            emit(Op.DMA_WRITE if kind == "store" else Op.DMA_READ, nbytes=req.nbytes)
+        elif kind == "phase":
             emit(PHASE, phase=phases.setdefault(req.direction, len(phases)))
         else:
-            raise KbfastError(f"a kernel yielded an unknown request kind {req.kind!r}")
-    t.kills = [[] for _ in t.op]
-    for v, last in uses.items():
-        if v != t.ret:
-            t.kills[last].append(v)
-    return t
+            raise KbfastError(f"a kernel yielded an unknown request kind {kind!r}")
+    cols = np.array(rows, np.int64).reshape(len(rows), len(_INT_COLUMNS))
+    dead = [(last, v) for v, last in uses.items() if v != ret]      # each value dies after its last use
+    last = np.array([d[0] for d in dead], np.int64)
+    order = np.argsort(last, kind="stable")                          # in the order the values were first seen
+    op, label, val, a, b, nbytes, phase = (np.ascontiguousarray(c) for c in cols.T)
+    return Template(op.astype(np.int8), label, val, a, b, nbytes, np.array(args, np.float64), phase,
+                    np.bincount(last, minlength=len(rows)).astype(np.int64),
+                    np.array([d[1] for d in dead], np.int64)[order], n_values[0], ret)
 
 
 def templates_to_arrays(tpls: list[Template]) -> dict[str, np.ndarray]:
     """Concatenate templates into flat arrays (CSR by template, and the kill lists CSR by instruction)."""
-    cat = lambda f, d: np.array([x for tp in tpls for x in getattr(tp, f)], d)
-    kills = [k for tp in tpls for k in tp.kills]
-    cols = {f: cat(f, d) for f, d in (("op", np.int8), ("label", np.int64), ("val", np.int64), ("a", np.int64),
-                                     ("b", np.int64), ("nbytes", np.int64), ("arg", np.float64), ("phase", np.int64))}
-    return {**cols,
+    cat = lambda f: np.concatenate([getattr(tp, f) for tp in tpls])
+    counts = cat("kill_count")
+    return {**{f: cat(f) for f in ("op", "label", "val", "a", "b", "nbytes", "arg", "phase", "kill")},
             "ptr": np.concatenate([[0], np.cumsum([len(tp.op) for tp in tpls])]).astype(np.int64),
-            "kill_ptr": np.concatenate([[0], np.cumsum([len(k) for k in kills])]).astype(np.int64),
-            "kill": np.array([v for k in kills for v in k], np.int64),
+            "kill_ptr": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
             "n_values": np.array([tp.n_values for tp in tpls], np.int64),
             "ret": np.array([tp.ret for tp in tpls], np.int64)}
