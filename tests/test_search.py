@@ -230,23 +230,20 @@ def test_beaten_equals_the_naive_definition(cands, timed_rows, objective):
     assert np.array_equal(beaten(lo, users, sips, timed, objective), _naive_beaten(lo, users, sips, timed, objective))
 
 
-def test_auto_takes_its_siblings_bounds_only_when_all_are_there():
-    from kbfast.search.bound import leaders, sibling_bounds
-    base = {"layout": "tp_pes", "pp": 1, "dp": 1, "ep": None, "batch": 4, "overlap": "none",
-            "sequence_parallel": False, "set": {}}
-    cands = [dict(base, collective=c) for c in ("lrab", "hier2d", "auto")]
-    cands[2]["auto_among"] = ("hier2d", "lrab")
-    assert sibling_bounds(cands, np.array([5.0, 3.0, np.nan])).tolist() == [5.0, 3.0, 3.0]
-    cands[2]["auto_among"] = ("hier2d", "lrab", "ring_pipe")          # ring_pipe is not in the space
-    assert np.isnan(sibling_bounds(cands, np.array([5.0, 3.0, np.nan]))[2])
-    other = dict(base, collective="lrab", batch=8)
-    assert leaders(cands + [other], np.array([5.0, 3.0, np.nan, 9.0])) == [1, 2, 3]
+def test_leaders_are_the_smallest_bound_per_users_and_every_unbounded_one():
+    from kbfast.search.bound import leaders
+    base = {"layout": "tp_pes", "pp": 1, "dp": 1, "ep": None, "overlap": "none", "sequence_parallel": False,
+            "set": {}}
+    cands = [dict(base, collective=c, batch=b) for c, b in (("lrab", 4), ("hier2d", 4), ("auto", 4), ("lrab", 8))]
+    assert leaders(cands, np.array([5.0, 3.0, np.nan, 9.0])) == [1, 2, 3]
+    knobs = [dict(cands[0], set={"sips.count": 4})]
+    assert leaders(cands + knobs, np.array([5.0, 3.0, 4.0, 9.0, 7.0])) == [1, 3, 4]
 
 
 @pytest.fixture(scope="module")
 def bounded_and_exhaustive(tiny, tmp_path_factory):
     """The tiny model's search, bounded (per objective) and exhaustive, over pipelines, replicas, every
-    all-reduce (auto's siblings among them), both overlaps and sequence parallelism."""
+    all-reduce (auto among them), both overlaps and sequence parallelism."""
     from kbfast.search import search
     space = Space(("tp_cubes",), (1, 4, 8), ("auto", "lrab", "hier2d", "ring_pipe"), ("prefetch", "none"),
                   (False, True), pp=(1, 2), dp=(1, 2))

@@ -28,10 +28,10 @@ import pandas as pd
 from kbfast.config import DEFAULT_TOPOLOGY, load_system
 from kbfast.config.models import Transformer
 from kbfast.errors import KbfastError
-from kbfast.search.bound import beaten, leaders, sibling_bounds
+from kbfast.search.bound import beaten, leaders
 from kbfast.search.front import Constraint, rank
 from kbfast.search.space import Pruned, Space, prune
-from kbfast.sweep.runner import run_sweep
+from kbfast.sweep.runner import kept_workers, run_sweep
 from kbfast.sweep.spec import parse_spec
 
 KEYS = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel")
@@ -68,35 +68,83 @@ def _row(c: dict, seq: int | None = None) -> dict:
     return row
 
 
-def _sweep(name: str, model: str, topology: str, overrides: dict, rows: list[dict], kv_len: int, method: str,
-           out: Path, jobs: int, scheduler: str | None, progress, bounds: bool | str = False) -> pd.DataFrame:
-    """``rows`` as one sweep of model points (``bounds`` False: the points alone, as the front ranks points and
-    a printed command gives the bounds; ``lower``: each point's lower bound alone), in batches small enough to
-    keep ``jobs`` processes busy."""
-    data = {"name": name, "description": f"kbfast search over {len(rows)} configurations of {model}",
-            "topology": topology, "set": overrides, "seed": 0, "axes": [{"zip": rows}],
-            "workload": {"kind": "model", "model": model, "phase": "decode", "kv_len": kv_len, "method": method,
-                         "bounds": bounds}}
-    spec = parse_spec(data, f"kbfast search ({name})")
-    size = max(1, -(-len(rows) // (4 * jobs)))             # four batches a process: the slow ones even out
-    return run_sweep(spec, out, jobs=jobs, scheduler=scheduler, overwrite=True, progress=progress,
-                     max_batch=size).results
+@dataclass(frozen=True)
+class _Sweeps:
+    """How the search's sweeps run: its model, system, context, method, output folder and workers."""
+
+    model: str
+    topology: str
+    overrides: dict
+    kv_len: int
+    method: str
+    out: Path
+    jobs: int
+    scheduler: str | None
+    progress: Callable[[int, int], None] | None
+
+    def run(self, name: str, rows: list[dict], bounds: bool | str = False) -> pd.DataFrame:
+        """``rows`` as one sweep of model points in ``out / name`` (``bounds`` False: the points alone, as the
+        front ranks points and a printed command gives the bounds; ``lower``: each point's lower bound alone), in
+        batches small enough to keep every process busy."""
+        data = {"name": f"search_{name}", "description": f"kbfast search over {len(rows)} configurations of "
+                f"{self.model}", "topology": self.topology, "set": self.overrides, "seed": 0,
+                "axes": [{"zip": rows}],
+                "workload": {"kind": "model", "model": self.model, "phase": "decode", "kv_len": self.kv_len,
+                             "method": self.method, "bounds": bounds}}
+        spec = parse_spec(data, f"kbfast search ({name})")
+        size = max(1, -(-len(rows) // (4 * self.jobs)))             # four batches a process: the slow ones even out
+        return run_sweep(spec, self.out / name, jobs=self.jobs, scheduler=self.scheduler, overwrite=True,
+                         progress=self.progress, max_batch=size).results
 
 
-def _bounds(kept: list[dict], rows: list[dict], model: str, topology: str, overrides: dict, kv_len: int, method: str,
-            out: Path, jobs: int, scheduler: str | None, progress) -> np.ndarray:
-    """Each candidate's lower bound on its period (ns; NaN: none), one sweep of ``workload.bounds: lower`` points
-    (kbfast.measure.model.step_lower_ns); an ``auto`` candidate whose siblings are all in the space takes theirs
-    instead (kbfast.search.bound.sibling_bounds: choosing among them costs each one's timing alone).  A bound
-    that fails is none: its candidate is timed, and says why."""
-    lo = np.full(len(kept), np.nan)
-    auto = np.array([c["collective"] == "auto" for c in kept], bool)
-    which = np.flatnonzero(~auto | np.isnan(sibling_bounds(kept, np.where(auto, np.nan, 0.0)))).tolist()
-    if which:
-        res = _sweep("search_bounds", model, topology, overrides, [rows[i] for i in which], kv_len, method,
-                     out / "bounds", jobs, scheduler, progress, bounds="lower")
-        lo[which] = res["period_lo_ns"].to_numpy(float) if "period_lo_ns" in res else np.nan
-    return sibling_bounds(kept, lo)
+def _time(table: pd.DataFrame, rows: list[dict], which: list[int], name: str, sweeps: _Sweeps) -> None:
+    """Time candidates ``which`` (one sweep, ``name``) into ``table``'s metrics."""
+    if not which:
+        return
+    dec = sweeps.run(name, [rows[i] for i in which])
+    idx = table.index[which]
+    for col in ("latency_ns", "step_period_ns", "tokens_per_s", "method", "collective_used", "error"):
+        if col in dec:
+            table.loc[idx, col] = dec[col].to_numpy()
+    table.loc[idx, "timed"] = True
+    table["tpot_ms"] = table["step_period_ns"] * 1e-6      # a pipeline's period: its steps overlap
+    table["tokens_per_s_per_sip"] = table["tokens_per_s"] / table["n_sips"]
+
+
+def _branch_and_bound(table: pd.DataFrame, kept: list[dict], rows: list[dict], objective: str,
+                      constraints: list[Constraint], sweeps: _Sweeps) -> None:
+    """Bound every candidate (``tpot_lo_ms``), time the leaders, then every candidate they do not beat
+    (kbfast.search.bound).  A bound that fails is none (NaN): its candidate is timed, and says why.  An ``auto``
+    candidate is bounded as itself: it may choose one algorithm for its layers and another for its LM head, a
+    step no other candidate runs."""
+    res = sweeps.run("bounds", rows, bounds="lower")
+    lo_ns = res["period_lo_ns"].to_numpy(float) if "period_lo_ns" in res else np.full(len(rows), np.nan)
+    table["tpot_lo_ms"] = lo_ns * 1e-6
+    _time(table, rows, leaders(kept, lo_ns), "decode", sweeps)
+    ok = table["timed"] & table["error"].isna()
+    for c in constraints:
+        ok &= c.holds(table)
+    out_of_it = beaten(lo_ns, table["batch"].to_numpy(), table["n_sips"].to_numpy(), table[ok], objective)
+    _time(table, rows, [i for i in range(len(kept)) if not table.at[i, "timed"] and not out_of_it[i]],
+          "decode_rest", sweeps)
+
+
+def _ttft(table: pd.DataFrame, kept: list[dict], seq: int, sweeps: _Sweeps, command_of) -> None:
+    """Each candidate's TTFT: a prefill of ``seq`` tokens for one user per replica, one per configuration without
+    its batch (candidates that differ in batch alone share it), and its command; a candidate whose prefill
+    fails has failed."""
+    prefills = [_row(c, seq) for c in kept]
+    keys = [repr(sorted(r.items())) for r in prefills]
+    rows = dict(zip(keys, prefills))
+    first = list(rows)
+    pre = sweeps.run("prefill", [rows[k] for k in first])
+    ns = pre["latency_ns"].to_numpy() if "latency_ns" in pre else np.full(len(pre), np.nan)
+    failed = pre["error"].to_numpy() if "error" in pre else [None] * len(pre)
+    ttft, why = dict(zip(first, ns * 1e-6)), dict(zip(first, failed))
+    table["ttft_ms"] = [ttft[k] for k in keys]
+    table["ttft_command"] = [command_of(r, "prefill") for r in table.to_dict("records")]
+    table["error"] = [d if isinstance(d, str) else (f"prefill: {why[k]}" if isinstance(why[k], str) else None)
+                      for d, k in zip(table["error"], keys)]
 
 
 def command(model: str, topology: str | None, sets: list[str], row: dict, kv_len: int, phase: str = "decode",
@@ -148,48 +196,13 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     table["method"] = table["collective_used"] = table["error"] = None
     table["timed"] = False
     table["tpot_lo_ms"] = np.nan
-
-    def time_points(which: list[int], name: str) -> None:
-        """Time candidates ``which`` (one sweep, in ``out / name``) into ``table``."""
-        if not which:
-            return
-        dec = _sweep(f"search_{name}", model_arg, topo, overrides, [rows[i] for i in which], kv_len, method,
-                     out / name, jobs, scheduler, progress)
-        idx = table.index[which]
-        for col in ("latency_ns", "step_period_ns", "tokens_per_s", "method", "collective_used", "error"):
-            if col in dec:
-                table.loc[idx, col] = dec[col].to_numpy()
-        table.loc[idx, "timed"] = True
-        table["tpot_ms"] = table["step_period_ns"] * 1e-6      # a pipeline's period: its steps overlap
-        table["tokens_per_s_per_sip"] = table["tokens_per_s"] / table["n_sips"]
-
-    if exhaustive or need_ttft:                  # a TTFT is no function of the decode step: nothing to bound
-        time_points(list(range(len(kept))), "decode")
-    else:
-        table["tpot_lo_ms"] = _bounds(kept, rows, model_arg, topo, overrides, kv_len, method, out, jobs, scheduler,
-                                      progress) * 1e-6
-        lo_ns = table["tpot_lo_ms"].to_numpy(float) * 1e6
-        first = leaders(kept, lo_ns)
-        time_points(first, "decode")
-        ok = table["timed"] & table["error"].isna()
-        for c in constraints:
-            ok &= c.holds(table)
-        out_of_it = beaten(lo_ns, table["batch"].to_numpy(), table["n_sips"].to_numpy(), table[ok], objective)
-        time_points([i for i in range(len(kept)) if not table.at[i, "timed"] and not out_of_it[i]], "decode_rest")
-    table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
-    if need_ttft:
-        prefills = [_row(c, seq) for c in pruned.kept]     # one user: candidates that differ in batch alone share it
-        keys = [repr(sorted(r.items())) for r in prefills]
-        rows = dict(zip(keys, prefills))
-        first = list(rows)
-        pre = _sweep("search_prefill", model_arg, topo, overrides, [rows[k] for k in first], kv_len, method,
-                     out / "prefill", jobs, scheduler, progress)
-        ns = pre["latency_ns"].to_numpy() if "latency_ns" in pre else np.full(len(pre), np.nan)
-        failed = pre["error"].to_numpy() if "error" in pre else [None] * len(pre)
-        ttft, why = dict(zip(first, ns * 1e-6)), dict(zip(first, failed))
-        table["ttft_ms"] = [ttft[k] for k in keys]
-        table["ttft_command"] = [command(model_arg, topology, sets, r, kv_len, "prefill", seq)
-                                 for r in table.to_dict("records")]
-        table["error"] = [d if isinstance(d, str) else (f"prefill: {why[k]}" if isinstance(why[k], str) else None)
-                          for d, k in zip(table["error"], keys)]     # a candidate without its TTFT failed
+    sweeps = _Sweeps(model_arg, topo, overrides, kv_len, method, out, jobs, scheduler, progress)
+    with kept_workers(1 if scheduler else jobs):
+        if exhaustive or need_ttft:              # a TTFT is no function of the decode step: nothing to bound
+            _time(table, rows, list(range(len(kept))), "decode", sweeps)
+        else:
+            _branch_and_bound(table, kept, rows, objective, constraints, sweeps)
+        table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
+        if need_ttft:
+            _ttft(table, kept, seq, sweeps, lambda r, phase: command(model_arg, topology, sets, r, kv_len, phase, seq))
     return SearchResult(rank(table, objective, constraints), pruned, len(candidates))

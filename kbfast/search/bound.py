@@ -17,27 +17,6 @@ import pandas as pd
 from kbfast.search.front import OBJECTIVES
 
 
-def sibling_bounds(candidates: list[dict], lo_ns: np.ndarray) -> np.ndarray:
-    """``lo_ns`` with each ``auto`` candidate that was not bounded itself (NaN) bounded by its siblings: ``auto``
-    runs the algorithm it chooses (``c["auto_among"]``), so its step is that sibling's (the candidate alike in
-    all else but the all-reduce), and at least the smallest of their bounds.  Left NaN when a sibling is not
-    among ``candidates`` or has no bound."""
-    out = np.asarray(lo_ns, float).copy()
-    key = {_rest(c): i for i, c in enumerate(candidates) if c["collective"] != "auto"}
-    for i, c in enumerate(candidates):
-        if c["collective"] == "auto" and np.isnan(out[i]) and c.get("auto_among"):
-            sib = [key.get(_rest(c, alg)) for alg in c["auto_among"]]
-            if None not in sib:
-                out[i] = np.min(out[sib])         # NaN when one sibling has none
-    return out
-
-
-def _rest(c: dict, collective: str | None = None) -> tuple:
-    """A candidate's fields but its all-reduce (given ``collective``: as that algorithm), as a key."""
-    return (c["layout"], c["pp"], c["dp"], c["ep"], c["batch"], collective or c["collective"], c["overlap"],
-            c["sequence_parallel"], tuple(sorted(c["set"].items())))
-
-
 def leaders(candidates: list[dict], lo_ns: np.ndarray) -> list[int]:
     """The candidates to time first: per number of users and knobs, the smallest finite bound (the first on a
     tie), and every candidate without a bound."""

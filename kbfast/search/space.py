@@ -21,8 +21,6 @@ from kbfast.config.overrides import check_key_path
 from kbfast.errors import KbfastError
 from kbfast.measure.model import plan_step
 from kbfast.topology.builder import build_tables
-from kbfast.workloads.collectives.in_model import AUTO
-from kbfast.workloads.collectives.in_model import candidates as auto_candidates
 from kbfast.workloads.model import LAYOUTS, OVERLAPS, shape_for
 
 COLLECTIVES = ("auto", "lrab", "hier2d", "ring_pipe")
@@ -137,17 +135,12 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
     tokens for one user too (a refusal's reason then says so)."""
     kept, counts, examples, tables, prefills = [], {}, {}, {}, {}
 
-    def refusal(system: tuple, shape, options: tuple, c: dict | None = None) -> KbfastError | None:
-        """Why the step does not compile, or None; ``c`` (a decode candidate) then records the algorithms its
-        ``auto`` all-reduces choose among (``auto_among``: kbfast.search.bound.sibling_bounds)."""
+    def refusal(system: tuple, shape, options: tuple) -> KbfastError | None:
         *positional, pp, dp, ep = options
         try:
-            plan = plan_step(tables[system], model, shape, *positional, pp=pp, dp=dp, ep=ep)
+            plan_step(tables[system], model, shape, *positional, pp=pp, dp=dp, ep=ep)
         except KbfastError as err:
             return err
-        if c is not None:
-            c["auto_among"] = tuple(sorted({a for p in plan.pieces if p.collective == AUTO for a in auto_candidates(
-                len(p.nodes), p.info[p.allreduce].get("sequence_parallel", False))}))
         return None
 
     for c in candidates:
@@ -156,8 +149,7 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
             tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)}))
         options = (c["layout"], None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"], c["pp"],
                    c["dp"], c["ep"])
-        c = dict(c)
-        err, what = refusal(system, shape_for(model, "decode", c["batch"], None, kv_len), options, c), ""
+        err, what = refusal(system, shape_for(model, "decode", c["batch"], None, kv_len), options), ""
         if err is None and seq is not None:             # the prefill does not depend on the batch
             if (system, options) not in prefills:
                 prefills[system, options] = refusal(system, shape_for(model, "prefill", c["dp"], seq), options)

@@ -213,24 +213,54 @@ def check_sample(n_points: int, k: int, seed: int, points: list[Point] | None = 
     return {int(i) for i in rng.choice(pool, size=min(k, len(pool)), replace=False)}
 
 
+_KEPT: dict[int, object] = {}     # jobs -> the pool :func:`kept_workers` keeps for the sweeps inside it
+
+
+def _pool(jobs: int):
+    return get_context("spawn").Pool(jobs, initializer=worker_init, initargs=(os.getpid(),))
+
+
+@contextmanager
+def kept_workers(jobs: int) -> Iterator[None]:
+    """Sweeps of ``jobs`` processes inside share one pool of workers, spawned once, whose caches (traces,
+    collective and GEMM timings) carry from one sweep to the next (``kbfast search``'s bounds, then its points);
+    the workers end on leaving."""
+    if jobs <= 1 or jobs in _KEPT:
+        yield
+        return
+    _KEPT[jobs] = pool = _pool(jobs)
+    try:
+        yield
+    finally:
+        _KEPT.pop(jobs, None)
+        pool.terminate()
+        pool.join()
+
+
 def run_local(batches: list[Batch], jobs: int) -> Iterator[tuple[Batch, BatchResult]]:
-    """Evaluate batches in this process (``jobs`` = 1) or on spawned worker processes; yield them as they finish.
+    """Evaluate batches in this process (``jobs`` = 1) or on spawned worker processes (a :func:`kept_workers`
+    pool when there is one); yield them as they finish.
 
     Workers ignore Ctrl-C and die with this process (:func:`worker_init`); when the caller stops early (Ctrl-C,
     an error, or closing this generator) they are terminated at once, so what is running is dropped and what
-    finished is already saved."""
+    finished is already saved (a kept pool too: it serves no more sweeps)."""
     if jobs <= 1:
         for b in batches:
             yield b, evaluate_batch(b)
         return
-    pool = get_context("spawn").Pool(min(jobs, max(len(batches), 1)), initializer=worker_init,
-                                     initargs=(os.getpid(),))
+    kept = _KEPT.get(jobs)
+    pool = kept or _pool(min(jobs, max(len(batches), 1)))
+    done = False
     try:
         for i, res in pool.imap_unordered(_evaluate_nth, list(enumerate(batches))):
             yield batches[i], res
+        done = True
     finally:
-        pool.terminate()        # SIGTERM: a worker inside a kernel stops at once
-        pool.join()
+        if not (kept and done):
+            pool.terminate()        # SIGTERM: a worker inside a kernel stops at once
+            pool.join()
+            if kept:
+                _KEPT.pop(jobs, None)
 
 
 def _evaluate_nth(item: tuple[int, Batch]) -> tuple[int, BatchResult]:
