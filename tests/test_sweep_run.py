@@ -167,6 +167,22 @@ def test_jobs_do_not_change_results(reference: SweepOutcome, tmp_path: Path) -> 
                                   pd.read_parquet(reference.out_dir / "results.parquet"))
 
 
+def test_kept_workers_serve_several_sweeps_and_end(reference: SweepOutcome, tmp_path: Path) -> None:
+    """Sweeps inside ``kept_workers`` run on one pool (spawned once) with the results of any other run; the pool
+    ends on leaving, and an error inside ends it too."""
+    from kbfast.sweep import runner
+    with runner.kept_workers(2):
+        pool = runner._KEPT[2]
+        for k in range(2):
+            res = run_sweep(spec(), tmp_path / str(k), jobs=2, check=CHECK)
+            pd.testing.assert_frame_equal(res.results, reference.results)
+            assert runner._KEPT[2] is pool
+    assert 2 not in runner._KEPT
+    with pytest.raises(RuntimeError, match="stop"), runner.kept_workers(2):
+        raise RuntimeError("stop")
+    assert not runner._KEPT
+
+
 # starts a Dask LocalCluster of two worker processes
 def test_dask_local_cluster(reference: SweepOutcome, tmp_path: Path) -> None:
     pytest.importorskip("dask.distributed")

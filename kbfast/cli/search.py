@@ -103,7 +103,8 @@ def search_command(
     flat.to_csv(out / "search.csv", index=False)
     if plot_to is not None:
         plot_front(res.table, plot_to, f"{m.name} decode at {kv_len:,} tokens of context on "
-                                       f"{topology or DEFAULT_TOPOLOGY}: {len(res.table)} candidates")
+                                       f"{topology or DEFAULT_TOPOLOGY}: {len(res.table)} candidates, "
+                                       f"{int(res.table['timed'].sum())} timed")
     if fmt is OutputFormat.json:
         print(to_json({"objective": objective, "constraints": [c.text for c in constraints],
                        "candidates": res.n_candidates, "pruned": res.pruned.counts,
@@ -135,13 +136,13 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
     ok = t["error"].isna()
     console.print(f"{count(res.n_candidates)} candidates in {wall:,.1f} s: {count(len(res.pruned.kept))} compiled, "
                   f"{count(res.n_candidates - len(res.pruned.kept))} pruned before any timing", highlight=False)
-    console.print(f"  timed: {count(int(t['timed'].sum()))}; beaten by their lower bounds, never timed: "
-                  f"{count(res.n_beaten)}" + ("" if res.n_beaten else " (--exhaustive, or TTFT asked for)"),
-                  highlight=False)
     for why, n in res.pruned.counts.items():
         console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78,
                                     break_on_hyphens=False,
                                     initial_indent="  ", subsequent_indent="    "), highlight=False, markup=False)
+    console.print(f"  timed: {count(int(t['timed'].sum()))}; beaten by their lower bounds, never timed: "
+                  f"{count(res.n_beaten)}" + ("" if res.n_beaten else " (--exhaustive, or TTFT asked for)"),
+                  highlight=False)
     if (~ok).any():
         console.print(f"  failed when evaluated: {count(int((~ok).sum()))} (see {out / 'search.csv'})",
                       highlight=False)

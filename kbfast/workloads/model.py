@@ -837,14 +837,17 @@ def _fits(t: Tables, model: Model, layout: str, per_pe: int, what: str) -> None:
 def trace_roles(piece: Piece) -> np.ndarray:
     """The roles ``piece``'s ranks are traced by (kbfast.workloads.symbolic.run_traced: one trace per role).  Its
     own (:func:`_wiring`: a cube's first PE runs lrab's mesh and inter-SIP phases by its cube's place, every PE a
-    chain by its own) where lrab or a mixture of experts' routing runs; else one role for every rank: in a
-    layer, the LM head, the TP MLP and an all-reduce alone, only lrab reads the rank, and hier2d's and
-    ring_pipe's ranks all run the same ops (kbfast.workloads.collectives.hier2d, ring_pipe), so a trace per
-    cube and PE would repeat one template (``tests/test_models.py`` builds both and compares)."""
+    chain by its own) where lrab runs; else one role for every rank: in a layer, the LM head, the TP MLP and an
+    all-reduce alone, only lrab reads the rank, and hier2d's and ring_pipe's ranks all run the same ops
+    (kbfast.workloads.collectives.hier2d, ring_pipe), so a trace per cube and PE would repeat one template; a
+    mixture of experts' layer keeps the roles its routing adds (kbfast.workloads.moe.wiring).
+    ``tests/test_models.py`` builds both ways and compares."""
     key = _UNIFORM_KERNELS.get(piece.kernel)
     fields = piece.info.get(key, {}) if key else {}
-    if key is None or fields.get("collective") == "lrab" or "moe" in fields:
+    if key is None or fields.get("collective") == "lrab":
         return piece.roles
+    if "moe" in fields:                 # the experts' block, and the rank where the blocks' loads differ
+        return piece.roles[:, -moe.ROLE_COLUMNS:]
     return np.zeros((len(piece.nodes), 1), np.int64)
 
 

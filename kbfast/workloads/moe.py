@@ -126,6 +126,9 @@ def compile_ffn(table, model, tokens: int, n_pe: int, ep: int, hot: float | None
         "macs": int(loads.sum()) * per_slot + tokens * hid * E}}
 
 
+ROLE_COLUMNS = 2      # the roles :func:`wiring` appends (kbfast.workloads.model.trace_roles keeps them)
+
+
 def wiring(labels: list[str], peer: np.ndarray, roles: np.ndarray, fields: dict, n_pe: int):
     """A layer's wiring with the all-to-alls' directions (:func:`peers`) and roles telling apart what a PE's
     kernel depends on: its block (its experts' GEMMs) and, when the blocks' loads differ, the rank itself
