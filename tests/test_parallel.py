@@ -628,3 +628,29 @@ def test_replicas_on_separate_sips_cost_one_replica(model, step, phase: str) -> 
     both, alone = step({}, shape, dp=2), step(ONE, half)
     for mode in ("fast", "exact"):
         assert both.latency_ns(mode) == pytest.approx(alone.latency_ns(mode), rel=0.01)
+
+
+def test_replicas_all_reduce_is_remembered_apart_from_the_whole_trays(tiny):
+    """Two replicas of 2 users on all 32 cubes and one tray of 2 users send the same message from the same PEs,
+    but each replica all-reduces over its own 16: their all-reduces alone (and auto's choices) are remembered
+    apart, so a step's figures do not depend on which ran first in the process."""
+    from kbfast import Router, build_tables, load_system
+    from kbfast.measure import model as mm
+    t = build_tables(load_system("ahbm_2sip"))
+    r = Router(t)
+    m = load_model(tiny)
+
+    def step(batch, dp):
+        plan = mm.plan_step(t, m, shape_for(m, "decode", batch, None, 64), "tp_cubes", None, "hybrid", "auto", dp=dp)
+        return mm.run_step(t, r, plan, bounds=False)
+
+    mm._forget()
+    alone = step(4, 2)
+    mm._forget()
+    step(2, 1)
+    after = step(4, 2)
+    assert after.latency_ns() == alone.latency_ns() and after.choices == alone.choices
+    one, two = (step(b, dp).pieces[0] for b, dp in ((2, 1), (4, 2)))
+    launch = mm._launch_ns(t, r, one.nodes)
+    assert mm.allreduce_alone_ns(t, r, one, "lrab", "hybrid", launch) != \
+        mm.allreduce_alone_ns(t, r, two, "lrab", "hybrid", launch)

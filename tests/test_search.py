@@ -293,3 +293,17 @@ def test_a_composed_pipeline_is_bounded_by_its_last_stage(tiny):
             assert step.pipeline_method() == "pipeline recurrence" and 0.5 * step.period_ns() < lo <= step.period_ns()
         else:
             assert step.pipeline_method() == "pipeline replayed whole" and np.isnan(lo)
+
+
+def test_a_lower_bound_alone_is_a_sweep_field_exact_mode_refuses(tiny, tmp_path):
+    """``workload.bounds: lower`` gives a point's ``period_lo_ns`` alone, at most its point; exact mode has no
+    bound to give and says so in the point's error."""
+    from kbfast.sweep.runner import run_sweep
+    from kbfast.sweep.spec import parse_spec
+    data = {"name": "lower", "topology": "ahbm_2sip", "axes": [{"grid": {"workload.bounds": ["lower", False]}}],
+            "workload": {"kind": "model", "model": tiny, "layout": "tp_cubes", "batch": 4, "kv_len": 64}}
+    df = run_sweep(parse_spec(data, "lower.yaml"), tmp_path / "fast").results
+    assert 0 < df.loc[0, "period_lo_ns"] <= df.loc[1, "latency_ns"] and np.isnan(df.loc[0, "latency_ns"])
+    data["axes"] = [{"grid": {"workload.bounds": ["lower"]}}]
+    ex = run_sweep(parse_spec(data, "lower.yaml"), tmp_path / "exact", exact=True).results
+    assert "exact mode has none to bound" in ex.loc[0, "error"]

@@ -284,6 +284,14 @@ def _launch_ns(t: Tables, router: Router, nodes: np.ndarray) -> float:
     return _LAUNCH[key]
 
 
+def _ranks(piece: Piece) -> tuple:
+    """A memo key's part for where ``piece`` runs: its PEs and their groups (replicas or stages placed side by
+    side, kbfast.workloads.parallel: an all-reduce over each group of a data-parallel layer is not the one over
+    all its PEs, though the PEs and the message are the same)."""
+    return (piece.nodes.tobytes(), None if piece.groups is None else piece.groups.tobytes(),
+            repr(piece.info.get("group")))
+
+
 _PIECES: OrderedDict = OrderedDict()   # (system, piece, mode, method, launch) -> PieceResult
 PIECE_CACHE = 64
 
@@ -293,7 +301,7 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
     """:func:`evaluate_piece`, remembered across steps: points of a sweep that differ only where a piece does
     not look (the LM head does not depend on the KV length) evaluate it once.  The key holds everything the
     result depends on: the system, the piece's kernel, sizes, commands and PEs, the mode and method."""
-    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), piece.nodes.tobytes(), mode,
+    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), _ranks(piece), mode,
            method, launch_ns, bounds)
     if key in _PIECES:
         _PIECES.move_to_end(key)
@@ -311,7 +319,7 @@ def _memo_lower(system: str, t: Tables, router: Router, piece: Piece, timer: Com
     the resources it owns) of the stand-in Program with every GEMM command at its lower time.  The point is
     that Program's replay, or its schedule clamped into its bounds, with each command at its point time, no
     shorter: so never below this (docs/fast_path.md §4).  Remembered as :func:`_memo_piece`'s results are."""
-    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), piece.nodes.tobytes(), "lower",
+    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), _ranks(piece), "lower",
            launch_ns)
     if key not in _PIECES:
         lower = TimedLowering(piece.commands, lambda c, n, pre, part: timer.times(piece.commands, c, n, 1, pre, part))
@@ -323,16 +331,16 @@ def _memo_lower(system: str, t: Tables, router: Router, piece: Piece, timer: Com
     return _PIECES[key]
 
 
-_CHOSEN: OrderedDict = OrderedDict()   # (system, PEs, size, tile I/O, method, candidates) -> (algorithm, {alg: ns})
-_ALONE: OrderedDict = OrderedDict()    # (system, PEs, size, tile I/O, method, algorithm) -> ns
+_CHOSEN: OrderedDict = OrderedDict()   # (system, ranks, size, tile I/O, method, candidates) -> (algorithm, {alg: ns})
+_ALONE: OrderedDict = OrderedDict()    # (system, ranks, size, tile I/O, method, algorithm) -> ns
 
 
 def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, method: str, launch_ns: float) -> float:
     """``piece``'s all-reduce by ``algorithm`` alone on the piece's PEs and wiring, from the launch barrier, its
-    point timed as the piece's would be (:func:`_point`, ``method``; no bounds).  Remembered per (system, PEs,
+    point timed as the piece's would be (:func:`_point`, ``method``; no bounds).  Remembered per (system, ranks,
     message size, tile I/O, method, algorithm); a refusal (a KbfastError) is raised."""
     nbytes, tile_io = allreduce_message(piece)
-    key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method, algorithm)
+    key = (repr(t.spec), _ranks(piece), nbytes, tile_io, method, algorithm)
     if key not in _ALONE:
         alone = allreduce_piece(piece, algorithm)
         p = build_piece(t, router, alone, TimedLowering.untimed([]), launch_ns)
@@ -348,12 +356,12 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
     """``auto``'s choice for ``piece``'s all-reduce: each candidate (kbfast.workloads.collectives.in_model
     .candidates) timed alone (:func:`allreduce_alone_ns`); the fastest, the earlier candidate on a tie.  A
     candidate refused (over the memory limit, say: the flat ring's messages grow with the square of the PEs)
-    is not chosen, and its time is None.  Remembered per (system, PEs, message size, tile I/O, method,
-    candidates: sequence parallelism has fewer): a sweep's points choose once.  Returns the choice and every
-    candidate's latency (ns)."""
+    is not chosen, and its time is None.  Remembered per (system, ranks (:func:`_ranks`), message size, tile I/O,
+    method, candidates: sequence parallelism has fewer): a sweep's points choose once.  Returns the choice and
+    every candidate's latency (ns)."""
     nbytes, tile_io = allreduce_message(piece)
     algs = candidates(len(piece.nodes), piece.info[piece.allreduce].get("sequence_parallel", False))
-    key = (repr(t.spec), piece.nodes.tobytes(), nbytes, tile_io, method, tuple(algs))
+    key = (repr(t.spec), _ranks(piece), nbytes, tile_io, method, tuple(algs))
     if key not in _CHOSEN:
         times: dict[str, float | None] = {}
         refusal = None
@@ -675,7 +683,8 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
 
 def step_lower_ns(t: Tables, router: Router, plan: StepPlan) -> float:
     """A lower bound on the fast path's period of ``plan``'s step (its latency without a pipeline), before any
-    point is timed: ``kbfast search`` never times a candidate this proves beaten (docs/search.md "Bounds").
+    point is timed: ``kbfast search`` never times a candidate this proves beaten (docs/search.md
+    "Evaluation").
 
     * Without a pipeline the step is the sum of its pieces' runs, each at least its lower bound
       (:func:`_memo_lower`).
@@ -815,6 +824,9 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
     return out
 
 
+BOUNDS_CHOICES = (None, True, False, "lower")     # workload.bounds: with bounds, the point alone, a lower bound
+
+
 def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     """The step's plan (:func:`plan_step`): the model read, its shape and layout checked and compiled, before
     any kernel compiles."""
@@ -833,9 +845,6 @@ def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
 def _int_or_none(v):
     """A sweep field's integer (a spec's YAML and an axis give ints; a CSV's read gives floats), or None."""
     return None if v is None else int(v) if isinstance(v, float) and v == int(v) else v
-
-
-BOUNDS_CHOICES = (None, True, False, "lower")
 
 
 def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:

@@ -1,4 +1,4 @@
-"""Branch and bound for ``kbfast search`` (docs/search.md "Bounds"): candidates that a lower bound proves beaten
+"""Branch and bound for ``kbfast search`` (docs/search.md "Evaluation"): candidates that a lower bound proves beaten
 are never timed, and the front and the best are those of timing every candidate.
 
 A candidate's step cannot take less than its lower bound ``lo`` on the period
