@@ -149,3 +149,25 @@ def test_bench_table_scales_times():
             BenchRow("exact event rate", 23.456, "M events/s", ">= 10", True)]
     text = _render(bench_table(rows), 120)
     assert "123.4 µs" in text and "23.40 ms" in text and "23.46 M events/s" in text
+
+
+@pytest.mark.parametrize("lo, hi, labels", [(0.3, 0.9, {"0.3", "0.5", "0.9"}), (0.18, 2.0, {"0.2", "0.5", "1", "2"}),
+                                            (0.5, 300.0, {"1", "10", "100"})])
+def test_log_axes_read_in_plain_numbers(lo, hi, labels):
+    """Within a decade every tick is labelled, within two the 2s and 5s, wider only the decades; never 10^x."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from kbfast.report.figures import plain_log_axis
+
+    fig, ax = plt.subplots()
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    plain_log_axis(ax.xaxis, [lo, hi])
+    fig.canvas.draw()
+    shown = {t.get_text() for t in ax.get_xticklabels(minor=True) + ax.get_xticklabels() if t.get_text()
+             and lo <= t.get_position()[0] <= hi}
+    plt.close(fig)
+    assert labels <= shown and not any("10^" in s or "$" in s for s in shown)
+    if hi / lo >= 10:
+        assert not shown & {"0.3", "0.4", "3", "4", "30"}

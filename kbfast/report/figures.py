@@ -23,11 +23,17 @@ def save_figure(fig, out: Path, dpi: int = 110) -> Path:
 
 def plain_log_axis(axis, values) -> None:
     """A log ``axis`` (``ax.xaxis``, ``ax.yaxis``) labelled in plain numbers (``0.2``, ``5``, ``20``, not
-    ``2 x 10^-1``); within a decade of ``values`` the 2-9 ticks are labelled too, else only the decades."""
+    ``2 x 10^-1``); within a decade of ``values`` the 2-9 ticks are labelled too, within two decades the 2s and
+    5s, else only the decades."""
     from matplotlib.ticker import FuncFormatter
 
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]
-    narrow = len(v) == 0 or v.max() / v.min() < 10
+    span = v.max() / v.min() if len(v) else 1.0
+    shown = (2, 3, 4, 5, 6, 7, 8, 9) if span < 10 else (2, 5) if span < 100 else ()
+
+    def minor(x: float, _) -> str:
+        lead = round(x / 10 ** np.floor(np.log10(x)))
+        return f"{x:g}" if lead in shown else ""
     axis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-    axis.set_minor_formatter(FuncFormatter(lambda x, _: f"{x:g}" if narrow else ""))
+    axis.set_minor_formatter(FuncFormatter(minor))
