@@ -141,7 +141,7 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
                                     break_on_hyphens=False,
                                     initial_indent="  ", subsequent_indent="    "), highlight=False, markup=False)
     console.print(f"  timed: {count(int(t['timed'].sum()))}; beaten by their lower bounds, never timed: "
-                  f"{count(res.n_beaten)}" + ("" if res.n_beaten else " (--exhaustive, or TTFT asked for)"),
+                  f"{count(res.n_beaten)}" + ("" if res.bounded else " (--exhaustive, or TTFT asked for)"),
                   highlight=False)
     if (~ok).any():
         console.print(f"  failed when evaluated: {count(int((~ok).sum()))} (see {out / 'search.csv'})",

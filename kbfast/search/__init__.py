@@ -47,6 +47,7 @@ class SearchResult:
     table: pd.DataFrame
     pruned: Pruned
     n_candidates: int
+    bounded: bool = True           # False: every candidate was timed (--exhaustive, or TTFT asked for)
 
     @property
     def n_beaten(self) -> int:
@@ -205,4 +206,5 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
         table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
         if need_ttft:
             _ttft(table, kept, seq, sweeps, lambda r, phase: command(model_arg, topology, sets, r, kv_len, phase, seq))
-    return SearchResult(rank(table, objective, constraints), pruned, len(candidates))
+    return SearchResult(rank(table, objective, constraints), pruned, len(candidates),
+                        not (exhaustive or need_ttft))
