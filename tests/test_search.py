@@ -195,7 +195,8 @@ def test_expert_parallel_blocks_are_searched_for_a_mixture_of_experts(tiny_moe):
 
 def _naive_beaten(lo, users, sips, timed: pd.DataFrame, objective: str) -> np.ndarray:
     """Candidate i is beaten when a timed row, against the best case its bound allows, is at least as good on
-    TPOT and tokens/s, better on one, and better by the objective."""
+    TPOT and tokens/s, better on one, and better by the objective (better: by more than ``STRICTLY``)."""
+    from kbfast.search.bound import STRICTLY as eps
     out = []
     for bound, u, s in zip(lo, users, sips):
         tpot, tok = bound * 1e-6, u / (bound * 1e-9)
@@ -206,8 +207,9 @@ def _naive_beaten(lo, users, sips, timed: pd.DataFrame, objective: str) -> np.nd
             theirs = {"tpot_ms": r.tpot_ms, "tokens_per_s": r.tokens_per_s,
                       "tokens_per_s_per_sip": r.tokens_per_s_per_sip}
             as_good = theirs["tpot_ms"] <= tpot and theirs["tokens_per_s"] >= tok
-            one_better = theirs["tpot_ms"] < tpot or theirs["tokens_per_s"] > tok
-            by_objective = theirs[col] < mine[col] if col == "tpot_ms" else theirs[col] > mine[col]
+            one_better = theirs["tpot_ms"] < tpot * (1 - eps) or theirs["tokens_per_s"] > tok * (1 + eps)
+            by_objective = theirs[col] < mine[col] * (1 - eps) if col == "tpot_ms" else \
+                theirs[col] > mine[col] * (1 + eps)
             hit |= as_good and one_better and by_objective
         out.append(hit and not np.isnan(bound))
     return np.array(out, bool)
@@ -228,6 +230,19 @@ def test_beaten_equals_the_naive_definition(cands, timed_rows, objective):
     timed = pd.DataFrame({"tpot_ms": period * 1e-6, "tokens_per_s": tok,
                           "tokens_per_s_per_sip": tok / np.array([r[2] for r in timed_rows], float)})
     assert np.array_equal(beaten(lo, users, sips, timed, objective), _naive_beaten(lo, users, sips, timed, objective))
+
+
+def test_a_twin_within_rounding_does_not_beat_a_tight_bound():
+    """A sweep keeps 12 digits: a timed twin whose rounded figures beat an exactly tight bound by rounding alone
+    does not beat it (equal rows tie, and the first in candidate order stands for both)."""
+    from kbfast.report.formats import clean_columns
+    from kbfast.search.bound import beaten
+    period = 277088.8466262316
+    row = clean_columns(pd.DataFrame({"step_period_ns": [period], "tokens_per_s": [4 / (period * 1e-9)]}))
+    timed = pd.DataFrame({"tpot_ms": row["step_period_ns"] * 1e-6, "tokens_per_s": row["tokens_per_s"]})
+    timed["tokens_per_s_per_sip"] = timed["tokens_per_s"] / 2
+    for objective in ("tokens_per_s", "tpot", "tokens_per_s_per_sip"):
+        assert not beaten(row["step_period_ns"].to_numpy(), np.array([4]), np.array([2]), timed, objective)[0]
 
 
 def test_leaders_are_the_smallest_bound_per_users_and_every_unbounded_one():

@@ -16,6 +16,10 @@ import pandas as pd
 
 from kbfast.search.front import OBJECTIVES
 
+# "strictly better" means by more than this share: a sweep keeps 12 significant digits of each figure, so a
+# candidate whose bound is its point exactly is not beaten by its twin's rounding (an equal row ties)
+STRICTLY = 1e-9
+
 
 def leaders(candidates: list[dict], lo_ns: np.ndarray) -> list[int]:
     """The candidates to time first: per number of users and knobs, the smallest finite bound (the first on a
@@ -44,7 +48,9 @@ def beaten(lo_ns: np.ndarray, users: np.ndarray, sips: np.ndarray, timed: pd.Dat
         tok = (np.asarray(users, float) / (lo * 1e-9))[:, None]
         per_sip = tok / np.asarray(sips, float)[:, None]
     T, K, S = (timed[c].to_numpy(float)[None, :] for c in ("tpot_ms", "tokens_per_s", "tokens_per_s_per_sip"))
-    dominates = (T <= tpot) & (K >= tok) & ((T < tpot) | (K > tok))
+    up, down = 1 + STRICTLY, 1 - STRICTLY
+    dominates = (T <= tpot) & (K >= tok) & ((T < tpot * down) | (K > tok * up))
     column = OBJECTIVES[objective][0]
-    better = {"tpot_ms": T < tpot, "tokens_per_s": K > tok, "tokens_per_s_per_sip": (S > per_sip)}[column]
+    better = {"tpot_ms": T < tpot * down, "tokens_per_s": K > tok * up,
+              "tokens_per_s_per_sip": S > per_sip * up}[column]
     return np.any(dominates & better, axis=1) & ~np.isnan(lo)
