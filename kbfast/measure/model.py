@@ -277,11 +277,19 @@ def _launch_ns(t: Tables, router: Router, nodes: np.ndarray) -> float:
     """The launch barrier of a kernel on ``nodes`` (kbfast.workloads.launch), remembered: it sums overheads
     and propagation along zero-byte routes, so the link bandwidths do not enter it."""
     key = (repr(t.spec.model_copy(update={"link": None})), nodes.tobytes())
-    if key not in _LAUNCH:
-        _LAUNCH[key] = launch_timing(t, router, nodes).target_start_ns
-        if len(_LAUNCH) > PIECE_CACHE:
-            _LAUNCH.popitem(last=False)
-    return _LAUNCH[key]
+    return _remembered(_LAUNCH, key, lambda: launch_timing(t, router, nodes).target_start_ns)
+
+
+def _remembered(cache: OrderedDict, key, make):
+    """``make()``, remembered in ``cache`` under ``key`` with the ``PIECE_CACHE`` most recently used (nothing
+    when ``make`` raises)."""
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    value = cache[key] = make()
+    if len(cache) > PIECE_CACHE:
+        cache.popitem(last=False)
+    return value
 
 
 def _ranks(piece: Piece) -> tuple:
@@ -290,6 +298,12 @@ def _ranks(piece: Piece) -> tuple:
     all its PEs, though the PEs and the message are the same)."""
     return (piece.nodes.tobytes(), None if piece.groups is None else piece.groups.tobytes(),
             repr(piece.info.get("group")))
+
+
+def _piece_key(system: str, piece: Piece) -> tuple:
+    """What a piece's result depends on besides how it is evaluated: the system, its kernel, sizes, commands and
+    ranks."""
+    return system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), _ranks(piece)
 
 
 _PIECES: OrderedDict = OrderedDict()   # (system, piece, mode, method, launch) -> PieceResult
@@ -301,15 +315,8 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
     """:func:`evaluate_piece`, remembered across steps: points of a sweep that differ only where a piece does
     not look (the LM head does not depend on the KV length) evaluate it once.  The key holds everything the
     result depends on: the system, the piece's kernel, sizes, commands and PEs, the mode and method."""
-    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), _ranks(piece), mode,
-           method, launch_ns, bounds)
-    if key in _PIECES:
-        _PIECES.move_to_end(key)
-        return _PIECES[key]
-    res = _PIECES[key] = evaluate_piece(t, router, piece, mode, timer, method, launch_ns, bounds)
-    if len(_PIECES) > PIECE_CACHE:
-        _PIECES.popitem(last=False)
-    return res
+    return _remembered(_PIECES, (*_piece_key(system, piece), mode, method, launch_ns, bounds),
+                       lambda: evaluate_piece(t, router, piece, mode, timer, method, launch_ns, bounds))
 
 
 def _memo_lower(system: str, t: Tables, router: Router, piece: Piece, timer: CommandTimer,
@@ -319,16 +326,11 @@ def _memo_lower(system: str, t: Tables, router: Router, piece: Piece, timer: Com
     the resources it owns) of the stand-in Program with every GEMM command at its lower time.  The point is
     that Program's replay, or its schedule clamped into its bounds, with each command at its point time, no
     shorter: so never below this (docs/fast_path.md §4).  Remembered as :func:`_memo_piece`'s results are."""
-    key = (system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), _ranks(piece), "lower",
-           launch_ns)
-    if key not in _PIECES:
+    def make() -> tuple[float, int]:
         lower = TimedLowering(piece.commands, lambda c, n, pre, part: timer.times(piece.commands, c, n, 1, pre, part))
         p = build_piece(t, router, piece, lower, launch_ns)
-        _PIECES[key] = (float(lower_finish(p).max() - p.launch_ns), replay_events_estimate(p))
-        if len(_PIECES) > PIECE_CACHE:
-            _PIECES.popitem(last=False)
-    _PIECES.move_to_end(key)
-    return _PIECES[key]
+        return float(lower_finish(p).max() - p.launch_ns), replay_events_estimate(p)
+    return _remembered(_PIECES, (*_piece_key(system, piece), "lower", launch_ns), make)
 
 
 _CHOSEN: OrderedDict = OrderedDict()   # (system, ranks, size, tile I/O, method, candidates) -> (algorithm, {alg: ns})
@@ -340,15 +342,10 @@ def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, 
     point timed as the piece's would be (:func:`_point`, ``method``; no bounds).  Remembered per (system, ranks,
     message size, tile I/O, method, algorithm); a refusal (a KbfastError) is raised."""
     nbytes, tile_io = allreduce_message(piece)
-    key = (repr(t.spec), _ranks(piece), nbytes, tile_io, method, algorithm)
-    if key not in _ALONE:
-        alone = allreduce_piece(piece, algorithm)
-        p = build_piece(t, router, alone, TimedLowering.untimed([]), launch_ns)
-        _ALONE[key] = float(_point(p, method)[0].latency_ns(p.launch_ns)[0])
-        if len(_ALONE) > PIECE_CACHE:
-            _ALONE.popitem(last=False)
-    _ALONE.move_to_end(key)
-    return _ALONE[key]
+    def make() -> float:
+        p = build_piece(t, router, allreduce_piece(piece, algorithm), TimedLowering.untimed([]), launch_ns)
+        return float(_point(p, method)[0].latency_ns(p.launch_ns)[0])
+    return _remembered(_ALONE, (repr(t.spec), _ranks(piece), nbytes, tile_io, method, algorithm), make)
 
 
 def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
@@ -361,8 +358,7 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
     every candidate's latency (ns)."""
     nbytes, tile_io = allreduce_message(piece)
     algs = candidates(len(piece.nodes), piece.info[piece.allreduce].get("sequence_parallel", False))
-    key = (repr(t.spec), _ranks(piece), nbytes, tile_io, method, tuple(algs))
-    if key not in _CHOSEN:
+    def make() -> tuple[str, dict[str, float | None]]:
         times: dict[str, float | None] = {}
         refusal = None
         for alg in algs:
@@ -373,11 +369,8 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
         ok = {alg: v for alg, v in times.items() if v is not None}
         if not ok:
             raise refusal
-        _CHOSEN[key] = (min(ok, key=ok.get), times)
-        if len(_CHOSEN) > PIECE_CACHE:
-            _CHOSEN.popitem(last=False)
-    _CHOSEN.move_to_end(key)
-    return _CHOSEN[key]
+        return min(ok, key=ok.get), times
+    return _remembered(_CHOSEN, (repr(t.spec), _ranks(piece), nbytes, tile_io, method, tuple(algs)), make)
 
 
 def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: str,

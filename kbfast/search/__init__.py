@@ -198,13 +198,13 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     table["timed"] = False
     table["tpot_lo_ms"] = np.nan
     sweeps = _Sweeps(model_arg, topo, overrides, kv_len, method, out, jobs, scheduler, progress)
+    bounded = not (exhaustive or need_ttft)      # a TTFT is no function of the decode step: nothing to bound
     with kept_workers(1 if scheduler else jobs):
-        if exhaustive or need_ttft:              # a TTFT is no function of the decode step: nothing to bound
-            _time(table, rows, list(range(len(kept))), "decode", sweeps)
-        else:
+        if bounded:
             _branch_and_bound(table, kept, rows, objective, constraints, sweeps)
+        else:
+            _time(table, rows, list(range(len(kept))), "decode", sweeps)
         table["command"] = [command(model_arg, topology, sets, r, kv_len) for r in table.to_dict("records")]
         if need_ttft:
             _ttft(table, kept, seq, sweeps, lambda r, phase: command(model_arg, topology, sets, r, kv_len, phase, seq))
-    return SearchResult(rank(table, objective, constraints), pruned, len(candidates),
-                        not (exhaustive or need_ttft))
+    return SearchResult(rank(table, objective, constraints), pruned, len(candidates), bounded)
