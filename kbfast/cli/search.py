@@ -134,15 +134,15 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
     """The counts, the front (the best marked) and the commands, within 80 columns."""
     t = res.table
     ok = t["error"].isna()
-    console.print(f"{count(res.n_candidates)} candidates in {wall:,.1f} s: {count(len(res.pruned.kept))} compiled, "
+    console.print(f"{count(res.n_candidates)} candidate{'' if res.n_candidates == 1 else 's'} in {wall:,.1f} s: {count(len(res.pruned.kept))} compiled, "
                   f"{count(res.n_candidates - len(res.pruned.kept))} pruned before any timing", highlight=False)
     for why, n in res.pruned.counts.items():
         console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78,
                                     break_on_hyphens=False,
                                     initial_indent="  ", subsequent_indent="    "), highlight=False, markup=False)
-    console.print(f"  timed: {count(int(t['timed'].sum()))}; beaten by their lower bounds, never timed: "
-                  f"{count(res.n_beaten)}" + ("" if res.bounded else " (--exhaustive, or TTFT asked for)"),
-                  highlight=False)
+    timed = count(int(t["timed"].sum()))
+    console.print(f"  timed: {timed}; beaten by their lower bounds, never timed: {count(res.n_beaten)}"
+                  if res.bounded else f"  timed: {timed}, every one (--exhaustive, or TTFT asked for)", highlight=False)
     if (~ok).any():
         console.print(f"  failed when evaluated: {count(int((~ok).sum()))} (see {out / 'search.csv'})",
                       highlight=False)
