@@ -92,8 +92,9 @@ def run_fast(p: Program, tight: bool = True) -> FastResult:
                       data_route=data_route)
 
 
-def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES) -> tuple[np.ndarray, np.ndarray]:
-    """The lower bound of every agent's finish on ``lower_p`` and the upper bound on ``upper_p``: the same
+def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES):
+    """The lower-bound schedule of ``lower_p`` and the upper-bound schedule of ``upper_p`` (their states: per op
+    ``op_issue`` and ``op_end``, per agent ``a_finish``), bounds of every op and agent: the same
     Program with ops' own times (``op_arg``) that are no longer in ``lower_p`` than in ``upper_p``.  The
     upper bound's interference windows open at ``lower_p``'s lower-bound begins, which are no later than
     ``upper_p``'s, so the bound holds (a little looser) without a schedule of its own.  ``passes`` caps the
@@ -107,13 +108,18 @@ def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES
     up_plan = plan_fast(upper_p)
     iso = np.full((upper_p.n_ops, 1 + up_plan.lowered.hbm.n_pcs), np.nan)
     hi = _upper(upper_p, up_plan, up_plan.head_offsets(upper_p.op_nbytes), iso, lo, passes, tight=False)
-    return lo[0].a_finish, hi[0].a_finish
+    return lo[0], hi[0]
 
 
 def lower_finish(p: Program) -> np.ndarray:
     """Every agent's finish in the lower-bound schedule (:func:`_lower`): no replay or schedule of ``p`` ends an
     agent earlier (docs/fast_path.md §4)."""
-    return _lower_of(p)[0].a_finish
+    return lower_schedule(p).a_finish
+
+
+def lower_schedule(p: Program):
+    """The lower-bound schedule's state (per op ``op_issue``, ``op_end``; per agent ``a_finish``)."""
+    return _lower_of(p)[0]
 
 
 def _lower_of(p: Program):

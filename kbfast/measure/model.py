@@ -33,11 +33,12 @@ from kbfast.errors import KbfastError
 from kbfast.measure.gemm import fast_method, maxplus_rows
 from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import finish_bounds, lower_finish, run_fast
+from kbfast.fast.evaluate import finish_bounds, lower_finish, lower_schedule, run_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
 from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
 from kbfast.ir import Op, Program, ProgramBuilder
+from kbfast.measure import shift
 from kbfast.measure.metrics import phase_ends
 from kbfast.measure.pipeline import RECURRENCE, WHOLE, PipelineTiming, schedule, terms_of, whole_events
 from kbfast.measure.roofline import ZERO, Floors, piece_floors, roofline_row
@@ -100,6 +101,18 @@ STAGE_CATEGORY = {"dma_read": "hbm_stream", "dma_write": "hbm_stream", "compute"
                   "tcm_read": "gemm_compute", "tcm_write": "gemm_compute"}
 
 
+def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(rows, axis=0, return_inverse=True)`` for rows of non-negative integers, through one integer
+    per row (mixed radix) where the radices' product fits in 62 bits (several times quicker)."""
+    span = rows.max(0) + 1 if len(rows) else np.ones(rows.shape[1], np.int64)
+    if np.any(rows < 0) or float(np.prod(span.astype(np.float64))) >= 2.0 ** 62:
+        keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return keys, inverse.ravel()
+    weight = np.cumprod(np.r_[span[1:], 1][::-1])[::-1]
+    flat, first, inverse = np.unique(rows @ weight, return_index=True, return_inverse=True)
+    return rows[first], inverse.ravel()
+
+
 class CommandTimer:
     """Fast-path times of GEMM commands, memoised per (command, route class): (point, lower, upper) ns."""
 
@@ -135,7 +148,7 @@ class CommandTimer:
         zero = np.zeros(len(cmd), np.int64)
         rows = np.stack([np.asarray(cmd, np.int64), self.route_class(nodes), zero if pre is None else pre,
                          zero if part is None else part], 1)
-        keys, inverse = np.unique(rows, axis=0, return_inverse=True)
+        keys, inverse = _unique_rows(rows)
         vals = np.array([self.time(commands[c], k, p, q)[which] for c, k, p, q in keys.tolist()])
         return vals[inverse.ravel()]
 
@@ -226,11 +239,11 @@ class CommandTimer:
 
 def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                    timer: CommandTimer | None = None, method: str = "hybrid", launch_ns: float | None = None,
-                   bounds: bool = True) -> PieceResult:
+                   bounds: bool = True, system: str | None = None) -> PieceResult:
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
     stand-in Program exactly when it fits the budget, kbfast.measure.hybrid) or ``fluid`` (the fast schedule only).
     ``bounds`` False: the fast path's point alone, its bounds NaN and its roofline floors left out (a serving
-    run's step costs: about a third quicker)."""
+    run's step costs: about a third quicker).  ``system``: ``repr(t.spec)``, when the caller has it."""
     if mode not in MODES or method not in FAST_CHOICES:
         raise ValueError((mode, method))
     t0 = time.perf_counter()
@@ -247,19 +260,22 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         timer = timer or CommandTimer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n, pre, part: timer.times(piece.commands, c, n, 0, pre, part))
         p = build_piece(t, router, piece, lower, launch_ns)
-        res, method = _point(p, method)
-        lat = res.latency_ns(p.launch_ns)[0]
-        lo = hi = np.nan
-        floors = ZERO
+        bounded = None
         if bounds:
             timed, args = lower.timed()
             nodes = p.agent_node[p.op_agent[timed]]
-            bounded = [p.op_arg.copy() for _ in range(2)]
-            for arg, which in zip(bounded, (1, 2)):
+            bounded = []
+            for which in (1, 2):
+                arg = p.op_arg.copy()
                 arg[timed] = timer.times(piece.commands, args[:, 0], nodes, which, args[:, 1], args[:, 2])
-            lo_f, hi_f = finish_bounds(dataclasses.replace(p, op_arg=bounded[0]),
-                                       dataclasses.replace(p, op_arg=bounded[1]), UPPER_PASSES)
-            lo, hi = float(lo_f.max() - p.launch_ns), float(hi_f.max() - p.launch_ns)
+                bounded.append(dataclasses.replace(p, op_arg=arg))
+        ev = _stand_in(system or repr(t.spec), p, bounded, method)
+        res, method = ev.point, ev.method
+        lat = res.latency(p.launch_ns)
+        lo = hi = np.nan
+        floors = ZERO
+        if bounds:
+            lo, hi = ev.lower.latency(p.launch_ns), ev.upper.latency(p.launch_ns)
             floors = piece_floors(t, p, piece.commands, np.asarray(lower.command_op, np.int64),
                                   np.asarray(lower.command_id, np.int64))
     wall = time.perf_counter() - t0
@@ -316,7 +332,7 @@ def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str,
     not look (the LM head does not depend on the KV length) evaluate it once.  The key holds everything the
     result depends on: the system, the piece's kernel, sizes, commands and PEs, the mode and method."""
     return _remembered(_PIECES, (*_piece_key(system, piece), mode, method, launch_ns, bounds),
-                       lambda: evaluate_piece(t, router, piece, mode, timer, method, launch_ns, bounds))
+                       lambda: evaluate_piece(t, router, piece, mode, timer, method, launch_ns, bounds, system))
 
 
 def _memo_lower(system: str, t: Tables, router: Router, piece: Piece, timer: CommandTimer,
@@ -441,6 +457,97 @@ def _point(p: Program, method: str):
         except (ReplayBudgetExceeded, MemoryBudgetError):     # the replay only makes the point exact
             pass
     return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A stand-in Program evaluated: its point's times, made ``method``, and those of its lower- and
+    upper-bound schedules (None without bounds)."""
+
+    point: shift.Times
+    method: str
+    lower: shift.Times | None = None
+    upper: shift.Times | None = None
+
+
+def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True) -> StandIn:
+    """The stand-in ``p`` evaluated: its point (:func:`_point`; with ``point`` False, not), and with ``bounded``
+    (``p`` with every command at its lower, then upper time) the bounds' schedules
+    (kbfast.fast.evaluate.finish_bounds)."""
+    times, how = None, None
+    if point:
+        res, how = _point(p, method)
+        times = shift.Times(res.op_issue_ns, res.op_end_ns, res.agent_finish_ns)
+    if bounded is None:
+        return StandIn(times, how)
+    lo, hi = finish_bounds(*bounded, UPPER_PASSES)
+    return StandIn(times, how, shift.Times(lo.op_issue, lo.op_end, lo.a_finish),
+                   shift.Times(hi.op_issue, hi.op_end, hi.a_finish))
+
+
+@dataclass(frozen=True)
+class _Base:
+    """A layer's base (kbfast.measure.shift): its runs' ``B`` ns, the fixed runs, its evaluation, and whether
+    its bounds' timelines keep the fabric idle across every moved run (else each point's bounds are its own)."""
+
+    b_ns: np.ndarray
+    fixed: np.ndarray
+    ev: StandIn
+    bounds_move: bool
+
+
+_PLANS: OrderedDict = OrderedDict()   # (system, the layer with its runs at 0 ns) -> (B ns, fixed) per run
+_BASES: OrderedDict = OrderedDict()   # (system, layer, method, B, fixed runs' ops) -> _Base, or None: not apart
+
+
+def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: str) -> StandIn:
+    """:func:`_direct`, or where the attention's length is all that differs between ``p`` and its layer's base,
+    the base's times moved (kbfast.measure.shift; docs/models.md "Attention shifts")."""
+    s = shift.split(p)
+    if s is None:
+        return _direct(p, bounded, method)
+    programs = [p] + (bounded or [])
+    zero = np.zeros(s.runs)
+    layer = (system, shift.key(shift.based(p, s, zero), [shift.based(q, s, zero).op_arg for q in bounded or []]))
+    b_ns, fixed = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lower_schedule))
+    spent = [shift.spent(q, s) for q in programs]
+    for x in spent:     # a run the agents spend different times in, or less than B: as it is in the base
+        fixed = fixed | np.any(x != x[0], axis=0) | (x[0] < b_ns)
+    if fixed.all():
+        return _direct(p, bounded, method)
+    kept = s.ops[fixed[s.run_of]]      # the base: the layer, its moved runs at B, its fixed runs' ops as they are
+    key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_nbytes[kept].tobytes(),
+           *(q.op_arg[kept].tobytes() for q in programs))
+    base = _remembered(_BASES, key, lambda: _base([shift.based(q, s, b_ns, fixed) for q in programs], s, b_ns,
+                                                  fixed, method))
+    if base is None:
+        return _direct(p, bounded, method)
+    shifts = [np.where(fixed, 0.0, x[0] - b_ns) for x in spent]
+    point = shift.moved(base.ev.point, p, s, shifts[0])
+    if bounded is None:
+        return StandIn(point, base.ev.method)
+    if base.bounds_move:
+        return StandIn(point, base.ev.method, *(shift.moved(times, q, s, x) for times, q, x in
+                                                zip((base.ev.lower, base.ev.upper), bounded, shifts[1:])))
+    own = _direct(p, bounded, method, point=False)
+    return StandIn(point, base.ev.method, own.lower, own.upper)
+
+
+def _base(bases: list[Program], s: shift.Split, b_ns: np.ndarray, fixed: np.ndarray, method: str) -> _Base | None:
+    """The base (``bases``: point, lower and upper Programs) evaluated, when its point's timeline keeps the
+    fabric idle across every moved run and its WAITs held by their later class (kbfast.measure.shift); its
+    bounds move too when theirs do (the gaps of the upper schedule's ops against the lower one's, which open
+    the upper bound's windows).  None otherwise."""
+    ev = _direct(bases[0], bases[1:] or None, method)
+    moving = ~fixed
+
+    def apart(ends: shift.Times, issues: shift.Times | None = None) -> bool:
+        return bool(np.all(shift.gaps(bases[0], s, ends, issues)[moving] < 0.0)) and shift.held(bases[0], s, ends)
+
+    if not apart(ev.point):
+        return None
+    bounds_move = ev.lower is not None and apart(ev.lower) and apart(ev.upper, ev.lower)
+    return _Base(b_ns, fixed, ev, bounds_move)
 
 
 def last_pe_time_by_category(p: Program, res, piece: Piece, lower, timer: CommandTimer) -> dict[str, float]:

@@ -1,0 +1,242 @@
+"""One evaluation of a stand-in Program for every length of its attention (docs/models.md "Attention shifts").
+
+A decode layer's KV length changes only ops of its attention phase that keep their own PE busy for their
+time and touch nothing shared: its GEMM commands (one COMPUTE each in a stand-in) and its MATH.  On each
+agent that has them they form *runs* (maximal sequences of such ops; exchanges between them, as in a ring
+attention, split them); every such agent has as many runs.  An op's *class* is how many runs came before it:
+by position on those agents, and on the others (the helper agents that stream a prefetch, which only WAIT
+and COMPUTE) the largest class of what it waits for.
+
+When the fabric is idle across run ``k`` (every op that uses it, a DMA, a SEND or a RECV, of class ``<= k``
+ends, a receive's credit included, before any op of class ``> k`` is issued; every message sent before the
+run is received before it), what follows sees an idle system, so it runs the same from any start.  If every
+agent spends ``D`` ns more in run ``k``, every op of class ``> k`` is the same ``D`` ns later, provided a WAIT
+whose target and predecessor are of different classes was held up by the later-class one (so moving that one
+later keeps it binding).  The ops before are unchanged: they ran before.
+
+So a layer is evaluated once, as its *base*: the same Program with each run's ops 0 ns but its last, which
+takes ``B`` ns.  A point whose agents all spend ``A_k >= B_k`` ns in run ``k`` is the base with every op of
+class ``> k`` moved ``A_k - B_k`` ns later (summed over the runs before it) and its run ops at their own times,
+back to back.  That holds in each evaluator whose timeline shows the gaps and the WAITs so: the exact replay's,
+and the fast path's schedules (point, lower and upper bound); the base checks its own (:func:`gaps`,
+:func:`held`).  ``B`` comes from the lower-bound schedule of the layer with its runs at 0 ns (:func:`plan`),
+and a run whose gap that schedule cannot close (a short step between two exchanges, which the next exchange
+always meets), or that a point spends less than ``B`` in, is *fixed*: its ops keep their times in the base.
+``B`` and the fixed runs depend only on what the points share, so each point's figures are the same whichever
+was evaluated first.
+
+The times are the base's plus a shift, rounded once; a replay of the point itself adds its times in another
+order, which can order two flits that tie exactly in the base the other way (tests/test_model_shift.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from kbfast.ir import Op, Program
+from kbfast.sim.lowering import agent_pes
+
+PHASE = "attention"      # the phase whose length the KV length sets
+TRIES = 3                # lower-bound schedules the plan tries, each with the gaps the last one left doubled
+NO_FABRIC = (Op.COMPUTE, Op.MATH, Op.START, Op.WAIT)
+FOLLOWER_OPS = (Op.START, Op.WAIT, Op.COMPUTE)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Where a Program's attention runs sit (the module docstring): the runs' ops in ``agent_ops`` order (their
+    positions, agents and runs), per running agent and run the positions of its first and last op, per op its
+    class and its predecessor's, and the cross-agent WAITs."""
+
+    ops: np.ndarray           # the runs' op ids, in agent_ops order
+    pos: np.ndarray           # their positions in agent_ops
+    agent_of: np.ndarray      # each one's agent
+    run_of: np.ndarray        # and run
+    first: np.ndarray         # [running agents, runs]: position of the run's first op
+    last: np.ndarray          # [running agents, runs]: of its last
+    cls: np.ndarray           # per op id: its class (a run op: its run)
+    issue_cls: np.ndarray     # per op id: its predecessor's class (what its issue waits for), 0 for a first op
+    waits: np.ndarray         # op ids of WAITs on another agent's op
+
+    @property
+    def runs(self) -> int:
+        return self.first.shape[1]
+
+
+@dataclass(frozen=True)
+class Times:
+    """One evaluator's per-op issue and end times and per-agent finishes, ns."""
+
+    op_issue_ns: np.ndarray
+    op_end_ns: np.ndarray
+    agent_finish_ns: np.ndarray
+
+    def latency(self, launch_ns: float) -> float:
+        """The last agent's finish from the launch barrier."""
+        return float(self.agent_finish_ns.max() - launch_ns) if len(self.agent_finish_ns) else 0.0
+
+
+def split(p: Program) -> Split | None:
+    """``p``'s attention runs, when shifts can move them (the module docstring), or None: runs of synchronous
+    COMPUTEs and MATHs in the attention phase, as many on every agent that has one, on PEs where no other
+    agent computes (the other agents only START, WAIT and COMPUTE, and WAIT only for the running agents' ops);
+    before each run, as many messages received by each agent as were sent to it."""
+    if PHASE not in p.phase_names or p.op_phase is None or not len(p.agent_ops):
+        return None
+    ops, pos = p.agent_ops, np.arange(len(p.agent_ops))
+    owner = np.repeat(np.arange(p.n_agents), np.diff(p.op_ptr))
+    code = p.op_code[ops]
+    at = (p.op_phase[ops] == p.phase_names.index(PHASE)) & np.isin(code, (Op.COMPUTE, Op.MATH)) & ~p.op_async[ops]
+    per = np.bincount(owner[at], minlength=p.n_agents)
+    running = per > 0
+    follows = np.isin(code, FOLLOWER_OPS)
+    pe = agent_pes(p)
+    busy_pes = pe[running]
+    if (not running.any() or np.any(~follows[~running[owner]])
+            or len(np.unique(busy_pes)) != len(busy_pes) or np.any(busy_pes < 0)):
+        return None
+    opens = at & ((pos == p.op_ptr[owner]) | ~np.roll(at, 1))
+    closes = at & ((pos == p.op_ptr[owner + 1] - 1) | ~np.roll(at, -1))
+    opened = np.bincount(owner[opens], minlength=p.n_agents)[running]
+    runs = int(opened[0])
+    if np.any(opened != runs):
+        return None
+    first, last = pos[opens].reshape(-1, runs), pos[closes].reshape(-1, runs)
+    row = np.cumsum(running) - 1                      # a running agent's row in first / last
+    cls = np.zeros(p.n_ops, np.int64)
+    mine = running[owner]
+    r_first, r_last = first[row[owner[mine]]], last[row[owner[mine]]]
+    q = pos[mine][:, None]
+    inside = (r_first <= q) & (q <= r_last)
+    cls[ops[mine]] = np.where(inside.any(1), inside.argmax(1), (r_last < q).sum(1))
+    waits_on = (code == Op.WAIT) & (p.op_target[ops] >= 0)
+    target = np.where(waits_on, p.op_target[ops], 0)       # other ops' targets are channels or nodes
+    other = waits_on & (p.op_agent[target] != owner)
+    if np.any(other & ~mine & ~running[p.op_agent[target]]):
+        return None                                   # a follower waits for a follower's op
+    if (~mine).any():      # a follower's class: the largest of its predecessor's and what it waits for, in order
+        dep = np.where(other, cls[target], 0)[~mine]
+        rank = np.cumsum(np.r_[True, owner[~mine][1:] != owner[~mine][:-1]]) - 1
+        cls[ops[~mine]] = np.maximum.accumulate(dep + rank * (runs + 1)) - rank * (runs + 1)
+    start = pos == p.op_ptr[owner]
+    ended = cls[ops] + at                            # the class of each op's end: a run's last op ends the run
+    issue_cls = np.zeros(p.n_ops, np.int64)
+    issue_cls[ops[~start]] = ended[pos[~start] - 1]
+    issue_cls[ops[at]] = cls[ops[at]]                 # a run op: its run's (moved from where the run starts)
+    sends = code == Op.SEND
+    receiver = np.zeros(len(ops), np.int64)
+    receiver[sends] = p.channels.dst[p.op_target[ops[sends]]]
+    for k in range(runs):
+        before = cls[ops] <= k
+        before &= ~(at & (cls[ops] == k))
+        sent = np.bincount(receiver[before & sends], minlength=p.n_agents)
+        taken = np.bincount(owner[before & (code == Op.RECV)], minlength=p.n_agents)
+        if not np.array_equal(sent, taken):
+            return None
+    return Split(ops[at], pos[at], owner[at], cls[ops[at]], first, last, cls, issue_cls, ops[other])
+
+
+def spent(p: Program, s: Split) -> np.ndarray:
+    """[running agents, runs]: the ns each agent spends in each run (the sum of its ops' times)."""
+    per = np.zeros((p.n_agents, s.runs))
+    np.add.at(per, (s.agent_of, s.run_of), p.op_arg[s.ops])
+    return per[np.unique(s.agent_of)]
+
+
+def based(p: Program, s: Split, b_ns: np.ndarray, fixed: np.ndarray | None = None) -> Program:
+    """``p`` as a base: the ops of every run but the ``fixed`` ones 0 ns and no elements, but each such run's
+    last op, ``b_ns`` of that run; the fixed runs as they are."""
+    moving = np.ones(s.runs, bool) if fixed is None else ~fixed
+    ops = s.ops[moving[s.run_of]]
+    arg, nbytes = p.op_arg.copy(), p.op_nbytes.copy()
+    arg[ops], nbytes[ops] = 0.0, 0
+    last = p.agent_ops[s.last[:, moving]]
+    arg[last] = np.broadcast_to(np.asarray(b_ns)[moving], last.shape)
+    return dataclasses.replace(p, op_arg=arg, op_nbytes=nbytes)
+
+
+def plan(p: Program, s: Split, lower_schedule) -> tuple[np.ndarray, np.ndarray]:
+    """The runs' ``B`` ns and which runs are fixed (the module docstring).  From ``B`` 0, each of ``TRIES``
+    lower-bound schedules (``lower_schedule``, a quick guide: the base checks its own timelines) sets a run
+    whose gap is not below 0 to twice that gap; a run still not apart after them is fixed."""
+    b_ns = np.zeros(s.runs)
+    for tried in range(1, TRIES + 1):
+        state = lower_schedule(based(p, s, b_ns))
+        g = gaps(p, s, Times(state.op_issue, state.op_end, state.a_finish))
+        if np.all(g < 0.0) or tried == TRIES:
+            break
+        b_ns = b_ns + np.where(g < 0.0, 0.0, 2.0 * g + 1.0)
+    return np.where(g < 0.0, b_ns, 0.0), g >= 0.0
+
+
+def key(p: Program, args: list[np.ndarray]) -> bytes:
+    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those), and of the
+    ops' times ``args`` of the Programs evaluated with it (its bounds')."""
+    h = hashlib.blake2b(digest_size=20)
+    ch = p.channels
+    for a in (p.agent_node, p.agent_kind, p.agent_start_ns, p.op_ptr, p.agent_ops, p.op_code, p.op_target,
+              p.op_nbytes, p.op_addr, p.op_async, p.op_arg, p.op_route, p.op_rroute, p.route_ptr, p.route_edges,
+              p.op_phase, *(getattr(ch, f.name) for f in dataclasses.fields(ch)), *args):
+        a = np.ascontiguousarray(a)
+        h.update(str(a.dtype).encode() + str(a.shape).encode())
+        h.update(a.tobytes())
+    h.update(repr((p.launch_ns, p.phase_names, p.name)).encode())
+    return h.digest()
+
+
+def gaps(p: Program, s: Split, ends: Times, issues: Times | None = None) -> np.ndarray:
+    """Per run ``k``, how much later the ops of class ``> k`` would have to start for the fabric to be idle
+    across it (below 0: it is): the last end in ``ends`` of an op of class ``<= k`` that uses the fabric (a
+    receive's credit included) minus the first issue in ``issues`` (default ``ends``) of the ops that follow
+    the run on each running agent."""
+    issues = issues or ends
+    fabric = np.flatnonzero(~np.isin(p.op_code, NO_FABRIC))
+    done = ends.op_end_ns[fabric]
+    if len(p.channels.credit_ns):          # the largest credit: a receive may take any channel
+        done = np.where(p.op_code[fabric] == Op.RECV, done + max(float(p.channels.credit_ns.max()), 0.0), done)
+    out = np.full(s.runs, -np.inf)
+    ends_at = p.op_ptr[1:][np.unique(s.agent_of)]
+    for k in range(s.runs):
+        before = s.cls[fabric] <= k
+        nxt = s.last[:, k] + 1
+        head = p.agent_ops[nxt[nxt < ends_at]]
+        if before.any() and len(head):
+            out[k] = float(done[before].max() - issues.op_issue_ns[head].min())
+    return out
+
+
+def held(p: Program, s: Split, times: Times) -> bool:
+    """Whether every WAIT on another agent's op was held up, in ``times``, by the later class of its two (its
+    target's, or its predecessor's), ties included: moving that class later then keeps it binding.  A
+    running agent's WAIT has its position's class, so its target may be of no later class."""
+    w = s.waits
+    if not len(w):
+        return True
+    target = p.op_target[w]
+    late = s.cls[target] - s.issue_cls[w]
+    waited = times.op_end_ns[target] - times.op_issue_ns[w]
+    runner = np.isin(p.op_agent[w], s.agent_of)
+    return bool(np.all(((late > 0) & (waited >= 0.0) & ~runner) | ((late < 0) & (waited <= 0.0)) | (late == 0)))
+
+
+def moved(base: Times, p: Program, s: Split, shift_ns: np.ndarray) -> Times:
+    """``base``'s times for point ``p``: every op of class ``c`` later by ``shift_ns[0] + .. + shift_ns[c - 1]``
+    (its issue by its predecessor's class's), the runs' ops back to back from where each run starts, at
+    ``p``'s own times, and each agent's finish with its last op."""
+    total = np.concatenate([[0.0], np.cumsum(shift_ns)])
+    issue, end = base.op_issue_ns + total[s.issue_cls], base.op_end_ns + total[s.cls]
+    took = p.op_arg[s.ops]
+    opened = s.first[np.searchsorted(np.unique(s.agent_of), s.agent_of), s.run_of]   # each run op's run's start
+    start = issue[p.agent_ops[opened]]
+    before = np.cumsum(took) - took                     # over all runs' ops, in order
+    head = np.searchsorted(s.pos, opened)
+    issue[s.ops] = start + (before - before[head])
+    end[s.ops] = issue[s.ops] + took
+    n = np.diff(p.op_ptr)
+    lasts = p.agent_ops[np.maximum(p.op_ptr[1:] - 1, 0)]
+    finish = np.where(n > 0, base.agent_finish_ns + (end[lasts] - base.op_end_ns[lasts]), base.agent_finish_ns)
+    return Times(issue, end, finish)
