@@ -107,20 +107,19 @@ def test_two_runs_move_apart(tray, fresh):
     assert len(mm._BASES) == 1
 
 
-def test_bounds_move_and_hold(tray, fresh):
-    """With bounds (the commands' lower and upper times: here the attention 10 % either side), the moved
-    lower bound is the point's own, and both bound the point's own replay (the upper one is the base's moved:
-    its windows are the base's, so it need not equal the point's own, but bounds as well)."""
+def test_bounds_are_the_points_own(tray, fresh):
+    """With bounds (the commands' lower and upper times: here the attention 10 % either side), the point moves
+    and the bounds are the point's own schedules, bit for bit."""
     t, router = tray
     for ns in (3000.0, 60_000.0):
         p = _layer(t, router, [ns], gather=False)
         bounded = [_layer(t, router, [ns * f], gather=False) for f in (0.9, 1.1)]
         moved = mm._stand_in("tray", p, bounded, "hybrid")
         own = mm._direct(p, bounded, "hybrid")
-        _same(moved.lower, own.lower)
-        launch = p.launch_ns
-        assert moved.lower.latency(launch) <= own.point.latency(launch) <= moved.upper.latency(launch)
-        assert moved.upper.latency(launch) <= 1.05 * own.upper.latency(launch)
+        _same(moved.point, own.point)
+        _same(moved.lower, own.lower, rel=0.0)
+        _same(moved.upper, own.upper, rel=0.0)
+    assert len(mm._BASES) == 1
 
 
 def test_a_dma_after_a_run_moves_with_what_follows(tray, fresh):
@@ -150,14 +149,16 @@ def test_what_cannot_move_is_evaluated_as_it_is(tray, fresh):
 
 
 def test_a_short_run_between_exchanges_stays_fixed(tray, fresh):
-    """A run too short to keep the fabric idle across it (the next exchange meets the last one) is fixed in
-    the base, which keeps its time; the run before it still moves."""
+    """A run too short to keep the fabric idle across it (the next exchange meets the last one) gets a ``B``
+    above what the points spend in it, so it is fixed: the base keeps its time; the run before it moves."""
     t, router = tray
+    p = _layer(t, router, [5000.0, 1.0])
+    b_ns = shift.plan(p, shift.split(p), lower_schedule)
+    assert b_ns[0] < 5000.0 and b_ns[1] > 1.0
     for first in (5000.0, 80_000.0):
         q = _layer(t, router, [first, 1.0])
         _same(mm._stand_in("tray", q, None, "hybrid").point, mm._direct(q, None, "hybrid").point)
     assert len(mm._BASES) == 1
-    assert next(iter(mm._BASES.values())).fixed.tolist() == [False, True]
 
 
 def _decode(t, router, layout, collective, kv, batch=2):
@@ -167,21 +168,19 @@ def _decode(t, router, layout, collective, kv, batch=2):
 
 @pytest.mark.parametrize("layout, collective", [("tp_pes", "lrab"), ("tp_cubes", "lrab"), ("tp_pes", "hier2d")])
 def test_decode_layers_moved_against_their_own(tray, fresh, monkeypatch, layout, collective):
-    """Llama-3.2-1B decode layers at four KV lengths: the latency as the layer's own evaluation gives it (to 1e-9:
-    a replay of the point itself may order two flits that tie exactly in the base the other way, by float
-    rounding), the lower bound too, and an upper bound no more than 5 % above its own (the base's windows
-    are not the point's: it may be tighter, or a little looser)."""
+    """Llama-3.2-1B decode layers (with prefetches) at four KV lengths: the latency as the layer's own
+    evaluation gives it (to 1e-9: a replay of the point itself may order two flits that tie exactly in the
+    base the other way, by float rounding), the bounds and the rest bit for bit."""
     t, router = tray
     lens = (256, 1024, 4096, 16384)
     moved = [evaluate_piece(t, router, _decode(t, router, layout, collective, kv), "fast") for kv in lens]
-    assert mm._BASES
+    assert any(v is not None for v in mm._BASES.values())
     monkeypatch.setattr(shift, "split", lambda p: None)
     for kv, got in zip(lens, moved):
         own = evaluate_piece(t, router, _decode(t, router, layout, collective, kv), "fast")
         assert got.latency_ns == pytest.approx(own.latency_ns, rel=1e-9), kv
-        assert got.lo_ns == pytest.approx(own.lo_ns, rel=1e-9), kv
-        assert got.lo_ns <= got.latency_ns <= got.hi_ns <= 1.05 * own.hi_ns, kv
-        assert got.phase_ns.keys() == own.phase_ns.keys() and got.counts == own.counts
+        assert (got.lo_ns, got.hi_ns, got.counts, got.method) == (own.lo_ns, own.hi_ns, own.counts, own.method)
+        assert got.phase_ns.keys() == own.phase_ns.keys()
 
 
 def test_moved_bounds_hold_exact_mode(tray, fresh):

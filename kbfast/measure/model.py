@@ -464,8 +464,8 @@ class StandIn:
     """A stand-in Program evaluated: its point's times, made ``method``, and those of its lower- and
     upper-bound schedules (None without bounds)."""
 
-    point: shift.Times
-    method: str
+    point: shift.Times | None
+    method: str | None
     lower: shift.Times | None = None
     upper: shift.Times | None = None
 
@@ -485,69 +485,39 @@ def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool 
                    shift.Times(hi.op_issue, hi.op_end, hi.a_finish))
 
 
-@dataclass(frozen=True)
-class _Base:
-    """A layer's base (kbfast.measure.shift): its runs' ``B`` ns, the fixed runs, its evaluation, and whether
-    its bounds' timelines keep the fabric idle across every moved run (else each point's bounds are its own)."""
-
-    b_ns: np.ndarray
-    fixed: np.ndarray
-    ev: StandIn
-    bounds_move: bool
-
-
-_PLANS: OrderedDict = OrderedDict()   # (system, the layer with its runs at 0 ns) -> (B ns, fixed) per run
-_BASES: OrderedDict = OrderedDict()   # (system, layer, method, B, fixed runs' ops) -> _Base, or None: not apart
+_PLANS: OrderedDict = OrderedDict()   # (system, the layer with its runs at 0 ns) -> B ns per run
+_BASES: OrderedDict = OrderedDict()   # (system, layer, method, B, fixed runs' ops) -> the base's point, or None
 
 
 def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: str) -> StandIn:
-    """:func:`_direct`, or where the attention's length is all that differs between ``p`` and its layer's base,
-    the base's times moved (kbfast.measure.shift; docs/models.md "Attention shifts")."""
+    """:func:`_direct`; where the attention's length is all that differs between ``p`` and its layer's base,
+    with the base's point moved (kbfast.measure.shift; docs/models.md "Attention shifts").  The bounds are
+    always the point's own."""
     s = shift.split(p)
     if s is None:
         return _direct(p, bounded, method)
-    programs = [p] + (bounded or [])
-    zero = np.zeros(s.runs)
-    layer = (system, shift.key(shift.based(p, s, zero), [shift.based(q, s, zero).op_arg for q in bounded or []]))
-    b_ns, fixed = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lower_schedule))
-    spent = [shift.spent(q, s) for q in programs]
-    for x in spent:     # a run the agents spend different times in, or less than B: as it is in the base
-        fixed = fixed | np.any(x != x[0], axis=0) | (x[0] < b_ns)
+    layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs))))
+    b_ns = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lower_schedule))
+    spent = shift.spent(p, s)
+    fixed = np.any(spent != spent[0], axis=0) | (spent[0] < b_ns)     # such a run: as it is in the base
     if fixed.all():
         return _direct(p, bounded, method)
     kept = s.ops[fixed[s.run_of]]      # the base: the layer, its moved runs at B, its fixed runs' ops as they are
-    key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_nbytes[kept].tobytes(),
-           *(q.op_arg[kept].tobytes() for q in programs))
-    base = _remembered(_BASES, key, lambda: _base([shift.based(q, s, b_ns, fixed) for q in programs], s, b_ns,
-                                                  fixed, method))
+    key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_nbytes[kept].tobytes(), p.op_arg[kept].tobytes())
+    base = _remembered(_BASES, key, lambda: _base(shift.based(p, s, b_ns, fixed), s, fixed, method))
     if base is None:
         return _direct(p, bounded, method)
-    shifts = [np.where(fixed, 0.0, x[0] - b_ns) for x in spent]
-    point = shift.moved(base.ev.point, p, s, shifts[0])
-    if bounded is None:
-        return StandIn(point, base.ev.method)
-    if base.bounds_move:
-        return StandIn(point, base.ev.method, *(shift.moved(times, q, s, x) for times, q, x in
-                                                zip((base.ev.lower, base.ev.upper), bounded, shifts[1:])))
+    point = shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns))
     own = _direct(p, bounded, method, point=False)
-    return StandIn(point, base.ev.method, own.lower, own.upper)
+    return StandIn(point, base.method, own.lower, own.upper)
 
 
-def _base(bases: list[Program], s: shift.Split, b_ns: np.ndarray, fixed: np.ndarray, method: str) -> _Base | None:
-    """The base (``bases``: point, lower and upper Programs) evaluated, when its point's timeline keeps the
-    fabric idle across every moved run and its WAITs held by their later class (kbfast.measure.shift); its
-    bounds move too when theirs do (the gaps of the upper schedule's ops against the lower one's, which open
-    the upper bound's windows).  None otherwise."""
-    ev = _direct(bases[0], bases[1:] or None, method)
-    moving = ~fixed
-
-    def apart(ends: shift.Times, issues: shift.Times | None = None) -> bool:
-        return bool(np.all(shift.gaps(bases[0], s, ends, issues)[moving] < 0.0)) and shift.held(bases[0], s, ends)
-
-    if not apart(ev.point):
-        return None
-    bounds_move = ev.lower is not None and apart(ev.lower) and apart(ev.upper, ev.lower)
-    return _Base(b_ns, fixed, ev, bounds_move)
+def _base(base: Program, s: shift.Split, fixed: np.ndarray, method: str) -> StandIn | None:
+    """The base's point evaluated, when its timeline keeps the fabric idle across every moved run and holds
+    each WAIT by its later class (kbfast.measure.shift); else None."""
+    ev = _direct(base, None, method)
+    apart = np.all(shift.gaps(base, s, ev.point)[~fixed] < 0.0) and shift.held(base, s, ev.point)
+    return ev if apart else None
 
 
 def last_pe_time_by_category(p: Program, res, piece: Piece, lower, timer: CommandTimer) -> dict[str, float]:

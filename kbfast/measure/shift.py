@@ -14,16 +14,15 @@ agent spends ``D`` ns more in run ``k``, every op of class ``> k`` is the same `
 whose target and predecessor are of different classes was held up by the later-class one (so moving that one
 later keeps it binding).  The ops before are unchanged: they ran before.
 
-So a layer is evaluated once, as its *base*: the same Program with each run's ops 0 ns but its last, which
-takes ``B`` ns.  A point whose agents all spend ``A_k >= B_k`` ns in run ``k`` is the base with every op of
-class ``> k`` moved ``A_k - B_k`` ns later (summed over the runs before it) and its run ops at their own times,
-back to back.  That holds in each evaluator whose timeline shows the gaps and the WAITs so: the exact replay's,
-and the fast path's schedules (point, lower and upper bound); the base checks its own (:func:`gaps`,
-:func:`held`).  ``B`` comes from the lower-bound schedule of the layer with its runs at 0 ns (:func:`plan`),
-and a run whose gap that schedule cannot close (a short step between two exchanges, which the next exchange
-always meets), or that a point spends less than ``B`` in, is *fixed*: its ops keep their times in the base.
-``B`` and the fixed runs depend only on what the points share, so each point's figures are the same whichever
-was evaluated first.
+So a layer's point is evaluated once, as its *base*: the same Program with each run's ops 0 ns but its last,
+which takes ``B`` ns.  A point whose agents all spend ``A_k >= B_k`` ns in run ``k`` is the base with every op
+of class ``> k`` moved ``A_k - B_k`` ns later (summed over the runs before it) and its run ops at their own
+times, back to back; the base checks the gaps and the WAITs in its own timeline, the exact replay's or the
+fluid schedule's (:func:`gaps`, :func:`held`).  ``B`` is 0 where the lower-bound schedule of the layer with
+its runs at 0 ns shows the gap, else twice that gap (:func:`plan`).  A run that a point spends less than
+``B`` in, or that its agents spend different times in (a short step between two exchanges, which the next
+exchange always meets), is *fixed*: its ops keep their times in that point's base.  ``B`` depends only on
+what the points share, so each point's figures are the same whichever was evaluated first.
 
 The times are the base's plus a shift, rounded once; a replay of the point itself adds its times in another
 order, which can order two flits that tie exactly in the base the other way (tests/test_model_shift.py).
@@ -41,7 +40,6 @@ from kbfast.ir import Op, Program
 from kbfast.sim.lowering import agent_pes
 
 PHASE = "attention"      # the phase whose length the KV length sets
-TRIES = 3                # lower-bound schedules the plan tries, each with the gaps the last one left doubled
 NO_FABRIC = (Op.COMPUTE, Op.MATH, Op.START, Op.WAIT)
 FOLLOWER_OPS = (Op.START, Op.WAIT, Op.COMPUTE)
 
@@ -159,28 +157,22 @@ def based(p: Program, s: Split, b_ns: np.ndarray, fixed: np.ndarray | None = Non
     return dataclasses.replace(p, op_arg=arg, op_nbytes=nbytes)
 
 
-def plan(p: Program, s: Split, lower_schedule) -> tuple[np.ndarray, np.ndarray]:
-    """The runs' ``B`` ns and which runs are fixed (the module docstring).  From ``B`` 0, each of ``TRIES``
-    lower-bound schedules (``lower_schedule``, a quick guide: the base checks its own timelines) sets a run
-    whose gap is not below 0 to twice that gap; a run still not apart after them is fixed."""
-    b_ns = np.zeros(s.runs)
-    for tried in range(1, TRIES + 1):
-        state = lower_schedule(based(p, s, b_ns))
-        g = gaps(p, s, Times(state.op_issue, state.op_end, state.a_finish))
-        if np.all(g < 0.0) or tried == TRIES:
-            break
-        b_ns = b_ns + np.where(g < 0.0, 0.0, 2.0 * g + 1.0)
-    return np.where(g < 0.0, b_ns, 0.0), g >= 0.0
+def plan(p: Program, s: Split, lower_schedule) -> np.ndarray:
+    """The runs' ``B`` ns (the module docstring): 0 where the lower-bound schedule (``lower_schedule``, a quick
+    guide: the base checks its own timeline) of ``p`` with every run at 0 ns shows the fabric idle across the
+    run, else twice the gap it shows."""
+    state = lower_schedule(based(p, s, np.zeros(s.runs)))
+    g = gaps(p, s, Times(state.op_issue, state.op_end, state.a_finish))
+    return np.where(g < 0.0, 0.0, 2.0 * g + 1.0)
 
 
-def key(p: Program, args: list[np.ndarray]) -> bytes:
-    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those), and of the
-    ops' times ``args`` of the Programs evaluated with it (its bounds')."""
+def key(p: Program) -> bytes:
+    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those)."""
     h = hashlib.blake2b(digest_size=20)
     ch = p.channels
     for a in (p.agent_node, p.agent_kind, p.agent_start_ns, p.op_ptr, p.agent_ops, p.op_code, p.op_target,
               p.op_nbytes, p.op_addr, p.op_async, p.op_arg, p.op_route, p.op_rroute, p.route_ptr, p.route_edges,
-              p.op_phase, *(getattr(ch, f.name) for f in dataclasses.fields(ch)), *args):
+              p.op_phase, *(getattr(ch, f.name) for f in dataclasses.fields(ch))):
         a = np.ascontiguousarray(a)
         h.update(str(a.dtype).encode() + str(a.shape).encode())
         h.update(a.tobytes())
@@ -188,14 +180,12 @@ def key(p: Program, args: list[np.ndarray]) -> bytes:
     return h.digest()
 
 
-def gaps(p: Program, s: Split, ends: Times, issues: Times | None = None) -> np.ndarray:
+def gaps(p: Program, s: Split, times: Times) -> np.ndarray:
     """Per run ``k``, how much later the ops of class ``> k`` would have to start for the fabric to be idle
-    across it (below 0: it is): the last end in ``ends`` of an op of class ``<= k`` that uses the fabric (a
-    receive's credit included) minus the first issue in ``issues`` (default ``ends``) of the ops that follow
-    the run on each running agent."""
-    issues = issues or ends
+    across it in ``times`` (below 0: it is): the last end of an op of class ``<= k`` that uses the fabric (a
+    receive's credit included) minus the first issue of the ops that follow the run on each running agent."""
     fabric = np.flatnonzero(~np.isin(p.op_code, NO_FABRIC))
-    done = ends.op_end_ns[fabric]
+    done = times.op_end_ns[fabric]
     if len(p.channels.credit_ns):          # the largest credit: a receive may take any channel
         done = np.where(p.op_code[fabric] == Op.RECV, done + max(float(p.channels.credit_ns.max()), 0.0), done)
     out = np.full(s.runs, -np.inf)
@@ -205,7 +195,7 @@ def gaps(p: Program, s: Split, ends: Times, issues: Times | None = None) -> np.n
         nxt = s.last[:, k] + 1
         head = p.agent_ops[nxt[nxt < ends_at]]
         if before.any() and len(head):
-            out[k] = float(done[before].max() - issues.op_issue_ns[head].min())
+            out[k] = float(done[before].max() - times.op_issue_ns[head].min())
     return out
 
 
