@@ -92,20 +92,22 @@ def run_fast(p: Program, tight: bool = True) -> FastResult:
                       data_route=data_route)
 
 
-def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES):
+def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES, plan: Plan | None = None):
     """The lower-bound schedule of ``lower_p`` and the upper-bound schedule of ``upper_p`` (their states: per op
     ``op_issue`` and ``op_end``, per agent ``a_finish``), bounds of every op and agent: the same
     Program with ops' own times (``op_arg``) that are no longer in ``lower_p`` than in ``upper_p``.  The
     upper bound's interference windows open at ``lower_p``'s lower-bound begins, which are no later than
     ``upper_p``'s, so the bound holds (a little looser) without a schedule of its own.  ``passes`` caps the
-    upper bound's tightening passes (every pass is a valid bound; fewer are looser and quicker).
+    upper bound's tightening passes (every pass is a valid bound; fewer are looser and quicker).  ``plan``:
+    the plan of a Program that differs from these only in its ops' times (by default planned here, once).
 
     These are a model piece's stand-in Programs, in which a GEMM command is one timed op: its tile DMAs are
     no flows, so no co-users of the flows beside it.  They keep the window-free start and the descending
     passes (``tight=False`` in :func:`_upper`), whose margins have covered that traffic in every test; the
     tight bound, which counts only the flows it sees, would not (docs/fast_path.md §4)."""
-    lo = _lower_of(lower_p)
-    up_plan = plan_fast(upper_p)
+    plan = plan or plan_fast(lower_p)
+    lo = _lower_of(lower_p, plan.with_times(lower_p))
+    up_plan = plan.with_times(upper_p)
     iso = np.full((upper_p.n_ops, 1 + up_plan.lowered.hbm.n_pcs), np.nan)
     hi = _upper(upper_p, up_plan, up_plan.head_offsets(upper_p.op_nbytes), iso, lo, passes, tight=False)
     return lo[0], hi[0]
@@ -117,14 +119,15 @@ def lower_finish(p: Program) -> np.ndarray:
     return lower_schedule(p).a_finish
 
 
-def lower_schedule(p: Program):
-    """The lower-bound schedule's state (per op ``op_issue``, ``op_end``; per agent ``a_finish``)."""
-    return _lower_of(p)[0]
+def lower_schedule(p: Program, plan: Plan | None = None):
+    """The lower-bound schedule's state (per op ``op_issue``, ``op_end``; per agent ``a_finish``); ``plan``: as
+    :func:`finish_bounds`'."""
+    return _lower_of(p, None if plan is None else plan.with_times(p))[0]
 
 
-def _lower_of(p: Program):
-    """:func:`_lower` on ``p``, planned on its own."""
-    plan = plan_fast(p)
+def _lower_of(p: Program, plan: Plan | None = None):
+    """:func:`_lower` on ``p``, planned on its own unless ``plan`` (``p``'s) is given."""
+    plan = plan or plan_fast(p)
     iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
     return _lower(p, plan, plan.head_offsets(p.op_nbytes), iso)
 

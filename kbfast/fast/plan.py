@@ -10,6 +10,8 @@ the interference bound (:class:`~kbfast.fast.bounds.BoundTables`).  :func:`run_b
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -401,6 +403,13 @@ class Plan:
         mode, extra, share, head and iso arrays."""
         low = self.lowered
         return low.fabric, low.hbm, low.prog, low.routes, self.sharing
+
+    def with_times(self, p: Program) -> Plan:
+        """This plan for ``p``, a Program that differs from this plan's only in its ops' own times
+        (``op_arg``): a stand-in with its commands at their lower or upper times, say."""
+        low = self.lowered
+        return dataclasses.replace(self, program=p,
+                                   lowered=dataclasses.replace(low, prog=low.prog._replace(op_arg=p.op_arg)))
 
     def head_offsets(self, op_nbytes: np.ndarray) -> np.ndarray:
         """Per op: zero-load time until its head reaches its first shared resource, ns."""

@@ -34,6 +34,7 @@ from kbfast.measure.gemm import fast_method, maxplus_rows
 from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import finish_bounds, lower_finish, lower_schedule, run_fast
+from kbfast.fast.plan import Plan, plan_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
 from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
 from kbfast.sim.lowering import tile_routes
@@ -470,17 +471,18 @@ class StandIn:
     upper: shift.Times | None = None
 
 
-def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True) -> StandIn:
+def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True,
+            plan: Plan | None = None) -> StandIn:
     """The stand-in ``p`` evaluated: its point (:func:`_point`; with ``point`` False, not), and with ``bounded``
     (``p`` with every command at its lower, then upper time) the bounds' schedules
-    (kbfast.fast.evaluate.finish_bounds)."""
+    (kbfast.fast.evaluate.finish_bounds; ``plan``: ``p``'s fast-path plan, when the caller has it)."""
     times, how = None, None
     if point:
         res, how = _point(p, method)
         times = shift.Times(res.op_issue_ns, res.op_end_ns, res.agent_finish_ns)
     if bounded is None:
         return StandIn(times, how)
-    lo, hi = finish_bounds(*bounded, UPPER_PASSES)
+    lo, hi = finish_bounds(*bounded, UPPER_PASSES, plan)
     return StandIn(times, how, shift.Times(lo.op_issue, lo.op_end, lo.a_finish),
                    shift.Times(hi.op_issue, hi.op_end, hi.a_finish))
 
@@ -496,19 +498,20 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
     s = shift.split(p)
     if s is None:
         return _direct(p, bounded, method)
-    layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs))))
-    b_ns = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lower_schedule))
+    plan = plan_fast(p)                # the lower-bound schedules' and the bounds' (they differ in times only)
+    layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs)), s))
+    b_ns = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lambda q: lower_schedule(q, plan)))
     spent = shift.spent(p, s)
     fixed = np.any(spent != spent[0], axis=0) | (spent[0] < b_ns)     # such a run: as it is in the base
     if fixed.all():
-        return _direct(p, bounded, method)
+        return _direct(p, bounded, method, plan=plan)
     kept = s.ops[fixed[s.run_of]]      # the base: the layer, its moved runs at B, its fixed runs' ops as they are
-    key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_nbytes[kept].tobytes(), p.op_arg[kept].tobytes())
+    key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_arg[kept].tobytes())
     base = _remembered(_BASES, key, lambda: _base(shift.based(p, s, b_ns, fixed), s, fixed, method))
     if base is None:
-        return _direct(p, bounded, method)
+        return _direct(p, bounded, method, plan=plan)
     point = shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns))
-    own = _direct(p, bounded, method, point=False)
+    own = _direct(p, bounded, method, point=False, plan=plan)
     return StandIn(point, base.method, own.lower, own.upper)
 
 
@@ -931,11 +934,13 @@ def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: 
 
 
 def _forget() -> None:
-    """Empty the GEMM command timings, the pieces' results, the launches and the traced collectives: a cold
-    step."""
+    """Empty the GEMM command timings, the pieces' results and bases, the launches and the traced collectives:
+    a cold step."""
     _MEMO.clear()
     _STAGES.clear()
     _PIECES.clear()
+    _PLANS.clear()
+    _BASES.clear()
     _LAUNCH.clear()
     _CHOSEN.clear()
     _ALONE.clear()

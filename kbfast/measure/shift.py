@@ -88,31 +88,27 @@ def split(p: Program) -> Split | None:
     ops, pos = p.agent_ops, np.arange(len(p.agent_ops))
     owner = np.repeat(np.arange(p.n_agents), np.diff(p.op_ptr))
     code = p.op_code[ops]
-    at = (p.op_phase[ops] == p.phase_names.index(PHASE)) & np.isin(code, (Op.COMPUTE, Op.MATH)) & ~p.op_async[ops]
-    per = np.bincount(owner[at], minlength=p.n_agents)
-    running = per > 0
-    follows = np.isin(code, FOLLOWER_OPS)
-    pe = agent_pes(p)
-    busy_pes = pe[running]
-    if (not running.any() or np.any(~follows[~running[owner]])
-            or len(np.unique(busy_pes)) != len(busy_pes) or np.any(busy_pes < 0)):
+    at = (p.op_phase[ops] == p.phase_names.index(PHASE)) & ((code == Op.COMPUTE) | (code == Op.MATH)) \
+        & ~p.op_async[ops]
+    running = np.bincount(owner[at], minlength=p.n_agents) > 0
+    mine = running[owner]
+    pe = agent_pes(p)[running]
+    if (not running.any() or not np.all((code == Op.START) | (code == Op.WAIT) | (code == Op.COMPUTE) | mine)
+            or len(np.unique(pe)) != len(pe) or np.any(pe < 0)):
         return None
-    opens = at & ((pos == p.op_ptr[owner]) | ~np.roll(at, 1))
+    begins = p.op_ptr[owner]
+    opens = at & ((pos == begins) | ~np.roll(at, 1))
     closes = at & ((pos == p.op_ptr[owner + 1] - 1) | ~np.roll(at, -1))
     opened = np.bincount(owner[opens], minlength=p.n_agents)[running]
     runs = int(opened[0])
     if np.any(opened != runs):
         return None
     first, last = pos[opens].reshape(-1, runs), pos[closes].reshape(-1, runs)
-    row = np.cumsum(running) - 1                      # a running agent's row in first / last
+    closed = np.cumsum(closes) - closes               # runs closed before each position, over all agents
     cls = np.zeros(p.n_ops, np.int64)
-    mine = running[owner]
-    r_first, r_last = first[row[owner[mine]]], last[row[owner[mine]]]
-    q = pos[mine][:, None]
-    inside = (r_first <= q) & (q <= r_last)
-    cls[ops[mine]] = np.where(inside.any(1), inside.argmax(1), (r_last < q).sum(1))
+    cls[ops[mine]] = (closed - closed[begins])[mine]  # by position on a running agent (a run op: its run)
     waits_on = (code == Op.WAIT) & (p.op_target[ops] >= 0)
-    target = np.where(waits_on, p.op_target[ops], 0)       # other ops' targets are channels or nodes
+    target = np.where(waits_on, p.op_target[ops], 0)  # other ops' targets are channels or nodes
     other = waits_on & (p.op_agent[target] != owner)
     if np.any(other & ~mine & ~running[p.op_agent[target]]):
         return None                                   # a follower waits for a follower's op
@@ -120,21 +116,19 @@ def split(p: Program) -> Split | None:
         dep = np.where(other, cls[target], 0)[~mine]
         rank = np.cumsum(np.r_[True, owner[~mine][1:] != owner[~mine][:-1]]) - 1
         cls[ops[~mine]] = np.maximum.accumulate(dep + rank * (runs + 1)) - rank * (runs + 1)
-    start = pos == p.op_ptr[owner]
+    start = pos == begins
     ended = cls[ops] + at                            # the class of each op's end: a run's last op ends the run
     issue_cls = np.zeros(p.n_ops, np.int64)
     issue_cls[ops[~start]] = ended[pos[~start] - 1]
     issue_cls[ops[at]] = cls[ops[at]]                 # a run op: its run's (moved from where the run starts)
-    sends = code == Op.SEND
-    receiver = np.zeros(len(ops), np.int64)
-    receiver[sends] = p.channels.dst[p.op_target[ops[sends]]]
-    for k in range(runs):
-        before = cls[ops] <= k
-        before &= ~(at & (cls[ops] == k))
-        sent = np.bincount(receiver[before & sends], minlength=p.n_agents)
-        taken = np.bincount(owner[before & (code == Op.RECV)], minlength=p.n_agents)
-        if not np.array_equal(sent, taken):
-            return None
+    # before each run, as many messages taken by each agent as sent to it: counts per (class, agent), summed
+    sends, recvs = code == Op.SEND, code == Op.RECV
+    width = (runs + 1) * p.n_agents
+    sent = np.bincount(cls[ops[sends]] * p.n_agents + p.channels.dst[p.op_target[ops[sends]]], minlength=width)
+    taken = np.bincount(cls[ops[recvs]] * p.n_agents + owner[recvs], minlength=width)
+    gap = np.cumsum((sent - taken).reshape(runs + 1, p.n_agents), axis=0)[:runs]
+    if np.any(gap != 0):
+        return None
     return Split(ops[at], pos[at], owner[at], cls[ops[at]], first, last, cls, issue_cls, ops[other])
 
 
@@ -146,32 +140,35 @@ def spent(p: Program, s: Split) -> np.ndarray:
 
 
 def based(p: Program, s: Split, b_ns: np.ndarray, fixed: np.ndarray | None = None) -> Program:
-    """``p`` as a base: the ops of every run but the ``fixed`` ones 0 ns and no elements, but each such run's
-    last op, ``b_ns`` of that run; the fixed runs as they are."""
+    """``p`` as a base: the ops of every run but the ``fixed`` ones 0 ns, but each such run's last op, ``b_ns``
+    of that run; the fixed runs as they are.  Only the times change (a MATH's elements are read by no
+    evaluator: :func:`key` leaves the runs' out)."""
     moving = np.ones(s.runs, bool) if fixed is None else ~fixed
-    ops = s.ops[moving[s.run_of]]
-    arg, nbytes = p.op_arg.copy(), p.op_nbytes.copy()
-    arg[ops], nbytes[ops] = 0.0, 0
+    arg = p.op_arg.copy()
+    arg[s.ops[moving[s.run_of]]] = 0.0
     last = p.agent_ops[s.last[:, moving]]
     arg[last] = np.broadcast_to(np.asarray(b_ns)[moving], last.shape)
-    return dataclasses.replace(p, op_arg=arg, op_nbytes=nbytes)
+    return dataclasses.replace(p, op_arg=arg)
 
 
 def plan(p: Program, s: Split, lower_schedule) -> np.ndarray:
-    """The runs' ``B`` ns (the module docstring): 0 where the lower-bound schedule (``lower_schedule``, a quick
-    guide: the base checks its own timeline) of ``p`` with every run at 0 ns shows the fabric idle across the
-    run, else twice the gap it shows."""
+    """The runs' ``B`` ns (the module docstring): 0 where the lower-bound schedule (``lower_schedule`` of a
+    Program, a quick guide: the base checks its own timeline) of ``p`` with every run at 0 ns shows the
+    fabric idle across the run, else twice the gap it shows."""
     state = lower_schedule(based(p, s, np.zeros(s.runs)))
     g = gaps(p, s, Times(state.op_issue, state.op_end, state.a_finish))
     return np.where(g < 0.0, 0.0, 2.0 * g + 1.0)
 
 
-def key(p: Program) -> bytes:
-    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those)."""
+def key(p: Program, s: Split) -> bytes:
+    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those), its runs'
+    elements left out."""
     h = hashlib.blake2b(digest_size=20)
     ch = p.channels
+    nbytes = p.op_nbytes.copy()
+    nbytes[s.ops] = 0
     for a in (p.agent_node, p.agent_kind, p.agent_start_ns, p.op_ptr, p.agent_ops, p.op_code, p.op_target,
-              p.op_nbytes, p.op_addr, p.op_async, p.op_arg, p.op_route, p.op_rroute, p.route_ptr, p.route_edges,
+              nbytes, p.op_addr, p.op_async, p.op_arg, p.op_route, p.op_rroute, p.route_ptr, p.route_edges,
               p.op_phase, *(getattr(ch, f.name) for f in dataclasses.fields(ch))):
         a = np.ascontiguousarray(a)
         h.update(str(a.dtype).encode() + str(a.shape).encode())
