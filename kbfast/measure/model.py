@@ -9,7 +9,9 @@
   The piece's Program then carries each command as one COMPUTE of that time, with everything else: MATH,
   loads and stores, IPCQ rings and all-reduces.  This stand-in Program is small (no tiles), so it is
   replayed exactly when it fits kbfast.measure.hybrid's event budget, else the fast schedule times it; its
-  bounds are the fast schedule's on the same Program with the commands' lower and upper times.
+  bounds are the fast schedule's on the same Program with the commands' lower and upper times.  A layer's
+  point is replayed once for every attention length where the fabric is idle across the attention
+  (kbfast.measure.shift).
 
 A step's latency is ``sum(repeat x piece latency)``: each piece starts from a launch barrier with idle
 resources, so identical layers are evaluated once (docs/models.md).

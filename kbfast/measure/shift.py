@@ -41,7 +41,6 @@ from kbfast.sim.lowering import agent_pes
 
 PHASE = "attention"      # the phase whose length the KV length sets
 NO_FABRIC = (Op.COMPUTE, Op.MATH, Op.START, Op.WAIT)
-FOLLOWER_OPS = (Op.START, Op.WAIT, Op.COMPUTE)
 
 
 @dataclass(frozen=True)
