@@ -85,14 +85,12 @@ def test_moved_points_equal_their_own_evaluation(tray, fresh, gather, method):
     """Attention lengths around and far above the base's: every op's issue and end, and every finish, as the
     point's own replay (or fluid schedule) gives them, to 1e-12; one base serves them all."""
     t, router = tray
-    direct = []
     for ns in (900.0, 2500.0, 40_000.0, 1e6 + 0.25):
         p = _layer(t, router, [ns], gather)
         moved = mm._stand_in("tray", p, None, method)
         own = mm._direct(p, None, method)
         assert moved.method == own.method
         _same(moved.point, own.point)
-        direct.append(own)
     assert len(mm._BASES) == 1 and next(iter(mm._BASES.values())) is not None
 
 
@@ -183,8 +181,9 @@ def test_decode_layers_moved_against_their_own(tray, fresh, monkeypatch, layout,
         assert got.phase_ns.keys() == own.phase_ns.keys()
 
 
-def test_moved_bounds_hold_exact_mode(tray, fresh):
-    """The moved bounds around exact mode (every GEMM command's tiles replayed) at a long and a short KV."""
+def test_moved_points_keep_parity_with_exact_mode(tray, fresh):
+    """A moved point within 5 % of exact mode (every GEMM command's tiles replayed), inside its bounds, at a
+    short and a long KV."""
     t, router = tray
     for kv in (256, 4096):
         piece = _decode(t, router, "tp_cubes", "lrab", kv, batch=1)

@@ -112,7 +112,7 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keys, inverse = np.unique(rows, axis=0, return_inverse=True)
         return keys, inverse.ravel()
     weight = np.cumprod(np.r_[span[1:], 1][::-1])[::-1]
-    flat, first, inverse = np.unique(rows @ weight, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(rows @ weight, return_index=True, return_inverse=True)
     return rows[first], inverse.ravel()
 
 
