@@ -10,10 +10,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kbfast.measure.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bound_fields, critical_path_by_category, link_load_arrays, node_load_arrays,
-                               top_resources)
+from kbfast.measure.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bottleneck_fields, bound_fields,
+                               critical_path_by_category, link_load_arrays, node_load_arrays,
+                               scaled_bottlenecks, top_resources)
 from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.exact import run_exact
@@ -187,6 +190,36 @@ def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Ta
         for k, v in own.items():
             assert row[k] == v or row[k] == pytest.approx(v, rel=1e-12), (s, k)
         assert row["bound_by"] in ("bandwidth", "contention", "zero_load_chain") and 0 < row["bound_share"] <= 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_scaled_bottlenecks_equal_each_points_own(tables: Tables, data) -> None:
+    """A batch's busiest resource, its links' busy times scaled per point (scaled_bottlenecks), is the one
+    bottleneck_fields names with the scaled times, bit for bit: near ties between links (one ulp apart),
+    ties with a node, zero loads, no links or no nodes (the slow, obvious reference is the per-point call)."""
+    n_links = data.draw(st.integers(0, 6))
+    n_nodes = data.draw(st.integers(0, 3))
+    edges = np.array(sorted(data.draw(st.sets(st.integers(0, tables.n_edges - 1), min_size=n_links,
+                                              max_size=n_links))), np.int64)
+    base = data.draw(st.sampled_from([0.0, 1.0, 3.0, 7.3]))
+    busy = np.array([np.nextafter(base, np.inf) if data.draw(st.booleans()) else base
+                     * data.draw(st.sampled_from([1.0, 0.5, 1.0 - 1e-12])) for _ in range(n_links)])
+    flows = np.arange(1, n_links + 1, dtype=np.int64)
+    nodes = np.array(sorted(data.draw(st.sets(st.integers(0, tables.n_nodes - 1), min_size=n_nodes,
+                                              max_size=n_nodes))), np.int64)
+    node_busy = np.array([data.draw(st.sampled_from([0.0, 0.5, 1.0, 3.0])) for _ in range(n_nodes)])
+    scales = np.array(data.draw(st.lists(st.sampled_from([1.0, 0.5, 1 / 3, 1e-3, 0.999999999999]), min_size=1,
+                                         max_size=5)))
+    spans = np.full(len(scales), 40.0)
+    got = scaled_bottlenecks(tables, (edges, busy, flows), (nodes, node_busy, np.ones(n_nodes, np.int64)),
+                             scales, spans)
+    for s, span, row in zip(scales, spans, got):
+        own = bottleneck_fields(tables, (edges, busy * s, flows), (nodes, node_busy, np.ones(n_nodes, np.int64)),
+                                span)
+        assert row.keys() == own.keys()
+        for k in own:
+            assert row[k] == own[k] or (own[k] != own[k] and row[k] != row[k]), (k, row[k], own[k])
 
 
 def _answer(t: Tables, router: Router, size: int, algorithm: str = "lrab", ranks: str | None = None) -> dict:

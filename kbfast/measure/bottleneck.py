@@ -184,6 +184,42 @@ def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
             "bottleneck_utilization": utilization(busy[i], span_ns)}
 
 
+def scaled_bottlenecks(t, links: tuple, nodes: tuple, scales: np.ndarray, spans: np.ndarray) -> list[dict]:
+    """:func:`bottleneck_fields` for each (scale, span): the links' busy times times ``scales[i]`` (> 0), the
+    nodes' as they are, bit for bit as ``bottleneck_fields(t, (edges, busy * scales[i], flows), nodes,
+    spans[i])`` gives them.  A common positive scale reorders only links whose busy times agree to rounding,
+    so per point only the links within 1e-9 of the busiest are compared (a batch of one system's sizes:
+    no Python per point but its row)."""
+    (e, busy, flows), (v, v_busy, v_n) = links, nodes
+    n = len(scales)
+    if len(e):
+        top = busy.max()
+        cand = np.flatnonzero(busy >= top * (1.0 - 1e-9)) if top > 0 else np.argsort(e)[:1]
+        cand = cand[np.argsort(e[cand], kind="stable")]          # the lowest id first on a tie
+        scaled = busy[cand][None, :] * np.asarray(scales, np.float64)[:, None]
+        pick = np.argmax(scaled, axis=1)
+        link_busy, link = scaled[np.arange(n), pick], cand[pick]
+    else:
+        link_busy, link = np.full(n, -np.inf), np.zeros(n, np.int64)
+    node = int(np.lexsort((v, -v_busy))[0]) if len(v) else -1
+    node_busy = float(v_busy[node]) if node >= 0 else -np.inf
+    names: dict[int, tuple[str, str]] = {}
+    out = []
+    for i in range(n):
+        lb = float(link_busy[i])
+        if max(lb, node_busy) <= 0:
+            out.append(bottleneck_fields(t, (e[:0], busy[:0], flows[:0]), (v[:0], v_busy[:0], v_n[:0]), 0.0))
+            continue
+        key, f, b = ((int(e[link[i]]), flows[link[i]], lb) if lb >= node_busy else
+                     (t.n_edges + int(v[node]), v_n[node], node_busy))
+        if key not in names:
+            names[key] = _name(t, key)
+        label, kind = names[key]
+        out.append({"bottleneck_resource": label, "bottleneck_kind": kind, "bottleneck_flows": float(f),
+                    "bottleneck_busy_ns": b, "bottleneck_utilization": utilization(b, float(spans[i]))})
+    return out
+
+
 def bottleneck(p: Program, span_ns: float) -> dict:
     """:func:`bottleneck_fields` of ``p``."""
     edges, load, flows = link_load_arrays(p)

@@ -20,7 +20,8 @@ from kbfast.fast.rescale import evaluate_points
 from kbfast.sim.lowering import channel_hop_bws
 from kbfast.ir import BUFFER_KINDS
 from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields,
-                                       critical_path_by_category, link_load_arrays, node_load_arrays)
+                                       critical_path_by_category, link_load_arrays, node_load_arrays,
+                                       scaled_bottlenecks)
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.measure.metrics import phase_ends
 from kbfast.measure.rows import contended, contention_ns
@@ -138,19 +139,24 @@ def _measure_allreduce_batch(t: Tables, router: Router, workloads: list[dict[str
     df = batched_points(t, router, workloads[0], [int(w["size"]) for w in workloads],
                         [s.ipcq.buffer_kind for s in systems], [s.ipcq.n_slots for s in systems])
     out = []
-    links = _link_loads(t, router, workloads)
-    for row, w in zip(df.itertuples(index=False), workloads):
+    at, scaled = _link_loads(t, router, workloads)
+    if scaled is None:
+        busiest = [bottleneck_fields(t, *at(int(w["size"])), x) for w, x in zip(workloads, df["latency_ns"])]
+    else:
+        busiest = scaled_bottlenecks(t, *scaled(df["size"].to_numpy()), df["latency_ns"].to_numpy())
+    for row, most in zip(df.itertuples(index=False), busiest):
         out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
                     "latency_hi_ns": row.latency_hi_ns, "busbw_gbps": row.busbw_gbps,
                     "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
                     "contention_ns": row.contention_ns, "contention": bool(row.contention), "n_ranks": row.n_ranks,
-                    **bottleneck_fields(t, *links(int(w["size"])), row.latency_ns)})
+                    **most})
         out[-1].update(bound_fields(out[-1]))
     return out
 
 
 def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
-    """size -> (links, nodes) loads of the batch's workload (kbfast.measure.bottleneck).  When the link loads
+    """(size -> (links, nodes) loads of the batch's workload (kbfast.measure.bottleneck), and when they scale
+    (below) sizes -> (links, nodes, scales): the largest size's loads and each size's scale of its links).  When the link loads
     at the batch's smallest and largest sizes are proportional to the size and the node loads equal (every
     algorithm but ``rs_ag``, whose chunks round), every size's loads are the largest one's, links
     scaled: one Program per batch, not per point.  Otherwise each size's Program is built.  Proportional is
@@ -175,7 +181,11 @@ def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
 
     def at(size: int):
         return with_busy(*big, size / sizes[-1]) if linear else with_busy(*loads(size))
-    return at
+
+    def scaled(sizes_: np.ndarray):
+        """The largest size's loads and each size's scale of its links' busy times."""
+        return (*with_busy(*big), np.asarray(sizes_, np.int64) / sizes[-1])
+    return at, scaled if linear else None
 
 
 ALLREDUCE = WorkloadKind(
