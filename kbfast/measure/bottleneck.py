@@ -169,19 +169,26 @@ def link_table(edges: pd.DataFrame, span_ns: float) -> pd.DataFrame:
     return edges.assign(utilization=utilization(edges["busy_ns"].to_numpy(), span_ns))
 
 
+_NOTHING_MOVED = {"bottleneck_resource": None, "bottleneck_kind": None, "bottleneck_flows": np.nan,
+                  "bottleneck_busy_ns": 0.0, "bottleneck_utilization": 0.0}
+
+
+def _busiest(name: tuple[str, str], flows: float, busy: float, span_ns: float) -> dict:
+    """The ``bottleneck_*`` fields of the resource ``name`` (label, kind)."""
+    return {"bottleneck_resource": name[0], "bottleneck_kind": name[1], "bottleneck_flows": float(flows),
+            "bottleneck_busy_ns": float(busy), "bottleneck_utilization": utilization(busy, span_ns)}
+
+
 def bottleneck_fields(t, links: tuple, nodes: tuple, span_ns: float) -> dict:
     """The busiest link or node worker as result fields ``bottleneck_*``: resource, kind, flows (transfers
     through it), busy_ns, utilization (busy / ``span_ns``); a link before a node, then the lowest id, on a
     tie; empty when nothing moved.  ``links`` = (edges, busy, flows), ``nodes`` = (nodes, busy, transfers)."""
     flows, busy, key = _resources(t, links, nodes)
     if len(busy) == 0 or busy.max() <= 0:
-        return {"bottleneck_resource": None, "bottleneck_kind": None, "bottleneck_flows": np.nan,
-                "bottleneck_busy_ns": 0.0, "bottleneck_utilization": 0.0}
+        return dict(_NOTHING_MOVED)
     i = int(np.lexsort((key, -busy))[0])
-    label, kind = _name(t, int(key[i]))          # only the busiest is named: a sweep asks this of every point
-    return {"bottleneck_resource": label, "bottleneck_kind": kind, "bottleneck_flows": float(flows[i]),
-            "bottleneck_busy_ns": float(busy[i]),
-            "bottleneck_utilization": utilization(busy[i], span_ns)}
+    # only the busiest is named: a sweep asks this of every point
+    return _busiest(_name(t, int(key[i])), flows[i], busy[i], span_ns)
 
 
 def scaled_bottlenecks(t, links: tuple, nodes: tuple, scales: np.ndarray, spans: np.ndarray) -> list[dict]:
@@ -208,15 +215,13 @@ def scaled_bottlenecks(t, links: tuple, nodes: tuple, scales: np.ndarray, spans:
     for i in range(n):
         lb = float(link_busy[i])
         if max(lb, node_busy) <= 0:
-            out.append(bottleneck_fields(t, (e[:0], busy[:0], flows[:0]), (v[:0], v_busy[:0], v_n[:0]), 0.0))
+            out.append(dict(_NOTHING_MOVED))
             continue
-        key, f, b = ((int(e[link[i]]), flows[link[i]], lb) if lb >= node_busy else
-                     (t.n_edges + int(v[node]), v_n[node], node_busy))
+        key, f, busiest = ((int(e[link[i]]), flows[link[i]], lb) if lb >= node_busy else
+                           (t.n_edges + int(v[node]), v_n[node], node_busy))
         if key not in names:
             names[key] = _name(t, key)
-        label, kind = names[key]
-        out.append({"bottleneck_resource": label, "bottleneck_kind": kind, "bottleneck_flows": float(f),
-                    "bottleneck_busy_ns": b, "bottleneck_utilization": utilization(b, float(spans[i]))})
+        out.append(_busiest(names[key], f, busiest, float(spans[i])))
     return out
 
 

@@ -20,6 +20,7 @@ resources, so identical layers are evaluated once (docs/models.md).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -500,21 +501,27 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
     s = shift.split(p)
     if s is None:
         return _direct(p, bounded, method)
-    plan = plan_fast(p)                # the lower-bound schedules' and the bounds' (they differ in times only)
+    # p's fast-path plan, made when first needed: the layer's guide and the bounds share it (their Programs
+    # differ in times only); a point without bounds whose layer is known needs none
+    plan = functools.cache(lambda: plan_fast(p))
+
+    def own(point: bool) -> StandIn:
+        return _direct(p, bounded, method, point, None if bounded is None else plan())
+
     layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs)), s))
-    b_ns = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lambda q: lower_schedule(q, plan)))
+    b_ns = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lambda q: lower_schedule(q, plan())))
     spent = shift.spent(p, s)
     fixed = np.any(spent != spent[0], axis=0) | (spent[0] < b_ns)     # such a run: as it is in the base
     if fixed.all():
-        return _direct(p, bounded, method, plan=plan)
+        return own(True)
     kept = s.ops[fixed[s.run_of]]      # the base: the layer, its moved runs at B, its fixed runs' ops as they are
     key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_arg[kept].tobytes())
     base = _remembered(_BASES, key, lambda: _base(shift.based(p, s, b_ns, fixed), s, fixed, method))
     if base is None:
-        return _direct(p, bounded, method, plan=plan)
-    point = shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns))
-    own = _direct(p, bounded, method, point=False, plan=plan)
-    return StandIn(point, base.method, own.lower, own.upper)
+        return own(True)
+    bounds = own(False)
+    return StandIn(shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns)), base.method, bounds.lower,
+                   bounds.upper)
 
 
 def _base(base: Program, s: shift.Split, fixed: np.ndarray, method: str) -> StandIn | None:

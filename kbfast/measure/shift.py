@@ -45,13 +45,14 @@ NO_FABRIC = (Op.COMPUTE, Op.MATH, Op.START, Op.WAIT)
 
 @dataclass(frozen=True)
 class Split:
-    """Where a Program's attention runs sit (the module docstring): the runs' ops in ``agent_ops`` order (their
-    positions, agents and runs), per running agent and run the positions of its first and last op, per op its
-    class and its predecessor's, and the cross-agent WAITs."""
+    """Where a Program's attention runs sit (the module docstring): the running agents, the runs' ops in
+    ``agent_ops`` order (their positions, agents' rows and runs), per running agent and run the positions of
+    its first and last op, per op its class and its predecessor's, and the cross-agent WAITs."""
 
+    runners: np.ndarray       # the agents that have runs, ascending (a row each below)
     ops: np.ndarray           # the runs' op ids, in agent_ops order
     pos: np.ndarray           # their positions in agent_ops
-    agent_of: np.ndarray      # each one's agent
+    row_of: np.ndarray        # each one's agent's row
     run_of: np.ndarray        # and run
     first: np.ndarray         # [running agents, runs]: position of the run's first op
     last: np.ndarray          # [running agents, runs]: of its last
@@ -128,14 +129,16 @@ def split(p: Program) -> Split | None:
     gap = np.cumsum((sent - taken).reshape(runs + 1, p.n_agents), axis=0)[:runs]
     if np.any(gap != 0):
         return None
-    return Split(ops[at], pos[at], owner[at], cls[ops[at]], first, last, cls, issue_cls, ops[other])
+    row = np.cumsum(running) - 1                      # each running agent's row in first and last
+    return Split(np.flatnonzero(running), ops[at], pos[at], row[owner[at]], cls[ops[at]], first, last, cls, issue_cls,
+                 ops[other])
 
 
 def spent(p: Program, s: Split) -> np.ndarray:
     """[running agents, runs]: the ns each agent spends in each run (the sum of its ops' times)."""
-    per = np.zeros((p.n_agents, s.runs))
-    np.add.at(per, (s.agent_of, s.run_of), p.op_arg[s.ops])
-    return per[np.unique(s.agent_of)]
+    per = np.zeros((len(s.runners), s.runs))
+    np.add.at(per, (s.row_of, s.run_of), p.op_arg[s.ops])
+    return per
 
 
 def based(p: Program, s: Split, b_ns: np.ndarray, fixed: np.ndarray | None = None) -> Program:
@@ -185,7 +188,7 @@ def gaps(p: Program, s: Split, times: Times) -> np.ndarray:
     if len(p.channels.credit_ns):          # the largest credit: a receive may take any channel
         done = np.where(p.op_code[fabric] == Op.RECV, done + max(float(p.channels.credit_ns.max()), 0.0), done)
     out = np.full(s.runs, -np.inf)
-    ends_at = p.op_ptr[1:][np.unique(s.agent_of)]
+    ends_at = p.op_ptr[1:][s.runners]
     for k in range(s.runs):
         before = s.cls[fabric] <= k
         nxt = s.last[:, k] + 1
@@ -205,7 +208,7 @@ def held(p: Program, s: Split, times: Times) -> bool:
     target = p.op_target[w]
     late = s.cls[target] - s.issue_cls[w]
     waited = times.op_end_ns[target] - times.op_issue_ns[w]
-    runner = np.isin(p.op_agent[w], s.agent_of)
+    runner = np.isin(p.op_agent[w], s.runners)
     return bool(np.all(((late > 0) & (waited >= 0.0) & ~runner) | ((late < 0) & (waited <= 0.0)) | (late == 0)))
 
 
@@ -216,7 +219,7 @@ def moved(base: Times, p: Program, s: Split, shift_ns: np.ndarray) -> Times:
     total = np.concatenate([[0.0], np.cumsum(shift_ns)])
     issue, end = base.op_issue_ns + total[s.issue_cls], base.op_end_ns + total[s.cls]
     took = p.op_arg[s.ops]
-    opened = s.first[np.searchsorted(np.unique(s.agent_of), s.agent_of), s.run_of]   # each run op's run's start
+    opened = s.first[s.row_of, s.run_of]               # each run op's run's first position
     start = issue[p.agent_ops[opened]]
     before = np.cumsum(took) - took                     # over all runs' ops, in order
     head = np.searchsorted(s.pos, opened)
