@@ -15,7 +15,7 @@ import pandas as pd
 from kbfast.config import budget
 from kbfast.fast.bounds import interference, window_offsets
 from kbfast.fast.causal import causal_interference, fifo_order
-from kbfast.fast.plan import RUN_MAX_FLOWS, Plan, _dma_controller, causal_order, plan_fast, run_bound
+from kbfast.fast.plan import RUN_MAX_FLOWS, Plan, _dma_controller, causal_order, plan_fast
 from kbfast.fast.runs import run_charges
 from kbfast.fast.schedule import LOWER, POINT, UPPER, schedule
 from kbfast.ir import Op, Program
@@ -92,6 +92,18 @@ def run_fast(p: Program, tight: bool = True) -> FastResult:
                       data_route=data_route)
 
 
+def point_schedule(p: Program, plan: Plan | None = None):
+    """The fluid point schedule's state alone (per op ``op_issue``, ``op_end``; per agent ``a_finish``), not
+    clamped into bounds: for a caller that bounds it with bounds of its own (a model piece's stand-in,
+    kbfast.measure.model, whose :func:`finish_bounds` cover it).  ``plan``: ``p``'s, when the caller has it."""
+    budget.check(f"the fast path on {p.name} ({p.n_ops:,} ops)", budget.fast_bytes(p.n_ops, len(p.route_edges)),
+                 "use a smaller topology, size or workload")
+    plan = plan or plan_fast(p)
+    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
+    return _checked(p, schedule(POINT, np.zeros(p.n_ops), plan.share, plan.head_offsets(p.op_nbytes), iso,
+                                *plan.kernel_inputs))[0]
+
+
 def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES, plan: Plan | None = None):
     """The lower-bound schedule of ``lower_p`` and the upper-bound schedule of ``upper_p`` (their states: per op
     ``op_issue`` and ``op_end``, per agent ``a_finish``), bounds of every op and agent: the same
@@ -149,7 +161,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
     # The causal order comes from messages: a Program without IPCQ (DMA probes, a GEMM's tiles, which are
     # asynchronous) keeps the passes; on a 1024^3 GEMM the tight bound took 3.4x the time for 7 % less.
     tight = tight and small and bool(np.any(p.op_code == Op.SEND))
-    runs = run_bound(plan.bounds)
+    runs = plan.runs
     cz = causal_order(p, plan.bounds) if tight else None
     # windows narrowed to each server (tight only: the model pieces' bound stays as it was)
     B = plan.bounds

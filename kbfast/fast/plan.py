@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
@@ -391,6 +391,15 @@ class Plan:
     shared_edge: np.ndarray   # per compact edge: in a shared resource
     shared_node: np.ndarray   # per compact node: its worker is a shared resource
     bounds: BoundTables       # flow classes of the interference bound
+    # what the bounds derive from the structure alone, made once and shared by with_times' plans
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def runs(self) -> RunCoefs:
+        """The run bound's coefficients of :attr:`bounds` (:func:`run_bound`), made on first use."""
+        if "runs" not in self.memo:
+            self.memo["runs"] = run_bound(self.bounds)
+        return self.memo["runs"]
 
     @property
     def compact(self) -> Compact:
@@ -406,10 +415,11 @@ class Plan:
 
     def with_times(self, p: Program) -> Plan:
         """This plan for ``p``, a Program that differs from this plan's only in its ops' own times
-        (``op_arg``): a stand-in with its commands at their lower or upper times, say."""
+        (``op_arg``) and its MATH ops' element counts, which set no flow: a stand-in with its commands at
+        their lower or upper times, say, or at another KV length (kbfast.measure.shift)."""
         low = self.lowered
-        return dataclasses.replace(self, program=p,
-                                   lowered=dataclasses.replace(low, prog=low.prog._replace(op_arg=p.op_arg)))
+        prog = low.prog._replace(op_arg=p.op_arg, op_nbytes=p.op_nbytes)
+        return dataclasses.replace(self, program=p, lowered=dataclasses.replace(low, prog=prog))
 
     def head_offsets(self, op_nbytes: np.ndarray) -> np.ndarray:
         """Per op: zero-load time until its head reaches its first shared resource, ns."""

@@ -20,7 +20,6 @@ resources, so identical layers are evaluated once (docs/models.md).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from kbfast.errors import KbfastError
 from kbfast.measure.gemm import fast_method, maxplus_rows
 from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import finish_bounds, lower_finish, lower_schedule, run_fast
+from kbfast.fast.evaluate import finish_bounds, lower_finish, lower_schedule, point_schedule, run_fast
 from kbfast.fast.plan import Plan, plan_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
 from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
@@ -359,12 +358,16 @@ _ALONE: OrderedDict = OrderedDict()    # (system, ranks, size, tile I/O, method,
 
 def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, method: str, launch_ns: float) -> float:
     """``piece``'s all-reduce by ``algorithm`` alone on the piece's PEs and wiring, from the launch barrier, its
-    point timed as the piece's would be (:func:`_point`, ``method``; no bounds).  Remembered per (system, ranks,
-    message size, tile I/O, method, algorithm); a refusal (a KbfastError) is raised."""
+    point timed as the piece's would be (:func:`_replayed`, else the fast path's in its own bounds; no bounds of
+    its own are kept).  Remembered per (system, ranks, message size, tile I/O, method, algorithm); a refusal (a
+    KbfastError) is raised."""
     nbytes, tile_io = allreduce_message(piece)
     def make() -> float:
         p = build_piece(t, router, allreduce_piece(piece, algorithm), TimedLowering.untimed([]), launch_ns)
-        return float(_point(p, method)[0].latency_ns(p.launch_ns)[0])
+        replayed = _replayed(p, method)
+        if replayed is None:        # the fast schedule's point, in its own bounds
+            return float(run_fast(p, tight=False).latency_ns(p.launch_ns)[0])
+        return replayed.latency(p.launch_ns)
     return _remembered(_ALONE, (repr(t.spec), _ranks(piece), nbytes, tile_io, method, algorithm), make)
 
 
@@ -441,26 +444,34 @@ REPLAY_EVENTS_PER_SEND = 300
 REPLAY_MOST_EVENTS = 40_000_000
 
 
-def _point(p: Program, method: str):
-    """The stand-in Program's point estimate and how it was made: ``exact replay`` when ``method`` is hybrid
-    and the replay fits kbfast.measure.hybrid's event budget (its estimate first, then the replay's own guard),
-    or should be no slower than the schedule (``REPLAY_EVENTS_PER_SEND``), and fits the memory limit
-    (kbfast.config.budget); else ``fluid``, the fast schedule.  A stand-in is small (no tiles), and a model's
-    collectives always meet, so the hybrid evaluator's first fast pass would only say so: it is skipped.  (A
-    flat 40 M-event budget was tried: the replay of a batch-8 Llama-70B decode layer with hier2d and prefetch,
-    7.4 M events, takes 0.44 s against its schedule's 1.09 s, but model_1e4's lrab points, 1,400 events per
-    send, schedule quicker than they replay, and a warm model point was 88 % slower, paired: docs/models.md.)"""
+def _replayed(p: Program, method: str) -> shift.Times | None:
+    """The stand-in Program's exact replay, when ``method`` is hybrid and the replay fits kbfast.measure.hybrid's
+    event budget (its estimate first, then the replay's own guard), or should be no slower than the schedule
+    (``REPLAY_EVENTS_PER_SEND``), and fits the memory limit (kbfast.config.budget); else None: the caller takes
+    the fast schedule's point.  A stand-in is small (no tiles), and a model's collectives always meet, so the
+    hybrid evaluator's first fast pass would only say so: it is skipped.  (A flat 40 M-event budget was tried:
+    the replay of a batch-8 Llama-70B decode layer with hier2d and prefetch, 7.4 M events, takes 0.44 s against
+    its schedule's 1.09 s, but model_1e4's lrab points, 1,400 events per send, schedule quicker than they
+    replay, and a warm model point was 88 % slower, paired: docs/models.md.)"""
     if method != "hybrid":
-        return run_fast(p, tight=False), FLUID
+        return None
     events = replay_events_estimate(p)
     sends = int(np.count_nonzero(p.op_code == Op.SEND))
     quicker = events <= min(REPLAY_MOST_EVENTS, REPLAY_EVENTS_PER_SEND * sends)
     if events <= 2 * DEFAULT_BUDGET_EVENTS or quicker:
         try:
-            return run_exact(p, max_events=events if quicker else DEFAULT_BUDGET_EVENTS), EXACT_REPLAY
+            res = run_exact(p, max_events=events if quicker else DEFAULT_BUDGET_EVENTS)
+            return shift.Times(res.op_issue_ns, res.op_end_ns, res.agent_finish_ns)
         except (ReplayBudgetExceeded, MemoryBudgetError):     # the replay only makes the point exact
             pass
-    return run_fast(p, tight=False), FLUID    # a stand-in: GEMM tile DMAs are no flows of it
+    return None
+
+
+def _within(point: shift.Times, lower: shift.Times, upper: shift.Times) -> shift.Times:
+    """A fluid point's op ends and agent finishes clamped into its bounds' (both bound exact mode, so a point
+    outside them is clamped in, as kbfast.fast.evaluate.run_fast does with its own)."""
+    return shift.Times(point.op_issue_ns, np.clip(point.op_end_ns, lower.op_end_ns, upper.op_end_ns),
+                       np.clip(point.agent_finish_ns, lower.agent_finish_ns, upper.agent_finish_ns))
 
 
 @dataclass(frozen=True)
@@ -476,21 +487,27 @@ class StandIn:
 
 def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True,
             plan: Plan | None = None) -> StandIn:
-    """The stand-in ``p`` evaluated: its point (:func:`_point`; with ``point`` False, not), and with ``bounded``
+    """The stand-in ``p`` evaluated: its point (:func:`_replayed`, else the fast schedule's point; with ``point``
+    False, none), and with ``bounded``
     (``p`` with every command at its lower, then upper time) the bounds' schedules
-    (kbfast.fast.evaluate.finish_bounds; ``plan``: ``p``'s fast-path plan, when the caller has it)."""
+    (kbfast.fast.evaluate.finish_bounds; ``plan``: ``p``'s fast-path plan, when the caller has it).  A fluid
+    point is clamped into those bounds (:func:`_within`); without them it is the schedule's as it is."""
+    if plan is None and bounded is not None:
+        plan = plan_fast(p)            # the bounds' plan too: their Programs differ from p in times only
     times, how = None, None
     if point:
-        res, how = _point(p, method)
-        times = shift.Times(res.op_issue_ns, res.op_end_ns, res.agent_finish_ns)
+        times, how = _replayed(p, method), EXACT_REPLAY
+        if times is None:      # the fast schedule's point; GEMM tile DMAs are no flows of a stand-in
+            S = point_schedule(p, plan)
+            times, how = shift.Times(S.op_issue, S.op_end, S.a_finish), FLUID
     if bounded is None:
         return StandIn(times, how)
     lo, hi = finish_bounds(*bounded, UPPER_PASSES, plan)
-    return StandIn(times, how, shift.Times(lo.op_issue, lo.op_end, lo.a_finish),
-                   shift.Times(hi.op_issue, hi.op_end, hi.a_finish))
+    lower, upper = (shift.Times(s.op_issue, s.op_end, s.a_finish) for s in (lo, hi))
+    return StandIn(_within(times, lower, upper) if how == FLUID else times, how, lower, upper)
 
 
-_PLANS: OrderedDict = OrderedDict()   # (system, the layer with its runs at 0 ns) -> B ns per run
+_PLANS: OrderedDict = OrderedDict()   # (system, the layer with its runs at 0 ns) -> (B ns per run, fast plan)
 _BASES: OrderedDict = OrderedDict()   # (system, layer, method, B, fixed runs' ops) -> the base's point, or None
 
 
@@ -501,15 +518,15 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
     s = shift.split(p)
     if s is None:
         return _direct(p, bounded, method)
-    # p's fast-path plan, made when first needed: the layer's guide and the bounds share it (their Programs
-    # differ in times only); a point without bounds whose layer is known needs none
-    plan = functools.cache(lambda: plan_fast(p))
+    layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs)), s))
+    b_ns, layer_plan = _remembered(_PLANS, layer, lambda: _layer_plan(p, s))
+    # the layer's fast-path plan serves every point of it: their Programs differ in times only (and in
+    # their runs' MATH element counts), as do the bounds' Programs
+    plan = layer_plan.with_times(p)
 
     def own(point: bool) -> StandIn:
-        return _direct(p, bounded, method, point, None if bounded is None else plan())
+        return _direct(p, bounded, method, point, plan)
 
-    layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs)), s))
-    b_ns = _remembered(_PLANS, layer, lambda: shift.plan(p, s, lambda q: lower_schedule(q, plan())))
     spent = shift.spent(p, s)
     fixed = np.any(spent != spent[0], axis=0) | (spent[0] < b_ns)     # such a run: as it is in the base
     if fixed.all():
@@ -520,8 +537,17 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
     if base is None:
         return own(True)
     bounds = own(False)
-    return StandIn(shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns)), base.method, bounds.lower,
-                   bounds.upper)
+    point = shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns))
+    if bounds.lower is not None and base.method == FLUID:
+        point = _within(point, bounds.lower, bounds.upper)
+    return StandIn(point, base.method, bounds.lower, bounds.upper)
+
+
+def _layer_plan(p: Program, s: shift.Split) -> tuple[np.ndarray, Plan]:
+    """The layer of ``p``'s runs' ``B`` ns (kbfast.measure.shift.plan) and ``p``'s fast-path plan, which
+    every point of the layer shares (:meth:`kbfast.fast.plan.Plan.with_times`)."""
+    plan = plan_fast(p)
+    return shift.plan(p, s, lambda q: lower_schedule(q, plan)), plan
 
 
 def _base(base: Program, s: shift.Split, fixed: np.ndarray, method: str) -> StandIn | None:
