@@ -191,7 +191,7 @@ def calibrate(
     modes = ["fast", "exact"] if mode is Mode.both else [mode.value]
     bounds = parse_fit(keys or [], spec) if do_fit else None   # bad keys fail before any compiling
     res = None
-    first_run(*(["runs"] if "fast" in modes else []), *modes)
+    first_run(*(["runs", "tight"] if "fast" in modes else []), *modes)
     if bounds is not None:
         res = fit(spec, bounds)
         if fmt is not OutputFormat.json:   # the fit first: whatever follows, it is on the screen

@@ -90,7 +90,7 @@ class WorkloadKind:
     batch_system_keys: tuple[str, ...] = ("ipcq.buffer_kind", "ipcq.n_slots")   # system keys they may differ in
     max_batch: int | None = None           # points per batch (None: the sweep's limit)
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.measure.warmup)
-    fast_kernels: tuple[str, ...] = ("runs", "fast")   # Numba kernels its fast path compiles on a first run
+    fast_kernels: tuple[str, ...] = ("runs", "tight", "fast")   # Numba kernels its fast path compiles on a first run
     # Keys its result never depends on (a system key path, ``ipcq.`` for a whole section, or
     # ``workload.<field>``), always or when a field has a value: (field, value, keys).  Sweeps cross-check
     # one of the points that differ only there.  Topology keys always matter.
