@@ -488,10 +488,9 @@ class StandIn:
 def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True,
             plan: Plan | None = None) -> StandIn:
     """The stand-in ``p`` evaluated: its point (:func:`_replayed`, else the fast schedule's point; with ``point``
-    False, none), and with ``bounded``
-    (``p`` with every command at its lower, then upper time) the bounds' schedules
-    (kbfast.fast.evaluate.finish_bounds; ``plan``: ``p``'s fast-path plan, when the caller has it).  A fluid
-    point is clamped into those bounds (:func:`_within`); without them it is the schedule's as it is."""
+    False, none), and with ``bounded`` (``p`` with every command at its lower, then upper time) the bounds'
+    schedules (kbfast.fast.evaluate.finish_bounds; ``plan``: ``p``'s fast-path plan, when the caller has it).
+    A fluid point is clamped into those bounds (:func:`_within`); without them it is the schedule's as it is."""
     if plan is None and bounded is not None:
         plan = plan_fast(p)            # the bounds' plan too: their Programs differ from p in times only
     times, how = None, None
@@ -548,7 +547,7 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
 
 
 def _layer_plan(p: Program, s: shift.Split) -> tuple[np.ndarray, Plan]:
-    """The layer of ``p``'s runs' ``B`` ns (kbfast.measure.shift.plan) and ``p``'s fast-path plan, which
+    """The ``B`` ns of each run of ``p``'s layer (kbfast.measure.shift.plan) and ``p``'s fast-path plan, which
     every point of the layer shares (:meth:`kbfast.fast.plan.Plan.with_times`)."""
     plan = plan_fast(p)
     return shift.plan(p, s, lambda q: lower_schedule(q, plan)), plan
