@@ -208,20 +208,3 @@ def test_the_order_of_points_changes_no_bit(tray, fresh):
         assert (one[kv].latency_ns, one[kv].lo_ns, one[kv].hi_ns) == (two[kv].latency_ns, two[kv].lo_ns,
                                                                       two[kv].hi_ns)
         assert one[kv].breakdown == two[kv].breakdown and one[kv].phase_ns == two[kv].phase_ns
-
-
-def test_a_point_shorter_than_b_moves_from_the_nearer_base(tray, fresh):
-    """A point whose attention is shorter than the layer's ``B`` (twice the gather's gap, plus 1 ns) but not
-    than the nearer ``B`` (the gap plus 1 ns) moves from a second base at the nearer ``B``, as its own
-    evaluation gives it, to 1e-12; a longer point keeps the first base."""
-    t, router = tray
-    p = _layer(t, router, [5000.0])
-    b_ns = shift.plan(p, shift.split(p), lower_schedule)
-    near = shift.nearer(b_ns)
-    assert 0.0 < near[0] < b_ns[0]
-    for ns in ((near[0] + b_ns[0]) / 2.0, 5000.0):
-        q = _layer(t, router, [ns])
-        moved = mm._stand_in("tray", q, None, "hybrid")
-        _same(moved.point, mm._direct(q, None, "hybrid").point)
-    assert len(mm._BASES) == 2 and all(base is not None for base in mm._BASES.values())
-    assert {np.frombuffer(k[3])[0] for k in mm._BASES} == {b_ns[0], near[0]}

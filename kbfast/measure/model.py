@@ -527,13 +527,9 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
         return _direct(p, bounded, method, point, plan)
 
     spent = shift.spent(p, s)
-    uneven = np.any(spent != spent[0], axis=0)
-    fixed = uneven | (spent[0] < b_ns)     # such a run: as it is in the base
-    if fixed.all():                        # every run shorter than B: the nearer B, where it moves any
-        b_ns = shift.nearer(b_ns)
-        fixed = uneven | (spent[0] < b_ns)
-        if fixed.all():
-            return own(True)
+    fixed = np.any(spent != spent[0], axis=0) | (spent[0] < b_ns)     # such a run: as it is in the base
+    if fixed.all():
+        return own(True)
     kept = s.ops[fixed[s.run_of]]      # the base: the layer, its moved runs at B, its fixed runs' ops as they are
     key = (*layer, method, b_ns.tobytes(), fixed.tobytes(), p.op_arg[kept].tobytes())
     base = _remembered(_BASES, key, lambda: _base(shift.based(p, s, b_ns, fixed), s, fixed, method))

@@ -162,13 +162,6 @@ def plan(p: Program, s: Split, lower_schedule) -> np.ndarray:
     return np.where(g < 0.0, 0.0, 2.0 * g + 1.0)
 
 
-def nearer(b_ns: np.ndarray) -> np.ndarray:
-    """The second ``B`` of a point that spends less than :func:`plan`'s ``B`` in every run: the gap itself
-    plus 1 ns (``B`` less half its margin), 0 where ``B`` is 0.  Its base must still show the fabric idle
-    across each run in its own timeline (it checks), which the margin of ``B`` makes likelier."""
-    return np.where(b_ns > 0.0, (b_ns + 1.0) / 2.0, 0.0)
-
-
 def key(p: Program, s: Split) -> bytes:
     """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those), its runs'
     elements left out."""
