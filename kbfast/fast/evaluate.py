@@ -70,13 +70,12 @@ def run_fast(p: Program, tight: bool = True) -> FastResult:
     >>> r.makespan_lo_ns <= r.makespan_ns <= r.makespan_hi_ns
     True
     """
-    budget.check(f"the fast path on {p.name} ({p.n_ops:,} ops)", budget.fast_bytes(p.n_ops, len(p.route_edges)),
-                 "use a smaller topology, size or workload")
+    _check_budget(p)
     t0 = time.perf_counter()
     plan = plan_fast(p)
     data_route, args, share = plan.data_route, plan.kernel_inputs, plan.share
     head = plan.head_offsets(p.op_nbytes)
-    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
+    iso = _no_iso(p, plan)
     lo = _lower(p, plan, head, iso)
     point = _checked(p, schedule(POINT, np.zeros(p.n_ops), share, head, iso, *args))
     hi = _upper(p, plan, head, iso, lo, tight=tight)
@@ -96,12 +95,10 @@ def point_schedule(p: Program, plan: Plan | None = None):
     """The fluid point schedule's state alone (per op ``op_issue``, ``op_end``; per agent ``a_finish``), not
     clamped into bounds: for a caller that bounds it with bounds of its own (a model piece's stand-in,
     kbfast.measure.model, whose :func:`finish_bounds` cover it).  ``plan``: ``p``'s, when the caller has it."""
-    budget.check(f"the fast path on {p.name} ({p.n_ops:,} ops)", budget.fast_bytes(p.n_ops, len(p.route_edges)),
-                 "use a smaller topology, size or workload")
+    _check_budget(p)
     plan = plan or plan_fast(p)
-    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
-    return _checked(p, schedule(POINT, np.zeros(p.n_ops), plan.share, plan.head_offsets(p.op_nbytes), iso,
-                                *plan.kernel_inputs))[0]
+    return _checked(p, schedule(POINT, np.zeros(p.n_ops), plan.share, plan.head_offsets(p.op_nbytes),
+                                _no_iso(p, plan), *plan.kernel_inputs))[0]
 
 
 def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES, plan: Plan | None = None):
@@ -120,7 +117,7 @@ def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES
     plan = plan or plan_fast(lower_p)
     lo = _lower_of(lower_p, plan.with_times(lower_p))
     up_plan = plan.with_times(upper_p)
-    iso = np.full((upper_p.n_ops, 1 + up_plan.lowered.hbm.n_pcs), np.nan)
+    iso = _no_iso(upper_p, up_plan)
     hi = _upper(upper_p, up_plan, up_plan.head_offsets(upper_p.op_nbytes), iso, lo, passes, tight=False)
     return lo[0], hi[0]
 
@@ -140,7 +137,7 @@ def lower_schedule(p: Program, plan: Plan | None = None):
 def _lower_of(p: Program, plan: Plan | None = None):
     """:func:`_lower` on ``p``, planned on its own unless ``plan`` (``p``'s) is given."""
     plan = plan or plan_fast(p)
-    iso = np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
+    iso = _no_iso(p, plan)
     return _lower(p, plan, plan.head_offsets(p.op_nbytes), iso)
 
 
@@ -259,6 +256,17 @@ def _own_penalty(p: Program, plan: Plan) -> np.ndarray:
         return np.zeros(p.n_ops)
     units = -(-p.op_nbytes // hbm.flit_bytes)
     return np.where(plan.data_route >= 0, units * hbm.switch_penalty_ns, 0.0)
+
+
+def _check_budget(p: Program) -> None:
+    """Refuse a Program whose fast-path arrays would pass the memory limit (kbfast.config.budget)."""
+    budget.check(f"the fast path on {p.name} ({p.n_ops:,} ops)", budget.fast_bytes(p.n_ops, len(p.route_edges)),
+                 "use a smaller topology, size or workload")
+
+
+def _no_iso(p: Program, plan: Plan) -> np.ndarray:
+    """The schedule's memo of isolated latencies, empty (kbfast.fast.schedule.schedule's ``iso``)."""
+    return np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)
 
 
 def _checked(p: Program, result):
