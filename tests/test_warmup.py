@@ -33,6 +33,16 @@ def test_the_fast_group_compiles_in_the_second_process_when_there_is_more() -> N
     assert warmup.split(["exact", "collectives"]) == (["exact", "collectives"], [])
 
 
+def test_the_second_process_takes_what_shortens_the_longer_group() -> None:
+    """The README main job's groups: the collectives follow the fast group, the run bound and the replay stay."""
+    k = {name: warmup.KERNELS[name][2] for name in warmup.KERNELS}
+    here, there = warmup.split(["runs", "exact", "collectives", "fast", "points"])
+    assert (here, there) == (["runs", "exact"], ["fast", "points", "collectives"])
+    assert max(k["runs"] + k["exact"], k["fast"] + k["points"] + k["collectives"]) < \
+        k["runs"] + k["exact"] + k["collectives"]
+    assert warmup.split(["exact", "fast"]) == (["exact"], ["fast"])     # moving it would only swap the sides
+
+
 def test_the_stored_inputs_have_the_numba_types_of_todays_calls() -> None:
     """The fast group compiles from warm_inputs.pkl: stale inputs would compile a signature no run uses, and a
     first run would then compile the kernels twice."""

@@ -1,8 +1,8 @@
 """Compile the Numba kernels a command will need before it starts, on both cores (a first run only).
 
 A first run compiles each kernel once and caches it (docs/README.md, "First run").  Numba compiles on one
-core; the machine kbfast targets has 2.  So a command whose kernels are not cached compiles the largest
-group (:func:`split`) in a second process and the rest in its own, each on a tiny Program of the same
+core; the machine kbfast targets has 2.  So a command whose kernels are not cached compiles the fast
+path's group, and what balances it (:func:`split`), in a second process and the rest in its own, each on a tiny Program of the same
 types, waits, and then loads every kernel from the cache.  ``python -m kbfast.measure.warmup points`` runs one
 such compile.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 # run's message (cli.common.first_run) and the figure in README.md and docs/README.md are
 # :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
 KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 28),
+    "fast": ("kbfast.fast.schedule", "schedule", 24),
     "points": ("kbfast.fast.rescale", "points_kernel", 10),
     "exact": ("kbfast.exact.engine", "replay", 25),
     "collectives": ("kbfast.workloads.symbolic", "run_templates", 5),
@@ -65,18 +65,32 @@ def missing(*kernels: str) -> list[str]:
 
 
 def split(kernels: list[str]) -> tuple[list[str], list[str]]:
-    """(compiled here, compiled in a second process): the fast path's group goes to the second process
-    when there is anything else to compile; a single group stays here."""
+    """(compiled here, compiled in a second process): the fast path's group goes to the second process when
+    there is anything else to compile (it starts at once from its stored inputs), and then each other kernel,
+    smallest first, follows it while that shortens the longer of the two by ``KERNELS``' seconds; moved
+    kernels compile after the fast group, when the routing kernels they share with this process are cached.
+    A single group stays here."""
     there = [k for k in kernels if k in FAST]
     here = [k for k in kernels if k not in FAST]
-    return (kernels, []) if not here or not there else (here, there)
+    if not here or not there:
+        return kernels, []
+    for k in sorted(here, key=lambda k: KERNELS[k][2]):
+        s = KERNELS[k][2]
+        if max(_seconds(here) - s, _seconds(there) + s) < max(_seconds(here), _seconds(there)):
+            here.remove(k)
+            there.append(k)
+    return here, there
+
+
+def _seconds(kernels: list[str]) -> int:
+    """The sum of ``kernels``' ``KERNELS`` seconds."""
+    return sum(KERNELS[k][2] for k in kernels)
 
 
 def estimate_s(kernels: list[str]) -> int:
     """About how many seconds compiling ``kernels`` takes on 2 cores: the longer of the two groups that
     :func:`split` compiles side by side, each the sum of its kernels' ``KERNELS`` seconds."""
-    groups = split(list(dict.fromkeys(kernels)))
-    return max(sum(KERNELS[k][2] for k in group) for group in groups)
+    return max(_seconds(group) for group in split(list(dict.fromkeys(kernels))))
 
 
 def warm(kernel: str) -> None:

@@ -34,8 +34,12 @@ Evaluators call :func:`run_agent` on agent events, begin the ops it returns in
 
 Inlining (measured with ``kbfast bench`` and the first-run compile times, docs/README.md "First run"):
 the fast schedule's loop is mostly agent events, and a call that passes ``P`` and ``S`` (about 50 arrays)
-costs more than the work, so the helpers are inlined into it, :func:`run_agent` too (a call to it made a
+costs more than the work, so the handlers are inlined into it, :func:`run_agent` too (a call to it made a
 lrab all-reduce's schedule on ring6 take 242 µs where inlined it takes 150 µs; torus16 602 and 346 µs).
+The small helpers that many handlers call (:func:`push`, ``_begin``, ``_release``, ``_end``, and the heap's
+``pack`` and ``unpack``) are ordinary calls without NRT instead: Numba inlines once per call site and types
+every copy, which cost the fast schedule about 4 s of its first-run compile, while LLVM inlines calls this
+small anyway (the schedule's speed did not change).
 The exact replay's loop is mostly flit events: it calls :func:`handle_call` and :func:`ipcq_arrive_call`,
 compiled once, which keeps its loop small enough to compile in a third of the time at the same speed;
 ``handle_call`` calls ``run_agent`` compiled once on its own, so that only the fast loop compiles a copy.
@@ -118,7 +122,7 @@ def _slot_ns(P, c, n):  # pragma: no cover - jitted
     return P.ch_setup[c] + n / P.ch_tier_bw[c] + n / P.ch_hop_bw[c]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def push(heap, size, seq, time, kind, a, b, c):  # pragma: no cover - jitted
     """Push event ``kind`` with payload (a, b, c) at ``time``; returns the new (size, sequence number)."""
     heap_push(heap, size, seq, time, pack(kind, a, b, c))
@@ -141,7 +145,7 @@ def resource_of(code):  # pragma: no cover - jitted
     return -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def _begin(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Op ``o`` has its resource: a DMA goes to the evaluator (``pend``); a timed op ends ``op_arg`` ns later."""
     S.op_begin[o] = now
@@ -154,7 +158,7 @@ def _begin(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - j
     return size, seq, n_pend
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def _release(pe, r, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover - jitted
     """Resource ``r`` of PE ``pe`` is free: the next queued op (FIFO) takes it."""
     nxt = S.dq_head[pe, r]
@@ -169,7 +173,7 @@ def _release(pe, r, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cov
     return size, seq, n_pend
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, _nrt=False)
 def _end(o, t, S, heap, size, seq):  # pragma: no cover - jitted
     """Op ``o`` ends at ``t``: agents of other ops waiting on it (WAIT on another agent's op) wake then."""
     S.op_end[o] = t
