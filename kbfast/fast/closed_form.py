@@ -42,33 +42,36 @@ PE_REQ, H2D, D2H, PE_READ = 0, 1, 2, 3
 
 
 MEMO_SLOTS = 4   # prepared segments kept: a route's first three store-and-forward segments, and its last
+RESPONSE = MEMO_SLOTS   # the slot after them: the last response's route and latency (:func:`_response`)
 
 
 @njit(cache=True)
 def new_buf(max_route):  # pragma: no cover - jitted
     """Scratch of :func:`_prepare` for routes of up to ``max_route`` edges: one set of rows per memo slot,
-    memos cleared."""
-    buf = np.zeros((MEMO_SLOTS, 10, max(2 * max_route + 2, 8)))
+    and the response memo's slot; memos cleared."""
+    buf = np.zeros((MEMO_SLOTS + 1, 10, max(2 * max_route + 2, 10)))
     buf[:, 9, 0] = -1.0
+    buf[RESPONSE, 0, 0] = -1.0
     return buf
 
 
 @njit(cache=True, _nrt=False)
-def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, buf, memo):  # pragma: no cover
-    """Fill the column arrays of segment edges[lo:hi]; return (K, sum_prop, Ctot).
+def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL, n, buf, memo):  # pragma: no cover
+    """Fill the column arrays of segment edges[lo:hi] for a train of ``n`` flits, the last ``sL`` bytes;
+    return (K, sum_prop, Ctot).
 
-    ``buf`` (one memo slot of :func:`new_buf`) rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F, 6 SY_L,
+    ``buf`` (one memo slot of :func:`new_buf`) rows: 0 sigma0, 1 c, 2 R0, 3 C, 4 PX, 5 SY_F,
     7/8 the full-row lines (slope F c, best intercept PX + SY_F per distinct slope; their count in
-    buf[0, K]), 9 the memo.
-    Only row 6 depends on the last flit's size: with ``memo >= 0`` (a caller's name for the
+    buf[0, K]), 9 the memo, and in it V_1 of a full flit (buf[9, 9]) and V_{n-1} (buf[9, 8], :func:`_last_v`).
+    Only V_{n-1} depends on the train's length: with ``memo >= 0`` (a caller's name for the
     attribute tables, unchanged while it uses that name) a call on the same segment, first-flit
-    size and tables as the slot's previous call recomputes only row 6.
+    size and tables as the slot's previous call recomputes only V_{n-1}.
     """
     if (memo >= 0 and buf[9, 0] == memo and buf[9, 1] == lo and buf[9, 2] == hi and buf[9, 3] == with_terminal
             and buf[9, 4] == s0):
         K = int(buf[9, 5])
         ctot = buf[9, 7]
-        _last_row(K, ctot, F, sL, buf)
+        buf[9, 8] = _last_v(K, ctot, F, sL, n, buf)
         return K, buf[9, 6], ctot
     K = np.int64(0)
     sum_p = 0.0
@@ -101,7 +104,6 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
         c_prev = buf[3, b - 1] if b > 0 else 0.0
         best_f = max(best_f, F * buf[3, b] + F * (ctot - c_prev))
         buf[5, b] = best_f
-    _last_row(K, ctot, F, sL, buf)
     # V_i for full rows (2 <= i <= n-2) is a max of lines in i: keep the best line per slope.
     n_lines = 0
     for j in range(K):
@@ -126,17 +128,29 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
     buf[9, 5] = K
     buf[9, 6] = sum_p
     buf[9, 7] = ctot
+    best = -np.inf
+    for a in range(K):
+        c_prev = buf[3, a - 1] if a > 0 else 0.0
+        best = max(best, buf[2, a] + F * (ctot - c_prev))
+    buf[9, 9] = best
+    buf[9, 8] = _last_v(K, ctot, F, sL, n, buf)
     return K, sum_p, ctot
 
 
 @njit(cache=True, inline="always")
-def _last_row(K, ctot, F, sL, buf):  # pragma: no cover - jitted
-    """Row 6: SY_L(j) = max_{b>=j} F C(b) + s_L (Ctot - C(b-1))."""
+def _last_v(K, ctot, F, sL, n, buf):  # pragma: no cover - jitted
+    """V_{n-1} for n >= 3 (else 0, unused): max_j (n-3) F c_j + PX(j) + SY_L(j), with
+    SY_L(j) = max_{b>=j} F C(b) + s_L (Ctot - C(b-1)) kept as a running maximum in the same backward pass."""
+    if n < 3:
+        return 0.0
+    i = n - 1
     best_l = -np.inf
-    for b in range(K - 1, -1, -1):
-        c_prev = buf[3, b - 1] if b > 0 else 0.0
-        best_l = max(best_l, F * buf[3, b] + sL * (ctot - c_prev))
-        buf[6, b] = best_l
+    best = -np.inf
+    for j in range(K - 1, -1, -1):
+        c_prev = buf[3, j - 1] if j > 0 else 0.0
+        best_l = max(best_l, F * buf[3, j] + sL * (ctot - c_prev))
+        best = max(best, (i - 2) * F * buf[1, j] + buf[4, j] + best_l)
+    return best
 
 
 @njit(cache=True, inline="always")
@@ -144,18 +158,17 @@ def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
     """Longest lattice path to (i, K-1); see the module docstring."""
     if i == 0:
         return buf[2, K - 1]
-    s = sL if i == n - 1 else F
     if i == 1:
+        if n > 2:
+            return buf[9, 9]
         best = -np.inf
         for a in range(K):
             c_prev = buf[3, a - 1] if a > 0 else 0.0
-            best = max(best, buf[2, a] + s * (ctot - c_prev))
+            best = max(best, buf[2, a] + sL * (ctot - c_prev))
         return best
-    best = -np.inf
     if i == n - 1:
-        for j in range(K):
-            best = max(best, (i - 2) * F * buf[1, j] + buf[4, j] + buf[6, j])
-        return best
+        return buf[9, 8]
+    best = -np.inf
     for m in range(int(buf[0, K])):
         best = max(best, (i - 2) * buf[7, m] + buf[8, m])
     return best
@@ -177,7 +190,7 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
         v = e_dst[edges[k]]
         if k == hi - 1 or not n_flit[v]:
             b = buf[min(seg, MEMO_SLOTS - 2)]
-            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
+            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, n, b, memo)
             last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, b)
             if k == hi - 1:
                 return last, t0, seg_lo
@@ -207,7 +220,7 @@ def _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nb
         t0 = arrive + n_ovh[e_dst[edges[last_saf]]]
         seg_lo = last_saf + 1
     b = buf[MEMO_SLOTS - 1]
-    K, sum_p, ctot = _prepare(edges, seg_lo, hi, np.bool_(True), e_dst, e_c, e_prop, n_ovh, s0, F, sL, b, memo)
+    K, sum_p, ctot = _prepare(edges, seg_lo, hi, np.bool_(True), e_dst, e_c, e_prop, n_ovh, s0, F, sL, n, b, memo)
     return K, t0 + sum_p, ctot, b
 
 
@@ -336,4 +349,19 @@ def transfer_end(kind, T, nbytes, addr, fwd, rev, fabric, hbm, pcs, buf, memo): 
             fin = hbm_accept(edges, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, buf, memo)
     if kind == H2D:
         return fin
-    return fin + ctrl_latency(edges, rlo, rhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[edges[rhi - 1]]]
+    return fin + _response(edges, rlo, rhi, e_dst, e_prop, n_ovh, buf, memo) + n_ovh[e_dst[edges[rhi - 1]]]
+
+
+@njit(cache=True, _nrt=False)
+def _response(edges, lo, hi, e_dst, e_prop, n_ovh, buf, memo):  # pragma: no cover - jitted
+    """``ctrl_latency`` of the zero-byte response over edges[lo:hi]; with ``memo >= 0`` (as :func:`_prepare`'s)
+    kept in ``buf``'s response slot for the next call on the same route."""
+    m = buf[RESPONSE, 0]
+    if memo >= 0 and m[0] == memo and m[1] == lo and m[2] == hi:
+        return m[3]
+    lat = ctrl_latency(edges, lo, hi, e_dst, e_prop, n_ovh)
+    m[0] = memo
+    m[1] = lo
+    m[2] = hi
+    m[3] = lat
+    return lat
