@@ -32,13 +32,13 @@ _TABLE_BITS = 10
 _MIX = -7046029254386353131   # 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def pack(kind, a, b, c):  # pragma: no cover - jitted
     """An event's kind and three ids in one int64 (bit fields; :func:`unpack` reverses it)."""
     return (np.int64(kind) << _KIND_SHIFT) | (np.int64(a) << _A_SHIFT) | (np.int64(b) << _B_SHIFT) | np.int64(c)
 
 
-@njit(cache=True, _nrt=False)
+@njit(cache=True, inline="always")
 def unpack(p):  # pragma: no cover - jitted
     """(kind, a, b, c) of an event packed by :func:`pack`."""
     return (np.int64(p >> _KIND_SHIFT), np.int64((p >> _A_SHIFT) & MAX_A), np.int64((p >> _B_SHIFT) & MAX_B),
