@@ -36,10 +36,10 @@ Inlining (measured with ``kbfast bench`` and the first-run compile times, docs/R
 the fast schedule's loop is mostly agent events, and a call that passes ``P`` and ``S`` (about 50 arrays)
 costs more than the work, so the handlers are inlined into it, :func:`run_agent` too (a call to it made a
 lrab all-reduce's schedule on ring6 take 242 µs where inlined it takes 150 µs; torus16 602 and 346 µs).
-The small helpers that many handlers call (:func:`push`, ``_begin``, ``_release``, ``_end``, and the heap's
-``pack`` and ``unpack``) are ordinary calls without NRT instead: Numba inlines once per call site and types
-every copy, which cost the fast schedule about 4 s of its first-run compile, while LLVM inlines calls this
-small anyway (the schedule's speed did not change).
+The small helpers that many handlers call (:func:`push`, ``_begin``, ``_release``, ``_end``) are ordinary
+calls without NRT instead: Numba inlines once per call site and types every copy, which cost the fast
+schedule about 4 s of its first-run compile, while LLVM inlines calls this small anyway (the schedule's speed
+did not change).  The exact replay pushes at every flit hop and inlines a ``push`` of its own.
 The exact replay's loop is mostly flit events: it calls :func:`handle_call` and :func:`ipcq_arrive_call`,
 compiled once, which keeps its loop small enough to compile in a third of the time at the same speed;
 ``handle_call`` calls ``run_agent`` compiled once on its own, so that only the fast loop compiles a copy.
