@@ -63,8 +63,8 @@ def first_run(*kernels: str) -> None:
     """Before a command's work: when kernels it needs are not cached yet (a first run), say so on stderr
     with about how long compiling takes (``warmup.estimate_s``), then compile them on both cores
     (``kbfast.measure.warmup``): the fast path's group and what balances it (``warmup.split``) in a second
-    process, the rest in this one, and wait.  The work then loads every kernel from the cache.  Otherwise a first run looks hung.  Silent and
-    free when all are cached."""
+    process, the rest in this one, and wait.  The work then loads every kernel from the cache.  Otherwise a
+    first run looks hung.  Silent and free when all are cached."""
     todo = warmup.missing(*kernels)
     if todo:
         here, there = warmup.split(todo)

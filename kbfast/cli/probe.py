@@ -188,7 +188,8 @@ def probe(
         one = {"kind": "probe", "case": chosen[0].name, "size": sizes[0], "method": method.value}
         write_trace(run_exact(build(t, router, one).program), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)", soft_wrap=True)
-    first_run("exact", *(() if exact else ("runs", "tight", "fast")))      # the fast path replays small contended cases exactly
+    # the fast path replays small contended cases exactly
+    first_run("exact", *(() if exact else ("runs", "tight", "fast")))
     points = [{"kind": "probe", "case": c.name, "size": n, "method": method.value} for n in sizes for c in chosen]
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
     try:

@@ -128,13 +128,19 @@ def _prepare(edges, lo, hi, with_terminal, e_dst, e_c, e_prop, n_ovh, s0, F, sL,
     buf[9, 5] = K
     buf[9, 6] = sum_p
     buf[9, 7] = ctot
+    buf[9, 9] = _first_v(K, ctot, F, buf)
+    buf[9, 8] = _last_v(K, ctot, F, sL, n, buf)
+    return K, sum_p, ctot
+
+
+@njit(cache=True, inline="always")
+def _first_v(K, ctot, s, buf):  # pragma: no cover - jitted
+    """V_1 of a second flit of ``s`` bytes: max_a R0(a) + s (Ctot - C(a-1))."""
     best = -np.inf
     for a in range(K):
         c_prev = buf[3, a - 1] if a > 0 else 0.0
-        best = max(best, buf[2, a] + F * (ctot - c_prev))
-    buf[9, 9] = best
-    buf[9, 8] = _last_v(K, ctot, F, sL, n, buf)
-    return K, sum_p, ctot
+        best = max(best, buf[2, a] + s * (ctot - c_prev))
+    return best
 
 
 @njit(cache=True, inline="always")
@@ -159,13 +165,7 @@ def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
     if i == 0:
         return buf[2, K - 1]
     if i == 1:
-        if n > 2:
-            return buf[9, 9]
-        best = -np.inf
-        for a in range(K):
-            c_prev = buf[3, a - 1] if a > 0 else 0.0
-            best = max(best, buf[2, a] + sL * (ctot - c_prev))
-        return best
+        return buf[9, 9] if n > 2 else _first_v(K, ctot, sL, buf)
     if i == n - 1:
         return buf[9, 8]
     best = -np.inf
@@ -190,7 +190,8 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
         v = e_dst[edges[k]]
         if k == hi - 1 or not n_flit[v]:
             b = buf[min(seg, MEMO_SLOTS - 2)]
-            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, n, b, memo)
+            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, n,
+                                      b, memo)
             last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, b)
             if k == hi - 1:
                 return last, t0, seg_lo

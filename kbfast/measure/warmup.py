@@ -2,9 +2,9 @@
 
 A first run compiles each kernel once and caches it (docs/README.md, "First run").  Numba compiles on one
 core; the machine kbfast targets has 2.  So a command whose kernels are not cached compiles the fast
-path's group, and what balances it (:func:`split`), in a second process and the rest in its own, each on a tiny Program of the same
-types, waits, and then loads every kernel from the cache.  ``python -m kbfast.measure.warmup points`` runs one
-such compile.
+path's group, and what balances it (:func:`split`), in a second process and the rest in its own, each on a
+tiny Program of the same types, waits, and then loads every kernel from the cache.
+``python -m kbfast.measure.warmup points`` runs one such compile.
 
 The fast group compiles from stored inputs (``warm_inputs.pkl``: the arguments of the schedule's and the
 points kernel's calls on that tiny Program), so that it starts at once instead of first compiling the
