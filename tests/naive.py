@@ -189,7 +189,7 @@ def window_offsets(B, nbytes, flit, message):
 
 
 def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, flit, posted=None, before=None,
-                          pre=None, post=None, behind=None, crossing=None):
+                          pre=None, post=None, behind=None, crossing=None, pair_runs=None):
     """extra[o] = own + the work of every other op on o's resources whose window overlaps o's; on wires and
     node workers (kinds 0 and 1) not that of an op of o's own serial class (one PE DMA channel); on a
     controller (kind 2) nothing for a ``posted`` op.  With ``before`` (a set of (g, o): flow g ends before
@@ -199,7 +199,9 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
     (a set of (g, o), :func:`fifo_behind`), not an op g of o's own class that is behind o at every server.
     With ``crossing`` (``(order, flit)``: per entry its server's place on its route, -1 for none), a pair of
     one-flit ops pays, over the entries with a place, only the heaviest set of servers that both visit in the
-    same order."""
+    same order.  With ``pair_runs`` (a function of (class of o, class of g, g): the run charge of g to o over
+    everything they share, inf for none), the other pairs pay on wires and node workers the smaller of their
+    per-server work and that charge."""
     cls = np.full(len(nbytes), -1)
     for c in range(len(B.cls_ptr) - 1):
         cls[B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]] = c
@@ -218,6 +220,7 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
 
     extra = own_extra.copy()
     placed = {}                               # (o, g) -> [(place on o's route, place on g's, work)]
+    wires = {}                                # (o, g) -> per-server work on wires and node workers
     for o in range(len(nbytes)):
         for k in entries(o):
             b_o, e_o = window(o, k)
@@ -239,8 +242,12 @@ def pairwise_interference(B, nbytes, begin_lo, end_hi, use_windows, own_extra, f
                         if crossing is not None and crossing[0][k] >= 0 and crossing[0][j] >= 0 and \
                                 max(nbytes[o], nbytes[g]) <= crossing[1]:
                             placed.setdefault((o, g), []).append((crossing[0][k], crossing[0][j], work(j, g)))
+                        elif B.kind[k] <= 1 and pair_runs is not None:
+                            wires[(o, g)] = wires.get((o, g), 0.0) + work(j, g)
                         else:
                             extra[o] += work(j, g)
+    for (o, g), w in wires.items():
+        extra[o] += min(w, pair_runs(cls[o], cls[g], g))
     for (o, g), servers in placed.items():
         servers.sort()
         best = []

@@ -14,12 +14,35 @@ from kbfast.config import load_system
 from kbfast.fast.bounds import window_offsets
 from kbfast.fast.causal import causal_interference, fifo_order
 from kbfast.fast.plan import causal_order, plan_fast
+from kbfast.fast.runs import RunCoefs, run_units
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, pe2pe
 from naive import causal_before, fifo_behind, pairwise_interference
+
+
+def _no_runs(B) -> RunCoefs:
+    """Run coefficients that charge nothing by runs: every class keeps the per-server charge."""
+    n = len(B.cls_ptr) - 1
+    return RunCoefs(p_ptr=np.zeros(n + 1, np.int64), p_cls=np.zeros(0, np.int64), p_coef=np.zeros((0, 4)),
+                    p_span=np.zeros((0, 4), np.int64), done=np.zeros(n, np.bool_))
+
+
+def _pair_runs(B, R: RunCoefs, nbytes, flit):
+    """The run charge of co-user ``g`` (class ``d``) to an op of class ``c``, read off ``R`` entry by entry
+    (inf where ``c`` is not done or ``d`` is no partner of it)."""
+    units = run_units(B, nbytes, flit)
+
+    def charge(c: int, d: int, g: int) -> float:
+        if not R.done[c]:
+            return np.inf
+        for j in range(R.p_ptr[c], R.p_ptr[c + 1]):
+            if R.p_cls[j] == d:
+                return float(sum(R.p_coef[j, u] * units[g, u] for u in range(4)))
+        return np.inf
+    return charge
 
 
 def _before(p, cz, flows) -> set[tuple[int, int]]:
@@ -78,11 +101,36 @@ def test_a_later_message_of_a_channel_does_not_delay_the_one_before_it(tables, r
     zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
     no_k = np.zeros(len(B.res))
     extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k,
-                                np.full(len(B.res), -1, np.int64))
+                                np.full(len(B.res), -1, np.int64), _no_runs(B))
     (c,) = {c for c in range(len(B.cls_ptr) - 1) if first in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
     work = sum(B.base[k] * (4096, 1, 16)[B.kind[k]] for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]))
     assert extra[first] == 0.0
     assert extra[second] == pytest.approx(work) and work > 0
+
+
+def test_an_earlier_message_of_a_channel_pays_its_run_charge(tables, router) -> None:
+    """The same two messages with the run bound: the first crosses the whole route ahead of the second, one
+    pipeline, so the second pays the first's run charge (its train once, at the slowest wire, and each node
+    once), far below its work summed over every server; the first is still charged nothing."""
+    b = ProgramBuilder(tables, router, "fifo")
+    a0, a1 = (b.pe_agent(node_id(tables, f"sip0.cube{i}.pe0.pe_dma")) for i in (0, 5))
+    ch = b.channel(a0, a1, n_slots=4)
+    first, second = b.send(a0, ch, 4096), b.send(a0, ch, 4096)
+    b.recv(a1, ch, 4096)
+    b.recv(a1, ch, 4096)
+    p = b.build()
+    plan = plan_fast(p)
+    B = plan.bounds
+    everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
+    zero, posted, no_k = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_), np.zeros(len(B.res))
+    args = (B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k,
+            np.full(len(B.res), -1, np.int64))
+    runs, per_server = causal_interference(*args, plan.runs), causal_interference(*args, _no_runs(B))
+    (c,) = {c for c in range(len(B.cls_ptr) - 1) if first in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
+    assert plan.runs.done[c]
+    assert runs[first] == per_server[first] == 0.0
+    assert runs[second] == pytest.approx(_pair_runs(B, plan.runs, p.op_nbytes, 256)(c, c, first))
+    assert 0.0 < runs[second] < 0.5 * per_server[second]
 
 
 def test_one_flit_messages_crossing_each_other_delay_each_other_at_one_server(tables, router) -> None:
@@ -106,9 +154,9 @@ def test_one_flit_messages_crossing_each_other_delay_each_other_at_one_server(ta
     everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
     zero, posted, no_k = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_), np.zeros(len(B.res))
     cz = causal_order(p, B)
-    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k, order)
+    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k, order, _no_runs(B))
     every = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k,
-                                np.full(len(B.res), -1, np.int64))
+                                np.full(len(B.res), -1, np.int64), _no_runs(B))
     for o, g in ((there, back), (back, there)):
         work = [B.base[entries[g][r]] * (16, 1)[B.kind[entries[g][r]]] for r in shared]
         assert extra[o] == pytest.approx(max(work))
@@ -149,8 +197,9 @@ def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None
         posted = rng.random(p.n_ops) < 0.3
         cz = causal_order(p, B)
         pre, post, _, _ = window_offsets(B, p.op_nbytes, flit, p.op_code == Op.SEND)
-        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post, fifo_order(B))
+        got = causal_interference(B, p.op_nbytes, flit, begin, end, own, posted, cz, pre, post, fifo_order(B),
+                                  plan.runs)
         want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
                                      before=causal_before(p, B.ops), pre=pre, post=post, behind=fifo_behind(p),
-                                     crossing=(fifo_order(B), flit))
+                                     crossing=(fifo_order(B), flit), pair_runs=_pair_runs(B, plan.runs, p.op_nbytes, flit))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)

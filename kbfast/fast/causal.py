@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.fast.bounds import _unit, entry_servers
+from kbfast.fast.runs import run_units
 from kbfast.ir import RECV_ANY
 from kbfast.sim.agents import OP_DMA_READ, OP_DMA_WRITE, OP_RECV, OP_SEND
 
@@ -204,105 +205,162 @@ def _heaviest_common_order(pos_g, work):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
+def _server_users(B, begin_lo, end_hi, pre, post):  # pragma: no cover - jitted
+    """Per resource, CSR: its flows (op, entry, class) with their windows there (narrowed by ``pre`` and
+    ``post``), in class order, then op order; and ``by_begin``, each resource's rows sorted by window begin
+    (stably)."""
+    n_res = len(B.users_ptr) - 1
+    ptr = np.zeros(n_res + 1, np.int64)
+    for r in range(n_res):
+        ptr[r + 1] = ptr[r] + _n_flows(B, r)
+    m = ptr[n_res]
+    u_op, u_k, u_cls = np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64)
+    u_b, u_e = np.empty(m), np.empty(m)
+    by_begin = np.empty(m, np.int64)
+    for r in range(n_res):
+        n = ptr[r]
+        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
+            c, k = B.users[j, 0], B.users[j, 1]
+            for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+                g = B.ops[i]
+                u_op[n], u_k[n], u_cls[n] = g, k, c
+                u_b[n] = begin_lo[g] + pre[k]
+                u_e[n] = max(end_hi[g] - post[k], u_b[n])
+                n += 1
+        lo, hi = ptr[r], ptr[r + 1]
+        if hi - lo > 1:
+            by_begin[lo:hi] = lo + np.argsort(u_b[lo:hi], kind="mergesort")
+        elif hi > lo:
+            by_begin[lo] = lo
+    return ptr, u_op, u_k, u_cls, u_b, u_e, by_begin
+
+
+@njit(cache=True, inline="always")
+def _pair_run_charge(R, c, d, units_g):  # pragma: no cover - jitted
+    """The run bound's charge (kbfast.fast.runs) of one co-user of class ``d`` (its units ``units_g``) to an
+    op of class ``c``: over every run and solo server the two share, or inf when ``c`` keeps the per-server
+    charge (not ``R.done``) or ``d`` is no partner of it."""
+    if not R.done[c]:
+        return np.inf
+    lo, hi = R.p_ptr[c], R.p_ptr[c + 1]
+    j = lo + np.searchsorted(R.p_cls[lo:hi], d)
+    if j >= hi or R.p_cls[j] != d:
+        return np.inf
+    x = 0.0
+    for u in range(4):
+        x += R.p_coef[j, u] * units_g[u]
+    return x
+
+
+@njit(cache=True)
 def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz, pre, post,
-                        order):  # pragma: no cover - jitted
-    """(One scan per server over its users sorted by window, a hot kernel: hence its length.)
-    extra[o] = own_extra[o] + per server of ``o``, the work of each co-user ``g`` whose window
-    ``[begin_lo, end_hi]`` there (narrowed by ``pre`` and ``post``, as in
-    :func:`kbfast.fast.bounds.interference`) overlaps ``o``'s and that is not causally apart from ``o`` (``cz``, a
-    :class:`Causal`): neither has ended, in every schedule, before the other begins.  As in
-    :func:`kbfast.fast.bounds.interference`: not a serial class's own co-users on its wires and node
-    workers, no controller work for a ``posted`` op.  A posted read's commits outlive its end, so on a
-    controller it stays a co-user of the flows that begin after it.  Per server, each flow scans the flows
-    sorted by window begin up to its own window's end: O(sum U^2) at worst, the overlapping pairs once the
-    windows are narrow.
+                        order, runs):  # pragma: no cover - jitted
+    """(One scan per op and server over the server's flows sorted by window, a hot kernel: hence its length.)
+    extra[o] = own_extra[o] + per co-user ``g`` of ``o`` that is not causally apart from it (``cz``, a
+    :class:`Causal`: neither has ended, in every schedule, before the other begins), its work on the
+    servers of ``o`` where its window ``[begin_lo, end_hi]`` (narrowed by ``pre`` and ``post``, as in
+    :func:`kbfast.fast.bounds.interference`) overlaps ``o``'s.  As in :func:`kbfast.fast.bounds.interference`:
+    not a serial class's own co-users on its wires and node workers, no controller work for a ``posted``
+    op.  A posted read's commits outlive its end, so on a controller it stays a co-user of the flows that
+    begin after it.  Each flow scans, per server, the flows sorted by window begin up to its own window's
+    end: O(sum U^2) at worst, the overlapping pairs once the windows are narrow.
+
+    Runs: on the wires and node workers a co-user pays the smaller of its per-server work and its run
+    charge over everything the two share (``runs``, :func:`kbfast.fast.runs.run_coefficients`: once per run
+    of servers they cross in the same first-in first-out order), where ``runs`` has the class done.  Every
+    co-user's pieces there nest, and a single server nests in any run, so each co-user may take either
+    (docs/fast_path.md §4, "Runs and the causal order").
 
     Crossing: a one-flit ``g`` delays a one-flit ``o`` at a first-in first-out server only if it arrived
     first and is still there when ``o`` arrives, so only along servers that both visit in the same order
     (docs/fast_path.md §4).  On the servers with an ``order`` (:func:`fifo_order`; all -1: none), such a
     pair is charged its heaviest common-order subsequence (:func:`_heaviest_common_order`), not every
     shared server."""
+    n_ops = len(nbytes)
     extra = own_extra.copy()
-    # the crossing pairs' charges, gathered per (o, g, o's server): grown by doubling
-    n_x = 0
-    x_o = np.empty(1024, np.int64)
-    x_g = np.empty(1024, np.int64)
-    x_po = np.empty(1024, np.int64)
-    x_pg = np.empty(1024, np.int64)
-    x_w = np.empty(1024)
-    max_u = 0
-    for r in range(len(B.users_ptr) - 1):
-        max_u = max(max_u, _n_flows(B, r))
-    u_op = np.empty(max_u, np.int64)
-    u_cls = np.empty(max_u, np.int64)
-    u_k = np.empty(max_u, np.int64)
-    u_b = np.empty(max_u)
-    u_e = np.empty(max_u)
-    for r in range(len(B.users_ptr) - 1):
-        n = 0
-        for j in range(B.users_ptr[r], B.users_ptr[r + 1]):
-            c, k = B.users[j, 0], B.users[j, 1]
-            for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
-                g = B.ops[i]
-                u_op[n] = g
-                u_cls[n] = c
-                u_k[n] = k
-                u_b[n] = begin_lo[g] + pre[k]
-                u_e[n] = max(end_hi[g] - post[k], u_b[n])
-                n += 1
-        if n < 2:
-            continue
-        by_begin = np.argsort(u_b[:n], kind="mergesort")
-        for a in range(n):
-            o, k = u_op[a], u_k[a]
-            if posted[o] and B.kind[k] == 2:
-                continue
+    s_ptr, u_op, u_k, u_cls, u_b, u_e, by_begin = _server_users(B, begin_lo, end_hi, pre, post)
+    units = run_units(B, nbytes, flit)
+    acc_wn = np.zeros(n_ops)         # per co-user of the current op: its wire and node work, per server
+    acc_ct = np.zeros(n_ops)         # its controller work
+    seen = np.zeros(n_ops, np.bool_)
+    touched = np.empty(n_ops, np.int64)
+    cls_of = np.full(n_ops, -1, np.int64)
+    for c in range(len(B.cls_ptr) - 1):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            cls_of[B.ops[i]] = c
+    # the current op's crossing charges, per (g, o's server, g's server): grown by doubling
+    x_g = np.empty(64, np.int64)
+    x_po = np.empty(64, np.int64)
+    x_pg = np.empty(64, np.int64)
+    x_w = np.empty(64)
+    for c in range(len(B.cls_ptr) - 1):
+        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
+            o = B.ops[i]
             ro = cz.rows[o]
             co, no = cz.comp[ro], cz.need[ro]
-            mine = B.serial[u_cls[a]] and B.kind[k] <= 1
-            b_o, e_o = u_b[a], u_e[a]
+            n_t = 0
+            n_x = 0
+            for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]):
+                r = B.res[k]
+                if s_ptr[r + 1] - s_ptr[r] < 2 or (posted[o] and B.kind[k] == 2):
+                    continue
+                mine = B.serial[c] and B.kind[k] <= 1
+                b_o = begin_lo[o] + pre[k]
+                e_o = max(end_hi[o] - post[k], b_o)
+                for q in range(s_ptr[r], s_ptr[r + 1]):
+                    b = by_begin[q]
+                    if u_b[b] > e_o:
+                        break                    # this one and the rest begin after o's window ends
+                    g = u_op[b]
+                    if g == o or u_e[b] < b_o:
+                        continue
+                    if mine and u_cls[b] == c:
+                        continue
+                    rg = cz.rows[g]
+                    if cz.chan[rg] >= 0 and cz.chan[rg] == cz.chan[ro] and cz.nth[rg] > cz.nth[ro] and \
+                            u_cls[b] == c:
+                        continue                 # a later message of o's channel: behind o at every server
+                    if cz.comp[rg] >= 0 and cz.clock[ro, cz.comp[rg]] >= cz.need[rg] and not (
+                            posted[g] and B.kind[k] == 2):
+                        continue                 # g ended before o began (a posted read's commits outlive it)
+                    if co >= 0 and cz.clock[rg, co] >= no:
+                        continue                 # o ended before g began
+                    w = B.base[u_k[b]] * _unit(B.kind[u_k[b]], nbytes[g], flit)
+                    if order[k] >= 0 and order[u_k[b]] >= 0 and nbytes[o] <= flit and nbytes[g] <= flit:
+                        if n_x == len(x_g):
+                            x_g, x_po = np.concatenate((x_g, x_g)), np.concatenate((x_po, x_po))
+                            x_pg, x_w = np.concatenate((x_pg, x_pg)), np.concatenate((x_w, x_w))
+                        x_g[n_x], x_po[n_x], x_pg[n_x], x_w[n_x] = g, order[k], order[u_k[b]], w
+                        n_x += 1
+                        continue
+                    if not seen[g]:
+                        seen[g] = True
+                        touched[n_t] = g
+                        n_t += 1
+                    if B.kind[k] == 2:
+                        acc_ct[g] += w
+                    else:
+                        acc_wn[g] += w
             x = 0.0
-            for q in range(n):
-                b = by_begin[q]
-                if u_b[b] > e_o:
-                    break                    # this one and the rest begin after o's window ends
-                g = u_op[b]
-                if g == o or u_e[b] < b_o:
-                    continue
-                if mine and u_cls[b] == u_cls[a]:
-                    continue
-                rg = cz.rows[g]
-                if cz.chan[rg] >= 0 and cz.chan[rg] == cz.chan[ro] and cz.nth[rg] > cz.nth[ro] and \
-                        u_cls[b] == u_cls[a]:
-                    continue                 # a later message of o's channel: behind o at every server
-                if cz.comp[rg] >= 0 and cz.clock[ro, cz.comp[rg]] >= cz.need[rg] and not (
-                        posted[g] and B.kind[k] == 2):
-                    continue                 # g ended before o began (a posted read's commits outlive it)
-                if co >= 0 and cz.clock[rg, co] >= no:
-                    continue                 # o ended before g began
-                w = B.base[u_k[b]] * _unit(B.kind[u_k[b]], nbytes[g], flit)
-                if order[k] >= 0 and order[u_k[b]] >= 0 and nbytes[o] <= flit and nbytes[g] <= flit:
-                    if n_x == len(x_o):
-                        x_o, x_g = np.concatenate((x_o, x_o)), np.concatenate((x_g, x_g))
-                        x_po, x_pg = np.concatenate((x_po, x_po)), np.concatenate((x_pg, x_pg))
-                        x_w = np.concatenate((x_w, x_w))
-                    x_o[n_x], x_g[n_x], x_po[n_x], x_pg[n_x], x_w[n_x] = o, g, order[k], order[u_k[b]], w
-                    n_x += 1
-                else:
-                    x += w
+            for q in range(n_t):
+                g = touched[q]
+                wn = acc_wn[g]
+                if wn > 0.0:
+                    wn = min(wn, _pair_run_charge(runs, c, cls_of[g], units[g]))
+                x += wn + acc_ct[g]
+                acc_wn[g] = 0.0
+                acc_ct[g] = 0.0
+                seen[g] = False
+            if n_x > 0:
+                span = max(np.max(x_po[:n_x]), np.max(x_pg[:n_x])) + 1
+                by = np.argsort(x_g[:n_x] * span + x_po[:n_x], kind="mergesort")
+                start = 0
+                while start < n_x:
+                    end = start + 1
+                    while end < n_x and x_g[by[end]] == x_g[by[start]]:
+                        end += 1
+                    rows = by[start:end]
+                    x += _heaviest_common_order(x_pg[rows], x_w[rows])
+                    start = end
             extra[o] += x
-    if n_x > 0:
-        n_ops = len(nbytes)
-        span = max(np.max(x_po[:n_x]), np.max(x_pg[:n_x])) + 1
-        key = (x_o[:n_x] * n_ops + x_g[:n_x]) * span + x_po[:n_x]
-        by = np.argsort(key, kind="mergesort")
-        start = 0
-        while start < n_x:
-            end = start + 1
-            a0 = by[start]
-            while end < n_x and x_o[by[end]] == x_o[a0] and x_g[by[end]] == x_g[a0]:
-                end += 1
-            rows = by[start:end]
-            extra[x_o[a0]] += _heaviest_common_order(x_pg[rows], x_w[rows])
-            start = end
     return extra

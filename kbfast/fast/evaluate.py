@@ -173,9 +173,11 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         extra = (interference(B, p.op_nbytes, flit, begin_lo, end_hi, windows, own, posted, runs.done, pre, post)
                  + run_charges(B, runs, p.op_nbytes, flit, begin_lo, end_hi, windows, seq_pre, seq_post))
         if cz is not None:
-            # or per server without the causally apart co-users, where that is less (both bound the delay)
+            # or per co-user without the causally apart ones (its work per server, or per run where that is
+            # less): the smaller of the two, as both bound the delay
             b, e = (begin_lo, end_hi) if windows else (np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf))
-            np.minimum(extra, causal_interference(B, p.op_nbytes, flit, b, e, own, posted, cz, pre, post, order), out=extra)
+            np.minimum(extra, causal_interference(B, p.op_nbytes, flit, b, e, own, posted, cz, pre, post, order,
+                                                 runs), out=extra)
         return extra
 
     def run(extra: np.ndarray):

@@ -168,7 +168,8 @@ def _warm_by_program(kernel: str) -> None:
         posted = np.zeros(p.n_ops, np.bool_)
         if kernel == "tight":
             pre, post, _, _ = window_offsets(B, p.op_nbytes, 256, p.op_code == Op.SEND)
-            causal_interference(B, p.op_nbytes, 256, z, z, z, posted, causal_order(p, B), pre, post, fifo_order(B))
+            causal_interference(B, p.op_nbytes, 256, z, z, z, posted, causal_order(p, B), pre, post, fifo_order(B),
+                                R)
             return
         pre, seq_pre = np.zeros(len(B.res)), np.zeros(len(B.seq_res))
         for windows in (True, False):
