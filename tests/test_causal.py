@@ -85,17 +85,23 @@ def test_clocks_match_the_event_graph(programs) -> None:
         assert _before(p, causal_order(p, B), B.ops) == want, p.name
 
 
-def test_a_later_message_of_a_channel_does_not_delay_the_one_before_it(tables, router) -> None:
-    """Two messages of one channel leave through the same first-in first-out queue on the same route: the
-    second is behind the first at every server.  With every window overlapping, the first is charged
-    nothing and the second the first's work on every server of the route."""
+def _two_messages(tables, router):
+    """Two 4 KiB messages on one channel from cube 0's pe0 to cube 5's: the Program, the first SEND, the
+    second."""
     b = ProgramBuilder(tables, router, "fifo")
     a0, a1 = (b.pe_agent(node_id(tables, f"sip0.cube{i}.pe0.pe_dma")) for i in (0, 5))
     ch = b.channel(a0, a1, n_slots=4)
     first, second = b.send(a0, ch, 4096), b.send(a0, ch, 4096)
     b.recv(a1, ch, 4096)
     b.recv(a1, ch, 4096)
-    p = b.build()
+    return b.build(), first, second
+
+
+def test_a_later_message_of_a_channel_does_not_delay_the_one_before_it(tables, router) -> None:
+    """Two messages of one channel leave through the same first-in first-out queue on the same route: the
+    second is behind the first at every server.  With every window overlapping, the first is charged
+    nothing and the second the first's work on every server of the route."""
+    p, first, second = _two_messages(tables, router)
     B = plan_fast(p).bounds
     everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
     zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
@@ -112,13 +118,7 @@ def test_an_earlier_message_of_a_channel_pays_its_run_charge(tables, router) -> 
     """The same two messages with the run bound: the first crosses the whole route ahead of the second, one
     pipeline, so the second pays the first's run charge (its train once, at the slowest wire, and each node
     once), far below its work summed over every server; the first is still charged nothing."""
-    b = ProgramBuilder(tables, router, "fifo")
-    a0, a1 = (b.pe_agent(node_id(tables, f"sip0.cube{i}.pe0.pe_dma")) for i in (0, 5))
-    ch = b.channel(a0, a1, n_slots=4)
-    first, second = b.send(a0, ch, 4096), b.send(a0, ch, 4096)
-    b.recv(a1, ch, 4096)
-    b.recv(a1, ch, 4096)
-    p = b.build()
+    p, first, second = _two_messages(tables, router)
     plan = plan_fast(p)
     B = plan.bounds
     everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
