@@ -283,11 +283,8 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
     acc_wn = np.zeros(n_ops)         # per co-user of the current op: its wire and node work, per server
     acc_ct = np.zeros(n_ops)         # its controller work
     seen = np.zeros(n_ops, np.bool_)
-    touched = np.empty(n_ops, np.int64)
-    cls_of = np.full(n_ops, -1, np.int64)
-    for c in range(len(B.cls_ptr) - 1):
-        for i in range(B.ops_ptr[c], B.ops_ptr[c + 1]):
-            cls_of[B.ops[i]] = c
+    touched = np.empty(n_ops, np.int64)       # the current op's co-users, in the order met
+    touched_cls = np.empty(n_ops, np.int64)   # and their classes
     # the current op's crossing charges, per (g, o's server, g's server): grown by doubling
     x_g = np.empty(64, np.int64)
     x_po = np.empty(64, np.int64)
@@ -336,6 +333,7 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
                     if not seen[g]:
                         seen[g] = True
                         touched[n_t] = g
+                        touched_cls[n_t] = u_cls[b]
                         n_t += 1
                     if B.kind[k] == 2:
                         acc_ct[g] += w
@@ -346,7 +344,7 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
                 g = touched[q]
                 wn = acc_wn[g]
                 if wn > 0.0:
-                    wn = min(wn, _pair_run_charge(runs, c, cls_of[g], units[g]))
+                    wn = min(wn, _pair_run_charge(runs, c, touched_cls[q], units[g]))
                 x += wn + acc_ct[g]
                 acc_wn[g] = 0.0
                 acc_ct[g] = 0.0
