@@ -111,6 +111,20 @@ def test_version_and_help(runner):
         assert cmd in result.stdout
 
 
+@pytest.mark.parametrize("group", [[], ["run"], ["topo"]])
+def test_command_lists_fit_80_columns(terminal, group):
+    """Each command of a listing takes one line of at most 80 columns: a one-line summary (``short_help``),
+    not the first paragraph of its docstring, whose line breaks the listing keeps."""
+    out = terminal(80).invoke(app, [*group, "--help"]).stdout
+    panel = [line for line in out.split("Commands")[1].splitlines() if line.startswith("│")]
+    assert panel and all(len(line) <= 80 for line in out.splitlines())
+    assert all(line[2] != " " for line in panel), panel        # no continuation line (its name column blank)
+    names = [line.split()[1] for line in panel]
+    expected = {(): {"sweep", "run", "topo", "serve", "search"}, ("run",): {"allreduce", "gemm", "model"},
+                ("topo",): {"list", "route", "compare-routing"}}[tuple(group)]
+    assert expected <= set(names)
+
+
 @pytest.mark.parametrize("cmd", [["sweep"], ["check"], ["plot"], ["probe"], ["bench"], ["calibrate"],
                                  ["run", "allreduce"], ["run", "pe2pe"], ["run", "gemm"], ["run", "model"],
                                  ["topo", "show"], ["topo", "route"], ["topo", "export"]])

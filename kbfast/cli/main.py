@@ -39,16 +39,16 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("sweep")(sweep)
-app.command("check")(check)
-app.command("plot")(plot)
+app.command("sweep", short_help="Evaluate a sweep spec; write results, summary and plots.")(sweep)
+app.command("check", short_help="Cross-check random sweep points, fast against exact.")(check)
+app.command("plot", short_help="Re-plot saved sweep results without recomputing.")(plot)
 app.add_typer(topo_app, name="topo")
-app.command("probe")(probe)
-app.command("bench")(bench)
-app.command("calibrate")(calibrate)
-app.add_typer(run_app, name="run")
-app.command("serve")(serve_command)
-app.command("search")(search_command)
+app.command("probe", short_help="Run named traffic scenarios and check their invariants.")(probe)
+app.command("bench", short_help="Measure speed and memory against the design targets.")(bench)
+app.command("calibrate", short_help="Evaluate every reference figure, fast and exact.")(calibrate)
+app.add_typer(run_app, name="run", short_help="Run one point: an all-reduce, a transfer, a GEMM, a model.")
+app.command("serve", short_help="Serve a model under a request load: TTFT, TPOT, tokens/s.")(serve_command)
+app.command("search", short_help="Search layouts and parallelism for a model's decode step.")(search_command)
 
 
 def _version(value: bool) -> None:

@@ -204,7 +204,7 @@ def _collective_point(w: dict, size: str, topology: str | None, sets: list[str] 
         raise refused
 
 
-@run_app.command("allreduce")
+@run_app.command("allreduce", short_help="One all-reduce (lrab by default): latency, bus bandwidth.")
 @user_errors
 def run_allreduce(
     topology: TopologyOpt = None,
@@ -233,7 +233,7 @@ def run_allreduce(
                       " all-reduce", sensitive)
 
 
-@run_app.command("collective")
+@run_app.command("collective", short_help="One collective of the library: latency, bus bandwidth.")
 @user_errors
 def run_collective(
     op: Annotated[str, typer.Option("--op", help=f"One of {', '.join(OP_TABLE)}.")] = COLLECTIVE["op"],
@@ -265,7 +265,7 @@ def run_collective(
                       "", sensitive)
 
 
-@run_app.command("pe2pe")
+@run_app.command("pe2pe", short_help="One PE-to-PE transfer of a hop class, IPCQ or raw DMA.")
 @user_errors
 def run_pe2pe(
     hop: Annotated[str, typer.Option(help=f"Hop class: {', '.join(HOPS)}.")] = PE2PE["hop"],
@@ -301,7 +301,7 @@ def run_pe2pe(
         raise refused
 
 
-@run_app.command("gemm")
+@run_app.command("gemm", short_help="One GEMM on one PE: latency, MAC utilisation, bound stage.")
 @user_errors
 def run_gemm(
     m: Annotated[str, typer.Option("--m", help="Rows of A and C, e.g. 32, 4Ki.")] = "32",
@@ -357,7 +357,7 @@ def _print_gemm(row: dict, fmt: OutputFormat) -> None:
 
 
 
-@run_app.command("model")
+@run_app.command("model", short_help="One model step: piece and step latency, tokens/s.")
 @user_errors
 def run_model(
     model: Annotated[str, typer.Argument(help="A bundled model (llama3_70b, gpt3_175b, llama32_1b, mixtral_8x7b, "

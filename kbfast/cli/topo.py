@@ -45,7 +45,7 @@ def _fmt_bw(values: list[float | None]) -> str:
     return ", ".join("-" if v is None else f"{v:g}" for v in values)
 
 
-@topo_app.command("list")
+@topo_app.command("list", short_help="List the topology presets shipped with kbfast.")
 @user_errors
 def list_presets() -> None:
     """List the topology presets shipped with kbfast, with their descriptions."""
@@ -73,7 +73,7 @@ def pe_shorthand(name: str) -> str:
     return name
 
 
-@topo_app.command("export")
+@topo_app.command("export", short_help="Write a preset's YAML resolved into one file.")
 @user_errors
 def export(
     name: Annotated[str, typer.Argument(help="Preset name (see kbfast topo list) or path to a topology YAML.")],
@@ -97,7 +97,7 @@ def export(
     console.print(f"{label} written to {out}", highlight=False, soft_wrap=True)
 
 
-@topo_app.command("show")
+@topo_app.command("show", short_help="Summarize a topology: nodes, edges, bandwidths.")
 @user_errors
 def show(
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
@@ -148,7 +148,7 @@ def show(
         console.print(f"floor plan written to {plot}", soft_wrap=True)
 
 
-@topo_app.command("route")
+@topo_app.command("route", short_help="Print the route between two nodes, hop by hop.")
 @user_errors
 def route(
     topology: TopologyOpt,
@@ -198,7 +198,7 @@ def route(
 CONN_ITEMS_SHOWN = 8
 
 
-@topo_app.command("compare-routing")
+@topo_app.command("compare-routing", short_help="Compare the routing policies on probe cases.")
 @user_errors
 def compare_routing_cmd(
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
