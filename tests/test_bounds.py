@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kbfast.fast.bounds import BoundTables, interference, window_offsets
-from kbfast.fast.plan import plan_fast
-from kbfast.fast.runs import run_charges, run_coefficients
+from kbfast.fast.plan import RUN_MAX_PAIRS, RUN_PARTNERS, plan_fast, run_partners
+from kbfast.fast.runs import _order, run_charges, run_coefficients
 from kbfast.ir import Op
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -102,6 +102,30 @@ def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partne
                                         seq_pre, seq_post)
         np.testing.assert_array_equal(runs.done, want_done)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+@given(key=st.lists(st.integers(-50, 50), max_size=300))
+def test_run_order_is_a_stable_sort(key) -> None:
+    """The runs are cut longest first, ties in key order: the merge sort is numpy's stable sort."""
+    key = np.array(key, np.int64)
+    np.testing.assert_array_equal(_order(key), np.argsort(key, kind="stable"))
+
+
+def test_partners_a_class_may_have() -> None:
+    """RUN_MAX_PAIRS / classes partners a class, within 64 .. 1024."""
+    assert run_partners(1) == run_partners(1022) == 1024
+    assert run_partners(3070) == RUN_MAX_PAIRS // 3070 == 651
+    assert run_partners(10**6) == 64
+
+
+def test_every_class_of_a_tree_over_every_pe_is_charged_by_runs(tables, router) -> None:
+    """The tree's leaves funnel into the links above them: 524 of its classes have more than 64 partner
+    classes (up to 445), all within run_partners, so no class keeps the per-server charge (docs/fast_path.md
+    §4, "Partners")."""
+    plan = plan_fast(allreduce(tables, router, 4096, "tree", "all_pes").program)
+    B = plan.bounds
+    assert plan.runs.done.all() and len(B.cls_ptr) - 1 == 1022
+    assert np.sum(np.diff(plan.runs.p_ptr) > RUN_PARTNERS) == 524
 
 
 def test_runs_never_charge_more_than_each_server(bound_programs) -> None:

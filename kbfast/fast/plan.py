@@ -26,7 +26,9 @@ from kbfast.ir import Op, Program
 from kbfast.sim.lowering import Compact, Lowered, agent_pes, lower
 
 
-RUN_PARTNERS = 64    # a class with more co-user classes keeps the per-server interference (cost: pairs of classes)
+RUN_PARTNERS = 64          # partner classes a flow class may always have for the run bound (run_partners), and
+RUN_MAX_PARTNERS = 1024    # at most, while the Program's classes x partners stay within RUN_MAX_PAIRS (72 B a
+RUN_MAX_PAIRS = 2_000_000  # pair); a class with more keeps the per-server interference
 RUN_MAX_FLOWS = 50_000   # a larger Program keeps the per-server bound and SEND windows to the receiver's finish:
                          # the run bound costs 0.3 s a pass at 1024 SIPs, arrival windows 40 % more passes
 CAUSAL_MAX_CELLS = 20_000_000   # vector clock cells (int32) of causal_order, else no causal order
@@ -462,11 +464,18 @@ def causal_order(p: Program, B: BoundTables) -> Causal | None:
                      B.ops)
 
 
+def run_partners(n_cls: int) -> int:
+    """The most partner classes a flow class of a Program of ``n_cls`` classes may have for the run bound:
+    ``RUN_MAX_PAIRS / n_cls``, within ``RUN_PARTNERS`` .. ``RUN_MAX_PARTNERS``."""
+    return max(RUN_PARTNERS, min(RUN_MAX_PARTNERS, RUN_MAX_PAIRS // max(n_cls, 1)))
+
+
 def run_bound(B: BoundTables) -> RunCoefs:
-    """The run bound's coefficients of a Program's flow classes (``kbfast.fast.runs.run_coefficients``),
-    or none (every class charged per server) for a Program of more than ``RUN_MAX_FLOWS`` flows."""
-    if len(B.ops) <= RUN_MAX_FLOWS:
-        return run_coefficients(B, RUN_PARTNERS)
+    """The run bound's coefficients of a Program's flow classes (``kbfast.fast.runs.run_coefficients``, with
+    :func:`run_partners` partners at most), or none (every class charged per server) for a Program of more
+    than ``RUN_MAX_FLOWS`` flows."""
     n_cls = len(B.cls_ptr) - 1
+    if len(B.ops) <= RUN_MAX_FLOWS:
+        return run_coefficients(B, run_partners(n_cls))
     return RunCoefs(p_ptr=np.zeros(n_cls + 1, np.int64), p_cls=np.empty(0, np.int64), p_coef=np.empty((0, 4)),
                     p_span=np.empty((0, 4), np.int64), done=np.zeros(n_cls, np.bool_))
