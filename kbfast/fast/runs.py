@@ -74,6 +74,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     bring it nothing (see the module docstring).
     """
     n_cls = len(B.cls_ptr) - 1
+    max_partners = min(max_partners, n_cls)    # no class has more: the scratch below is sized by it
     done = np.zeros(n_cls, np.bool_)
     p_ptr = np.zeros(n_cls + 1, np.int64)
     p_cls = np.empty(max(16, n_cls), np.int64)           # grown by doubling
