@@ -14,20 +14,13 @@ from kbfast.config import load_system
 from kbfast.fast.bounds import window_offsets
 from kbfast.fast.causal import causal_interference, fifo_order
 from kbfast.fast.plan import causal_order, plan_fast
-from kbfast.fast.runs import RunCoefs, run_units
+from kbfast.fast.runs import RunCoefs, no_runs, run_units
 from kbfast.ir import Op, ProgramBuilder
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import node_id
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce, pe2pe
 from naive import causal_before, fifo_behind, pairwise_interference
-
-
-def _no_runs(B) -> RunCoefs:
-    """Run coefficients that charge nothing by runs: every class keeps the per-server charge."""
-    n = len(B.cls_ptr) - 1
-    return RunCoefs(p_ptr=np.zeros(n + 1, np.int64), p_cls=np.zeros(0, np.int64), p_coef=np.zeros((0, 4)),
-                    p_span=np.zeros((0, 4), np.int64), done=np.zeros(n, np.bool_))
 
 
 def _pair_runs(B, R: RunCoefs, nbytes, flit):
@@ -107,7 +100,7 @@ def test_a_later_message_of_a_channel_does_not_delay_the_one_before_it(tables, r
     zero, posted = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_)
     no_k = np.zeros(len(B.res))
     extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k,
-                                np.full(len(B.res), -1, np.int64), _no_runs(B))
+                                np.full(len(B.res), -1, np.int64), no_runs(len(B.cls_ptr) - 1))
     (c,) = {c for c in range(len(B.cls_ptr) - 1) if first in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
     work = sum(B.base[k] * (4096, 1, 16)[B.kind[k]] for k in range(B.cls_ptr[c], B.cls_ptr[c + 1]))
     assert extra[first] == 0.0
@@ -125,7 +118,8 @@ def test_an_earlier_message_of_a_channel_pays_its_run_charge(tables, router) -> 
     zero, posted, no_k = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_), np.zeros(len(B.res))
     args = (B, p.op_nbytes, 256, *everywhere, zero, posted, causal_order(p, B), no_k, no_k,
             np.full(len(B.res), -1, np.int64))
-    runs, per_server = causal_interference(*args, plan.runs), causal_interference(*args, _no_runs(B))
+    per_server = causal_interference(*args, no_runs(len(B.cls_ptr) - 1))
+    runs = causal_interference(*args, plan.runs)
     (c,) = {c for c in range(len(B.cls_ptr) - 1) if first in B.ops[B.ops_ptr[c]:B.ops_ptr[c + 1]]}
     assert plan.runs.done[c]
     assert runs[first] == per_server[first] == 0.0
@@ -154,9 +148,10 @@ def test_one_flit_messages_crossing_each_other_delay_each_other_at_one_server(ta
     everywhere = np.full(p.n_ops, -np.inf), np.full(p.n_ops, np.inf)
     zero, posted, no_k = np.zeros(p.n_ops), np.zeros(p.n_ops, np.bool_), np.zeros(len(B.res))
     cz = causal_order(p, B)
-    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k, order, _no_runs(B))
+    extra = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k, order,
+                                no_runs(len(B.cls_ptr) - 1))
     every = causal_interference(B, p.op_nbytes, 256, *everywhere, zero, posted, cz, no_k, no_k,
-                                np.full(len(B.res), -1, np.int64), _no_runs(B))
+                                np.full(len(B.res), -1, np.int64), no_runs(len(B.cls_ptr) - 1))
     for o, g in ((there, back), (back, there)):
         work = [B.base[entries[g][r]] * (16, 1)[B.kind[entries[g][r]]] for r in shared]
         assert extra[o] == pytest.approx(max(work))

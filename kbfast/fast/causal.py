@@ -205,7 +205,7 @@ def _heaviest_common_order(pos_g, work):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def _server_users(B, begin_lo, end_hi, pre, post):  # pragma: no cover - jitted
+def _server_flows(B, begin_lo, end_hi, pre, post):  # pragma: no cover - jitted
     """Per resource, CSR: its flows (op, entry, class) with their windows there (narrowed by ``pre`` and
     ``post``), in class order, then op order; and ``by_begin``, each resource's rows sorted by window begin
     (stably)."""
@@ -278,7 +278,7 @@ def causal_interference(B, nbytes, flit, begin_lo, end_hi, own_extra, posted, cz
     shared server."""
     n_ops = len(nbytes)
     extra = own_extra.copy()
-    s_ptr, u_op, u_k, u_cls, u_b, u_e, by_begin = _server_users(B, begin_lo, end_hi, pre, post)
+    s_ptr, u_op, u_k, u_cls, u_b, u_e, by_begin = _server_flows(B, begin_lo, end_hi, pre, post)
     units = run_units(B, nbytes, flit)
     acc_wn = np.zeros(n_ops)         # per co-user of the current op: its wire and node work, per server
     acc_ct = np.zeros(n_ops)         # its controller work

@@ -20,7 +20,7 @@ from numba import njit
 from kbfast.errors import KbfastError
 from kbfast.fast.bounds import BoundTables
 from kbfast.fast.causal import Causal, knowledge, pair_count
-from kbfast.fast.runs import RunCoefs, run_coefficients
+from kbfast.fast.runs import RunCoefs, no_runs, run_coefficients
 from kbfast.fast.schedule import Sharing, head_offsets
 from kbfast.ir import Op, Program
 from kbfast.sim.lowering import Compact, Lowered, agent_pes, lower
@@ -477,5 +477,4 @@ def run_bound(B: BoundTables) -> RunCoefs:
     n_cls = len(B.cls_ptr) - 1
     if len(B.ops) <= RUN_MAX_FLOWS:
         return run_coefficients(B, run_partners(n_cls))
-    return RunCoefs(p_ptr=np.zeros(n_cls + 1, np.int64), p_cls=np.empty(0, np.int64), p_coef=np.empty((0, 4)),
-                    p_span=np.empty((0, 4), np.int64), done=np.zeros(n_cls, np.bool_))
+    return no_runs(n_cls)

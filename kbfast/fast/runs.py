@@ -19,6 +19,12 @@ from numba import njit
 RunCoefs = namedtuple("RunCoefs", ["p_ptr", "p_cls", "p_coef", "p_span", "done"])
 
 
+def no_runs(n_cls: int) -> RunCoefs:
+    """Coefficients that charge nothing by runs: every one of ``n_cls`` classes keeps the per-server charge."""
+    return RunCoefs(p_ptr=np.zeros(n_cls + 1, np.int64), p_cls=np.empty(0, np.int64), p_coef=np.empty((0, 4)),
+                    p_span=np.empty((0, 4), np.int64), done=np.zeros(n_cls, np.bool_))
+
+
 @njit(cache=True)
 def _order(key):  # pragma: no cover - jitted
     """The stable ascending order of an int64 ``key``: a bottom-up merge sort (a class's runs number in the
