@@ -196,5 +196,6 @@ def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None
                                   plan.runs)
         want = pairwise_interference(B, p.op_nbytes, begin, end, True, own, flit, posted,
                                      before=causal_before(p, B.ops), pre=pre, post=post, behind=fifo_behind(p),
-                                     crossing=(fifo_order(B), flit), pair_runs=_pair_runs(B, plan.runs, p.op_nbytes, flit))
+                                     crossing=(fifo_order(B), flit),
+                                     pair_runs=_pair_runs(B, plan.runs, p.op_nbytes, flit))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
