@@ -4,7 +4,9 @@ contention flag, the sweep's scaled loads, and the CLI outputs (tables, fields, 
 
 from __future__ import annotations
 
+import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 from typer.testing import CliRunner
 
 from kbfast.measure.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bottleneck_fields, bound_fields,
@@ -32,6 +35,7 @@ from kbfast.topology.routing import Router
 from kbfast.workloads.probe_catalogue import build_catalogue
 from kbfast.workloads.collectives import pe2pe
 from kbfast.measure.registry import build
+from kbfast.report.explain import bound_text, print_bound
 from conftest import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -318,3 +322,17 @@ def test_probe_names_the_busiest_link_and_writes_tables(runner: CliRunner, tmp_p
 def test_bad_output_files_are_refused_before_work(runner: CliRunner, args: list[str], words: str) -> None:
     res = runner.invoke(app, args, catch_exceptions=False)
     assert res.exit_code == 2 and words in flat(res.stderr) and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100])
+def test_the_bound_sentence_keeps_each_figure_with_its_unit(width: int) -> None:
+    """Wrapped at the console's width, the sentence breaks only at spaces, never between a figure and its unit."""
+    row = {"bound_by": "fabric_wait", "bound_share": 0.615, "bottleneck_resource": "sip0.cube1 r0c5 -> ucie-N.conn3",
+           "bottleneck_utilization": 0.333, "contention_ns": 6498.0, "latency_ns": 10850.0}
+    console = Console(file=io.StringIO(), width=width)
+    print_bound(console, row)
+    lines = console.file.getvalue().splitlines()
+    text = bound_text(row)
+    assert all(len(line) <= width for line in lines) and " ".join(lines) == text
+    figures = re.findall(r"\d[\d.]* (?:%|µs)", text)
+    assert len(figures) == 5 and all(any(f in line for line in lines) for f in figures)
