@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from kbfast.fast.bounds import BoundTables, interference, window_offsets
 from kbfast.fast.plan import RUN_MAX_PAIRS, RUN_PARTNERS, plan_fast, run_partners
-from kbfast.fast.runs import _order, run_charges, run_coefficients
+from kbfast.fast.runs import (_chain_lengths, _longest_first, _order, _partners_and_runs, _server_users,
+                              run_charges, run_coefficients)
 from kbfast.ir import Op
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -109,6 +110,42 @@ def test_run_order_is_a_stable_sort(key) -> None:
     """The runs are cut longest first, ties in key order: the merge sort is numpy's stable sort."""
     key = np.array(key, np.int64)
     np.testing.assert_array_equal(_order(key), np.argsort(key, kind="stable"))
+
+
+@given(runs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30), st.integers(0, 30)), max_size=200))
+def test_runs_are_cut_longest_first_then_by_partner_then_start(runs) -> None:
+    """The counting sorts give the order of a stable sort on (-length, partner, start); the runs come in
+    order of start, as the scan finds them."""
+    runs = sorted(runs, key=lambda r: r[1])
+    d = np.array([r[0] for r in runs], np.int64)
+    a = np.array([r[1] for r in runs], np.int64)
+    b = a + np.array([r[2] for r in runs], np.int64)
+    want = np.lexsort((np.arange(len(d)), a, d, -(b - a)))
+    np.testing.assert_array_equal(_longest_first(d, a, b, len(d), 10, 31), want)
+
+
+def test_a_chain_is_visited_once_with_the_same_partners_and_runs(bound_programs) -> None:
+    """Visiting a chain of servers once finds the partners, spans, solo sums and runs that visiting each
+    server finds; the probes' long shared routes have chains of up to 8 servers."""
+    longest = 0
+    for _, plan in bound_programs:
+        B = plan.bounds
+        n_cls, m = len(B.cls_ptr) - 1, len(B.seq_res)
+        su_ptr, su_cls, su_idx = _server_users(B)
+        chain = _chain_lengths(B, su_ptr, su_cls)
+        longest = max(longest, chain.max())
+        for c in range(n_cls):
+            out = []
+            for ch in (chain, np.ones(m, np.int64)):
+                state = [np.full(n_cls, -1, np.int64)] + [np.zeros(n_cls, np.int64) for _ in range(4)]
+                found, solo, span = np.empty(n_cls, np.int64), np.zeros((n_cls, 2)), np.zeros((n_cls, 4), np.int64)
+                run = [np.empty(4 * m, np.int64) for _ in range(3)]
+                n_p, n_run, over = _partners_and_runs(B, c, n_cls, su_ptr, su_cls, su_idx, ch, *state, found, solo,
+                                                      span, *run)
+                out.append((n_p, n_run, over, found[:n_p], solo[:n_p], span[:n_p], *(x[:n_run] for x in run)))
+            for x, y in zip(*out):
+                np.testing.assert_array_equal(x, y)
+    assert longest == 8
 
 
 def test_partners_a_class_may_have() -> None:

@@ -27,8 +27,8 @@ def no_runs(n_cls: int) -> RunCoefs:
 
 @njit(cache=True)
 def _order(key):  # pragma: no cover - jitted
-    """The stable ascending order of an int64 ``key``: a bottom-up merge sort (a class's runs number in the
-    thousands where it has hundreds of partners; it compiles in a fraction of the time of ``np.argsort``)."""
+    """The stable ascending order of an int64 ``key`` (a class's partners, by class): a bottom-up merge sort,
+    which compiles in a fraction of the time of ``np.argsort``."""
     n = len(key)
     order = np.arange(n)
     tmp = np.empty(n, np.int64)
@@ -87,6 +87,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     p_coef = np.empty((max(16, n_cls), 4))
     p_span = np.empty((max(16, n_cls), 4), np.int64)
     su_ptr, su_cls, su_idx = _server_users(B)
+    chain = _chain_lengths(B, su_ptr, su_cls)
     stamp = np.full(n_cls, -1, np.int64)
     slot = np.zeros(n_cls, np.int64)           # a partner's slot in discovery order
     last_i = np.zeros(n_cls, np.int64)         # the partner's last matched server: index in c's sequence,
@@ -108,11 +109,13 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     piece = np.full((side, side), -1, np.int64)   # per piece [a, b] accepted, its index among the distinct
     acc_a = np.empty(side * side, np.int64)      # the distinct pieces: first and last position,
     acc_b = np.empty(side * side, np.int64)
+    cut_a = np.empty(side * side, np.int64)      # the distinct runs cut: first and last position
+    cut_b = np.empty(side * side, np.int64)
     work = np.empty((side * side, 3))            # overheads, 1 / bw summed and largest 1 / bw
     for c in range(n_cls):
         p_ptr[c + 1] = p_ptr[c]
-        n_p, n_run, over = _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, stamp, slot, last_i,
-                                              last_j, cur, found, solo, span, run_d, run_a, run_b)
+        n_p, n_run, over = _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, chain, stamp, slot,
+                                              last_i, last_j, cur, found, solo, span, run_d, run_a, run_b)
         if over:
             continue
         if n_p == 0:
@@ -120,7 +123,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
             continue
         partners = _rank_partners(found, n_p, solo, coef, rank, run_d, n_run)
         if _nest_runs(B, B.seq_ptr[c], n_run, max_partners, max_len, coef, run_d, run_a, run_b, piece, acc_a,
-                      acc_b, work):
+                      acc_b, cut_a, cut_b, work):
             continue                           # out of room for pieces: this class keeps the per-server charge
         done[c] = True
         p_cls, p_coef, p_span = _store_partners(c, n_p, partners, coef, rank, span, p_ptr, p_cls, p_coef, p_span)
@@ -153,20 +156,66 @@ def _server_users(B):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, stamp, slot, last_i, last_j, cur, found, solo,
-                       span, run_d, run_a, run_b):  # pragma: no cover - jitted
+def _chain_lengths(B, su_ptr, su_cls):  # pragma: no cover - jitted
+    """Per position of ``B.seq_res``: how many servers from it on form a *chain*: every user of each server
+    of the chain but the last goes on to the next one, and each next server has no other user.  A chain's
+    users are distinct classes, none of its servers is solo, and one visit finds every match along it."""
+    n_cls = len(B.cls_ptr) - 1
+    n_res = len(B.users_ptr) - 1
+    nxt = np.full(n_res, -2, np.int64)     # per resource: the one resource all its users go on to, or -1
+    for x in range(n_cls):
+        for i in range(B.seq_ptr[x], B.seq_ptr[x + 1]):
+            r = B.seq_res[i]
+            if r < 0 or nxt[r] == -1:
+                continue
+            to = -1
+            if i + 1 < B.seq_ptr[x + 1] and not B.seq_solo[i] and not B.seq_solo[i + 1]:
+                to = B.seq_res[i + 1]
+            if to < 0 or to == r or (nxt[r] != -2 and nxt[r] != to):
+                nxt[r] = -1
+            else:
+                nxt[r] = to
+    for r in range(n_res):
+        to = nxt[r]
+        if to < 0:
+            continue
+        n = su_ptr[r + 1] - su_ptr[r]
+        if su_ptr[to + 1] - su_ptr[to] != n:
+            nxt[r] = -1                    # the next server has users of its own
+            continue
+        for u in range(su_ptr[r] + 1, su_ptr[r + 1]):
+            if su_cls[u] == su_cls[u - 1]:
+                nxt[r] = -1                # a class that passes twice
+                break
+    chain = np.ones(len(B.seq_res), np.int64)
+    for x in range(n_cls):
+        for i in range(B.seq_ptr[x + 1] - 2, B.seq_ptr[x] - 1, -1):
+            r = B.seq_res[i]
+            if r >= 0 and nxt[r] >= 0:
+                chain[i] = chain[i + 1] + 1
+    return chain
+
+
+@njit(cache=True)
+def _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, chain, stamp, slot, last_i, last_j, cur, found,
+                       solo, span, run_d, run_a, run_b):  # pragma: no cover - jitted
     """The classes sharing a wire or node worker with class ``c`` (``found``, in discovery order, with their
     solo servers' sums ``solo`` and shared spans ``span``) and the runs (``run_d`` partner slot, ``run_a``..
     ``run_b`` positions in c's sequence): a match at c's server i and the partner's server j extends its run
-    when its last match was (i - 1, j - 1).  Returns (partners, runs, over ``max_partners``)."""
+    when its last match was (i - 1, j - 1).  A chain of ``L`` servers (:func:`_chain_lengths`) is visited
+    once: a match at its first server is a match at each of the next ``L - 1``.  Returns (partners, runs,
+    over ``max_partners``)."""
     s_lo, s_hi = B.seq_ptr[c], B.seq_ptr[c + 1]
     alone = B.serial[c] or B.ops_ptr[c + 1] - B.ops_ptr[c] < 2     # no co-user in its own class
     n_p = 0
     n_run = 0
-    for i in range(s_lo, s_hi):
+    i = s_lo
+    while i < s_hi:
         r = B.seq_res[i]
         if r < 0:
+            i += 1
             continue
+        end = i + chain[i] - 1             # the chain's last server
         for u in range(su_ptr[r], su_ptr[r + 1]):
             d, j = su_cls[u], su_idx[u]
             if d == c and alone:
@@ -182,20 +231,21 @@ def _partners_and_runs(B, c, max_partners, su_ptr, su_cls, su_idx, stamp, slot, 
                 last_i[d] = -2
                 n_p += 1
             q = slot[d]
-            span[q, 1] = i                 # c's servers come in route order
+            span[q, 1] = end               # c's servers come in route order
             span[q, 2] = min(span[q, 2], j)
-            span[q, 3] = max(span[q, 3], j)
+            span[q, 3] = max(span[q, 3], j + end - i)
             if B.seq_solo[i]:
                 solo[q, 0] += B.seq_o[i]
                 solo[q, 1] += B.seq_c[i]
                 continue
             if last_i[d] == i - 1 and last_j[d] == j - 1:
-                run_b[cur[d]] = i - s_lo
+                run_b[cur[d]] = end - s_lo
             else:
-                run_d[n_run], run_a[n_run], run_b[n_run] = q, i - s_lo, i - s_lo
+                run_d[n_run], run_a[n_run], run_b[n_run] = q, i - s_lo, end - s_lo
                 cur[d] = n_run
                 n_run += 1
-            last_i[d], last_j[d] = i, j
+            last_i[d], last_j[d] = end, j + end - i
+        i = end + 1
     return n_p, n_run, False
 
 
@@ -216,21 +266,47 @@ def _rank_partners(found, n_p, solo, coef, rank, run_d, n_run):  # pragma: no co
 
 
 @njit(cache=True)
-def _nest_runs(B, s_lo, n_run, max_partners, max_len, coef, run_d, run_a, run_b, piece, acc_a, acc_b,
-               work):  # pragma: no cover - jitted
+def _longest_first(run_d, run_a, run_b, n_run, max_partners, max_len):  # pragma: no cover - jitted
+    """The runs' order for :func:`_nest_runs`: longest first, then by partner rank, then by start (the runs
+    come in order of start), ties in order of discovery.  Two stable counting sorts, by partner then by
+    length: they take time in proportion to the runs, partners and route length."""
+    count = np.zeros(max(max_partners, max_len) + 2, np.int64)
+    by_d = np.empty(n_run, np.int64)
+    for k in range(n_run):
+        count[run_d[k] + 1] += 1
+    for q in range(max_partners):
+        count[q + 1] += count[q]
+    for k in range(n_run):
+        by_d[count[run_d[k]]] = k
+        count[run_d[k]] += 1
+    count[:] = 0
+    order = np.empty(n_run, np.int64)
+    for k in range(n_run):
+        count[max_len - (run_b[k] - run_a[k]) + 1] += 1
+    for x in range(max_len + 1):
+        count[x + 1] += count[x]
+    for k in by_d:
+        x = max_len - (run_b[k] - run_a[k])
+        order[count[x]] = k
+        count[x] += 1
+    return order
+
+
+@njit(cache=True)
+def _nest_runs(B, s_lo, n_run, max_partners, max_len, coef, run_d, run_a, run_b, piece, acc_a, acc_b, cut_a,
+               cut_b, work):  # pragma: no cover - jitted
     """Cut crossing runs, longest first (ties: partner, then start), until the family nests, adding each
     accepted piece's work per unit to its partner's ``coef`` row.  A run is cut at the first accepted piece
     (in order of acceptance) that it crosses.  The partners of a class share most pieces, and a repeat
     crosses what its first acceptance crosses, so only the distinct pieces are scanned (``piece[a, b]``: an
     index, in order of first acceptance, into ``acc_a``, ``acc_b`` and ``work``, each piece's work per unit;
-    -1 everywhere on entry and on return).  Returns True when out of room for pieces (the class then keeps the
-    per-server charge)."""
-    key = np.empty(n_run, np.int64)
-    for k in range(n_run):
-        key[k] = ((-(run_b[k] - run_a[k])) * (max_partners + 2) + run_d[k]) * (max_len + 1) + run_a[k]
-    order = _order(key)
+    -1 everywhere on entry and on return).  The accepted pieces nest, so a run already accepted is accepted
+    again with no scan, and a run already cut is cut at the same place (``piece[a, b] = -2 - cut``).  Returns
+    True when out of room for pieces (the class then keeps the per-server charge)."""
+    order = _longest_first(run_d, run_a, run_b, n_run, max_partners, max_len)
     n_acc = 0                               # pieces accepted
     n_dist = 0                              # of which distinct
+    n_cut = 0                               # distinct runs cut (cut_a, cut_b)
     top = n_run                             # work stack above the runs
     out = False
     for k in order:
@@ -242,22 +318,29 @@ def _nest_runs(B, s_lo, n_run, max_partners, max_len, coef, run_d, run_a, run_b,
                 break
             top -= 1
             q, a, b = run_d[top], run_a[top], run_b[top]
+            d = piece[a, b]
             cut = -1
-            for t in range(n_dist):
-                x, y = acc_a[t], acc_b[t]
-                if x < a <= y < b:
-                    cut = y              # [a, y] nests in [x, y]; [y + 1, b] goes on
-                    break
-                if a < x <= b < y:
-                    cut = x - 1          # [x, b] nests in [x, y]; [a, x - 1] goes on
-                    break
+            if d <= -2:
+                cut = -2 - d             # cut before: at the same place again
+            elif d < 0:                  # seen for the first time
+                for t in range(n_dist):
+                    x, y = acc_a[t], acc_b[t]
+                    if x < a <= y < b:
+                        cut = y          # [a, y] nests in [x, y]; [y + 1, b] goes on
+                        break
+                    if a < x <= b < y:
+                        cut = x - 1      # [x, b] nests in [x, y]; [a, x - 1] goes on
+                        break
+                if cut >= 0:
+                    piece[a, b] = -2 - cut
+                    cut_a[n_cut], cut_b[n_cut] = a, b
+                    n_cut += 1
             if cut >= 0:
                 run_d[top], run_a[top], run_b[top] = q, a, cut
                 run_d[top + 1], run_a[top + 1], run_b[top + 1] = q, cut + 1, b
                 top += 2
                 continue
             n_acc += 1
-            d = piece[a, b]
             if d < 0:                       # a new piece: its work per unit
                 d = piece[a, b] = n_dist
                 acc_a[d], acc_b[d] = a, b
@@ -277,6 +360,8 @@ def _nest_runs(B, s_lo, n_run, max_partners, max_len, coef, run_d, run_a, run_b,
             break
     for t in range(n_dist):
         piece[acc_a[t], acc_b[t]] = -1
+    for t in range(n_cut):
+        piece[cut_a[t], cut_b[t]] = -1
     return out
 
 
@@ -294,10 +379,11 @@ def _store_partners(c, n_p, partners, coef, rank, span, p_ptr, p_cls, p_coef, p_
         p_coef2[:m] = p_coef[:m]
         p_span2[:m] = p_span[:m]
         p_cls, p_coef, p_span = p_cls2, p_coef2, p_span2
-    p_cls[m:m + n_p] = partners[:n_p]
-    p_coef[m:m + n_p] = coef[:n_p]
-    for q in range(n_p):
-        p_span[m + rank[q]] = span[q]
+    for q in range(n_p):                 # element by element: row views cost more than the copy
+        p_cls[m + q] = partners[q]
+        for k in range(4):
+            p_coef[m + q, k] = coef[q, k]
+            p_span[m + rank[q], k] = span[q, k]
     p_ptr[c + 1] = m + n_p
     return p_cls, p_coef, p_span
 
