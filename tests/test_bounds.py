@@ -132,7 +132,7 @@ def test_a_chain_is_visited_once_with_the_same_partners_and_runs(bound_programs)
         B = plan.bounds
         n_cls, m = len(B.cls_ptr) - 1, len(B.seq_res)
         su_ptr, su_cls, su_idx = _server_users(B)
-        chain = _chain_lengths(B, su_ptr, su_cls)
+        chain = _chain_lengths(B.seq_ptr, B.seq_res, B.seq_solo, su_ptr, su_cls)
         longest = max(longest, chain.max())
         for c in range(n_cls):
             out = []

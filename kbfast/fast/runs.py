@@ -87,7 +87,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     p_coef = np.empty((max(16, n_cls), 4))
     p_span = np.empty((max(16, n_cls), 4), np.int64)
     su_ptr, su_cls, su_idx = _server_users(B)
-    chain = _chain_lengths(B, su_ptr, su_cls)
+    chain = _chain_lengths(B.seq_ptr, B.seq_res, B.seq_solo, su_ptr, su_cls)
     stamp = np.full(n_cls, -1, np.int64)
     slot = np.zeros(n_cls, np.int64)           # a partner's slot in discovery order
     last_i = np.zeros(n_cls, np.int64)         # the partner's last matched server: index in c's sequence,
@@ -156,21 +156,21 @@ def _server_users(B):  # pragma: no cover - jitted
 
 
 @njit(cache=True)
-def _chain_lengths(B, su_ptr, su_cls):  # pragma: no cover - jitted
+def _chain_lengths(seq_ptr, seq_res, seq_solo, su_ptr, su_cls):  # pragma: no cover - jitted
     """Per position of ``B.seq_res``: how many servers from it on form a *chain*: every user of each server
     of the chain but the last goes on to the next one, and each next server has no other user.  A chain's
     users are distinct classes, none of its servers is solo, and one visit finds every match along it."""
-    n_cls = len(B.cls_ptr) - 1
-    n_res = len(B.users_ptr) - 1
+    n_cls = len(seq_ptr) - 1
+    n_res = len(su_ptr) - 1
     nxt = np.full(n_res, -2, np.int64)     # per resource: the one resource all its users go on to, or -1
     for x in range(n_cls):
-        for i in range(B.seq_ptr[x], B.seq_ptr[x + 1]):
-            r = B.seq_res[i]
+        for i in range(seq_ptr[x], seq_ptr[x + 1]):
+            r = seq_res[i]
             if r < 0 or nxt[r] == -1:
                 continue
             to = -1
-            if i + 1 < B.seq_ptr[x + 1] and not B.seq_solo[i] and not B.seq_solo[i + 1]:
-                to = B.seq_res[i + 1]
+            if i + 1 < seq_ptr[x + 1] and not seq_solo[i] and not seq_solo[i + 1]:
+                to = seq_res[i + 1]
             if to < 0 or to == r or (nxt[r] != -2 and nxt[r] != to):
                 nxt[r] = -1
             else:
@@ -187,10 +187,10 @@ def _chain_lengths(B, su_ptr, su_cls):  # pragma: no cover - jitted
             if su_cls[u] == su_cls[u - 1]:
                 nxt[r] = -1                # a class that passes twice
                 break
-    chain = np.ones(len(B.seq_res), np.int64)
+    chain = np.ones(len(seq_res), np.int64)
     for x in range(n_cls):
-        for i in range(B.seq_ptr[x + 1] - 2, B.seq_ptr[x] - 1, -1):
-            r = B.seq_res[i]
+        for i in range(seq_ptr[x + 1] - 2, seq_ptr[x] - 1, -1):
+            r = seq_res[i]
             if r >= 0 and nxt[r] >= 0:
                 chain[i] = chain[i + 1] + 1
     return chain
