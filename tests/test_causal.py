@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.fast.bounds import window_offsets
-from kbfast.fast.causal import causal_interference, fifo_order
+from kbfast.fast.causal import _add_crossing_charges, _heaviest_common_order, causal_interference, fifo_order
 from kbfast.fast.plan import causal_order, plan_fast
 from kbfast.fast.runs import RunCoefs, no_runs, run_units
 from kbfast.ir import Op, ProgramBuilder
@@ -199,3 +199,45 @@ def test_causal_interference_matches_the_pairwise_reference(small, seed) -> None
                                      crossing=(fifo_order(B), flit),
                                      pair_runs=_pair_runs(B, plan.runs, p.op_nbytes, flit))
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
+
+
+def _recurrence(pos_g, work) -> float:
+    """The heaviest common-order subsequence by its O(m^2) recurrence, in float64 as the kernel adds."""
+    best = []
+    for i in range(len(pos_g)):
+        b = work[i]
+        for j in range(i):
+            if pos_g[j] < pos_g[i]:
+                b = max(b, best[j] + work[i])
+        best.append(b)
+    return max(best, default=0.0)
+
+
+_WORK = st.floats(0.0, 1e4, allow_nan=False, allow_subnormal=False)
+
+
+@given(servers=st.lists(st.tuples(st.integers(0, 40), _WORK), max_size=40), rising=st.booleans())
+def test_heaviest_common_order_is_the_recurrence_bit_for_bit(servers, rising) -> None:
+    """Rising places (the common case) take the O(m) sum; it is what the recurrence adds up, bit for bit."""
+    if rising:
+        servers = [(i * 3 + p % 3, w) for i, (p, w) in enumerate(servers)]
+    pos_g = np.array([p for p, _ in servers], np.int64)
+    work = np.array([w for _, w in servers])
+    assert _heaviest_common_order(pos_g, work) == _recurrence(pos_g, work)
+
+
+@given(entries=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 12), st.integers(0, 12), _WORK), min_size=1,
+                        max_size=120), x0=_WORK)
+def test_crossing_charges_group_by_co_user_then_order_on_the_op_route(entries, x0) -> None:
+    """Per co-user in ascending order, its entries sorted stably by their place on o's route, each co-user's
+    heaviest subsequence added to ``x`` in turn: the same float as a stable sort on (co-user, place)."""
+    g, po, pg, w = (np.array(col) for col in zip(*entries))
+    g, po, pg = g.astype(np.int64), po.astype(np.int64), pg.astype(np.int64)
+    want = x0
+    by = np.argsort(g * 100 + po, kind="stable")
+    for user in np.unique(g):
+        rows = by[g[by] == user]
+        want += _recurrence(pg[rows], w[rows])
+    by_po, head, tail = np.zeros(14, np.int64), np.full(7, -1, np.int64), np.empty(7, np.int64)
+    assert _add_crossing_charges(x0, g, po, pg, w, len(g), by_po, head, tail) == want
+    assert not by_po.any() and (head == -1).all()        # ready for the next op
