@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from kbfast.fast.bounds import BoundTables, interference, window_offsets
 from kbfast.fast.plan import RUN_MAX_PAIRS, RUN_PARTNERS, plan_fast, run_partners
-from kbfast.fast.runs import (_chain_lengths, _longest_first, _order, _partners_and_runs, _server_users,
-                              run_charges, run_coefficients)
+from kbfast.fast.runs import (_chain_lengths, _longest_first, _partners_and_runs, _server_users,
+                              run_charges, run_coefficients, stable_order)
 from kbfast.ir import Op
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -109,7 +109,7 @@ def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partne
 def test_run_order_is_a_stable_sort(key) -> None:
     """The runs are cut longest first, ties in key order: the merge sort is numpy's stable sort."""
     key = np.array(key, np.int64)
-    np.testing.assert_array_equal(_order(key), np.argsort(key, kind="stable"))
+    np.testing.assert_array_equal(stable_order(key), np.argsort(key, kind="stable"))
 
 
 @given(runs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30), st.integers(0, 30)), max_size=200))

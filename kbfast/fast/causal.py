@@ -31,7 +31,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.fast.bounds import _unit, entry_servers
-from kbfast.fast.runs import run_units
+from kbfast.fast.runs import run_units, stable_order
 from kbfast.ir import RECV_ANY
 from kbfast.sim.agents import OP_DMA_READ, OP_DMA_WRITE, OP_RECV, OP_SEND
 
@@ -251,7 +251,7 @@ def _add_crossing_charges(x, x_g, x_po, x_pg, x_w, n_x, by_po, head, tail):  # p
         else:
             nxt[tail[g]] = n
         tail[g] = n
-    users = np.sort(users[:n_u])
+    users = users[:n_u][stable_order(users[:n_u])]
     pos_g = np.empty(n_x, np.int64)
     work = np.empty(n_x)
     for g in users:
