@@ -105,6 +105,7 @@ def test_runs_match_the_pairwise_reference(bound_programs, seed, windows, partne
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
 
 
+@settings(deadline=None)
 @given(key=st.lists(st.integers(-50, 50), max_size=300))
 def test_run_order_is_a_stable_sort(key) -> None:
     """The runs are cut longest first, ties in key order: the merge sort is numpy's stable sort."""
@@ -112,6 +113,7 @@ def test_run_order_is_a_stable_sort(key) -> None:
     np.testing.assert_array_equal(stable_order(key), np.argsort(key, kind="stable"))
 
 
+@settings(deadline=None)                 # the first example compiles the kernel
 @given(runs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30), st.integers(0, 30)), max_size=200))
 def test_runs_are_cut_longest_first_then_by_partner_then_start(runs) -> None:
     """The counting sorts give the order of a stable sort on (-length, partner, start); the runs come in

@@ -216,6 +216,7 @@ def _recurrence(pos_g, work) -> float:
 _WORK = st.floats(0.0, 1e4, allow_nan=False, allow_subnormal=False)
 
 
+@settings(deadline=None)                 # the first example compiles the kernel
 @given(servers=st.lists(st.tuples(st.integers(0, 40), _WORK), max_size=40), rising=st.booleans())
 def test_heaviest_common_order_is_the_recurrence_bit_for_bit(servers, rising) -> None:
     """Rising places (the common case) take the O(m) sum; it is what the recurrence adds up, bit for bit."""
@@ -226,6 +227,7 @@ def test_heaviest_common_order_is_the_recurrence_bit_for_bit(servers, rising) ->
     assert _heaviest_common_order(pos_g, work) == _recurrence(pos_g, work)
 
 
+@settings(deadline=None)
 @given(entries=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 12), st.integers(0, 12), _WORK), min_size=1,
                         max_size=120), x0=_WORK)
 def test_crossing_charges_group_by_co_user_then_order_on_the_op_route(entries, x0) -> None:
