@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-
-from kbfast.config.schema import SystemSpec  # noqa: E402
-from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.topology.floorplan import CORNERS, build_floorplan  # noqa: E402
+from kbfast.config.schema import SystemSpec
+from kbfast.report.figures import pyplot, save_figure
+from kbfast.topology.floorplan import CORNERS, build_floorplan
 
 
 def plot_floorplan(spec: SystemSpec, out: Path) -> Path:
     """Routers, HBM hole, PEs with their attachments, M_CPU, SRAM and UCIe connections."""
+    from matplotlib.patches import Rectangle
+
     plan = build_floorplan(spec.cube)
     w, h = spec.cube.geometry.w_mm, spec.cube.geometry.h_mm
-    fig, ax = plt.subplots(figsize=(7, 7))
+    fig, ax = pyplot().subplots(figsize=(7, 7))
     ax.add_patch(Rectangle((0, 0), w, h, fill=False, lw=1.5))
     ncol = len(plan.col_x)
     hole_x0 = plan.col_x[ncol // 2 - 1] - 0.6

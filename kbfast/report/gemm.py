@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import PercentFormatter  # noqa: E402
-
-from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.report.formats import percent  # noqa: E402
+from kbfast.report.figures import pyplot, save_figure
+from kbfast.report.formats import percent
 
 RESOURCES = ("dma_read", "tcm_read", "compute", "tcm_write", "dma_write")
 RATE = "pe.gemm_macs_per_ns"
@@ -49,7 +44,7 @@ def gemm_summary(df: pd.DataFrame) -> pd.DataFrame:
 def plot_roofline(df: pd.DataFrame, out: Path) -> Path:
     """Achieved MAC/ns against MACs per HBM byte, per staging, with the compute and memory roofs."""
     ok = df[df["error"].isna()] if "error" in df else df
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    fig, ax = pyplot().subplots(figsize=(7, 4.8))
     markers = dict(zip(sorted(ok[RATE].unique()) if RATE in ok else [None], "os^vD"))
     for staging, g in ok.groupby("staging", sort=True):
         for rate, h in (g.groupby(RATE) if RATE in g else [(None, g)]):
@@ -103,6 +98,8 @@ def plot_stages(df: pd.DataFrame, out: Path) -> Path:
     the most MACs): one panel per staging (columns) and per setting of the other swept keys (rows, at most
     ``MAX_SETTINGS``, each panel titled with its setting), at the largest GEMM rate swept (named in the
     title)."""
+    from matplotlib.ticker import PercentFormatter
+
     ok = df[df["error"].isna()] if "error" in df else df
     rate = ok[RATE].max() if RATE in ok else None
     if rate is not None:
@@ -116,7 +113,7 @@ def plot_stages(df: pd.DataFrame, out: Path) -> Path:
     square = shapes[(shapes["m"] == shapes["n"]) & (shapes["n"] == shapes["k"])]
     shapes = square if len(square) else shapes.assign(macs=shapes.prod(axis=1)).nlargest(6, "macs")[["m", "n", "k"]]
     shapes = shapes.sort_values(["m", "n", "k"])
-    fig, axes = plt.subplots(len(shown), len(stagings), figsize=(4.4 * len(stagings), 3.4 * len(shown) + 0.6),
+    fig, axes = pyplot().subplots(len(shown), len(stagings), figsize=(4.4 * len(stagings), 3.4 * len(shown) + 0.6),
                              sharey=True, squeeze=False)
     width = 0.8 / len(RESOURCES)
     for r, lab in enumerate(shown):

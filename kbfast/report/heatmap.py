@@ -8,18 +8,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
-
-from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.topology.builder import Tables  # noqa: E402
-from kbfast.topology.floorplan import build_floorplan  # noqa: E402
-from kbfast.topology.names import node_name  # noqa: E402
+from kbfast.report.figures import pyplot, save_figure
+from kbfast.topology.builder import Tables
+from kbfast.topology.floorplan import build_floorplan
+from kbfast.topology.names import node_name
 
 CUBE_GAP_MM = 5.0          # drawn space between neighbouring cubes
 CONN_OFFSET_MM = 0.8       # a UCIe connection drawn this far outside its router
@@ -61,6 +56,9 @@ def _position(t: Tables, local_xy: dict, name: str) -> tuple[int, tuple[float, f
 def plot_link_heatmap(t: Tables, edges: pd.DataFrame, out: Path, label: str, sip: int | None = None) -> Path:
     """Draw ``edges`` (a result's per-link table: src, dst, utilization) on SIP ``sip`` (default: the SIP of
     the busiest drawn link) and write ``out``."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.patches import Rectangle
+
     local_xy = _local_xy(t)
     used: dict[tuple, float] = {}
     sip_of: dict[tuple, int] = {}
@@ -83,7 +81,7 @@ def plot_link_heatmap(t: Tables, edges: pd.DataFrame, out: Path, label: str, sip
         if a is not None and b is not None and (sip, *sorted((a[1], b[1]))) not in used:
             grey.append((a[1], b[1]))
     hot = sorted((k for k in used if sip_of[k] == sip), key=lambda k: used[k])
-    fig, ax = plt.subplots(figsize=(9, 8))
+    fig, ax = pyplot().subplots(figsize=(9, 8))
     ax.add_collection(LineCollection(grey, colors="#d0d0d0", linewidths=0.6, zorder=1))
     vmax = max((used[k] for k in hot), default=0.0)
     lc = LineCollection([k[1:] for k in hot], cmap="inferno_r", linewidths=2.6, zorder=2)
@@ -93,7 +91,7 @@ def plot_link_heatmap(t: Tables, edges: pd.DataFrame, out: Path, label: str, sip
     g, mesh = t.spec.cube.geometry, t.spec.sip.cube_mesh
     for c in range(mesh.w * mesh.h):
         x0, y0 = (c % mesh.w) * (g.w_mm + CUBE_GAP_MM), (c // mesh.w) * (g.h_mm + CUBE_GAP_MM)
-        ax.add_patch(plt.Rectangle((x0, y0), g.w_mm, g.h_mm, fill=False, lw=0.8, ec="#888"))
+        ax.add_patch(Rectangle((x0, y0), g.w_mm, g.h_mm, fill=False, lw=0.8, ec="#888"))
         ax.text(x0 + 0.3, y0 + 0.9, f"cube{c}", fontsize=7, color="#666")
     ax.set_xlim(-2, mesh.w * (g.w_mm + CUBE_GAP_MM))
     ax.set_ylim(mesh.h * (g.h_mm + CUBE_GAP_MM), -2)

@@ -12,24 +12,20 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from rich.console import Console
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from kbfast.config.budget import fmt_bytes  # noqa: E402
-from kbfast.ir import BUFFER_KINDS  # noqa: E402
-from kbfast.report.tables import fit, narrow_table  # noqa: E402
-from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,  # noqa: E402
+from kbfast.config.budget import fmt_bytes
+from kbfast.ir import BUFFER_KINDS
+from kbfast.report.tables import fit, narrow_table
+from kbfast.report.figures import pyplot, save_figure
+from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,
                                    with_unit)
-from kbfast.measure.rows import STEP_CATEGORIES, rel_error, tightness  # noqa: E402
-from kbfast.topology.builder import Tables  # noqa: E402
-from kbfast.workloads.collectives.in_model import ALGORITHMS  # noqa: E402
-from kbfast.workloads.commands import COUNTED  # noqa: E402
+from kbfast.measure.rows import STEP_CATEGORIES, rel_error, tightness
+from kbfast.topology.builder import Tables
+from kbfast.workloads.collectives.in_model import ALGORITHMS
+from kbfast.workloads.commands import COUNTED
 
 if TYPE_CHECKING:                       # a type only: the report never runs a step
     from kbfast.measure.model import StepResult
@@ -335,7 +331,7 @@ def _breakdown(ok: pd.DataFrame, cats: list[str], path: Path) -> Path:
     keys = [k for k in ("model", "layout", "batch", "n_sips") if k in _varying(ok)] or ["model"]
     others = [k for k in _varying(ok, skip=("phase", *keys))]
     n_bars = ok.groupby(keys).ngroups
-    fig, axes = plt.subplots(1, len(facets), figsize=(min(16.0, max(6.0, 0.45 * n_bars * len(facets) + 3)), 4.8),
+    fig, axes = pyplot().subplots(1, len(facets), figsize=(min(16.0, max(6.0, 0.45 * n_bars * len(facets) + 3)), 4.8),
                              squeeze=False)
     for ax, phase in zip(axes[0], facets):
         part = ok if phase is None else ok[ok["phase"] == phase]

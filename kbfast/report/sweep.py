@@ -17,21 +17,16 @@ import textwrap
 from pathlib import Path
 from typing import NamedTuple
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
-
-from kbfast.config.units import format_size  # noqa: E402
-from kbfast.errors import KbfastError, did_you_mean  # noqa: E402
-from kbfast.report.figures import save_figure  # noqa: E402
-from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit  # noqa: E402
-from kbfast.report.kinds import kind_report  # noqa: E402
-from kbfast.measure.registry import WORKLOADS  # noqa: E402
-from kbfast.measure.rows import LOOSE_BOUND, bound_ratio  # noqa: E402
+from kbfast.config.units import format_size
+from kbfast.errors import KbfastError, did_you_mean
+from kbfast.report.figures import pyplot, save_figure
+from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit
+from kbfast.report.kinds import kind_report
+from kbfast.measure.registry import WORKLOADS
+from kbfast.measure.rows import LOOSE_BOUND, bound_ratio
 
 INPUTS = tuple(dict.fromkeys(("topology", "sip_topology", "n_sips", "workload", "algorithm", "tile_io", "hop", "case",
                               "buffer_kind", "n_slots", *(c for k in WORKLOADS.values() for c in k.columns))))
@@ -391,6 +386,8 @@ def _require(df: pd.DataFrame, col: str | None) -> None:
 
 def _size_axis(ax, axis: str) -> None:
     """A byte axis on a log scale: ticks at powers of 4, labelled ``1 KiB``."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     a = getattr(ax, f"{axis}axis")
     getattr(ax, f"set_{axis}scale")("log", base=2)
     a.set_major_locator(LogLocator(base=4))
@@ -401,6 +398,8 @@ def _size_axis(ax, axis: str) -> None:
 def _log_axis(ax, axis: str, decades: float) -> None:
     """A log axis labelled in plain numbers (``2,000``, not ``2 x 10^3``); under two decades, the 2s and 5s
     between the powers of ten are labelled too."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     getattr(ax, f"set_{axis}scale")("log")
     a = getattr(ax, f"{axis}axis")
     plain = FuncFormatter(lambda v, _: f"{v:,.6g}")
@@ -460,6 +459,8 @@ def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: 
     positive and span at least ``LOG_SPAN`` (sizes labelled ``1 KiB``, other numbers in full); a time is
     drawn in the unit of its column (:func:`_axis_values`); labels carry units (:func:`axis_label`); the title
     defaults to "<y> vs <x>" in words.  The sweep's plots and ``kbfast plot`` draw through here."""
+    from matplotlib.ticker import NullFormatter
+
     for col in (x, y, *([hue] if isinstance(hue, str) else hue or [])):
         _require(df, col)
     ok = _ok(df)
@@ -475,6 +476,7 @@ def plot_xy(df: pd.DataFrame, x: str, y: str, hue: str | list[str] | None, out: 
     xs, x_label = _axis_values(x, ok[x], ok)
     ys, y_label = _axis_values(y, pd.to_numeric(ok[y]), ok)
     drawn = pd.DataFrame({"x": xs, "y": ys}, index=ok.index)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     if len(groups) > 10:
         ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)     # a colour per line
@@ -510,7 +512,7 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
     c = df[df["rel_error"].notna()] if "rel_error" in df else df.iloc[:0]
     if c.empty:
         raise KbfastError("no cross-checked points to plot; run the sweep with --check K")
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    fig, ax = pyplot().subplots(figsize=(5.5, 5))
     cols = [k for k in ("exact_latency_ns", "latency_ns", "latency_lo_ns", "latency_hi_ns") if k in c]
     ns = pd.concat([c[k] for k in cols])
     unit = latency_unit(ns) or time_unit(ns)[0]          # as _axis_values picks it

@@ -5,21 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
-
-from kbfast.report.figures import plain_log_axis, save_figure  # noqa: E402
-from kbfast.search.front import layout_label  # noqa: E402
+from kbfast.report.figures import plain_log_axis, pyplot, save_figure
+from kbfast.search.front import layout_label
 
 
 def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
     """Tokens/s against TPOT (ms, log), one point per timed candidate: feasible ones by layout and degrees
     (:func:`~kbfast.search.front.layout_label`), the rest faint, the front as a line, the objective's best as a
     star; a candidate beaten by its lower bound as a hollow mark at its best case (TPOT at the bound)."""
+    from matplotlib.ticker import FuncFormatter
+
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     timed = table["timed"].astype(bool) if "timed" in table else pd.Series(True, index=table.index)
     beaten = table[~timed & table["error"].isna()]

@@ -29,7 +29,6 @@ from multiprocessing import get_context
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.interpolate import RegularGridInterpolator
 
 from kbfast.config.models import Transformer
 from kbfast.errors import KbfastError
@@ -283,6 +282,8 @@ class InterpolatedCosts:
         axes = [np.array(a, float) for a in (self.batches, self.kvs)]
         keep = [len(a) > 1 for a in axes]
         values = self._decode.reshape([len(a) for a, k in zip(axes, keep) if k] or [1])
+        from scipy.interpolate import RegularGridInterpolator     # 0.5 s to import: only where a table is built
+
         self._interp = RegularGridInterpolator([a for a, k in zip(axes, keep) if k], values) if any(keep) else None
         self._keep = keep
 

@@ -14,15 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from kbfast.report.figures import plain_log_axis, save_figure  # noqa: E402
-from kbfast.serving.scheduler import Schedule  # noqa: E402
+from kbfast.report.figures import plain_log_axis, pyplot, save_figure
+from kbfast.serving.scheduler import Schedule
 
 PERCENTILES = (50, 90, 99)
 
@@ -75,10 +70,12 @@ def summary(s: Schedule) -> dict:
 def plot(s: Schedule, out: Path, title: str) -> Path:
     """Three panels over the run's time (s): KV occupancy (held and reserved, % of capacity), the users of each
     decode step, and each request's TTFT and end-to-end latency at its arrival."""
+    from matplotlib.ticker import MaxNLocator
+
     steps = s.steps
     t0 = float(s.requests.arrival_ns.min()) if len(s.requests) else 0.0
     x = (steps[["start_ns", "end_ns"]].to_numpy().ravel() - t0) * 1e-9      # each step from its start to its end
-    fig, ax = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
+    fig, ax = pyplot().subplots(3, 1, figsize=(8, 7.5), sharex=True)
     for col, label in (("kv_tokens", "held"), ("reserved_tokens", "reserved (whole outputs)")):
         y = np.repeat(steps[col].to_numpy() / s.capacity_tokens * 100, 2)
         ax[0].plot(x, y, label=label, lw=1)
