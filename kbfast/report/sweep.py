@@ -532,8 +532,8 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
                 ax.errorbar(v["exact_latency_ns"][sel], v["latency_ns"][sel], fmt="none", ecolor=colour,
                             yerr=[below[sel], above[sel]], label=label)
     ax.scatter(v["exact_latency_ns"], v["latency_ns"], s=14, zorder=3, label="fast point estimate")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    for axis in "xy":                                    # plain numbers, as the other plots' log axes
+        _log_axis(ax, axis, np.log10(hi / lo))
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel(f"exact latency ({unit})")
