@@ -16,6 +16,9 @@ from kbfast.measure.rows import BUSY_BOUND, PATHS
 from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
 from kbfast.report.tables import fit, narrow_table, pack_items
 
+_KEEP = "\x00"                                           # a space no line breaks at, while wrapping
+_FIGURE = re.compile(r"(?<=\d) (?=(?:%|[nµm]?s)(?!\w))")   # between a figure and its unit
+
 # short names of the resource kinds, so that the table fits 80 columns
 KIND_SHORT = {"router_mesh": "mesh", "router_to_ucie_conn": "to UCIe", "ucie_conn_to_router": "from UCIe",
               "ucie_internal": "UCIe bus", "ucie_mesh": "UCIe link", "router_to_hbm": "to HBM",
@@ -91,9 +94,6 @@ def print_bound(console: Console, row: dict) -> None:
         words = [w.replace(_KEEP, " ") for w in _FIGURE.sub(_KEEP, text).split(" ")]
         console.print("\n".join(pack_items(words, "", "", console.width, sep="")), highlight=False, soft_wrap=True)
 
-
-_KEEP = "\x00"                                           # a space no line breaks at, while wrapping
-_FIGURE = re.compile(r"(?<=\d) (?=(?:%|[nµm]?s)(?!\w))")   # between a figure and its unit
 
 
 def print_sensitivity(console: Console, rows: list[dict], latency_ns: float) -> None:
