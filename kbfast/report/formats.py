@@ -47,9 +47,12 @@ def count(x: float | int) -> str:
 
 
 def num(x: float | None, digits: int = 1) -> str:
-    """A measured value in a column whose header carries the unit: ``1,394.4``; ``-`` when unknown."""
+    """A measured value in a column whose header carries the unit: ``1,394.4``; ``-`` when unknown; a value
+    that ``digits`` decimals would show as zero, to two significant digits (``0.0015``, not ``0.0``)."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
+    if x != 0 and abs(x) < 0.5 * 10.0 ** -digits:
+        return np.format_float_positional(x, precision=2, unique=False, fractional=False, trim="-")
     return f"{x:,.{digits}f}"
 
 
