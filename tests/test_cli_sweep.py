@@ -210,6 +210,21 @@ def test_progress_lines_are_spaced_by_the_interval() -> None:
                      "sweep x: 12 / 12 points (100.0 %), 1.43 points/s, 7 s elapsed"]
 
 
+def test_a_progress_line_wider_than_the_terminal_breaks_between_its_parts() -> None:
+    """Long waits read in minutes and hours, and a line that would pass 80 columns goes on, indented, on the
+    next one, never broken inside a part."""
+    from kbfast.cli.sweep import ProgressLines
+
+    now, lines = [0.0], []
+    p = ProgressLines("step shapes", 5.0, clock=lambda: now[0], write=lines.append, width=80)
+    p.update(0, 1_000_000)
+    now[0] = 1640.0
+    p.update(100_000, 1_000_000)
+    assert lines[1] == ("step shapes: 100,000 / 1,000,000 points (10.0 %), 61 points/s,\n"
+                        "  27 min 20 s elapsed, about 4 h 06 min left")
+    assert all(len(line) <= 80 for text in lines for line in text.splitlines())
+
+
 @pytest.mark.parametrize(("body", "expected", "hint"), [
     (TINY.replace("axes:", "axis:"), "axis: unknown key", "did you mean 'axes'?"),
     (TINY.replace("workload.size", "workload.sise"), "workload.sise: unknown allreduce field 'sise'",

@@ -18,7 +18,7 @@ from kbfast.bench import BenchRow
 from kbfast.cli.bench import bench_table
 from kbfast.report.explain import fit, narrow_table
 from kbfast.report.formats import (column_unit, duration, figure, figures, in_unit, percent, time_unit,
-                                   with_unit)
+                                   wall_time, with_unit)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
 
@@ -30,6 +30,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
 ])
 def test_duration_scales_the_unit_to_the_value(ns, text):
     assert duration(ns) == text
+
+
+@pytest.mark.parametrize("s, text", [(0.0, "0 s"), (16.4, "16 s"), (59.6, "1 min 00 s"), (186.0, "3 min 06 s"),
+                                      (1640.0, "27 min 20 s"), (14_760.0, "4 h 06 min"), (-2.0, "0 s")])
+def test_a_wall_clock_wait_reads_in_seconds_minutes_and_hours(s, text):
+    assert wall_time(s) == text
 
 
 def test_a_column_takes_one_unit_from_its_largest_value():

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
-from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent
+from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, wall_time
 from kbfast.report.tables import fit, fit_table, narrow_table
 from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table,
                                  inert_inputs, inert_notes, plot_xy, series_columns, summary_table, table_view,
@@ -59,8 +59,9 @@ class ProgressLines:
     so a long batch still shows that the run goes on.  ``clock`` and ``write`` are injectable for tests."""
 
     def __init__(self, label: str, every: float, clock: Callable[[], float] = time.monotonic,
-                 write: Callable[[str], None] | None = None) -> None:
+                 write: Callable[[str], None] | None = None, width: int | None = None) -> None:
         self.label, self.every, self.clock = label, every, clock
+        self.width = width or err_console.width           # a longer line wraps between its parts
         self.write = write or (lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
         self.lock = threading.Lock()            # update (the run) and tick (the timer) come from two threads
         self.t0, self.last = clock(), None
@@ -85,13 +86,26 @@ class ProgressLines:
         now = self.clock()
         elapsed = now - self.t0
         per_s = (self.done - self.start) / elapsed if elapsed > 0 else 0.0
-        text = (f"{self.label}: {count(self.done)} / {count(self.total)} points "
-                f"({percent(self.done / self.total if self.total else 1.0)}), {_rate(per_s)} points/s, "
-                f"{count(elapsed)} s elapsed")
+        parts = [f"{self.label}: {count(self.done)} / {count(self.total)} points "
+                 f"({percent(self.done / self.total if self.total else 1.0)})", f"{_rate(per_s)} points/s",
+                 f"{wall_time(elapsed)} elapsed"]
         if per_s > 0 and self.done < self.total:
-            text += f", about {count((self.total - self.done) / per_s)} s left"
-        self.write(text)
+            parts.append(f"about {wall_time((self.total - self.done) / per_s)} left")
+        self.write(_wrapped(parts, self.width))
         self.last = now
+
+
+def _wrapped(parts: list[str], width: int, indent: str = "  ") -> str:
+    """``parts`` joined by commas on one line, or, where that is wider than ``width``, on as many lines as
+    they need, broken between parts and the later lines indented."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + len(", ") + len(part) + 1 <= width:    # the comma that ends a line counts too
+            lines[-1] += f", {part}"
+        else:
+            lines[-1] += ","
+            lines.append(indent + part)
+    return "\n".join(lines)
 
 
 @contextmanager

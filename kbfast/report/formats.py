@@ -129,6 +129,17 @@ def duration(ns: float | None) -> str:
     return f"{v:,.{max(TIME_DIGITS - whole, 0)}f} {unit}"
 
 
+def wall_time(s: float) -> str:
+    """A wall-clock wait in whole seconds, minutes and hours, as a person reads one: ``16 s``,
+    ``27 min 20 s``, ``4 h 06 min``."""
+    s = max(int(round(s)), 0)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600:,} h {s % 3600 // 60:02d} min"
+
+
 def percent(frac: float | None, digits: int = 1) -> str:
     """A fraction of a whole (utilisation, share) as a percent: ``91.9 %``; ``-`` when unknown."""
     if frac is None or not math.isfinite(frac):
