@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+from difflib import get_close_matches
+from functools import cache
+
 import typer
 import typer.core
+import typer.main
 
 from kbfast import __version__
-from kbfast.cli.bench import bench
-from kbfast.cli.calibrate import calibrate
-from kbfast.cli.probe import probe
-from kbfast.cli.run import run_app
-from kbfast.cli.search import search_command
-from kbfast.cli.serve import serve_command
-from kbfast.cli.sweep import check, plot, sweep
-from kbfast.cli.topo import topo_app
+
+# the Click whose errors typer's commands raise: recent typer carries its own copy, older typer uses click
+_CLICK = getattr(typer.core, "_click", None) or importlib.import_module("click")
+UsageError = importlib.import_module(f"{_CLICK.__name__}.exceptions").UsageError
+
 
 def _flags_take_no_value() -> None:
     """Help shows a flag (``--exact``) bare: recent typer prints a ``<bool>`` type beside every flag, as if
@@ -32,23 +34,79 @@ def _flags_take_no_value() -> None:
 
 _flags_take_no_value()
 
+# command -> (module, its function or Typer app, the one-line summary of the listing), in the listing's order.
+# A command's module loads when the command runs or shows its own help, not when another runs or ``kbfast
+# --help`` lists them all: together they import pandas, numba and every evaluator (about 1 s).
+COMMANDS = {
+    "sweep": ("kbfast.cli.sweep", "sweep", "Evaluate a sweep spec; write results, summary and plots."),
+    "check": ("kbfast.cli.sweep", "check", "Cross-check random sweep points, fast against exact."),
+    "plot": ("kbfast.cli.sweep", "plot", "Re-plot saved sweep results without recomputing."),
+    "topo": ("kbfast.cli.topo", "topo_app", "Inspect topologies: summaries, floor plans and routes."),
+    "probe": ("kbfast.cli.probe", "probe", "Run named traffic scenarios and check their invariants."),
+    "bench": ("kbfast.cli.bench", "bench", "Measure speed and memory against the design targets."),
+    "calibrate": ("kbfast.cli.calibrate", "calibrate", "Evaluate every reference figure, fast and exact."),
+    "run": ("kbfast.cli.run", "run_app", "Run one point: an all-reduce, a transfer, a GEMM, a model."),
+    "serve": ("kbfast.cli.serve", "serve_command", "Serve a model under a request load: TTFT, TPOT, tokens/s."),
+    "search": ("kbfast.cli.search", "search_command", "Search layouts and parallelism for a model's decode step."),
+}
+_LISTING = "kbfast.listing"   # ctx.meta key: set while the top-level help lists the commands
+
+
+@cache
+def load_command(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
+    """The Click command ``name`` of :data:`COMMANDS`, its module imported: a function becomes a command as
+    ``app.command(name)`` would make it, a Typer app a group; its listing summary is the table's."""
+    module, attr, summary = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attr)
+    if not isinstance(target, typer.Typer):
+        one = typer.Typer()
+        one.command(name)(target)
+        target = one
+    cmd = typer.main.get_command(target)
+    cmd.name, cmd.short_help = name, summary
+    return cmd
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """The top-level group: its commands load on demand (:func:`load_command`), and its help lists them from
+    :data:`COMMANDS` without loading any (click's listing asks each command for its summary)."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return [*super().list_commands(ctx), *COMMANDS]
+
+    def get_command(self, ctx: typer.Context, name: str) -> typer.core.TyperCommand | typer.core.TyperGroup | None:
+        if name not in COMMANDS:
+            return super().get_command(ctx, name)
+        if ctx.meta.get(_LISTING):
+            return typer.core.TyperCommand(name, short_help=COMMANDS[name][2])
+        return load_command(name)
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple:
+        """Click's, and for a name that is no command the close ones, as Typer suggests among loaded commands."""
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as err:
+            close = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if close and "Did you mean" not in err.message:
+                err.message = f"{err.message.rstrip('.')}. Did you mean {', '.join(map(repr, close))}?"
+            raise
+
+    def format_help(self, ctx: typer.Context, formatter) -> None:  # noqa: ANN001 - Click's HelpFormatter
+        ctx.meta[_LISTING] = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            del ctx.meta[_LISTING]
+
+
 app = typer.Typer(
     name="kbfast",
+    cls=LazyGroup,
     help="Fast performance model of the AHBM accelerator system: fast path plus exact flit-level replay.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("sweep", short_help="Evaluate a sweep spec; write results, summary and plots.")(sweep)
-app.command("check", short_help="Cross-check random sweep points, fast against exact.")(check)
-app.command("plot", short_help="Re-plot saved sweep results without recomputing.")(plot)
-app.add_typer(topo_app, name="topo")
-app.command("probe", short_help="Run named traffic scenarios and check their invariants.")(probe)
-app.command("bench", short_help="Measure speed and memory against the design targets.")(bench)
-app.command("calibrate", short_help="Evaluate every reference figure, fast and exact.")(calibrate)
-app.add_typer(run_app, name="run", short_help="Run one point: an all-reduce, a transfer, a GEMM, a model.")
-app.command("serve", short_help="Serve a model under a request load: TTFT, TPOT, tokens/s.")(serve_command)
-app.command("search", short_help="Search layouts and parallelism for a model's decode step.")(search_command)
 
 
 def _version(value: bool) -> None:
