@@ -32,6 +32,7 @@ Hierarchical composition, exactly equal to flat Dijkstra on the whole system for
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -275,6 +276,9 @@ class RouteSet:
         return np.concatenate([[self.src[i]], edge_dst[self.edges_of(i)]]).astype(np.int32)
 
 
+RECENT, RECENT_PAIRS = 64, 4096   # queries Router.routes keeps, and the most pairs of one it keeps
+
+
 class Router:
     """Shared route tables for both evaluators; trees are cached per (graph, SIP-local source).
 
@@ -302,6 +306,7 @@ class Router:
         self._stacked = np.zeros((0, tables.layout.nodes_per_sip), np.int32)
         chip = tables.spec.sip.io_chiplets[0].id
         self._pcie_local = tables.io_names.index(f"{chip}.pcie_ep")
+        self._recent: OrderedDict = OrderedDict()   # (kind, src, dst bytes) -> RouteSet, the latest queries
 
     def _row(self, graph: Graph, local_src: int) -> int:
         key = (int(graph), int(local_src))
@@ -344,11 +349,29 @@ class Router:
         raise ValueError(f"route kind must be one of {ROUTE_KINDS}, got {kind!r}")
 
     def routes(self, src, dst, kind: str = "pe_dma") -> RouteSet:
-        """Routes for many (source, destination) node pairs, without all-pairs tables."""
+        """Routes for many (source, destination) node pairs, without all-pairs tables.  The ``RECENT`` latest
+        queries of at most ``RECENT_PAIRS`` pairs are kept: a sweep's points build the same Programs' routes
+        again and again (its arrays are read-only)."""
         src = np.asarray(src, np.int64).ravel()
         dst = np.asarray(dst, np.int64).ravel()
         if src.shape != dst.shape:
             raise ValueError("src and dst must have the same length")
+        if len(src) > RECENT_PAIRS:
+            return self._routes(src, dst, kind)
+        key = (kind, src.tobytes(), dst.tobytes())
+        hit = self._recent.get(key)
+        if hit is None:
+            hit = self._recent[key] = self._routes(src, dst, kind)
+            for a in (hit.src, hit.dst, hit.ptr, hit.edges):
+                a.flags.writeable = False
+            if len(self._recent) > RECENT:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.move_to_end(key)
+        return hit
+
+    def _routes(self, src: np.ndarray, dst: np.ndarray, kind: str) -> RouteSet:
+        """:meth:`routes`, computed."""
         if np.any(src == 0) or np.any(dst == 0):
             raise RoutingError("routes start and end inside a SIP; the switch is only a transit node")
         lay = self.t.layout
