@@ -57,7 +57,7 @@ def _system(t: Tables) -> tuple[str, bool, int]:
     naming it, whether a PC read/write turnaround is free, and :func:`pc_round_bytes`."""
     if t not in _SYSTEMS:
         hbm = t.spec.hbm
-        _SYSTEMS[t] = repr(t.spec), hbm.switch_penalty_ns == 0.0, hbm.pcs_per_pe * hbm.burst_bytes
+        _SYSTEMS[t] = t.system_key, hbm.switch_penalty_ns == 0.0, hbm.pcs_per_pe * hbm.burst_bytes
     return _SYSTEMS[t]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,10 +126,17 @@ class CommandTimer:
         self._rep: list[int] = []                 # a node of each class
         self._route_keys: list[tuple] = []        # each class's route key
         self._keys: dict[tuple, int] = {}
+        self._of_nodes: OrderedDict = OrderedDict()   # nodes' bytes -> their route classes (the latest)
         self._system = (repr(t.spec.pe), repr(t.spec.hbm), repr(t.spec.fabric))
 
     def route_class(self, nodes: np.ndarray) -> np.ndarray:
-        """Each node's route class (cubes are copies of one template: a node's class is its local index's)."""
+        """Each node's route class (cubes are copies of one template: a node's class is its local index's);
+        remembered for the ``PIECE_CACHE`` latest node arrays (a sweep's points time the same pieces)."""
+        nodes = np.asarray(nodes, np.int64)
+        return _remembered(self._of_nodes, nodes.tobytes(), lambda: self._route_classes(nodes))
+
+    def _route_classes(self, nodes: np.ndarray) -> np.ndarray:
+        """:meth:`route_class`, found."""
         _, local = cube_locals(self.t, nodes)
         first, inverse = np.unique(local, return_index=True, return_inverse=True)[1:]
         for i in first.tolist():
@@ -140,7 +148,9 @@ class CommandTimer:
                     self._rep.append(node)
                     self._route_keys.append(key)
                 self._class[lo] = self._keys[key]
-        return np.array([self._class[int(local[i])] for i in first.tolist()], np.int64)[inverse.ravel()]
+        classes = np.array([self._class[int(local[i])] for i in first.tolist()], np.int64)[inverse.ravel()]
+        classes.flags.writeable = False
+        return classes
 
     def times(self, commands: list[GemmCommand], cmd: np.ndarray, nodes: np.ndarray, which: int,
               pre: np.ndarray | None = None, part: np.ndarray | None = None) -> np.ndarray:
@@ -246,7 +256,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
     stand-in Program exactly when it fits the budget, kbfast.measure.hybrid) or ``fluid`` (the fast schedule only).
     ``bounds`` False: the fast path's point alone, its bounds NaN and its roofline floors left out (a serving
-    run's step costs: about a third quicker).  ``system``: ``repr(t.spec)``, when the caller has it."""
+    run's step costs: about a third quicker).  ``system``: ``t.system_key``, when the caller has it."""
     if mode not in MODES or method not in FAST_CHOICES:
         raise ValueError((mode, method))
     t0 = time.perf_counter()
@@ -260,7 +270,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
         floors = piece_floors(t, build_piece(t, router, piece, untimed, launch_ns), piece.commands,
                               np.asarray(untimed.command_op), np.asarray(untimed.command_id))
     else:
-        timer = timer or CommandTimer(t, router)
+        timer = timer or command_timer(t, router)
         lower = TimedLowering(piece.commands, lambda c, n, pre, part: timer.times(piece.commands, c, n, 0, pre, part))
         p = build_piece(t, router, piece, lower, launch_ns)
         bounded = None
@@ -272,7 +282,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                 arg = p.op_arg.copy()
                 arg[timed] = timer.times(piece.commands, args[:, 0], nodes, which, args[:, 1], args[:, 2])
                 bounded.append(dataclasses.replace(p, op_arg=arg))
-        ev = _stand_in(system or repr(t.spec), p, bounded, method)
+        ev = _stand_in(system or t.system_key, p, bounded, method)
         res, method = ev.point, ev.method
         lat = res.latency(p.launch_ns)
         lo = hi = np.nan
@@ -282,7 +292,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
             floors = piece_floors(t, p, piece.commands, np.asarray(lower.command_op, np.int64),
                                   np.asarray(lower.command_id, np.int64))
     wall = time.perf_counter() - t0
-    timer = timer or CommandTimer(t, router)
+    timer = timer or command_timer(t, router)
     return PieceResult(piece, mode, float(lat), float(lo), float(hi),
                        last_pe_time_by_category(p, res, piece, lower, timer),
                        phase_ends(p, res.op_end_ns, p.launch_ns), dict(lower.counts), wall, method, p, floors,
@@ -295,7 +305,7 @@ _LAUNCH: OrderedDict = OrderedDict()   # (system but its link bandwidths, PEs) -
 def _launch_ns(t: Tables, router: Router, nodes: np.ndarray) -> float:
     """The launch barrier of a kernel on ``nodes`` (kbfast.workloads.launch), remembered: it sums overheads
     and propagation along zero-byte routes, so the link bandwidths do not enter it."""
-    key = (repr(t.spec.model_copy(update={"link": None})), nodes.tobytes())
+    key = (t.system_key_without_links, nodes.tobytes())
     return _remembered(_LAUNCH, key, lambda: launch_timing(t, router, nodes).target_start_ns)
 
 
@@ -323,6 +333,18 @@ def _piece_key(system: str, piece: Piece) -> tuple:
     """What a piece's result depends on besides how it is evaluated: the system, its kernel, sizes, commands and
     ranks."""
     return system, piece.name, piece.kernel, repr(piece.info), repr(piece.commands), _ranks(piece)
+
+
+_TIMERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # Router -> the CommandTimer of its system
+
+
+def command_timer(t: Tables, router: Router) -> CommandTimer:
+    """The CommandTimer of ``router``'s system, one per Router: the route classes it finds serve every later
+    point of a sweep's system (its command times are shared across timers anyway)."""
+    timer = _TIMERS.get(router)
+    if timer is None or timer.t is not t:
+        timer = _TIMERS[router] = CommandTimer(t, router)
+    return timer
 
 
 _PIECES: OrderedDict = OrderedDict()   # (system, piece, mode, method, launch) -> PieceResult
@@ -368,7 +390,7 @@ def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, 
         if replayed is None:        # the fast schedule's point, in its own bounds
             return float(run_fast(p, tight=False).latency_ns(p.launch_ns)[0])
         return replayed.latency(p.launch_ns)
-    return _remembered(_ALONE, (repr(t.spec), _ranks(piece), nbytes, tile_io, method, algorithm), make)
+    return _remembered(_ALONE, (t.system_key, _ranks(piece), nbytes, tile_io, method, algorithm), make)
 
 
 def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
@@ -393,7 +415,7 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
         if not ok:
             raise refusal
         return min(ok, key=ok.get), times
-    return _remembered(_CHOSEN, (repr(t.spec), _ranks(piece), nbytes, tile_io, method, tuple(algs)), make)
+    return _remembered(_CHOSEN, (t.system_key, _ranks(piece), nbytes, tile_io, method, tuple(algs)), make)
 
 
 def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: str,
@@ -767,11 +789,11 @@ def run_step(t: Tables, router: Router, plan: StepPlan, modes: tuple[str, ...] =
     """Evaluate the pieces of ``plan`` in each of ``modes``.  When a mode after the first is refused (a
     KbfastError: over the memory limit, say), the modes before it are kept and the refusal is in ``refused``.
     ``bounds`` False: the fast path's points alone (:func:`evaluate_piece`)."""
-    timer = CommandTimer(t, router)
+    timer = command_timer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in plan.pieces}
     pieces, choices = resolve_collectives(t, router, plan.pieces, plan.method, launch)
     pieces = resolve_prefetches(t, router, pieces, plan.method, launch, timer)
-    system = repr(t.spec)
+    system = t.system_key
     results: dict[str, list[PieceResult]] = {}
     refused = None
     for m in modes:
@@ -803,11 +825,11 @@ def step_lower_ns(t: Tables, router: Router, plan: StepPlan) -> float:
 
     ``auto`` all-reduces are chosen first (:func:`resolve_collectives`), and prefetches limited, as
     :func:`run_step` does."""
-    timer = CommandTimer(t, router)
+    timer = command_timer(t, router)
     launch = {p.nodes.tobytes(): _launch_ns(t, router, p.nodes) for p in plan.pieces}
     pieces, _ = resolve_collectives(t, router, plan.pieces, plan.method, launch)
     pieces = resolve_prefetches(t, router, pieces, plan.method, launch, timer)
-    system = repr(t.spec)
+    system = t.system_key
     lows = {p.name: _memo_lower(system, t, router, p, timer, launch[p.nodes.tobytes()]) for p in pieces}
     par, layers = plan.parallel, plan.layers or 1
     if par.pp == 1:
@@ -863,7 +885,7 @@ def _build(t: Tables, router: Router, w: dict[str, Any]) -> Built:
     piece = _prepare(t, router, w).pieces[0]
     launch = {piece.nodes.tobytes(): _launch_ns(t, router, piece.nodes)}
     piece = resolve_collectives(t, router, [piece], str(w["method"]), launch)[0][0]
-    piece = resolve_prefetches(t, router, [piece], str(w["method"]), launch, CommandTimer(t, router))[0]
+    piece = resolve_prefetches(t, router, [piece], str(w["method"]), launch, command_timer(t, router))[0]
     return Built(build_piece(t, router, piece, TileLowering(piece.commands)), model=piece)
 
 

@@ -191,6 +191,16 @@ class Tables:
         return len(self.edge_src)
 
     @functools.cached_property
+    def system_key(self) -> str:
+        """A key naming the system: its spec's repr, made once (it takes 0.1-0.5 ms; memo keys read it often)."""
+        return repr(self.spec)
+
+    @functools.cached_property
+    def system_key_without_links(self) -> str:
+        """:attr:`system_key` with the link bandwidths left out: for what only overheads and propagation set."""
+        return repr(self.spec.model_copy(update={"link": None}))
+
+    @functools.cached_property
     def edge_prop_ns(self) -> np.ndarray:
         """Propagation per edge: ``distance_mm * ns_per_mm`` (spec_fabric §5.2)."""
         return self.edge_mm * self.spec.fabric.ns_per_mm
