@@ -17,7 +17,8 @@ from kbfast.config.models import Collective, load_model, model_names
 from kbfast.errors import ConfigError, KbfastError
 from kbfast.ir import Op
 from kbfast.measure.methods import FAST_CHOICES
-from kbfast.measure.model import evaluate_piece, evaluate_step
+from kbfast.measure.model import CommandTimer, command_timer, evaluate_piece, evaluate_step
+from kbfast.topology.kinds import NodeKind
 from kbfast.workloads.kernels import ScheduleError
 from kbfast.workloads.model import build_piece, compile_model, shape_for
 from kbfast.workloads.collectives.in_model import ALGORITHMS, CHOICES
@@ -129,6 +130,20 @@ def test_shape_rules():
 
 
 # -- symbolic checks and op counts --------------------------------------------------------------------------
+def test_a_routers_command_timer_and_system_keys_serve_every_later_point(tray):
+    """A sweep's points of one system share its Router's CommandTimer, whose route classes are kept per node
+    array (read-only) and equal a fresh timer's; the system's keys are its spec's repr, made once."""
+    t, router = tray
+    timer = command_timer(t, router)
+    assert command_timer(t, router) is timer
+    nodes = np.flatnonzero(t.node_kind == NodeKind.PE_DMA)[::7]
+    classes = timer.route_class(nodes)
+    assert timer.route_class(nodes.copy()) is classes and not classes.flags.writeable
+    assert np.array_equal(CommandTimer(t, router).route_class(nodes), classes)
+    assert t.system_key == repr(t.spec) and t.system_key is t.system_key
+    assert t.system_key_without_links == repr(t.spec.model_copy(update={"link": None}))
+
+
 def test_decode_panels_run_two_gemms_per_rank(tray):
     t, router = tray
     pieces = {p.name: p for p in compile_model(t, load_model("gqa_llama70b_validation"))}

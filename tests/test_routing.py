@@ -270,6 +270,30 @@ def test_routes_are_deterministic(tables, router):
     np.testing.assert_array_equal(again.edges, first.edges)
 
 
+def test_a_repeated_query_is_kept_read_only_and_the_oldest_goes_first(tables):
+    """Router.routes keeps its RECENT latest queries of at most RECENT_PAIRS pairs: the same query gives the
+    same routes (read-only, so no caller changes them for the next), keyed by value, not by the arrays asked
+    with; a larger query, and the least recently used past RECENT, are computed again, equal."""
+    from kbfast.topology.routing import RECENT, RECENT_PAIRS
+
+    router = Router(tables)
+    pes = np.flatnonzero(tables.node_kind == NodeKind.PE_DMA)
+    src, dst = pes[:8].copy(), pes[8:16].copy()
+    first = router.routes(src, dst)
+    src += 0                                              # the caller's arrays change after the call
+    assert router.routes(pes[:8], pes[8:16]) is first
+    assert not first.edges.flags.writeable and not first.ptr.flags.writeable
+    with pytest.raises(ValueError):
+        first.edges[0] = 0
+    for k in range(RECENT):                               # RECENT other queries push the first one out
+        router.routes(pes[k:k + 1], pes[k + 1:k + 2])
+    later = router.routes(pes[:8], pes[8:16])
+    assert later is not first and np.array_equal(later.edges, first.edges) and np.array_equal(later.ptr, first.ptr)
+    many = np.resize(pes, RECENT_PAIRS + 1)
+    big = router.routes(many, np.roll(many, 1))
+    assert router.routes(many, np.roll(many, 1)) is not big and big.edges.flags.writeable
+
+
 def test_responses_can_retrace_every_route(tables, router):
     """The engine reverses a route's edge list; every edge needs a reverse edge (same bw, same length)."""
     index = {(a, b): e for e, (a, b) in enumerate(zip(tables.edge_src.tolist(), tables.edge_dst.tolist()))}
