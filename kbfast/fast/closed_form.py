@@ -226,17 +226,11 @@ def _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nb
 
 
 @njit(cache=True, _nrt=False)
-def hbm_accept(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo):  # pragma: no cover
-    """When the HBM controller ending edges[lo:hi] takes the train's last flit (``base + V_{n-1}``)."""
-    n = (nbytes + F - 1) // F
-    K, base, ctot, b = _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo)
-    return base + _v(n - 1, n, K, F, nbytes - F * (n - 1), ctot, b)
-
-
-@njit(cache=True, _nrt=False)
 def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, addr, pc_shift, n_pcs,
                commit, pcs, buf, memo):  # pragma: no cover - jitted
-    """Finalize time at the HBM controller ending edges[lo:hi]: the latest PC commit of the train.
+    """Finalize time at the HBM controller ending edges[lo:hi], the latest PC commit of the train, and when
+    the controller takes its last flit (``base + V_{n-1}``, a PE read's end under ``read_response:
+    accepted``), from one pass over the route's segments.
 
     Flit ``i`` is on PC ``(pc0 + i) mod P``; the class members at or after ``i`` number
     ``(n-1-i)//P + 1``.  Candidates: ``i in {0, 1, n-1}`` and the first and last ``P``
@@ -276,7 +270,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             n_q = (n - 1 - first) // n_pcs + 1
             pcs[2, q] = max(pcs[2, q], pcs[1, q] + pcs[0, q] + commit * n_q)
             fin = max(fin, pcs[2, q])
-    return fin
+    return fin, base + _v(n - 1, n, K, F, sL, ctot, b)
 
 
 @njit(cache=True)
@@ -344,10 +338,10 @@ def transfer_end(kind, T, nbytes, addr, fwd, rev, fabric, hbm, pcs, buf, memo): 
     if nbytes == 0:
         fin = head + ctrl_latency(edges, flo, fhi, e_dst, e_prop, n_ovh) + n_ovh[e_dst[edges[fhi - 1]]]
     else:
-        fin = hbm_finish(edges, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
-                         n_pcs, hbm.commit_ns, pcs, buf, memo)   # (a PE_READ's commits still fill pcs[2])
+        fin, taken = hbm_finish(edges, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, addr, pc_shift,
+                                n_pcs, hbm.commit_ns, pcs, buf, memo)   # (a PE_READ's commits still fill pcs[2])
         if kind == PE_READ:
-            fin = hbm_accept(edges, flo, fhi, e_dst, e_c, e_prop, n_ovh, n_flit, head, nbytes, F, buf, memo)
+            fin = taken
     if kind == H2D:
         return fin
     return fin + _response(edges, rlo, rhi, e_dst, e_prop, n_ovh, buf, memo) + n_ovh[e_dst[edges[rhi - 1]]]
