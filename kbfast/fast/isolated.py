@@ -119,7 +119,7 @@ def isolated_latencies(routes: TransferRoutes, src: np.ndarray, dst: np.ndarray,
     kinds = (np.full(len(src), KINDS[kind], np.int64) if isinstance(kind, str) else
              np.array([KINDS[k] for k in kind], np.int64))
     # gathered in run order: the kernel then reads each array straight through (in input order, its random
-    # reads missed the cache: 20 % of 10^6 random flows' time)
+    # reads missed the cache: a third of 10^6 random flows' time)
     order = _by_set_and_route(pset, inv, k)
     fwd = inv[order]
     points = IsoPoints(kind=kinds[order], nbytes=nbytes[order], addr=addr[order], fwd=fwd, rev=k + fwd,

@@ -24,7 +24,6 @@ operands out with its own shape, and would otherwise meet them in another order.
 from __future__ import annotations
 
 import math
-import weakref
 from collections import OrderedDict
 from functools import lru_cache
 
@@ -49,34 +48,17 @@ _FITS: OrderedDict[tuple, tuple | None] = OrderedDict()        # (system, routin
 Tiles = tuple[int, int, int]    # a prefix's (m, n, k) tiles
 
 
-_SYSTEMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # Tables -> (key, turnaround free, PC round)
-
-
-def _system(t: Tables) -> tuple[str, bool, int]:
-    """What the steady state reads of ``t``'s system, once per Tables (the spec's repr takes 0.1 ms): a key
-    naming it, whether a PC read/write turnaround is free, and :func:`pc_round_bytes`."""
-    if t not in _SYSTEMS:
-        hbm = t.spec.hbm
-        _SYSTEMS[t] = t.system_key, hbm.switch_penalty_ns == 0.0, hbm.pcs_per_pe * hbm.burst_bytes
-    return _SYSTEMS[t]
-
-
-def system_key(t: Tables) -> str:
-    """A key naming ``t``'s system (its spec's repr)."""
-    return _system(t)[0]
-
-
 def pc_round_bytes(t: Tables) -> int:
     """One round of a PE's PCs: ``hbm.pcs_per_pe`` bursts (consecutive bursts go to consecutive PCs)."""
-    return _system(t)[2]
+    return t.spec.hbm.pcs_per_pe * t.spec.hbm.burst_bytes
 
 
 def applies(t: Tables, plan: GemmPlan, addresses: tuple[int, ...] = ()) -> bool:
     """Whether the steady state holds with its bounds for ``plan`` on ``t`` (module docstring): no PC
     read/write turnaround, and every tile (and each operand address in ``addresses``) a whole number of PC
     rounds."""
-    _, turnaround_free, rounds = _system(t)
-    return turnaround_free and all(
+    rounds = pc_round_bytes(t)
+    return t.spec.hbm.switch_penalty_ns == 0.0 and all(
         x % rounds == 0 for x in (plan.a_tile_bytes, plan.b_tile_bytes, plan.c_tile_bytes, *addresses))
 
 
@@ -101,7 +83,7 @@ def steady_excess(t: Tables, router: Router, plan: GemmPlan, nodes: tuple[int, i
     prefixes are not yet in the steady state.  ``nodes``: the PE's pe_dma, its controller and B's;
     ``times``: ``plan``'s :func:`~kbfast.fast.maxplus_gemm.dma_times` row (a prefix's tile transfers are the
     same).  Remembered per (system, routing, nodes, pinning, epilogues, prefixes)."""
-    system = system_key(t)
+    system = t.system_key
     shapes = _prefix_tiles(plan.m_tiles, plan.n_tiles, plan.k_tiles, plan.depth)
     k = shapes[0][2]
     check = (shapes[0][0], shapes[0][1], min(plan.k_tiles, k + K_CHECK)) if plan.k_tiles > k else None
