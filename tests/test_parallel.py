@@ -654,3 +654,28 @@ def test_replicas_all_reduce_is_remembered_apart_from_the_whole_trays(tiny):
     launch = mm._launch_ns(t, r, one.nodes)
     assert mm.allreduce_alone_ns(t, r, one, "lrab", "hybrid", launch) != \
         mm.allreduce_alone_ns(t, r, two, "lrab", "hybrid", launch)
+
+
+def test_all_reduce_times_outlive_more_pieces_than_the_piece_cache(tiny, monkeypatch):
+    """A search comes back to a system, its ranks and a message after many other candidates: an all-reduce timed
+    alone is still remembered after more than ``PIECE_CACHE`` other messages were timed (a time is a few numbers,
+    a piece's result is not), and is not built again."""
+    from kbfast import Router, build_tables, load_system
+    from kbfast.measure import model as mm
+    from kbfast.workloads.model import with_fields
+    t = build_tables(load_system("ahbm_2sip"))
+    r = Router(t)
+    m = load_model(tiny)
+    plan = mm.plan_step(t, m, shape_for(m, "decode", 2, None, 64), "tp_cubes", None, "hybrid", "lrab")
+    piece = plan.pieces[0]
+    launch = mm._launch_ns(t, r, piece.nodes)
+    builds, real = [], mm.build_piece
+    monkeypatch.setattr(mm, "build_piece", lambda *a, **k: builds.append(1) or real(*a, **k))
+    mm._forget()
+    first = mm.allreduce_alone_ns(t, r, piece, "lrab", "hybrid", launch)
+    nbytes = mm.allreduce_message(piece)[0]
+    for n in range(mm.PIECE_CACHE + 1):             # other messages
+        mm.allreduce_alone_ns(t, r, with_fields(piece, allreduce_bytes=nbytes + 16 * (n + 1)), "lrab", "hybrid",
+                              launch)
+    n_built = len(builds)
+    assert mm.allreduce_alone_ns(t, r, piece, "lrab", "hybrid", launch) == first and len(builds) == n_built

@@ -306,17 +306,17 @@ def _launch_ns(t: Tables, router: Router, nodes: np.ndarray) -> float:
     """The launch barrier of a kernel on ``nodes`` (kbfast.workloads.launch), remembered: it sums overheads
     and propagation along zero-byte routes, so the link bandwidths do not enter it."""
     key = (t.system_key_without_links, nodes.tobytes())
-    return _remembered(_LAUNCH, key, lambda: launch_timing(t, router, nodes).target_start_ns)
+    return _remembered(_LAUNCH, key, lambda: launch_timing(t, router, nodes).target_start_ns, TIMES_CACHE)
 
 
-def _remembered(cache: OrderedDict, key, make):
-    """``make()``, remembered in ``cache`` under ``key`` with the ``PIECE_CACHE`` most recently used (nothing
-    when ``make`` raises)."""
+def _remembered(cache: OrderedDict, key, make, limit: int | None = None):
+    """``make()``, remembered in ``cache`` under ``key`` with the ``limit`` (default ``PIECE_CACHE``) most
+    recently used (nothing when ``make`` raises)."""
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
     value = cache[key] = make()
-    if len(cache) > PIECE_CACHE:
+    if len(cache) > (limit or PIECE_CACHE):
         cache.popitem(last=False)
     return value
 
@@ -349,6 +349,10 @@ def command_timer(t: Tables, router: Router) -> CommandTimer:
 
 _PIECES: OrderedDict = OrderedDict()   # (system, piece, mode, method, launch) -> PieceResult
 PIECE_CACHE = 64
+# caches of a few numbers each (launch barriers, all-reduce times and auto's choices): a search's candidates
+# come back to a system, its ranks and a message after many others, which 64 entries had already dropped
+# (on the default Llama-3-70B search, 42 of 230 all-reduce timings were made twice)
+TIMES_CACHE = 4096
 
 
 def _memo_piece(system: str, t: Tables, router: Router, piece: Piece, mode: str, timer: CommandTimer, method: str,
@@ -390,7 +394,7 @@ def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, 
         if replayed is None:        # the fast schedule's point, in its own bounds
             return float(run_fast(p, tight=False).latency_ns(p.launch_ns)[0])
         return replayed.latency(p.launch_ns)
-    return _remembered(_ALONE, (t.system_key, _ranks(piece), nbytes, tile_io, method, algorithm), make)
+    return _remembered(_ALONE, (t.system_key, _ranks(piece), nbytes, tile_io, method, algorithm), make, TIMES_CACHE)
 
 
 def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
@@ -415,7 +419,8 @@ def choose_collective(t: Tables, router: Router, piece: Piece, method: str,
         if not ok:
             raise refusal
         return min(ok, key=ok.get), times
-    return _remembered(_CHOSEN, (t.system_key, _ranks(piece), nbytes, tile_io, method, tuple(algs)), make)
+    return _remembered(_CHOSEN, (t.system_key, _ranks(piece), nbytes, tile_io, method, tuple(algs)), make,
+                       TIMES_CACHE)
 
 
 def resolve_collectives(t: Tables, router: Router, pieces: list[Piece], method: str,
