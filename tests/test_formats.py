@@ -151,6 +151,26 @@ def test_fit_leaves_a_fitting_table_alone_and_wraps_only_text():
     assert max(map(len, text.splitlines())) <= 40 and "18.9 %" in text and "resource" in text
 
 
+@pytest.mark.parametrize("width", [80, 40])
+def test_a_title_or_caption_wider_than_the_columns_wraps_at_the_terminal_not_the_columns(width):
+    """rich wraps a table's title and caption within the table's own width; a narrow table's long title
+    gets lines of its own instead, one line where the terminal has room, and wrapped between words where not."""
+    console = Console(width=width, file=io.StringIO())
+    title = "critical path (last PE back to launch), by part of the timeline"
+    t = narrow_table(title, "part", "time ns", "share", caption="bound by: zero-load fabric transfers")
+    t.add_row("fabric transfer", "1,010.9", "54.1 %")
+    lines = _render(fit(console, t), width).splitlines()
+    assert max(map(len, lines)) <= width and "1,010.9" in lines[-2]
+    if width == 80:
+        assert lines[0].strip() == title and lines[-1].strip() == "bound by: zero-load fabric transfers"
+    else:
+        header = next(i for i, line in enumerate(lines) if line.startswith("part "))
+        assert header == 2 and " ".join(" ".join(lines[:header]).split()) == title
+    short = narrow_table("parts", "part", "time ns", "share")        # a title that fits stays the table's
+    short.add_row("fabric transfer", "1,010.9", "54.1 %")
+    assert fit(console, short) is short and short.title == "parts"
+
+
 def test_bench_table_scales_times():
     rows = [BenchRow("fast: the 4096^3 recurrence alone", 123.4, "µs", "", None),
             BenchRow("Llama-3-70B decode step, fast", 0.0234, "s", "<= 1 s", True),

@@ -92,7 +92,7 @@ def fit(console: Console, table: Table, wrap: Collection[str] = (),
         if not col.no_wrap:
             col.overflow = "fold"            # a word longer than the column folds, never cut
     if _needed(console, table) <= width:
-        return table
+        return _lines_apart(console, table)
     left_out: list[str] = []
     for heads in drop:
         left_out += [heads] if isinstance(heads, str) else heads
@@ -100,8 +100,23 @@ def fit(console: Console, table: Table, wrap: Collection[str] = (),
         if _needed(console, narrower) <= width:
             note = f"left out at {width} columns: {', '.join(left_out)} (a wider terminal shows them)"
             narrower.caption = f"{table.caption}\n{note}" if table.caption else note
-            return narrower
+            return _lines_apart(console, narrower)
     return stacked(table)
+
+
+def _lines_apart(console: Console, table: Table) -> RenderableType:
+    """``table`` with a title or caption wider than its columns as lines of their own, above and below it,
+    which wrap at the console's width; rich wraps them within the columns (``busiest resources (busy =
+    bytes / bandwidth, share`` over ``of the latency)`` above a 52-column table)."""
+    width = _needed(console, table)
+    head, foot = (x if x and max(len(line) for line in str(x).split("\n")) > width else None
+                  for x in (table.title, table.caption))
+    if head is None and foot is None:
+        return table
+    table.title = None if head else table.title
+    table.caption = None if foot else table.caption
+    return Group(*([Text(str(head), style="table.title")] if head else []), table,
+                 *([Text(str(foot), style="table.caption")] if foot else []))
 
 
 def pack_items(items: list[str], first: str, indent: str, width: int, sep: str = ",") -> list[str]:
