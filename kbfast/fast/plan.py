@@ -392,9 +392,19 @@ class Plan:
     share: np.ndarray         # per op: its payload route has a shared resource
     shared_edge: np.ndarray   # per compact edge: in a shared resource
     shared_node: np.ndarray   # per compact node: its worker is a shared resource
-    bounds: BoundTables       # flow classes of the interference bound
+    planned: Program          # the Program plan_fast planned (with_times keeps it: the bounds' tables are its)
     # what the bounds derive from the structure alone, made once and shared by with_times' plans
     memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def bounds(self) -> BoundTables:
+        """The flow classes of the interference bound (:func:`_bound_tables`), made on first use: a lower-bound
+        schedule alone (``kbfast.fast.evaluate.lower_finish``) needs none."""
+        if "bounds" not in self.memo:
+            fab, hbm = self.lowered.fabric, self.lowered.hbm
+            self.memo["bounds"] = _bound_tables(self.planned, self.compact, self.data_route, fab.e_bw, fab.n_flit,
+                                                fab.n_ovh, fab.e_dst, hbm.commit_ns, hbm.switch_penalty_ns)
+        return self.memo["bounds"]
 
     @property
     def runs(self) -> RunCoefs:
@@ -436,7 +446,7 @@ def plan_fast(p: Program) -> Plan:
         raise KbfastError(f"the fast path needs fabric.flit_bytes == hbm.burst_bytes (got "
                           f"{spec.fabric.flit_bytes} and {spec.hbm.burst_bytes}); use exact mode for finer flits")
     low = lower(p)
-    c, fab, hbm = low.compact, low.fabric, low.hbm
+    c, fab = low.compact, low.fabric
     data_route = data_routes(p)
     shared_edge, shared_node, edge_group, sh_span, sh_res, res_cap, res_ovh = _shared(p, c, data_route, fab.e_bw,
                                                                                       fab.e_dst, fab.n_flit, fab.n_ovh)
@@ -446,10 +456,8 @@ def plan_fast(p: Program) -> Plan:
                                                fab.e_prop, fab.n_ovh, fab.n_flit)]
     sharing = Sharing(sh_span=sh_span, sh_res=sh_res, max_route=max_route, res_cap=res_cap, res_ovh=res_ovh,
                       ch_iso_route=ch_iso_route, dma_iso_op=dma_iso_ops(p, low))
-    bounds = _bound_tables(p, c, data_route, fab.e_bw, fab.n_flit, fab.n_ovh, fab.e_dst, hbm.commit_ns,
-                           hbm.switch_penalty_ns)
     return Plan(program=p, lowered=low, sharing=sharing, data_route=data_route, edge_group=edge_group,
-                share=sh_span[:, 1] > sh_span[:, 0], shared_edge=shared_edge, shared_node=shared_node, bounds=bounds)
+                share=sh_span[:, 1] > sh_span[:, 0], shared_edge=shared_edge, shared_node=shared_node, planned=p)
 
 
 def causal_order(p: Program, B: BoundTables) -> Causal | None:
