@@ -2,7 +2,8 @@
 
 * :func:`narrow_table`: a rich table laid out for 80 columns (no outer edge, one space between columns).
 * :func:`fit`: that table as it fits the console: numbers and statuses ``no_wrap``, optional columns left
-  out (and named) when it is too wide, one block per row (:func:`stacked`) when even that is not enough.
+  out (and named) when it is too wide, one block per row (:func:`stacked`) when even that is not enough; a
+  title or caption wider than the columns on lines of its own.
 * :func:`fit_table`: column widths and wrapped headers for a table of text cells (the sweep summaries,
   kbfast.report.sweep.table_view): headers break only between their pieces (after ``.``, ``_``, ``-`` or at
   a space), text cells at spaces, numbers never.
