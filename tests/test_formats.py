@@ -15,8 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from kbfast.bench import BenchRow
+from kbfast.bench.benchmarks import TARGETS
 from kbfast.cli.bench import bench_table
 from kbfast.report.explain import fit, narrow_table
+from kbfast.report.tables import quantities, wrap_quantities
 from kbfast.report.formats import (column_unit, duration, figure, figures, in_unit, percent, time_unit,
                                    wall_time, with_unit)
 
@@ -177,6 +179,35 @@ def test_bench_table_scales_times():
             BenchRow("exact event rate", 23.456, "M events/s", ">= 10", True)]
     text = _render(bench_table(rows), 120)
     assert "123.4 µs" in text and "23.40 ms" in text and "23.46 M events/s" in text
+
+
+def test_quantities_keep_a_number_with_its_comparator_and_unit():
+    assert quantities(">= 1,000 Llama-3-70B candidates in <= 60 s") == [">= 1,000", "Llama-3-70B", "candidates",
+                                                                         "in", "<= 60 s"]
+    assert quantities("<= 0.25 s, topology build included") == ["<= 0.25 s,", "topology", "build", "included"]
+    assert quantities(">= 20 M events/s, every scenario")[0] == ">= 20 M events/s,"
+    assert quantities("<= 45 s (moonshot 15 s)") == ["<= 45 s", "(moonshot", "15 s)"]
+    assert quantities("71.7 s; 88 timed") == ["71.7 s;", "88", "timed"]
+    assert wrap_quantities(">= 1,000 Llama-3-70B candidates in <= 60 s", 22) == \
+        ">= 1,000 Llama-3-70B\ncandidates in <= 60 s"
+
+
+@pytest.mark.parametrize("width", [80, 150])
+def test_a_bench_target_never_parts_a_number_from_its_comparator_or_unit(width):
+    """The search's target wrapped in the bench table (``<= 60`` over ``s`` at 150 columns, ``<=`` over ``60 s``
+    at 80, before): its lines break between quantities, at every width."""
+    rows = [BenchRow("search, Llama-3-70B decode, the default 1,024 candidates (546 compiled), 2 processes", 857.5,
+                     "candidates/min", TARGETS["search"].text, False, "71.7 s; 88 timed, 458 beaten by their bounds"),
+            BenchRow("fast: one lrab all-reduce, 1024 SIPs, topology build included", 0.8, "s",
+                     TARGETS["allreduce_1024"].text, False, "build 0.42 s")]
+    console = Console(width=width, file=io.StringIO())
+    lines = _render(fit(console, bench_table(rows), wrap=("benchmark", "detail")), width).splitlines()
+    assert max(map(len, lines)) <= width
+    text = "\n".join(lines)
+    assert "<= 60 s" in text and ">= 1,000" in text and "<= 0.25 s," in text
+    header = next(line for line in lines if line.startswith("benchmark"))
+    column = [line[header.index("target"):header.index("met")].strip() for line in lines]
+    assert not any(re.search(r"(<=|>=|\d)$", cell) for cell in column), column
 
 
 @pytest.mark.parametrize("lo, hi, labels", [(0.3, 0.9, {"0.3", "0.5", "0.9"}), (0.18, 2.0, {"0.2", "0.5", "1", "2"}),

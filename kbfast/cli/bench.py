@@ -12,19 +12,23 @@ from rich.table import Table
 from kbfast.bench import BENCHMARKS, BenchRow, pairing
 from kbfast.cli.common import console, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
-from kbfast.report.tables import fit, narrow_table
+from kbfast.report.tables import fit, narrow_table, wrap_quantities
 from kbfast.report.formats import TIME_UNITS, duration
 
 
+TARGET_WIDTH = 22   # the target column's lines: the longest target breaks into two, between its quantities
+
+
 def bench_table(rows: list[BenchRow]) -> Table:
-    """The figures, a time scaled to its value (``12.30 ms``), any other figure with its unit."""
+    """The figures, a time scaled to its value (``12.30 ms``), any other figure with its unit; a target in lines
+    of at most ``TARGET_WIDTH`` characters that never part a number from its comparator or unit."""
     table = narrow_table("kbfast bench", "benchmark", "value", "target", "met", "detail")
     table.columns[2].justify = table.columns[4].justify = "left"
     scale = dict(TIME_UNITS)
     for r in rows:
         met = "-" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
         value = duration(r.value * scale[r.unit]) if r.unit in scale else f"{r.value:,.4g} {r.unit}"
-        table.add_row(r.name, value, r.target, met, r.detail)
+        table.add_row(r.name, value, wrap_quantities(r.target, TARGET_WIDTH), met, r.detail)
     return table
 
 
@@ -85,6 +89,6 @@ def bench(
         for n in names:
             status.update(f"benchmark: {n}")
             rows += BENCHMARKS[n]()
-    console.print(fit(console, bench_table(rows), wrap=("benchmark", "target", "detail")))
+    console.print(fit(console, bench_table(rows), wrap=("benchmark", "detail")))
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console.print(f"figures written to {out}", soft_wrap=True)

@@ -137,6 +137,30 @@ def pack_items(items: list[str], first: str, indent: str, width: int, sep: str =
     return lines + [line]
 
 
+_UNIT_WORD = re.compile(r"[A-Za-zµ%]{1,3}[,;)]?|\S*/\S+")   # a unit after a number: s, ms, M, x, MiB, points/min
+
+
+def quantities(text: str) -> list[str]:
+    """``text``'s words, a comparator, its number and the number's unit words (short ones, or with a slash) each
+    joined into one: ``<= 60 s`` and ``20 M events/s,`` stay whole, to be wrapped between."""
+    out: list[str] = []
+    glue = False                       # the next word joins the last: after a comparator or within a quantity
+    for word in text.split():
+        number = re.fullmatch(r"[(]?[\d][\d.,e]*[,;)]?", word) is not None
+        if out and (glue and (number or _UNIT_WORD.fullmatch(word)) or out[-1] in ("<=", ">=", "<", ">")):
+            out[-1] += " " + word
+        else:
+            out.append(word)
+        glue = (number or glue and _UNIT_WORD.fullmatch(word) is not None) and not word.endswith((",", ";", ")"))
+    return out
+
+
+def wrap_quantities(text: str, width: int) -> str:
+    """``text`` as lines of at most ``width`` characters (a longer quantity keeps a line of its own), broken only
+    between :func:`quantities`: a number never leaves its comparator or its unit."""
+    return "\n".join(pack_items(quantities(text), "", "", width, sep=""))
+
+
 def _pieces(text: str) -> list[tuple[str, bool]]:
     """The pieces a header may break between, each with whether it starts a word: a line breaks after a
     dot, an underscore or a hyphen (``pe.`` / ``tcm_`` / ``read_`` / ``gbs``) and at a space."""
