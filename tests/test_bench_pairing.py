@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -49,6 +50,23 @@ def test_the_comparison_is_a_slowdown_for_times_and_rates():
     assert out.loc["step", "slowdown"] == pytest.approx(1.3 / 1.1) and out.loc["step", "regression"]
     assert out.loc["grid", "slowdown"] == pytest.approx(0.8) and not out.loc["grid", "regression"]
     assert "gone" not in out.index                                         # one side only: nothing to pair
+
+
+def test_each_side_goes_first_in_every_other_round(monkeypatch):
+    """The second run of a round measured about 4 % slower whichever side it was, so the sides take turns
+    going first: base, this, then this, base."""
+    ran = []
+
+    def run_side(side, names, out):
+        ran.append(side)
+        return pd.DataFrame([{"name": "step", "value": 1.0, "unit": "s"}])
+
+    monkeypatch.setattr(pairing, "run_side", run_side)
+    base, this = (SimpleNamespace(label=label) for label in ("base tree", "this tree"))
+    runs = pairing.paired_runs(base, this, ["model"], 3)
+    assert ran == [base, this, this, base, base, this]
+    assert runs[["side", "round"]].values.tolist() == [["base", 1], ["this", 1], ["this", 2], ["base", 2],
+                                                       ["base", 3], ["this", 3]]
 
 
 def test_vs_refuses_what_is_no_revision():
