@@ -249,6 +249,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     a1 = min(n_pcs + 1, n - 2)
     b0 = max(a1 + 1, n - 1 - n_pcs)
     n_cand = 3 + max(a1 - 1, 0) + max(n - 1 - b0, 0)
+    taken = -np.inf
     for c in range(n_cand):
         if c < 3:
             i = (0, 1, n - 1)[c]
@@ -258,7 +259,10 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             i = 2 + (c - 3)
         else:
             i = b0 + (c - 3 - max(a1 - 1, 0))
-        term = base + _v(i, n, K, F, sL, ctot, b) + commit * ((n - 1 - i) // n_pcs + 1)
+        v = _v(i, n, K, F, sL, ctot, b)
+        if i == n - 1:
+            taken = base + v           # the controller takes the last flit (every train has candidate n-1)
+        term = base + v + commit * ((n - 1 - i) // n_pcs + 1)
         q = (pc0 + i) % n_pcs
         if i < n_pcs:
             term += pcs[0, q]
@@ -270,7 +274,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             n_q = (n - 1 - first) // n_pcs + 1
             pcs[2, q] = max(pcs[2, q], pcs[1, q] + pcs[0, q] + commit * n_q)
             fin = max(fin, pcs[2, q])
-    return fin, base + _v(n - 1, n, K, F, sL, ctot, b)
+    return fin, taken
 
 
 @njit(cache=True)
