@@ -43,15 +43,17 @@ PE_REQ, H2D, D2H, PE_READ = 0, 1, 2, 3
 
 MEMO_SLOTS = 4   # prepared segments kept: a route's first three store-and-forward segments, and its last
 RESPONSE = MEMO_SLOTS   # the slot after them: the last response's route and latency (:func:`_response`)
+CUTS = MEMO_SLOTS + 1   # then the last route's store-and-forward cuts (:func:`_saf_cuts`)
 
 
 @njit(cache=True)
 def new_buf(max_route):  # pragma: no cover - jitted
     """Scratch of :func:`_prepare` for routes of up to ``max_route`` edges: one set of rows per memo slot,
-    and the response memo's slot; memos cleared."""
-    buf = np.zeros((MEMO_SLOTS + 1, 10, max(2 * max_route + 2, 10)))
+    the response memo's slot and the cuts memo's slot; memos cleared."""
+    buf = np.zeros((MEMO_SLOTS + 2, 10, max(2 * max_route + 2, 10)))
     buf[:, 9, 0] = -1.0
     buf[RESPONSE, 0, 0] = -1.0
+    buf[CUTS, 0, 0] = -1.0
     return buf
 
 
@@ -160,18 +162,57 @@ def _last_v(K, ctot, F, sL, n, buf):  # pragma: no cover - jitted
 
 
 @njit(cache=True, inline="always")
-def _v(i, n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
-    """Longest lattice path to (i, K-1); see the module docstring."""
-    if i == 0:
+def _last_flit_v(n, K, F, sL, ctot, buf):  # pragma: no cover - jitted
+    """V_{n-1}, the longest lattice path to the last flit's exit (n-1, K-1); see the module docstring."""
+    if n == 1:
         return buf[2, K - 1]
-    if i == 1:
-        return buf[9, 9] if n > 2 else _first_v(K, ctot, sL, buf)
-    if i == n - 1:
-        return buf[9, 8]
-    best = -np.inf
-    for m in range(int(buf[0, K])):
-        best = max(best, (i - 2) * buf[7, m] + buf[8, m])
-    return best
+    if n == 2:
+        return _first_v(K, ctot, sL, buf)
+    return buf[9, 8]
+
+
+@njit(cache=True, _nrt=False)
+def _saf_cuts(edges, lo, hi, e_dst, n_flit, buf, memo):  # pragma: no cover - jitted
+    """The store-and-forward cuts of edges[lo:hi]: the indices ``k < hi - 1`` whose end node is not flit-aware,
+    in order, in ``buf[CUTS, 1, :count]``; returns their count.  With ``memo >= 0`` (as :func:`_prepare`'s) a
+    call on the same route as the previous one reads them back instead of walking the route."""
+    m = buf[CUTS, 0]
+    cuts = buf[CUTS, 1]
+    if memo >= 0 and m[0] == memo and m[1] == lo and m[2] == hi:
+        return int(m[3])
+    nc = 0
+    for k in range(lo, hi - 1):
+        if not n_flit[e_dst[edges[k]]]:
+            cuts[nc] = k
+            nc += 1
+    m[0] = memo
+    m[1] = lo
+    m[2] = hi
+    m[3] = nc
+    return nc
+
+
+@njit(cache=True, _nrt=False)
+def _train_through(edges, lo, hi, n_cuts, e_dst, e_c, e_prop, n_ovh, T0, nbytes, F, buf, memo):  # pragma: no cover
+    """:func:`train_exit_last` over edges[lo:hi] whose store-and-forward cuts are the first ``n_cuts`` of
+    ``buf[CUTS, 1]`` (:func:`_saf_cuts`)."""
+    n = (nbytes + F - 1) // F
+    sL = nbytes - F * (n - 1)
+    s0 = F if n > 1 else nbytes
+    cuts = buf[CUTS, 1]
+    seg_lo = lo
+    t0 = T0
+    for seg in range(n_cuts + 1):
+        k = int(cuts[seg]) if seg < n_cuts else hi - 1
+        b = buf[min(seg, MEMO_SLOTS - 2)]
+        K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, n,
+                                  b, memo)
+        last = t0 + sum_p + _last_flit_v(n, K, F, sL, ctot, b)
+        if seg == n_cuts:
+            return last, t0, seg_lo
+        t0 = last + n_ovh[e_dst[edges[k]]]
+        seg_lo = k + 1
+    return t0, t0, seg_lo
 
 
 @njit(cache=True, _nrt=False)
@@ -180,25 +221,8 @@ def train_exit_last(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes
 
     Returns (arrival of the last flit at the end node, start of the last segment, index of its first edge).
     """
-    n = (nbytes + F - 1) // F
-    sL = nbytes - F * (n - 1)
-    s0 = F if n > 1 else nbytes
-    seg_lo = lo
-    t0 = T0
-    seg = 0
-    for k in range(lo, hi):
-        v = e_dst[edges[k]]
-        if k == hi - 1 or not n_flit[v]:
-            b = buf[min(seg, MEMO_SLOTS - 2)]
-            K, sum_p, ctot = _prepare(edges, seg_lo, k + 1, np.bool_(False), e_dst, e_c, e_prop, n_ovh, s0, F, sL, n,
-                                      b, memo)
-            last = t0 + sum_p + _v(n - 1, n, K, F, sL, ctot, b)
-            if k == hi - 1:
-                return last, t0, seg_lo
-            t0 = last + n_ovh[v]
-            seg_lo = k + 1
-            seg += 1
-    return t0, t0, seg_lo
+    n_cuts = _saf_cuts(edges, lo, hi, e_dst, n_flit, buf, memo)
+    return _train_through(edges, lo, hi, n_cuts, e_dst, e_c, e_prop, n_ovh, T0, nbytes, F, buf, memo)
 
 
 @njit(cache=True, _nrt=False)
@@ -211,13 +235,11 @@ def _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nb
     s0 = F if n > 1 else nbytes
     seg_lo = lo
     t0 = T0
-    last_saf = -1                         # the last store-and-forward node before the controller
-    for k in range(lo, hi - 1):
-        if not n_flit[e_dst[edges[k]]]:
-            last_saf = k
-    if last_saf >= 0:
-        arrive, _, _ = train_exit_last(edges, lo, last_saf + 1, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F,
-                                       buf, memo)
+    n_cuts = _saf_cuts(edges, lo, hi, e_dst, n_flit, buf, memo)
+    if n_cuts > 0:
+        last_saf = int(buf[CUTS, 1, n_cuts - 1])  # the last store-and-forward node before the controller
+        arrive, _, _ = _train_through(edges, lo, last_saf + 1, n_cuts - 1, e_dst, e_c, e_prop, n_ovh, T0, nbytes,
+                                      F, buf, memo)
         t0 = arrive + n_ovh[e_dst[edges[last_saf]]]
         seg_lo = last_saf + 1
     b = buf[MEMO_SLOTS - 1]
@@ -246,27 +268,42 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     for q in range(n_pcs):
         pcs[2, q] = -np.inf
     # candidates 0, 1, n-1, then 2..P+1 and n-1-P..n-2 (clipped to 2..n-2, without repeats)
+    _commit_candidate(0, base + b[2, K - 1], n, n_pcs, pc0, commit, pcs)
+    if n == 1:
+        return _last_commits(n, n_pcs, pc0, commit, pcs), base + b[2, K - 1]
+    v1 = b[9, 9] if n > 2 else _first_v(K, ctot, sL, b)
+    _commit_candidate(1, base + v1, n, n_pcs, pc0, commit, pcs)
+    if n == 2:
+        return _last_commits(n, n_pcs, pc0, commit, pcs), base + v1
+    taken = base + b[9, 8]             # the controller takes the last flit (V_{n-1}, :func:`_last_v`)
+    _commit_candidate(n - 1, taken, n, n_pcs, pc0, commit, pcs)
     a1 = min(n_pcs + 1, n - 2)
     b0 = max(a1 + 1, n - 1 - n_pcs)
-    n_cand = 3 + max(a1 - 1, 0) + max(n - 1 - b0, 0)
-    taken = -np.inf
-    for c in range(n_cand):
-        if c < 3:
-            i = (0, 1, n - 1)[c]
-            if i >= n or (c > 0 and i < c):
-                continue
-        elif c - 3 < a1 - 1:
-            i = 2 + (c - 3)
-        else:
-            i = b0 + (c - 3 - max(a1 - 1, 0))
-        v = _v(i, n, K, F, sL, ctot, b)
-        if i == n - 1:
-            taken = base + v           # the controller takes the last flit (every train has candidate n-1)
-        term = base + v + commit * ((n - 1 - i) // n_pcs + 1)
-        q = (pc0 + i) % n_pcs
-        if i < n_pcs:
-            term += pcs[0, q]
-        pcs[2, q] = max(pcs[2, q], term)
+    n_lines = int(b[0, K])
+    for i_lo, i_hi in ((2, a1 + 1), (b0, n - 1)):
+        for i in range(i_lo, i_hi):
+            best = -np.inf
+            for m in range(n_lines):   # V_i of a full row (:func:`_v`)
+                best = max(best, (i - 2) * b[7, m] + b[8, m])
+            _commit_candidate(i, base + best, n, n_pcs, pc0, commit, pcs)
+    return _last_commits(n, n_pcs, pc0, commit, pcs), taken
+
+
+@njit(cache=True, inline="always")
+def _commit_candidate(i, take, n, n_pcs, pc0, commit, pcs):  # pragma: no cover - jitted
+    """Flit ``i``, taken by the controller at ``take``, bounds its PC's last commit: ``take`` plus one commit
+    per class member at or after it, and its PC's switch penalty if it is the class's first flit."""
+    term = take + commit * ((n - 1 - i) // n_pcs + 1)
+    q = (pc0 + i) % n_pcs
+    if i < n_pcs:
+        term += pcs[0, q]
+    pcs[2, q] = max(pcs[2, q], term)
+
+
+@njit(cache=True, inline="always")
+def _last_commits(n, n_pcs, pc0, commit, pcs):  # pragma: no cover - jitted
+    """Each PC's last commit (``pcs`` row 2), at least its ready time, penalty and one commit per flit; their
+    latest."""
     fin = -np.inf
     for q in range(n_pcs):
         first = (q - pc0) % n_pcs
@@ -274,7 +311,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             n_q = (n - 1 - first) // n_pcs + 1
             pcs[2, q] = max(pcs[2, q], pcs[1, q] + pcs[0, q] + commit * n_q)
             fin = max(fin, pcs[2, q])
-    return fin, taken
+    return fin
 
 
 @njit(cache=True)
