@@ -182,32 +182,42 @@ def test_bench_table_scales_times():
 
 
 def test_quantities_keep_a_number_with_its_comparator_and_unit():
-    assert quantities(">= 1,000 Llama-3-70B candidates in <= 60 s") == [">= 1,000", "Llama-3-70B", "candidates",
+    assert quantities(">= 1,000 Llama-3-70B candidates in <= 60 s") == [">= 1,000 Llama-3-70B", "candidates",
                                                                          "in", "<= 60 s"]
     assert quantities("<= 0.25 s, topology build included") == ["<= 0.25 s,", "topology", "build", "included"]
     assert quantities(">= 20 M events/s, every scenario")[0] == ">= 20 M events/s,"
     assert quantities("<= 45 s (moonshot 15 s)") == ["<= 45 s", "(moonshot", "15 s)"]
-    assert quantities("71.7 s; 88 timed") == ["71.7 s;", "88", "timed"]
+    assert quantities("71.7 s; 88 timed") == ["71.7 s;", "88 timed"]
+    assert quantities("100 points in 4 batches") == ["100 points", "in", "4 batches"]
+    assert quantities("sweep seed36 --check 3 --overwrite") == ["sweep", "seed36", "--check 3", "--overwrite"]
+    assert quantities("a --jobs 2 run 3 times") == ["a", "--jobs 2", "run", "3 times"]
     assert wrap_quantities(">= 1,000 Llama-3-70B candidates in <= 60 s", 22) == \
         ">= 1,000 Llama-3-70B\ncandidates in <= 60 s"
 
 
 @pytest.mark.parametrize("width", [80, 150])
-def test_a_bench_target_never_parts_a_number_from_its_comparator_or_unit(width):
+def test_a_bench_target_or_detail_never_parts_a_number_from_its_comparator_or_unit(width):
     """The search's target wrapped in the bench table (``<= 60`` over ``s`` at 150 columns, ``<=`` over ``60 s``
-    at 80, before): its lines break between quantities, at every width."""
+    at 80, before), and the details (``in 0.12`` over ``s`` at 80): their lines break between quantities, at
+    every width."""
     rows = [BenchRow("search, Llama-3-70B decode, the default 1,024 candidates (546 compiled), 2 processes", 857.5,
                      "candidates/min", TARGETS["search"].text, False, "71.7 s; 88 timed, 458 beaten by their bounds"),
             BenchRow("fast: one lrab all-reduce, 1024 SIPs, topology build included", 0.8, "s",
-                     TARGETS["allreduce_1024"].text, False, "build 0.42 s")]
+                     TARGETS["allreduce_1024"].text, False, "build 0.42 s, routes, generation and evaluation 1.53 s"),
+            BenchRow("fast: mixed all-reduce grid, batched (topology x size x buffer kind x n_slots)", 2.969e5,
+                     "points/min", TARGETS["mixed_grid"].text, False,
+                     "576 distinct points in 0.12 s (best of 3 per topology), one symbolic build per topology")]
     console = Console(width=width, file=io.StringIO())
-    lines = _render(fit(console, bench_table(rows), wrap=("benchmark", "detail")), width).splitlines()
+    lines = _render(fit(console, bench_table(rows, width), wrap=("benchmark",)), width).splitlines()
     assert max(map(len, lines)) <= width
     text = "\n".join(lines)
     assert "<= 60 s" in text and ">= 1,000" in text and "<= 0.25 s," in text
     header = next(line for line in lines if line.startswith("benchmark"))
     column = [line[header.index("target"):header.index("met")].strip() for line in lines]
     assert not any(re.search(r"(<=|>=|\d)$", cell) for cell in column), column
+    details = [line[header.index("detail"):].strip() for line in lines[lines.index(header) + 2:]]
+    assert not any(re.search(r"\d$", cell) or re.match(r"(s|ms|M)\b", cell) for cell in details), details
+    assert "296,900 points/min" in text and "e+05" not in text
 
 
 @pytest.mark.parametrize("lo, hi, labels", [(0.3, 0.9, {"0.3", "0.5", "0.9"}), (0.18, 2.0, {"0.2", "0.5", "1", "2"}),

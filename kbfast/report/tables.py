@@ -141,17 +141,23 @@ _UNIT_WORD = re.compile(r"[A-Za-zµ%]{1,3}[,;)]?|\S*/\S+")   # a unit after a nu
 
 
 def quantities(text: str) -> list[str]:
-    """``text``'s words, a comparator, its number and the number's unit words (short ones, or with a slash) each
-    joined into one: ``<= 60 s`` and ``20 M events/s,`` stay whole, to be wrapped between."""
+    """``text``'s words, a comparator, its number, the word after the number (its unit, or what it counts) and
+    any further unit words (short ones, or with a slash) each joined into one: ``<= 60 s``, ``20 M events/s,``
+    and ``4 batches`` stay whole, to be wrapped between; an option keeps its number (``--check 3``)."""
     out: list[str] = []
-    glue = False                       # the next word joins the last: after a comparator or within a quantity
+    join_next = False                  # the next word joins the last piece: after a comparator or a number
+    unit_follows = False               # the last piece ends in a number or a unit: a unit word joins it
     for word in text.split():
         number = re.fullmatch(r"[(]?[\d][\d.,e]*[,;)]?", word) is not None
-        if out and (glue and (number or _UNIT_WORD.fullmatch(word)) or out[-1] in ("<=", ">=", "<", ">")):
+        unit = _UNIT_WORD.fullmatch(word) is not None
+        option_value = number and bool(out) and out[-1].startswith("--") and " " not in out[-1]
+        if out and (join_next or option_value or unit_follows and (number or unit)):
             out[-1] += " " + word
         else:
             out.append(word)
-        glue = (number or glue and _UNIT_WORD.fullmatch(word) is not None) and not word.endswith((",", ";", ")"))
+        open_ended = not word.endswith((",", ";", ")"))
+        join_next = open_ended and (word in ("<=", ">=", "<", ">") or number and not option_value)
+        unit_follows = open_ended and not option_value and (number or unit_follows and unit)
     return out
 
 
