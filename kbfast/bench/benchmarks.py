@@ -232,7 +232,7 @@ def bench_fast_flows() -> list[BenchRow]:
         wall = time.perf_counter() - t0
         if preset == "ahbm_2sip":
             rows.append(row("fast isolated flows, batched (routes included)", n / wall / 1e6, "M flows/s", "flows",
-                            f"{n:,} random PE->HBM flows, 1 B..1 MiB"))
+                            f"{n:,} random PE->HBM flows, 1 B to 1 MiB"))
         else:
             rows.append(row("fast: 1e5 random flows on 1024 SIPs (routes included)", wall, "s"))
     return rows
