@@ -265,18 +265,21 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     sL = nbytes - F * (n - 1)
     K, base, ctot, b = _controller_segment(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, buf, memo)
     pc0 = pc_of(addr, pc_shift, n_pcs)
+    log_p = 0                          # n_pcs is a power of two (pc_of): a class's counts by shifts and masks
+    while (1 << log_p) < n_pcs:
+        log_p += 1
     for q in range(n_pcs):
         pcs[2, q] = -np.inf
     # candidates 0, 1, n-1, then 2..P+1 and n-1-P..n-2 (clipped to 2..n-2, without repeats)
-    _commit_candidate(0, base + b[2, K - 1], n, n_pcs, pc0, commit, pcs)
+    _commit_candidate(0, base + b[2, K - 1], n, n_pcs, log_p, pc0, commit, pcs)
     if n == 1:
-        return _last_commits(n, n_pcs, pc0, commit, pcs), base + b[2, K - 1]
+        return _last_commits(n, n_pcs, log_p, pc0, commit, pcs), base + b[2, K - 1]
     v1 = b[9, 9] if n > 2 else _first_v(K, ctot, sL, b)
-    _commit_candidate(1, base + v1, n, n_pcs, pc0, commit, pcs)
+    _commit_candidate(1, base + v1, n, n_pcs, log_p, pc0, commit, pcs)
     if n == 2:
-        return _last_commits(n, n_pcs, pc0, commit, pcs), base + v1
+        return _last_commits(n, n_pcs, log_p, pc0, commit, pcs), base + v1
     taken = base + b[9, 8]             # the controller takes the last flit (V_{n-1}, :func:`_last_v`)
-    _commit_candidate(n - 1, taken, n, n_pcs, pc0, commit, pcs)
+    _commit_candidate(n - 1, taken, n, n_pcs, log_p, pc0, commit, pcs)
     a1 = min(n_pcs + 1, n - 2)
     b0 = max(a1 + 1, n - 1 - n_pcs)
     n_lines = int(b[0, K])
@@ -285,30 +288,31 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
             best = -np.inf
             for m in range(n_lines):   # V_i of a full row (:func:`_v`)
                 best = max(best, (i - 2) * b[7, m] + b[8, m])
-            _commit_candidate(i, base + best, n, n_pcs, pc0, commit, pcs)
-    return _last_commits(n, n_pcs, pc0, commit, pcs), taken
+            _commit_candidate(i, base + best, n, n_pcs, log_p, pc0, commit, pcs)
+    return _last_commits(n, n_pcs, log_p, pc0, commit, pcs), taken
 
 
 @njit(cache=True, inline="always")
-def _commit_candidate(i, take, n, n_pcs, pc0, commit, pcs):  # pragma: no cover - jitted
+def _commit_candidate(i, take, n, n_pcs, log_p, pc0, commit, pcs):  # pragma: no cover - jitted
     """Flit ``i``, taken by the controller at ``take``, bounds its PC's last commit: ``take`` plus one commit
-    per class member at or after it, and its PC's switch penalty if it is the class's first flit."""
-    term = take + commit * ((n - 1 - i) // n_pcs + 1)
-    q = (pc0 + i) % n_pcs
+    per class member at or after it, and its PC's switch penalty if it is the class's first flit (``log_p``:
+    log2 of ``n_pcs``)."""
+    term = take + commit * (((n - 1 - i) >> log_p) + 1)
+    q = (pc0 + i) & (n_pcs - 1)
     if i < n_pcs:
         term += pcs[0, q]
     pcs[2, q] = max(pcs[2, q], term)
 
 
 @njit(cache=True, inline="always")
-def _last_commits(n, n_pcs, pc0, commit, pcs):  # pragma: no cover - jitted
+def _last_commits(n, n_pcs, log_p, pc0, commit, pcs):  # pragma: no cover - jitted
     """Each PC's last commit (``pcs`` row 2), at least its ready time, penalty and one commit per flit; their
-    latest."""
+    latest (``log_p``: log2 of ``n_pcs``)."""
     fin = -np.inf
     for q in range(n_pcs):
-        first = (q - pc0) % n_pcs
+        first = (q - pc0) & (n_pcs - 1)
         if first < n:
-            n_q = (n - 1 - first) // n_pcs + 1
+            n_q = ((n - 1 - first) >> log_p) + 1
             pcs[2, q] = max(pcs[2, q], pcs[1, q] + pcs[0, q] + commit * n_q)
             fin = max(fin, pcs[2, q])
     return fin
