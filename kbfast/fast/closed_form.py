@@ -148,16 +148,27 @@ def _first_v(K, ctot, s, buf):  # pragma: no cover - jitted
 @njit(cache=True, inline="always")
 def _last_v(K, ctot, F, sL, n, buf):  # pragma: no cover - jitted
     """V_{n-1} for n >= 3 (else 0, unused): max_j (n-3) F c_j + PX(j) + SY_L(j), with
-    SY_L(j) = max_{b>=j} F C(b) + s_L (Ctot - C(b-1)) kept as a running maximum in the same backward pass."""
+    SY_L(j) = max_{b>=j} F C(b) + s_L (Ctot - C(b-1)) kept as a running maximum in the same backward pass.
+
+    Only the wire columns (even ``j``) and the last column are visited.  A node column ``j < K-1`` has
+    ``c_j = 0``, so ``C(j) = C(j-1)`` and column ``j+1`` has the same ``Ctot - C(.-1)`` and a ``C`` no smaller:
+    its ``b`` term is no smaller, so ``SY_L(j) = SY_L(j+1)``, and its ``j`` term, ``0 + PX(j) + SY_L(j)``, is
+    no larger than column ``j+1``'s (``PX`` is a running maximum, the slope term is >= 0).  Rounding is
+    monotone, so the maximum is the same to the bit."""
     if n < 3:
         return 0.0
     i = n - 1
     best_l = -np.inf
     best = -np.inf
-    for j in range(K - 1, -1, -1):
+    j = K - 1 if (K - 1) % 2 == 0 else K - 2
+    if j < K - 1:                      # the last column is a node's (the controller's worker): no j+1 beyond it
+        best_l = F * buf[3, K - 1] + sL * (ctot - buf[3, K - 2])
+        best = (i - 2) * F * buf[1, K - 1] + buf[4, K - 1] + best_l
+    while j >= 0:
         c_prev = buf[3, j - 1] if j > 0 else 0.0
         best_l = max(best_l, F * buf[3, j] + sL * (ctot - c_prev))
         best = max(best, (i - 2) * F * buf[1, j] + buf[4, j] + best_l)
+        j -= 2
     return best
 
 
