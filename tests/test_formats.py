@@ -18,7 +18,8 @@ from kbfast.bench import BenchRow
 from kbfast.bench.benchmarks import TARGETS
 from kbfast.cli.bench import bench_table
 from kbfast.report.explain import fit, narrow_table
-from kbfast.report.tables import quantities, wrap_quantities
+from kbfast.report.tables import wrap_quantities
+from kbfast.report.wrap import QuantityConsole, quantities
 from kbfast.report.formats import (column_unit, duration, figure, figures, in_unit, percent, time_unit,
                                    wall_time, with_unit)
 
@@ -127,7 +128,7 @@ def _wide_table() -> Table:
 
 
 def _render(renderable, width: int) -> str:
-    console = Console(width=width, record=True, file=io.StringIO())
+    console = QuantityConsole(width=width, record=True, file=io.StringIO())   # as the CLI prints
     console.print(renderable)
     return console.export_text()
 
@@ -182,7 +183,7 @@ def test_bench_table_scales_times():
 
 
 def test_quantities_keep_a_number_with_its_comparator_and_unit():
-    assert quantities(">= 1,000 Llama-3-70B candidates in <= 60 s") == [">= 1,000 Llama-3-70B", "candidates",
+    assert quantities(">= 1,000 Llama-3-70B candidates in <= 60 s") == [">= 1,000", "Llama-3-70B", "candidates",
                                                                          "in", "<= 60 s"]
     assert quantities("<= 0.25 s, topology build included") == ["<= 0.25 s,", "topology", "build", "included"]
     assert quantities(">= 20 M events/s, every scenario")[0] == ">= 20 M events/s,"
@@ -191,6 +192,8 @@ def test_quantities_keep_a_number_with_its_comparator_and_unit():
     assert quantities("100 points in 4 batches") == ["100 points", "in", "4 batches"]
     assert quantities("sweep seed36 --check 3 --overwrite") == ["sweep", "seed36", "--check 3", "--overwrite"]
     assert quantities("a --jobs 2 run 3 times") == ["a", "--jobs 2", "run", "3 times"]
+    assert quantities("32x32x64 -> 1; 32x32x3072 -> 48") == ["32x32x64 -> 1;", "32x32x3072 -> 48"]
+    assert quantities("sram 28.23 µs (hbm/tcm 1.589,") == ["sram", "28.23 µs", "(hbm/tcm", "1.589,"]
     assert wrap_quantities(">= 1,000 Llama-3-70B candidates in <= 60 s", 22) == \
         ">= 1,000 Llama-3-70B\ncandidates in <= 60 s"
 
@@ -207,8 +210,8 @@ def test_a_bench_target_or_detail_never_parts_a_number_from_its_comparator_or_un
             BenchRow("fast: mixed all-reduce grid, batched (topology x size x buffer kind x n_slots)", 2.969e5,
                      "points/min", TARGETS["mixed_grid"].text, False,
                      "576 distinct points in 0.12 s (best of 3 per topology), one symbolic build per topology")]
-    console = Console(width=width, file=io.StringIO())
-    lines = _render(fit(console, bench_table(rows, width), wrap=("benchmark",)), width).splitlines()
+    console = QuantityConsole(width=width, file=io.StringIO())
+    lines = _render(fit(console, bench_table(rows), wrap=("benchmark", "detail")), width).splitlines()
     assert max(map(len, lines)) <= width
     text = "\n".join(lines)
     assert "<= 60 s" in text and ">= 1,000" in text and "<= 0.25 s," in text
@@ -240,3 +243,22 @@ def test_log_axes_read_in_plain_numbers(lo, hi, labels):
     assert labels <= shown and not any("10^" in s or "$" in s for s in shown)
     if hi / lo >= 10:
         assert not shown & {"0.3", "0.4", "3", "4", "30"}
+
+
+PROSE = ("fast: tcm 15.90 µs; hbm 25.26 µs; sram 28.23 µs (hbm/tcm 1.589, sram/tcm 1.776); a step 6.515 ms (fill "
+         "and drain), among steps 6.516 ms; 32x32x64 -> 1; 32x32x3072 -> 48")
+WHOLE = ["15.90 µs;", "25.26 µs;", "28.23 µs", "6.515 ms", "6.516 ms;", "32x32x64 -> 1;", "32x32x3072 -> 48"]
+
+
+@pytest.mark.parametrize("width", range(32, 81, 8))
+def test_printed_text_and_table_cells_wrap_between_quantities(width):
+    """The command line's console (kbfast.report.wrap.QuantityConsole) wraps a printed line, and a table's text
+    column, only between quantities: rich's own wrap put ``sram 28.23`` over ``µs`` in kbfast calibrate's checks
+    at 80 columns, and ``among steps 6.516`` over ``ms`` in kbfast run model --pp 2's note."""
+    console = QuantityConsole(width=width, file=io.StringIO())
+    table = narrow_table(None, "check", "detail")
+    table.add_row("allreduce_buffer_kind_64k", PROSE)
+    for renderable in (PROSE, fit(console, table, wrap=("check", "detail"))):
+        lines = _render(renderable, width).splitlines()
+        assert max(map(len, lines)) <= width
+        assert all(any(q in line for line in lines) for q in WHOLE), lines

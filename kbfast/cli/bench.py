@@ -12,45 +12,29 @@ from rich.table import Table
 from kbfast.bench import BENCHMARKS, BenchRow, pairing
 from kbfast.cli.common import console, user_errors, writable
 from kbfast.errors import KbfastError, did_you_mean
-from kbfast.report.tables import fit, narrow_table, quantities, wrap_quantities
+from kbfast.report.tables import fit, narrow_table, wrap_quantities
 from kbfast.report.formats import TIME_UNITS, duration
 
 
 TARGET_WIDTH = 22   # the target column's lines: the longest target breaks into two, between its quantities
 
 
-def bench_table(rows: list[BenchRow], width: int = 10_000) -> Table:
+def bench_table(rows: list[BenchRow]) -> Table:
     """The figures, a time scaled to its value (``12.30 ms``), any other figure with its unit; a target in lines
-    of at most ``TARGET_WIDTH`` characters, and the details in lines that fit beside the other columns at
-    ``width`` characters, broken only between quantities: a number never leaves its comparator or unit."""
+    of at most ``TARGET_WIDTH`` characters that never part a number from its comparator or unit."""
     table = narrow_table("kbfast bench", "benchmark", "value", "target", "met", "detail")
     table.columns[2].justify = table.columns[4].justify = "left"
     scale = dict(TIME_UNITS)
-    values = [duration(r.value * scale[r.unit]) if r.unit in scale else f"{_figure(r.value)} {r.unit}" for r in rows]
-    targets = [wrap_quantities(r.target, TARGET_WIDTH) for r in rows]
-    detail_width = _detail_width(rows, width - sum(
-        max(len(line) for c in [head, *cells] for line in c.split("\n")) + 1
-        for head, cells in (("value", values), ("target", targets), ("met", ["yes"]))) - 1)
-    for r, value, target in zip(rows, values, targets):
+    for r in rows:
         met = "-" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
-        table.add_row(r.name, value, target, met, wrap_quantities(r.detail, detail_width))
+        value = duration(r.value * scale[r.unit]) if r.unit in scale else f"{_figure(r.value)} {r.unit}"
+        table.add_row(r.name, value, wrap_quantities(r.target, TARGET_WIDTH), met, r.detail)
     return table
 
 
 def _figure(x: float) -> str:
     """A figure to four significant digits, without an exponent: ``2.969e+05`` is ``296,900``."""
     return f"{float(f'{x:.4g}'):,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
-
-
-def _detail_width(rows: list[BenchRow], room: int) -> int:
-    """The detail column's width in ``room`` characters shared with the benchmark names: all of a detail when
-    both fit, else half the room, never below the longest quantity (:func:`quantities`)."""
-    whole = max((len(r.detail) for r in rows), default=0)
-    names = max((len(r.name) for r in rows), default=0)
-    if whole + 1 + names <= room:
-        return max(whole, 1)
-    least = max((len(q) for r in rows for q in quantities(r.detail)), default=1)
-    return max(least, min(whole, room // 2))
 
 
 def paired_table(comparison: pd.DataFrame, base: str, this: str, rounds: int) -> Table:
@@ -110,6 +94,6 @@ def bench(
         for n in names:
             status.update(f"benchmark: {n}")
             rows += BENCHMARKS[n]()
-    console.print(fit(console, bench_table(rows, console.width), wrap=("benchmark",)))
+    console.print(fit(console, bench_table(rows), wrap=("benchmark", "detail")))
     pd.DataFrame([r.__dict__ for r in rows]).to_csv(out, index=False)
     console.print(f"figures written to {out}", soft_wrap=True)

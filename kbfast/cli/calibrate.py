@@ -218,7 +218,7 @@ def calibrate(
     if fmt is OutputFormat.table:
         title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
         console.print(tables.fit(console, rows_table(df, modes, title), wrap=("reference",)))
-        console.print(tables.fit(console, checks_table(df, modes), wrap=("case", "check, and what was measured")))
+        console.print(tables.fit(console, checks_table(df, modes), wrap=("check, and what was measured",)))
     if not all_ok(df):
         off = df.loc[df["status"] == "off", "case"]
         err_console.print(f"[red]{len(off)} reference row(s) off[/]: " + ", ".join(off))

@@ -19,9 +19,10 @@ from kbfast.config.loader import parse_overrides
 from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
 import kbfast.measure.warmup as warmup
 from kbfast.errors import KbfastError, clip
+from kbfast.report.wrap import QuantityConsole
 
-console = Console()
-err_console = Console(stderr=True)
+console = QuantityConsole()                 # strings wrap between quantities: a number keeps its unit
+err_console = QuantityConsole(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -22,6 +22,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from kbfast.report.wrap import quantities
+
 
 def narrow_table(title: str | None, *columns: str, caption: str | None = None) -> Table:
     """A table laid out for 80 columns: no outer edge, one space between columns and a rule under the header;
@@ -135,30 +137,6 @@ def pack_items(items: list[str], first: str, indent: str, width: int, sep: str =
         else:
             line = line + piece if bare else f"{line} {piece}"
     return lines + [line]
-
-
-_UNIT_WORD = re.compile(r"[A-Za-zµ%]{1,3}[,;)]?|\S*/\S+")   # a unit after a number: s, ms, M, x, MiB, points/min
-
-
-def quantities(text: str) -> list[str]:
-    """``text``'s words, a comparator, its number, the word after the number (its unit, or what it counts) and
-    any further unit words (short ones, or with a slash) each joined into one: ``<= 60 s``, ``20 M events/s,``
-    and ``4 batches`` stay whole, to be wrapped between; an option keeps its number (``--check 3``)."""
-    out: list[str] = []
-    join_next = False                  # the next word joins the last piece: after a comparator or a number
-    unit_follows = False               # the last piece ends in a number or a unit: a unit word joins it
-    for word in text.split():
-        number = re.fullmatch(r"[(]?[\d][\d.,e]*[,;)]?", word) is not None
-        unit = _UNIT_WORD.fullmatch(word) is not None
-        option_value = number and bool(out) and out[-1].startswith("--") and " " not in out[-1]
-        if out and (join_next or option_value or unit_follows and (number or unit)):
-            out[-1] += " " + word
-        else:
-            out.append(word)
-        open_ended = not word.endswith((",", ";", ")"))
-        join_next = open_ended and (word in ("<=", ">=", "<", ">") or number and not option_value)
-        unit_follows = open_ended and not option_value and (number or unit_follows and unit)
-    return out
 
 
 def wrap_quantities(text: str, width: int) -> str:
