@@ -92,9 +92,12 @@ def shown(value: object, limit: int = ECHO_LIMIT) -> str:
 
 
 def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys") -> str:
-    """Return a 'did you mean ...?' hint for ``word`` among ``choices``, or ''."""
+    """Return a 'did you mean ...?' hint for ``word`` among ``choices`` (compared without case: ``remote_sip``
+    finds ``REMOTE_SIP``), or ''."""
     choices = list(choices)
-    close = difflib.get_close_matches(word, choices, n=3, cutoff=0.5) if len(word) <= ECHO_LIMIT else []
+    folded = {c.casefold(): c for c in choices}
+    close = ([folded[c] for c in difflib.get_close_matches(word.casefold(), list(folded), n=3, cutoff=0.5)]
+             if len(word) <= ECHO_LIMIT else [])
     if close:
         return "did you mean " + " or ".join(repr(c) for c in close) + "?"
     if choices:

@@ -145,6 +145,8 @@ def test_unknown_case(runner: CliRunner) -> None:
     assert "unknown probe case 'SAME_CUBE_PE_LOCL'" in err
     assert "did you mean" in err and "'SAME_CUBE_PE_LOCAL'" in err
     assert "Traceback" not in res.output
+    lower = invoke(runner, "--case", "remote_sip")        # the case ids are upper case: a near miss in lower
+    assert lower.exit_code == 2 and "did you mean 'REMOTE_SIP'?" in flat(lower.stderr)
 
 
 def test_bad_size(runner: CliRunner) -> None:

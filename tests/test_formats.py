@@ -86,6 +86,8 @@ def test_duration_reads_back_within_its_digits(ns):
     ("staging", "load_ref", "staging", "load_ref"),
     ("under_tile", False, "under_tile", "False"),
     ("latency_lo_ns", float("nan"), "latency_lo", "-"),
+    ("nbytes", 98304, "nbytes", "96 KiB"),                          # as --size takes it
+    ("nbytes", 2000, "nbytes", "2,000 B"),
 ])
 def test_figure_reads_its_unit_from_its_name(key, value, label, text):
     assert figure(key, value) == (label, text)
@@ -93,7 +95,7 @@ def test_figure_reads_its_unit_from_its_name(key, value, label, text):
 
 def test_figures_keep_a_name_that_another_key_holds():
     assert figures({"contention_ns": 0.0, "contention": False, "latency_ns": 16.0}) == [
-        ("contention_ns", "0 ns"), ("contention", "False"), ("latency", "16.0 ns")]
+        ("contention time", "0 ns"), ("contention", "False"), ("latency", "16.0 ns")]
 
 
 def test_a_column_unit_keeps_every_value_readable():

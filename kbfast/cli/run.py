@@ -140,7 +140,8 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
         hidden = ("critical_path_", "bottleneck_", "bound_", "sensitivity_base_ns") if res is not None else ()
         shown = {k: v for k, v in row.items()         # bound_ratio's text says "loose": no bounds_loose line
                  if (k == "bound_ratio" or not k.startswith(hidden)) and k != "bounds_loose"}
-        table = narrow_table(f"{row['workload']} ({row['mode']})", "metric", "value")
+        modes = f"{row['mode']} vs exact" if "exact_latency_ns" in row else row["mode"]   # --compare: both
+        table = narrow_table(f"{row['workload']} ({modes})", "metric", "value")
         for label, text in figures(shown):
             table.add_row(escape(label), text)   # "[tile load]" is no markup
         console.print(fit(console, table))

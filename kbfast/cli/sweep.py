@@ -314,7 +314,7 @@ def check(
         if c in df and df[c].notna().any():
             view[f"{c} message" if c == "error" else c] = df[c].fillna("")
     _print_table(view, f"{s.name}: fast vs exact",
-                 caption="error: (fast - exact) / exact; in bounds: exact inside the fast bounds")
+                 caption="columns: error = (fast - exact) / exact; in bounds = exact inside the fast bounds")
     _print_check(df, len(df))
     if out is not None:
         df.reset_index().to_csv(out, index=False)

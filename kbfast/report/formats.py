@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kbfast.config.units import format_size
 from kbfast.measure.rows import LOOSE_BOUND
 
 SIGNIFICANT_DIGITS = 12
@@ -44,6 +45,12 @@ def pct(x: float | None, digits: int = 2) -> str:
 def count(x: float | int) -> str:
     """A count: ``15,360``."""
     return f"{int(round(x)):,}"
+
+
+def size_text(n: float) -> str:
+    """A size in bytes as the command line takes it: ``96 KiB``, ``1 MiB``, else ``1,000 B``."""
+    text = format_size(n)
+    return f"{count(n)} B" if text.endswith(" B") else text
 
 
 def num(x: float | None, digits: int = 1) -> str:
@@ -166,8 +173,8 @@ def ratio_text(ratio: float) -> str:
 def figure(key: str, value: Any) -> tuple[str, str]:
     """A named figure for a metric / value table, as (label, text), its unit read from the name: a time as
     :func:`duration` (the label loses ``_ns`` / ``_s``: ``latency_ns`` -> ``latency``), a fraction of a
-    whole as :func:`percent`, ``rel_error`` as :func:`pct`, a whole number or ``n_*`` / ``nbytes`` /
-    ``*_flows`` as :func:`count`, any other number as :func:`num`, anything else as text."""
+    whole as :func:`percent`, ``rel_error`` as :func:`pct`, ``nbytes`` as :func:`size_text`, a whole number or
+    ``n_*`` / ``*_flows`` as :func:`count`, any other number as :func:`num`, anything else as text."""
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -182,18 +189,20 @@ def figure(key: str, value: Any) -> tuple[str, str]:
         return TIME_KEY.sub("", key, count=1), duration(value)
     if WALL_KEY.search(key):
         return WALL_KEY.sub("", key), duration(value * 1e9)
-    if isinstance(value, int) or key.startswith("n_") or key == "nbytes" or key.endswith("_flows"):
+    if key == "nbytes" and math.isfinite(value):
+        return key, size_text(value)
+    if isinstance(value, int) or key.startswith("n_") or key.endswith("_flows"):
         return key, count(value) if math.isfinite(value) else "-"
     return key, num(value)
 
 
 def figures(row: dict[str, Any]) -> list[tuple[str, str]]:
-    """:func:`figure` of every item of ``row``; a label that would equal another key keeps its full name
-    (``contention_ns`` stays so beside ``contention``)."""
+    """:func:`figure` of every item of ``row``; a time whose label would equal another key is labelled a time
+    (``contention_ns`` is ``contention time`` beside ``contention``: its text carries the unit)."""
     out = []
     for key, value in row.items():
         label, text = figure(key, value)
-        out.append((key if label != key and label in row else label, text))
+        out.append((f"{label} time" if label != key and label in row else label, text))
     return out
 
 
