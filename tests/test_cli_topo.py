@@ -163,13 +163,15 @@ def test_command_lists_fit_80_columns(terminal, group):
                                  ["run", "allreduce"], ["run", "pe2pe"], ["run", "gemm"], ["run", "model"],
                                  ["topo", "show"], ["topo", "route"], ["topo", "export"]])
 def test_help_shows_flags_bare(runner, cmd):
-    """Help lists a flag such as --exact without a <bool> value; options that take a value keep their type."""
+    """Help lists a flag such as --exact without a <bool> value, a text value by its option's name (not <str> or
+    <list[str]>), other values by their type, and no shell-completion options (the top level has none)."""
     out = run(runner, *cmd, "--help").stdout
     assert "<bool>" not in out and "--help" in out
+    assert "<str>" not in out and "<list[str]>" not in out and "--install-completion" not in out
     if cmd == ["run", "allreduce"]:
         line = next(line for line in out.splitlines() if "--exact" in line)
         assert "<" not in line.split("--exact", 1)[1].split("Exact")[0]
-        assert "<str>" in out            # --size and the other valued options keep their type
+        assert "<size>" in out and "<buffer-kind>" in out      # a valued option keeps a value
 
 
 # ------------------------------------------------------------------- show

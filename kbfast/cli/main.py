@@ -17,22 +17,36 @@ _CLICK = getattr(typer.core, "_click", None) or importlib.import_module("click")
 UsageError = importlib.import_module(f"{_CLICK.__name__}.exceptions").UsageError
 
 
-def _flags_take_no_value() -> None:
-    """Help shows a flag (``--exact``) bare: recent typer prints a ``<bool>`` type beside every flag, as if
-    it took a value.  Flags are the options with ``is_flag``; every other option keeps its type."""
+def _readable_value_types() -> None:
+    """Help shows a flag (``--exact``) bare, a text value by its option's name (``--case <case>``) and a text
+    argument by its name alone: recent typer prints a ``<bool>`` type beside every flag, as if it took a value,
+    and ``<str>`` or ``<list[str]>`` beside text.  Flags are the options with ``is_flag``; every other option
+    keeps its type."""
     option = getattr(typer.core, "TyperOption", None)
     shown = getattr(option, "display_type_rich", None)
     if shown is None or getattr(shown, "_kbfast", False):
         return
 
     def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
-        return "" if getattr(self, "is_flag", False) and self.metavar is None else shown(self, ctx)
+        if self.metavar is not None:
+            return shown(self, ctx)
+        if getattr(self, "is_flag", False):
+            return ""
+        text = shown(self, ctx)
+        return f"<{max(self.opts, key=len).lstrip('-')}>" if text in ("<str>", "<list[str]>") else text
 
     display_type_rich._kbfast = True
     option.display_type_rich = display_type_rich
+    argument = typer.core.TyperArgument            # an argument's name is shown beside it: no <str> type
+
+    def argument_type(self, ctx):  # noqa: ANN001, ANN202
+        text = shown(self, ctx)
+        return "" if self.metavar is None and text == "<str>" else text
+
+    argument.display_type_rich = argument_type
 
 
-_flags_take_no_value()
+_readable_value_types()
 
 # command -> (module, its function or Typer app, the one-line summary of the listing), in the listing's order.
 # A command's module loads when the command runs or shows its own help, not when another runs or ``kbfast
@@ -59,7 +73,7 @@ def load_command(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
     module, attr, summary = COMMANDS[name]
     target = getattr(importlib.import_module(module), attr)
     if not isinstance(target, typer.Typer):
-        one = typer.Typer()
+        one = typer.Typer(add_completion=False)
         one.command(name)(target)
         target = one
     cmd = typer.main.get_command(target)
