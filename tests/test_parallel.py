@@ -570,7 +570,7 @@ def test_cli_prints_the_pipeline(terminal, tiny) -> None:
     assert max(map(len, lines)) <= 80
     text = flat(res.stdout)
     assert "layout tp_cubes pp2 dp1 mb2" in text
-    assert "pipeline: 2 stages of 1 SIP, 2 micro-batch(es), 1 replica(s)" in text
+    assert "pipeline: 2 stages of 1 SIP, 2 micro-batches, 1 replica" in text
     assert f"the step's totals: {WHOLE}" in text
     assert re.search(r"^period among steps\s+[\d.]+ µs$", res.stdout, re.M)
     head = next(i for i, line in enumerate(lines) if line.startswith("stage  starts"))

@@ -51,6 +51,13 @@ def test_limit_from_the_env_var(monkeypatch) -> None:
         budget.limit_bytes()
 
 
+def test_sizes_read_with_at_most_three_digits_before_the_point() -> None:
+    """A size rolls over to the next unit at 1,000 of the last (a model's 1000 KiB of KV cache read
+    ``1,000 KiB`` beside ``384 MiB``)."""
+    assert [budget.fmt_bytes(n) for n in (999, 1000 * 2 ** 10, 2 ** 20, 12.3 * 2 ** 30, 999 * 2 ** 20)] == \
+        ["999 B", "0.977 MiB", "1 MiB", "12.3 GiB", "999 MiB"]
+
+
 def test_default_limit_is_a_fraction_of_available(monkeypatch) -> None:
     monkeypatch.delenv(budget.ENV, raising=False)
     limit, how = budget.limit_bytes()

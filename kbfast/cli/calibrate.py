@@ -18,7 +18,7 @@ from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
 from kbfast.report import tables
 from kbfast.report.tables import narrow_table
-from kbfast.report.formats import duration, pct
+from kbfast.report.formats import duration, pct, plural
 
 
 class Mode(str, Enum):
@@ -221,7 +221,7 @@ def calibrate(
         console.print(tables.fit(console, checks_table(df, modes), wrap=("check, and what was measured",)))
     if not all_ok(df):
         off = df.loc[df["status"] == "off", "case"]
-        err_console.print(f"[red]{len(off)} reference row(s) off[/]: " + ", ".join(off))
+        err_console.print(f"[red]{plural(len(off), 'reference row')} off[/]: " + ", ".join(off))
         raise typer.Exit(1)
 
 

@@ -17,7 +17,7 @@ from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_c
 from kbfast.config.units import format_size
 from kbfast.report.tables import fit, narrow_table, pack_items
 from kbfast.measure.rows import LOOSE_BOUND
-from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, ratio_text, with_unit
+from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, ratio_text, with_unit
 from kbfast.errors import KbfastError
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
@@ -174,8 +174,11 @@ def probe(
     router = Router(t)
     catalogue = build_catalogue(t, router)
     if list_cases:
+        table = narrow_table("probe cases", "case", "group", "issuers", "description")
+        table.columns[1].justify = table.columns[3].justify = "left"
         for c in catalogue.values():
-            console.print(f"{c.name:28s} {c.group:14s} {c.n_issuers:4d} issuer(s)  {c.description}")
+            table.add_row(c.name, c.group, count(c.n_issuers), c.description)
+        console.print(fit(console, table, wrap=("description",)))
         return
     check_modes(exact, compare)
     sizes = [positive_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
@@ -217,7 +220,8 @@ def probe(
         _resource_outputs(t, [m[0] for m in measured], links, pcs, heatmap)
     failed = [c for c in checks if not c.passed]
     if failed:
-        err_console.print(f"[red]{len(failed)} probe invariant(s) failed[/]: " + "; ".join(c.name for c in failed))
+        err_console.print(f"[red]{plural(len(failed), 'probe invariant')} failed[/]: "
+                          + "; ".join(c.name for c in failed))
         raise typer.Exit(1)
 
 

@@ -16,7 +16,7 @@ from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.measure.methods import check_fast_choice
-from kbfast.report.formats import count, duration, num, pct, percent, to_json
+from kbfast.report.formats import count, duration, num, pct, percent, plural, to_json
 from kbfast.report.tables import fit, narrow_table
 from kbfast.serving import ServeResult, serve
 from kbfast.serving.costs import StepOptions
@@ -99,8 +99,9 @@ def serve_command(
     over = [c for c in checks if c.round == checks[-1].round and not c.ok]
     if over:                       # printed in full, then a failed check exits 1 (docs/serving.md)
         worst = max(over, key=lambda c: abs(c.error))
-        err_console.print(f"check failed: {len(over)} interpolated step cost(s) still over ±2 % after the grid's "
-                          f"refinements (worst: {worst.kind} of {worst.batch} user(s) at {worst.tokens:,} tokens, "
+        err_console.print(f"check failed: {plural(len(over), 'interpolated step cost')} still over ±2 % after the "
+                          f"grid's refinements (worst: {worst.kind} of {plural(worst.batch, 'user')} at "
+                          f"{worst.tokens:,} tokens, "
                           f"{pct(worst.error)}); the run's figures lean on them\n  hint: --exact times every step "
                           "shape directly (small models), or narrow --prompt-len / --output-len", highlight=False)
         raise typer.Exit(1)
@@ -160,4 +161,4 @@ def print_report(res: ServeResult, out: dict, opts: StepOptions, t, trace: Path 
     console.print(fit(console, table))
     rounds = int(checks["round"].max())
     console.print(f"within ±2 % of the direct evaluation: {int(last['ok'].sum())} of {len(last)}"
-                  + (f", after {rounds} refinement(s) of the grid" if rounds else ""), highlight=False)
+                  + (f", after {plural(rounds, 'refinement')} of the grid" if rounds else ""), highlight=False)

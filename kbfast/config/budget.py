@@ -47,9 +47,10 @@ class MemoryBudgetError(KbfastError):
 
 
 def fmt_bytes(n: float) -> str:
-    """``12.3 GiB``, ``512 MiB``: binary units, 3 significant digits."""
+    """``12.3 GiB``, ``512 MiB``: binary units, 3 significant digits; at most three digits before the point
+    (1,000 KiB is ``0.977 MiB``)."""
     for unit, scale in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if abs(n) >= scale:
+        if abs(n) >= 1000 * scale / 1024:
             v = n / scale
             return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
     return f"{int(n)} B"

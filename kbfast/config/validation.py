@@ -89,7 +89,7 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
         hint = _TYPE_HINTS.get(kind.split("_")[0], "")
     more = 0 if chosen else len(errors) - 1
     if more:
-        hint = (hint + "; " if hint else "") + f"{more} more problem(s) after this one"
+        hint = (hint + "; " if hint else "") + f"{more} more problem{'s' if more > 1 else ''} after this one"
     return ConfigError(label, key, value, first["msg"], hint)
 
 

@@ -53,6 +53,12 @@ def size_text(n: float) -> str:
     return f"{count(n)} B" if text.endswith(" B") else text
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """A count with its noun: ``1 replica``, ``2 replicas``, ``3 micro-batches`` (``many``: the plural when it
+    is not ``noun + 's'``)."""
+    return f"{count(n)} {noun if n == 1 else many or noun + 's'}"
+
+
 def num(x: float | None, digits: int = 1) -> str:
     """A measured value in a column whose header carries the unit: ``1,394.4``; ``-`` when unknown; a value
     that ``digits`` decimals would show as zero, to two significant digits (``0.0015``, not ``0.0``)."""

@@ -20,7 +20,7 @@ from kbfast.config.budget import fmt_bytes
 from kbfast.ir import BUFFER_KINDS
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.figures import pyplot, save_figure
-from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, time_unit,
+from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, plural, time_unit,
                                    with_unit)
 from kbfast.measure.rows import STEP_CATEGORIES, rel_error, tightness
 from kbfast.topology.builder import Tables
@@ -171,8 +171,9 @@ def _print_pipeline(pl: dict, console: Console) -> None:
     and ends, how long it works and idles (its bubble)."""
     rows = pl["stage_rows"]
     unit = column_unit([r["end_ns"] for r in rows])
-    table = narrow_table(f"pipeline: {pl['stages']} stages of {pl['stage_is']}, {pl['micro_batches']} "
-                         f"micro-batch(es), {pl['replicas']} replica(s)", "stage", with_unit("starts", unit),
+    table = narrow_table(f"pipeline: {pl['stages']} stages of {pl['stage_is']}, "
+                         f"{plural(pl['micro_batches'], 'micro-batch', 'micro-batches')}, "
+                         f"{plural(pl['replicas'], 'replica')}", "stage", with_unit("starts", unit),
                          with_unit("ends", unit), with_unit("busy", unit), "bubble",
                          caption=f"composed from the pieces: a step {duration(pl['composed_makespan_ns'])} (fill "
                                  f"and drain), among steps {duration(pl['composed_period_ns'])}; the step's totals: "

@@ -26,8 +26,9 @@ def check_consumed(p: Program, S) -> None:
     """Every IPCQ message must be received exactly once (invariant I1)."""
     left = np.flatnonzero(S.q_head > S.q_tail)
     if len(left):
-        raise IpcqUnconsumed(f"I1 violated in {p.name!r}: {int((S.q_head - S.q_tail)[left].sum())} IPCQ "
-                             f"message(s) were sent and never received (every send needs one recv)\npointers:\n"
+        lost = int((S.q_head - S.q_tail)[left].sum())
+        raise IpcqUnconsumed(f"I1 violated in {p.name!r}: {lost} IPCQ message{' was' if lost == 1 else 's were'} "
+                             f"sent and never received (every send needs one recv)\npointers:\n"
                              + pointer_dump(p, S))
 
 

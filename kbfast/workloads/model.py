@@ -602,7 +602,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     T, d, hid = s.tokens, model.head_dim, model.hidden
     m = group * n_pe                                    # the PEs of an attention group: its ring
     q_grp = _divide(f"{model.name}: query heads per attention group ({model.heads} heads over {G} groups of "
-                    f"{group} cube(s))", model.heads, G, fix)
+                    f"{group} cube{'s' if group != 1 else ''})", model.heads, G, fix)
     if model.kv_heads >= G:
         kv_grp = _divide(f"{model.name}: KV heads per attention group", model.kv_heads, G, fix)
     else:
