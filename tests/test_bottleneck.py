@@ -304,6 +304,9 @@ def test_run_reports_bottleneck_and_critical_path(runner: CliRunner, tmp_path: P
                                catch_exceptions=False).stdout)
     assert "bound by: IPCQ slot posts and reads" in small
     assert "the busiest resource, fabric.switch0, is 4.9 % busy (below 50 %: not a bandwidth bound)" in small
+    # the resource the table lists for both SIPs (sip0-1.cube10 ...) keeps that name in the sentence
+    two = flat(runner.invoke(app, ["run", "allreduce"], catch_exceptions=False).stdout)
+    assert "the busiest resource, sip0-1.cube10 r0c0 -> ucie-N.conn0, is" in two
 
 
 def test_probe_names_the_busiest_link_and_writes_tables(runner: CliRunner, tmp_path: Path) -> None:

@@ -146,13 +146,24 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
             table.add_row(escape(label), text)   # "[tile load]" is no markup
         console.print(fit(console, table))
         if res is not None:
-            span = row["latency_ns"]
-            print_resources(console, top_resources(res.program, span, res.pcs), "latency")
+            top = top_resources(res.program, row["latency_ns"], res.pcs)
+            print_resources(console, top, "latency")
             print_critical_path(console, {k[len("critical_path_"):-3]: v for k, v in row.items()
                                           if k.startswith("critical_path_")})
-            print_bound(console, row)
+            print_bound(console, {**row, **_as_listed(row.get("bottleneck_resource"), top)})
         if sens:
             print_sensitivity(console, sens, row["sensitivity_base_ns"])
+
+
+def _as_listed(name: str | None, top: pd.DataFrame) -> dict:
+    """The busiest resource ``name`` as the resource table lists it, when that table's first row holds it with
+    the same resource of other SIPs (``sip0-1.cube10 r0c0 -> ucie-N.conn0`` for ``sip0.cube10 ...``): one
+    resource, one name."""
+    if not name or top.empty or not name.startswith("sip"):
+        return {}
+    listed = str(top["resource"].iloc[0])
+    local = name.partition(".")[2]
+    return {"bottleneck_resource": listed} if listed.startswith("sip") and listed.partition(".")[2] == local else {}
 
 
 def _outputs(res: Result, span_ns: float, links: Path | None, pcs: Path | None, heatmap: Path | None,
