@@ -330,7 +330,7 @@ def test_short_names_are_on_sip0(runner):
     out = flat(run(runner, "topo", "route", "ahbm_2sip", "io0.pcie_ep", "cube1.pe0").stdout)
     assert "memory route sip0.io0.pcie_ep -> sip0.cube1.pe0.pe_dma" in out
     msg = run_error(runner, "topo", "route", "ahbm_2sip", "pe0", "cube0.hbm_ctrl.pe2")
-    assert "unknown node 'pe0'" in msg and "(cube0.pe0.pe_dma, io0.pcie_ep) is on sip0" in msg
+    assert "unknown node 'pe0'" in msg and "(a name without its SIP, such as cube0.pe0, is on sip0)" in msg
 
 
 def test_topo_route_pe_shorthand_as_destination(runner, monkeypatch):

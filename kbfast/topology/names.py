@@ -40,13 +40,14 @@ def node_id(t: Tables, name: str) -> int:
     (``cube3.r0c4``) is on SIP 0 (:func:`full_name`)."""
     if name == SWITCH_NAME:
         return 0
-    name = full_name(t, name)
+    typed, name = name, full_name(t, name)
     m = _NAME.match(name)
     lay = t.layout
     if m:
         sip, cube, rest = int(m.group(1)), m.group(2), m.group(3)
         if sip >= lay.n_sips:
-            raise UnknownNodeError(f"{name}: SIP {sip} does not exist (the system has {lay.n_sips} SIPs)")
+            raise UnknownNodeError(f"unknown node {typed!r}: SIP {sip} does not exist (the system has "
+                                   f"{lay.n_sips} SIPs, sip0 to sip{lay.n_sips - 1})")
         if cube is None:
             local = _local_index(t.io_names).get(rest)
             if local is not None:
@@ -54,14 +55,15 @@ def node_id(t: Tables, name: str) -> int:
             raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.io_names)}")
         c = int(cube)
         if c >= lay.n_cubes_per_sip:
-            raise UnknownNodeError(f"{name}: cube {c} does not exist (a SIP has {lay.n_cubes_per_sip} cubes)")
+            raise UnknownNodeError(f"unknown node {typed!r}: cube {c} does not exist (a SIP has "
+                                   f"{lay.n_cubes_per_sip} cubes, cube0 to cube{lay.n_cubes_per_sip - 1})")
         local = _local_index(t.cube_names).get(rest)
         if local is not None:
             return lay.cube_node_base(sip, c) + local
         raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.cube_names)}")
-    raise UnknownNodeError(f"unknown node {name!r}: names look like sip0.cube0.pe0.pe_dma, "
-                           f"sip0.cube0.r0c0, sip0.io0.pcie_ep or {SWITCH_NAME}; without the SIP, a name "
-                           "from its cube or IO chiplet on (cube0.pe0.pe_dma, io0.pcie_ep) is on sip0")
+    raise UnknownNodeError(f"unknown node {typed!r}: names look like sip0.cube0.pe0.pe_dma, sip0.cube0.r0c0, "
+                           f"sip0.io0.pcie_ep or {SWITCH_NAME} (a name without its SIP, such as cube0.pe0, is on "
+                           "sip0)")
 
 
 def locate(t: Tables, node: int) -> tuple[int, int, int]:
