@@ -21,9 +21,16 @@ class ConfigError(KbfastError):
 
     def __init__(self, file: str, key: str, value: object, problem: str, hint: str = ""):
         self.file, self.key, self.value, self.problem, self.hint = file, key, value, problem, hint
-        msg = f"{clip(file)}: {clip(key)}: {problem}"
-        if value is not None:   # None: there is no value to show (a missing or repeated key)
-            msg += f" (got {shown(value)})"
+        if key in ("<preset>", "<model>"):      # a name that names nothing: "unknown model 'llama3_7b'"
+            msg = f"{problem} {shown(file)}"
+        elif key.startswith("<"):               # the file itself ("<file>", "<yaml>"), not a key in it
+            msg = f"{clip(file)}: {problem}"
+            if value is not None and str(value) != file:
+                msg += f" ({clip(str(value))})"
+        else:
+            msg = f"{clip(file)}: {clip(key)}: {problem}"
+            if value is not None:   # None: there is no value to show (a missing or repeated key)
+                msg += f" (got {shown(value)})"
         if hint:
             msg += f"\n  hint: {hint}"
         super().__init__(msg)

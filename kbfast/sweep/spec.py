@@ -485,7 +485,7 @@ def load_spec(path: str | Path) -> SweepSpec:
         path = Path(bundled[str(path)])
     if not path.is_file():
         raise ConfigError(str(path), "<file>", str(path), "no such sweep spec",
-                          did_you_mean(str(path), bundled) or "bundled specs: " + ", ".join(bundled))
+                          did_you_mean(str(path), bundled, "bundled specs"))
     data = parse_yaml(str(path), read_text(path, str(path)), "sweep spec")
     spec = parse_spec(data, str(path))
     check_topologies(spec)
