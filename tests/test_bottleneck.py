@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rich.console import Console
 from typer.testing import CliRunner
 
 from kbfast.measure.bottleneck import (BUSY_BOUND, CATEGORIES, bottleneck, bottleneck_fields, bound_fields,
@@ -36,6 +35,7 @@ from kbfast.workloads.probe_catalogue import build_catalogue
 from kbfast.workloads.collectives import pe2pe
 from kbfast.measure.registry import build
 from kbfast.report.explain import bound_text, print_bound
+from kbfast.report.wrap import QuantityConsole
 from conftest import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -332,7 +332,7 @@ def test_the_bound_sentence_keeps_each_figure_with_its_unit(width: int) -> None:
     """Wrapped at the console's width, the sentence breaks only at spaces, never between a figure and its unit."""
     row = {"bound_by": "fabric_wait", "bound_share": 0.615, "bottleneck_resource": "sip0.cube1 r0c5 -> ucie-N.conn3",
            "bottleneck_utilization": 0.333, "contention_ns": 6498.0, "latency_ns": 10850.0}
-    console = Console(file=io.StringIO(), width=width)
+    console = QuantityConsole(file=io.StringIO(), width=width)       # the command line's
     print_bound(console, row)
     lines = console.file.getvalue().splitlines()
     text = bound_text(row)

@@ -184,7 +184,7 @@ def route(
                       "-" if hop["bw_gbs"] is None else f"{hop['bw_gbs']:g}", f"{hop['mm']:g}")
     if info["hops"]:
         table.add_row(str(len(info["hops"])), info["hops"][-1]["dst"], ovh[-1], "", "", "")
-    console.print(fit(console, table, wrap=("node",)))      # a node name wraps, never cut
+    console.print(fit(console, table, wrap=("node",), drop=("edge to the next node",)))   # names fold, never cut
     bn = info["bottleneck_bw_gbs"]
     console.print(f"{info['n_edges']} edges, transit overhead {duration(info['transit_overhead_ns'])} (ovh ns "
                   "summed), "

@@ -7,17 +7,14 @@ percent with one decimal.
 
 from __future__ import annotations
 
-import re
 
 import pandas as pd
 from rich.console import Console
 
 from kbfast.measure.rows import BUSY_BOUND, PATHS
 from kbfast.report.formats import column_unit, duration, in_unit, percent, with_unit
-from kbfast.report.tables import fit, narrow_table, pack_items
+from kbfast.report.tables import fit, narrow_table
 
-_KEEP = "\x00"                                           # a space no line breaks at, while wrapping
-_FIGURE = re.compile(r"(?<=\d) (?=(?:%|[nµm]?s)(?!\w))")   # between a figure and its unit
 
 # short names of the resource kinds, so that the table fits 80 columns
 KIND_SHORT = {"router_mesh": "mesh", "router_to_ucie_conn": "to UCIe", "ucie_conn_to_router": "from UCIe",
@@ -87,12 +84,11 @@ def bound_text(row: dict) -> str | None:
 
 
 def print_bound(console: Console, row: dict) -> None:
-    """The :func:`bound_text` of ``row``, when it has one, wrapped at the console's width with each figure kept
-    on one line with its unit (``59.9 %``, ``6.498 µs``)."""
+    """The :func:`bound_text` of ``row``, when it has one, wrapped at the console's width (the command line's
+    console keeps each figure on one line with its unit, ``59.9 %``, ``6.498 µs``: kbfast.report.wrap)."""
     text = bound_text(row)
     if text:
-        words = [w.replace(_KEEP, " ") for w in _FIGURE.sub(_KEEP, text).split(" ")]
-        console.print("\n".join(pack_items(words, "", "", console.width, sep="")), highlight=False, soft_wrap=True)
+        console.print(text, highlight=False)
 
 
 

@@ -85,7 +85,8 @@ class QuantityText(Text):
 
     def wrap(self, console: Console, width: int, *, justify=None, overflow=None, tab_size: int = 8,
              no_wrap: bool | None = None) -> Lines:
-        """rich's ``Text.wrap``, dividing each line at :func:`glued`'s word boundaries."""
+        """rich's ``Text.wrap``, dividing each line at :func:`glued`'s word boundaries, the lines without the space
+        they broke at."""
         if no_wrap or (no_wrap is None and self.no_wrap) or overflow == "ignore":
             return super().wrap(console, width, justify=justify, overflow=overflow, tab_size=tab_size,
                                 no_wrap=no_wrap)
@@ -97,7 +98,7 @@ class QuantityText(Text):
                 line.expand_tabs(tab_size)
             new_lines = line.divide(divide_line(glued(line.plain), width, fold=wrap_overflow == "fold"))
             for part in new_lines:
-                part.rstrip_end(width)
+                part.rstrip()              # no trailing space where a line broke (rich keeps it)
             if wrap_justify:
                 new_lines.justify(console, width, justify=wrap_justify, overflow=wrap_overflow)
             for part in new_lines:
