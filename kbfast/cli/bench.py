@@ -24,17 +24,19 @@ def bench_table(rows: list[BenchRow]) -> Table:
     of at most ``TARGET_WIDTH`` characters that never part a number from its comparator or unit."""
     table = narrow_table("kbfast bench", "benchmark", "value", "target", "met", "detail")
     table.columns[2].justify = table.columns[4].justify = "left"
-    scale = dict(TIME_UNITS)
     for r in rows:
         met = "-" if r.ok is None else ("[green]yes[/]" if r.ok else "[red]no[/]")
-        value = duration(r.value * scale[r.unit]) if r.unit in scale else f"{_figure(r.value)} {r.unit}"
-        table.add_row(r.name, value, wrap_quantities(r.target, TARGET_WIDTH), met, r.detail)
+        table.add_row(r.name, _value(r.value, r.unit), wrap_quantities(r.target, TARGET_WIDTH), met, r.detail)
     return table
 
 
-def _figure(x: float) -> str:
-    """A figure to four significant digits, without an exponent: ``2.969e+05`` is ``296,900``."""
-    return f"{float(f'{x:.4g}'):,.0f}" if abs(x) >= 1e4 else f"{x:,.4g}"
+def _value(x: float, unit: str) -> str:
+    """A figure with its unit: a time scaled to its value (``12.30 ms``), any other to four significant digits
+    and without an exponent (``296,900 points/min``, not ``2.969e+05``)."""
+    scale = dict(TIME_UNITS)
+    if unit in scale:
+        return duration(x * scale[unit])
+    return f"{float(f'{x:.4g}'):,.0f} {unit}" if abs(x) >= 1e4 else f"{x:,.4g} {unit}"
 
 
 def paired_table(comparison: pd.DataFrame, base: str, this: str, rounds: int) -> Table:
@@ -44,12 +46,11 @@ def paired_table(comparison: pd.DataFrame, base: str, this: str, rounds: int) ->
                          "base", "this", "change",
                          caption=f"change: slower or faster by the mean of the rounds (a rate's by its inverse); "
                                  f"over {pairing.REGRESSION - 1:.0%} slower is a regression")
-    scale = dict(TIME_UNITS)
     for r in comparison.itertuples():
-        value = (lambda v: duration(v * scale[r.unit])) if r.unit in scale else (lambda v: f"{v:,.4g} {r.unit}")
         pct = abs(r.slowdown - 1)
         change = "same" if pct < 0.0005 else f"{pct:.1%} {'slower' if r.slowdown > 1 else 'faster'}"
-        table.add_row(r.name, value(r.base), value(r.this), f"[red]{change}[/]" if r.regression else change)
+        table.add_row(r.name, _value(r.base, r.unit), _value(r.this, r.unit),
+                      f"[red]{change}[/]" if r.regression else change)
     return table
 
 
