@@ -73,8 +73,8 @@ def test_json_all_checks_pass(runner: CliRunner, catalogue_names: list[str]) -> 
     assert len(out["checks"]) >= 5
     assert all(c["passed"] for c in out["checks"]), [c for c in out["checks"] if not c["passed"]]
     names = {c["name"] for c in out["checks"]}
-    assert {"distance order @16384B", "local < same half < cross half @16384B",
-            "launch: every PE starts at the barrier @16384B"} <= names
+    assert {"distance order at 16 KiB", "local < same half < cross half at 16 KiB",
+            "launch: every PE starts at the barrier at 16 KiB"} <= names
 
 
 def test_case_with_two_sizes(runner: CliRunner) -> None:

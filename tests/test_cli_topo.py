@@ -57,11 +57,13 @@ def run_error(runner: CliRunner, *args: str) -> str:
 
 
 def test_topo_list(runner):
-    """Every preset, in order, each on a row with its YAML's description."""
+    """Every preset, in order (its numbers as numbers: torus6 before torus16), each on a row with its YAML's
+    description."""
     result = run(runner, "topo", "list")
     rows = [line.split(None, 1) for line in result.stdout.splitlines()]
     names = [r[0] for r in rows if r and r[0] in preset_names()]
     assert names == preset_names()
+    assert names.index("torus6") < names.index("torus16") and names.index("whatif_256") < names.index("whatif_1024")
     by_name = {r[0]: r[1].strip() for r in rows if len(r) == 2 and r[0] in preset_names()}
     assert by_name["whatif_256"] == "256 SIPs on one switch; the collective's neighbours: torus_2d 16x16 (what-if)"
     assert all(by_name[n] != "-" for n in preset_names())      # every preset has a description

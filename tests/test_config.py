@@ -15,7 +15,7 @@ from kbfast.errors import ConfigError, KbfastError
 from kbfast.topology.builder import build_tables
 from kbfast.topology.kinds import EdgeKind, NodeKind
 
-PRESETS = ["ahbm_2sip", "mesh6", "ring6", "torus16", "torus6", "whatif_1024", "whatif_256"]
+PRESETS = ["ahbm_2sip", "mesh6", "ring6", "torus6", "torus16", "whatif_256", "whatif_1024"]   # numbers in order
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -15,6 +15,7 @@ wording of what fails).  This module chains them, and re-exports what commands a
 from __future__ import annotations
 
 import copy
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,10 @@ DEFAULT_TOPOLOGY = "ahbm_2sip"
 
 
 def preset_names() -> list[str]:
-    """Names of the topology presets shipped with kbfast."""
+    """Names of the topology presets shipped with kbfast, numbers in order (torus6 before torus16)."""
     folder = resources.files("kbfast.topologies")
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    names = [p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml")]
+    return sorted(names, key=lambda n: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", n)])
 
 
 def _resolve(name_or_path: str | Path) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kbfast.config.units import format_size
 from kbfast.measure.metrics import BREAKDOWN
 from kbfast.measure.rows import bound_ratio, rel_error
 
@@ -68,7 +69,7 @@ def check_invariants(df: pd.DataFrame) -> list[Check]:
     """kernbench's probe invariants, per probe size."""
     checks: list[Check] = []
     for nbytes, sub in df.groupby("nbytes", sort=True):
-        tag = f"@{nbytes}B"
+        tag = f"at {format_size(nbytes)}"
         for label, names in (
             ("distance order", ["SAME_CUBE_PE_LOCAL", "SAME_CUBE_PE_REMOTE_BEST", "SAME_CUBE_PE_REMOTE_WORST",
                                 "REMOTE_CUBE_PE_REMOTE_BEST", "REMOTE_CUBE_PE_REMOTE_WORST"]),
