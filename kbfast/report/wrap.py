@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from rich._wrap import divide_line
+from rich.cells import cell_len
 from rich.console import Console
 from rich.containers import Lines
 from rich.measure import Measurement
@@ -110,7 +111,7 @@ class QuantityText(Text):
         """rich's measure, with the widest quantity as the least width."""
         measured = super().__rich_measure__(console, options)
         pieces = glued(self.plain).split()
-        least = max((Text(p).cell_len for p in pieces), default=measured.minimum)
+        least = max((cell_len(p) for p in pieces), default=measured.minimum)
         return Measurement(max(measured.minimum, least), max(measured.maximum, least))
 
 
