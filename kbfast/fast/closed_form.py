@@ -297,7 +297,7 @@ def hbm_finish(edges, lo, hi, e_dst, e_c, e_prop, n_ovh, n_flit, T0, nbytes, F, 
     for i_lo, i_hi in ((2, a1 + 1), (b0, n - 1)):
         for i in range(i_lo, i_hi):
             best = -np.inf
-            for m in range(n_lines):   # V_i of a full row (:func:`_v`)
+            for m in range(n_lines):   # V_i of a full row: the best of the lines in i (rows 7/8, :func:`_prepare`)
                 best = max(best, (i - 2) * b[7, m] + b[8, m])
             _commit_candidate(i, base + best, n, n_pcs, log_p, pc0, commit, pcs)
     return _last_commits(n, n_pcs, log_p, pc0, commit, pcs), taken
