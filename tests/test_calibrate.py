@@ -196,6 +196,8 @@ def test_table_stacks_at_60_columns(terminal) -> None:
     assert re.search(r"^  fast\s+-12\.4 ns\s*$", block, re.M)
     for case in ROWS:
         assert re.search(rf"^{case}\s*$", text, re.M), case
+    # the checks table keeps its case ids whole (they folded: allreduce_center_vs_corner_t / orus)
+    assert re.search(r"^allreduce_center_vs_corner_torus\s+centre < corner", text, re.M)
 
 
 def test_fit_tables_at_80_columns(sets_dir: Path) -> None:

@@ -91,6 +91,13 @@ def test_allreduce_no_tile_io(runner: CliRunner) -> None:
     assert bad.exit_code == 2 and "does not take a value" in flat(bad.stderr) and "Traceback" not in bad.output
 
 
+def test_compare_table_is_titled_by_both_modes(runner: CliRunner) -> None:
+    """--compare prints the fast row with the exact latency beside it: its title names both modes."""
+    res = run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--compare")
+    assert res.exit_code == 0, res.stderr
+    assert "pe2pe_h3 (fast vs exact)" in res.stdout and "exact_latency" in res.stdout
+
+
 def test_allreduce_compare(torus6_96k: dict) -> None:
     row = torus6_96k
     assert row["mode"] == "fast" and "exact_latency_ns" in row

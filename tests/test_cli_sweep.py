@@ -122,6 +122,8 @@ def test_check_prints_parity_table(runner: CliRunner, tiny_spec: Path, tmp_path:
     assert re.search(r"fast \((ns|µs)\)", text) and re.search(r"exact \((ns|µs)\)", text) and "in bounds" in text
     assert "checked points 2" in text
     assert "e+" not in text and re.search(r"[+-]\d+\.\d\d %", text)   # ns with separators, errors in percent
+    assert "columns: error = (fast - exact) / exact" in text             # a legend, not a line saying "error:"
+    assert not re.search(r"^error:", res.stdout, re.M)
     df = pd.read_csv(csv)
     assert len(df) == 2 and df["exact_latency_ns"].notna().all() and (df["rel_error"].abs() < 0.05).all()
 
