@@ -256,11 +256,13 @@ WHOLE = ["15.90 µs;", "25.26 µs;", "28.23 µs", "6.515 ms", "6.516 ms;", "32x3
 def test_printed_text_and_table_cells_wrap_between_quantities(width):
     """The command line's console (kbfast.report.wrap.QuantityConsole) wraps a printed line, and a table's text
     column, only between quantities: rich's own wrap put ``sram 28.23`` over ``µs`` in kbfast calibrate's checks
-    at 80 columns, and ``among steps 6.516`` over ``ms`` in kbfast run model --pp 2's note."""
+    at 80 columns, and ``among steps 6.516`` over ``ms`` in kbfast run model --pp 2's caption."""
     console = QuantityConsole(width=width, file=io.StringIO())
     table = narrow_table(None, "check", "detail")
     table.add_row("allreduce_buffer_kind_64k", PROSE)
-    for renderable in (PROSE, fit(console, table, wrap=("check", "detail"))):
+    captioned = narrow_table("steps", "stage", "ends", caption=PROSE)     # a caption wider than its table
+    captioned.add_row("0", "1.0 ms")
+    for renderable in (PROSE, fit(console, table, wrap=("check", "detail")), fit(console, captioned)):
         lines = _render(renderable, width).splitlines()
         assert max(map(len, lines)) <= width
         assert all(any(q in line for line in lines) for q in WHOLE), lines

@@ -22,7 +22,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from kbfast.report.wrap import quantities
+from kbfast.report.wrap import QuantityText, quantities
 
 
 def narrow_table(title: str | None, *columns: str, caption: str | None = None) -> Table:
@@ -67,7 +67,7 @@ def stacked(table: Table) -> RenderableType:
     heads = [_header(c) for c in table.columns]
     cells = [list(c.cells) for c in table.columns]
     label = max((len(h) for h in heads[1:]), default=0) + 2
-    parts: list[RenderableType] = [Text(str(table.title), style="table.title")] if table.title else []
+    parts: list[RenderableType] = [QuantityText(str(table.title), style="table.title")] if table.title else []
     for i, row in enumerate(table.rows):
         first = cells[0][i]
         parts.append(Text(first, style=row.style or "bold") if isinstance(first, str) else first)
@@ -78,7 +78,7 @@ def stacked(table: Table) -> RenderableType:
             block.add_row(f"  {head}", col[i])
         parts.append(block)
     if table.caption:
-        parts.append(Text(str(table.caption), style="table.caption"))
+        parts.append(QuantityText(str(table.caption), style="table.caption"))
     return Group(*parts)
 
 
@@ -118,8 +118,8 @@ def _lines_apart(console: Console, table: Table) -> RenderableType:
         return table
     table.title = None if head else table.title
     table.caption = None if foot else table.caption
-    return Group(*([Text(str(head), style="table.title")] if head else []), table,
-                 *([Text(str(foot), style="table.caption")] if foot else []))
+    return Group(*([QuantityText(str(head), style="table.title")] if head else []), table,
+                 *([QuantityText(str(foot), style="table.caption")] if foot else []))
 
 
 def pack_items(items: list[str], first: str, indent: str, width: int, sep: str = ",") -> list[str]:
