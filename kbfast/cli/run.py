@@ -39,8 +39,8 @@ if TYPE_CHECKING:                       # a type only: the command measures thro
 
 ALLREDUCE, PE2PE = WORKLOADS["allreduce"].fields, WORKLOADS["pe2pe"].fields   # the defaults, shared with sweeps
 COLLECTIVE = WORKLOADS["collective"].fields
-run_app = typer.Typer(add_completion=False, help="Run one workload point: an all-reduce, a PE-to-PE transfer, a GEMM or a model step.",
-                      no_args_is_help=True)
+run_app = typer.Typer(help="Run one workload point: an all-reduce, a PE-to-PE transfer, a GEMM or a model step.",
+                      no_args_is_help=True, add_completion=False)
 
 
 SizeOpt = Annotated[str, typer.Option("--size", help="Bytes per rank, e.g. 96KiB, 1MiB.")]

@@ -28,7 +28,8 @@ from kbfast.topology.names import full_name, node_id
 from kbfast.topology.routing import ROUTE_KINDS, Router
 from kbfast.topology.summary import describe_route, summarize
 
-topo_app = typer.Typer(add_completion=False, help="Inspect topologies: summaries, floor plans and routes.", no_args_is_help=True)
+topo_app = typer.Typer(help="Inspect topologies: summaries, floor plans and routes.", no_args_is_help=True,
+                       add_completion=False)
 
 
 class TextFormat(str, Enum):

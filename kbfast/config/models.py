@@ -128,7 +128,8 @@ def load_model(name_or_path: str | Path) -> Model:
     else:
         name = str(name_or_path)
         if name not in model_names():
-            raise ConfigError(name, "<model>", name, "unknown model", did_you_mean(name, model_names(), "bundled models"))
+            raise ConfigError(name, "<model>", name, "unknown model",
+                              did_you_mean(name, model_names(), "bundled models"))
         label = f"{name}.yaml"
         text = read_text(resources.files("kbfast.models").joinpath(label), label)
     data = parse_yaml(label, text, "model")
