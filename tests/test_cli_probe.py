@@ -127,6 +127,17 @@ def test_default_table_fits_80_columns_with_numbers_whole(terminal) -> None:
     assert "sip_hotspot_pe0" in res.stdout and "93.250" in res.stdout       # the widest bound, whole
 
 
+def test_latency_and_makespan_share_one_unit(runner: CliRunner) -> None:
+    """A row's latency and makespan read side by side: one unit for both columns, the one the larger needs (the
+    hot spot's 15.6 us makespan puts the 77 ns local latency in us too)."""
+    res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", "--case", "sip_hotspot_pe0")
+    assert res.exit_code == 0, res.stderr
+    head = res.stdout.splitlines()
+    assert re.search(r"^case\s+n\s+µs\s+µs\s+GB/s", "\n".join(head), re.M)
+    assert re.search(r"^SAME_CUBE_PE_LOCAL\s+1\s+0\.077\s+0\.077\s", res.stdout, re.M)
+    assert re.search(r"^sip_hotspot_pe0\s+128\s+8\.120\s+15\.623\s", res.stdout, re.M)
+
+
 def test_compare_columns(runner: CliRunner) -> None:
     res = invoke(runner, "--case", "ctrl_hot_2", "--case", "REMOTE_SIP", "--compare", "--format", "csv")
     assert res.exit_code == 0, res.stderr

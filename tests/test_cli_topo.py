@@ -226,14 +226,30 @@ def test_topo_show_says_where_each_uncalibrated_value_comes_from(terminal, runne
     data = json.loads(run(runner, "topo", "show", "--format", "json").stdout)
     assert data["uncalibrated_from_param_set"] == ["link.io_conn.bw_gbs", "link.pcie.bw_gbs"]
     out = terminal(80).invoke(app, ["topo", "show", "--set", "link.pcie.bw_gbs=100"]).stdout
-    assert re.search(r"link\.io_conn\.bw_gbs\s+│ 512\.0\s+│ set kernbench-2026-11 ", out), out
-    assert re.search(r"link\.pcie\.bw_gbs\s+│ 100\.0\s+│ --set ", out)
-    assert re.search(r"fabric\.ns_per_mm\s+│ 0\.0\s+│ chosen ", out)
+    assert re.search(r"link\.io_conn\.bw_gbs\s+│ 512 GB/s\s+│ set kernbench-2026-11 ", out), out
+    assert re.search(r"link\.pcie\.bw_gbs\s+│ 100 GB/s\s+│ --set ", out)
+    assert re.search(r"fabric\.ns_per_mm\s+│ 0 ns/mm\s+│ chosen ", out)
     assert max(map(len, out.splitlines())) <= 80
     narrow = json.loads(run(runner, "topo", "show", "--set", "param_set=kernbench-2026-11-14mm",
                             "--format", "json").stdout)
     assert narrow["uncalibrated_from_param_set"] == ["cube.geometry.w_mm", "cube.pe_layout.pe_pitch_mm",
                                                      "link.io_conn.bw_gbs", "link.pcie.bw_gbs"]
+
+
+def test_topo_show_prints_values_with_their_units_and_counts_right_aligned(terminal):
+    """Each uncalibrated value with the unit its key names (a fitted bandwidth in full, no ``.0`` on a whole
+    number), a mapping one item a line under its unit, an empty one as ``none``; counts and bandwidths
+    right-aligned, so their digits line up."""
+    out = terminal(80).invoke(app, ["topo", "show"]).stdout
+    for key, text in (("cube.geometry.w_mm", "16 mm"), ("link.pcie.bw_gbs", "313.962 GB/s"),
+                      ("ipcq.poll_interval_ns", "10 ns"), ("pe.math_ns_per_elem", "0.0078125 ns/element"),
+                      ("pe.gemm_macs_per_ns", "4,096 MACs/ns"), ("pe.tile_buffers", "2"), ("routing.weight_mm", "none")):
+        assert re.search(rf"{re.escape(key)}\s+│ {re.escape(text)}\s+│", out), (key, out)
+    ops = out[out.index("pe.math_ops"):out.index("pe.gemm_macs_per_ns")]
+    assert re.search(r"│ ns/element:\s+│", ops) and re.search(r"│\s+│ softmax 0\.03125\s+│", ops)
+    assert "{" not in out and "'" not in out
+    assert re.search(r"│ router\s+│ 1,024 │", out) and re.search(r"│ switch\s+│\s{5}1 │", out)
+    assert re.search(r"│ pcie\s+│\s+4 │  313\.962 │", out) and re.search(r"│ command\s+│\s+576 │\s+- │", out)
 
 
 def test_topo_show_with_overrides(runner):

@@ -53,8 +53,8 @@ def _unit(df: pd.DataFrame, columns: list[str]) -> str | None:
 def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
     """The probe table (or, with --compare, fast vs exact); the fast path's bounds and method per row; the
     latency breakdown of the single-issuer cases; then the busiest link of each case that has more than one
-    issuer or lost time to contention.  One probe size goes in the titles, several in a column.  Times take
-    one unit per column (or per table), named in the header; every table fits the terminal (``fit``)."""
+    issuer or lost time to contention.  One probe size goes in the titles, several in a column.  The times of a
+    table take one unit, named in the header; every table fits the terminal (``fit``)."""
     mode = "exact replay" if exact else ("fast path vs exact" if compare else "fast path")
     sizes = df["nbytes"].unique()
     one = len(sizes) == 1
@@ -70,13 +70,13 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
                           in_unit(r["exact_makespan_ns"], unit), pct(r["rel_error"]))
         console.print(fit(console, table))
     else:
-        lat, span = _unit(df, ["latency_ns"]), _unit(df, ["makespan_ns"])
-        table = narrow_table(f"probe ({mode}{per})", "case", *size_col, "n", with_unit("latency", lat, "\n"),
-                             with_unit("makespan", span, "\n"), "eff\nGB/s", "util\nsingle", "util\naggr")
+        unit = _unit(df, ["latency_ns", "makespan_ns"])      # one unit: a row's two times read side by side
+        table = narrow_table(f"probe ({mode}{per})", "case", *size_col, "n", with_unit("latency", unit, "\n"),
+                             with_unit("makespan", unit, "\n"), "eff\nGB/s", "util\nsingle", "util\naggr")
         for _, r in df.iterrows():
             single = percent(r["util_single"]) if r["n_issuers"] == 1 else "-"
-            table.add_row(r["case"], *size_of(r), count(r["n_issuers"]), in_unit(r["latency_ns"], lat),
-                          in_unit(r["makespan_ns"], span), num(r["effective_bw_gbps"]), single,
+            table.add_row(r["case"], *size_of(r), count(r["n_issuers"]), in_unit(r["latency_ns"], unit),
+                          in_unit(r["makespan_ns"], unit), num(r["effective_bw_gbps"]), single,
                           percent(r["util_aggregate"]))
         console.print(fit(console, table, drop=("util single", "eff GB/s")))
     if "makespan_lo_ns" in df and df["makespan_lo_ns"].notna().any():

@@ -9,6 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import pandas as pd
 import typer
 import yaml
@@ -43,7 +44,37 @@ TopologyOpt = Annotated[str, typer.Argument(help="Preset name or path to a topol
 
 
 def _fmt_bw(values: list[float | None]) -> str:
-    return ", ".join("-" if v is None else f"{v:g}" for v in values)
+    """An edge kind's bandwidths, GB/s: ``256``, ``256, 512``, a fitted ``313.962``; ``-`` where unserialised."""
+    return ", ".join("-" if v is None else _number(v) for v in values)
+
+
+def _number(v: float) -> str:
+    """A parameter's value in full, never in exponent form and without a trailing ``.0``: ``4,096``, ``0.0078125``,
+    ``313.962``."""
+    if float(v).is_integer():
+        return f"{int(v):,}"
+    return np.format_float_positional(float(v), trim="-")
+
+
+# A parameter's unit, from the end of its key (spec_fabric §10: times in ns, lengths in mm, bandwidths in GB/s)
+PARAM_UNITS = (("_ns_per_elem", "ns/element"), ("ns_per_mm", "ns/mm"), ("_macs_per_ns", "MACs/ns"),
+               ("bw_gbs", "GB/s"), ("_mm", "mm"), ("_ns", "ns"), ("math_ops", "ns/element"))
+
+
+def param_text(key: str, value) -> str:
+    """An uncalibrated parameter's value for people, its unit read from its key: ``16 mm``, ``313.962 GB/s``,
+    ``0.0078125 ns/element``; a mapping one item a line under its unit (``ns/element:``, ``mul 0.0078125``, ...),
+    so that no item is parted from its value; ``none`` when empty; anything else as it is."""
+    unit = next((u for suffix, u in PARAM_UNITS if key.endswith(suffix)), "")
+    tail = f" {unit}" if unit else ""
+    if isinstance(value, dict):
+        if not value:
+            return "none"
+        items = [f"{k} {_number(v) if isinstance(v, (int, float)) else v}" for k, v in value.items()]
+        return "\n".join([f"{unit}:"] * bool(unit) + items)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return _number(value) + tail
 
 
 @topo_app.command("list", short_help="List the topology presets shipped with kbfast.")
@@ -132,9 +163,12 @@ def show(
                   f"{summary['n_nodes']:,} nodes, {summary['n_edges']:,} edges, "
                   f"tables {summary['table_bytes'] / 2**20:.1f} MiB; routing: {summary['routing_policy']}")
     nodes = Table("node kind", "count", title="Nodes")
+    nodes.columns[1].justify = "right"
     for kind, count in summary["nodes_by_kind"].items():
         nodes.add_row(kind, f"{count:,}")
     edges = Table("edge kind", "count", "bw GB/s", title="Directed edges")
+    for column in edges.columns[1:]:
+        column.justify = "right"
     for kind, count in summary["edges_by_kind"].items():
         edges.add_row(kind, f"{count:,}", _fmt_bw(summary["edge_bw_gbs_by_kind"][kind]))
     console.print(fit(console, nodes))
@@ -142,7 +176,7 @@ def show(
     unc = Table("key", "value", "from", title="Uncalibrated parameters (never valued by the sources; "
                                               "docs/calibration.md)")
     for key, value in summary["uncalibrated"].items():
-        unc.add_row(key, str(value), "--set" if key in given else f"set {summary['param_set']}"
+        unc.add_row(key, param_text(key, value), "--set" if key in given else f"set {summary['param_set']}"
                     if key in summary["uncalibrated_from_param_set"] else "chosen")
     console.print(fit(console, unc, wrap=("value",)))
     if plot is not None:
