@@ -98,15 +98,15 @@ def shown(value: object, limit: int = ECHO_LIMIT) -> str:
     return "".join(out)
 
 
-def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys") -> str:
+def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys", prefix: str = "") -> str:
     """Return a 'did you mean ...?' hint for ``word`` among ``choices`` (compared without case: ``remote_sip``
-    finds ``REMOTE_SIP``), or ''."""
+    finds ``REMOTE_SIP``; each shown after ``prefix``, the part of a name the user typed before ``word``), or ''."""
     choices = list(choices)
     folded = {c.casefold(): c for c in choices}
     close = ([folded[c] for c in difflib.get_close_matches(word.casefold(), list(folded), n=3, cutoff=0.5)]
              if len(word) <= ECHO_LIMIT else [])
     if close:
-        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+        return "did you mean " + " or ".join(repr(prefix + c) for c in close) + "?"
     if choices:
         return f"{noun}: " + ", ".join(sorted(choices))
     return ""

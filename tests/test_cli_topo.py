@@ -436,7 +436,15 @@ def test_user_errors_from_yaml_files(runner, tmp_path):
 @pytest.mark.parametrize("args,fragment", [
     (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube16.hbm_ctrl.pe0"], "cube 16 does not exist"),
     (["ahbm_2sip", "sip2.cube0.pe0", "sip0.cube0.hbm_ctrl.pe0"], "SIP 2 does not exist"),
-    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe9"], "unknown node 'sip0.cube0.hbm_ctrl.pe9'"),
+    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe9"], "unknown node 'sip0.cube0.hbm_ctrl.pe9': did you "
+                                                                 "mean 'sip0.cube0.hbm_ctrl.pe7'"),
+    # a PE shorthand is refused as typed, with the PEs a cube has; a short name's hints are short names too
+    (["ahbm_2sip", "sip9.cube1.pe0", "sip0.cube0.pe0"], "unknown node 'sip9.cube1.pe0': SIP 9 does not exist"),
+    (["ahbm_2sip", "cube1.pe9", "sip0.cube0.pe0"], "unknown node 'cube1.pe9': a cube has 8 PEs, pe0 to pe7"),
+    (["ahbm_2sip", "io0.pcie_epp", "sip0.cube0.pe0"], "unknown node 'io0.pcie_epp': did you mean 'io0.pcie_ep'"),
+    # nothing close: one name of each kind, not the cube's 150 names
+    (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube1.foo"], "unknown node 'sip0.cube1.foo': names in a cube look like "
+                                                        "hbm_ctrl.pe0, m_cpu, pe0.pe_cpu, r0c0, sram, ucie-E, "),
     (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2", "--kind", "bogus"], "--kind 'bogus'"),
     (["ahbm_2sip", "sip0.cube0.pe0", "sip0.cube0.hbm_ctrl.pe2", "--kind", "memory"], "no memory route"),
     (["ahbm_2sip", "fabric.switch0", "sip0.cube0.hbm_ctrl.pe2"], "transit node"),

@@ -52,7 +52,7 @@ def node_id(t: Tables, name: str) -> int:
             local = _local_index(t.io_names).get(rest)
             if local is not None:
                 return lay.sip_node_base(sip) + local
-            raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.io_names)}")
+            raise UnknownNodeError(f"unknown node {typed!r}: {_hint(typed, rest, t.io_names, 'an IO chiplet')}")
         c = int(cube)
         if c >= lay.n_cubes_per_sip:
             raise UnknownNodeError(f"unknown node {typed!r}: cube {c} does not exist (a SIP has "
@@ -60,10 +60,29 @@ def node_id(t: Tables, name: str) -> int:
         local = _local_index(t.cube_names).get(rest)
         if local is not None:
             return lay.cube_node_base(sip, c) + local
-        raise UnknownNodeError(f"unknown node {name!r}: {did_you_mean(rest, t.cube_names)}")
+        raise UnknownNodeError(f"unknown node {typed!r}: {_hint(typed, rest, t.cube_names, 'a cube')}")
     raise UnknownNodeError(f"unknown node {typed!r}: names look like sip0.cube0.pe0.pe_dma, sip0.cube0.r0c0, "
                            f"sip0.io0.pcie_ep or {SWITCH_NAME} (a name without its SIP, such as cube0.pe0, is on "
                            "sip0)")
+
+
+def _hint(typed: str, local: str, names: tuple[str, ...], where: str) -> str:
+    """What to type instead of ``typed``, whose name inside its cube or IO chiplet, ``local``, is unknown: the
+    close names, written as the user wrote the rest (``sip0.cube1.r0c5``), else one example of each kind of name
+    in ``where`` (a cube has some 150 names: ``r0c0``, ``pe0.pe_cpu``, ``hbm_ctrl.pe0``, ...)."""
+    close = did_you_mean(local, names, noun="", prefix=typed[:len(typed) - len(local)] if typed.endswith(local) else "")
+    return close if close.startswith("did you mean") else f"names in {where} look like {', '.join(_examples(names))}"
+
+
+@lru_cache(maxsize=64)
+def _examples(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The first name (sorted) of each kind in ``names``: a kind is the name's first part with its numbers
+    left out, and whether more parts follow (``pe0.pe_dma`` and ``pe7.pe_tcm`` are one kind, ``r0c0`` another)."""
+    kinds: dict[str, str] = {}
+    for n in sorted(names):
+        head, dot, _ = n.partition(".")
+        kinds.setdefault(re.sub(r"\d+", "#", head) + dot, n)
+    return tuple(kinds.values())
 
 
 def locate(t: Tables, node: int) -> tuple[int, int, int]:
