@@ -4,6 +4,7 @@ result below its floors, in either mode, over decode, prefill, batches, layouts 
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -99,3 +100,16 @@ def test_the_json_report_carries_the_roofline(system) -> None:
     assert set(roof) >= {"hbm_floor_ns", "compute_floor_ns", "useful_compute_floor_ns", "collective_floor_ns",
                          "bound", "bound_ns", "ratio"}
     assert roof["ratio"] >= 1.0
+
+
+def test_the_table_writes_each_ratio_as_the_other_ratios_are(system) -> None:
+    """The roofline table and its caption write the step over a floor as every ratio kbfast prints (``1.7x``,
+    as a bound ratio's ``1.3x``), not ``1.7`` in one place and ``1.7 x`` in another."""
+    from typer.testing import CliRunner
+
+    from kbfast.cli.main import app
+    res = CliRunner().invoke(app, ["run", "model", "llama32_1b", "--layers", "1", "--kv-len", "512"],
+                             catch_exceptions=False)
+    text = res.stdout[res.stdout.index("roofline (floors"):]
+    assert re.search(r"^HBM: each byte once\s+[\d,.]+\s+[\d,.]+x$", text, re.M), text
+    assert re.search(r"the step takes [\d,.]+x its roofline", " ".join(text.split())), text
