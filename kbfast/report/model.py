@@ -221,7 +221,7 @@ def _print_memory(memory: dict, console: Console) -> None:
                                  "IPCQ slots grow to fit the largest message (spec_ccl)")
     for label, cell in MEMORY_ROWS:
         table.add_row(label, *(cell(m) for m in memory.values()))
-    console.print(fit(console, table, wrap=("held",)))
+    console.print(fit(console, table, wrap=tuple(memory)))     # labels whole; a value wraps between quantities
 
 
 def _print_choice(choice: list[dict], console: Console) -> None:
