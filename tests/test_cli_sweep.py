@@ -212,6 +212,33 @@ def test_progress_lines_are_spaced_by_the_interval() -> None:
                      "sweep x: 12 / 12 points (100.0 %), 1.43 points/s, 7 s elapsed"]
 
 
+def test_the_progress_bar_follows_a_plan_that_grows(monkeypatch) -> None:
+    """On a terminal the bar's total is the latest plan: a serving run's grid of step shapes refines and adds
+    shapes, and the bar showed 30 / 24 (its first total) and no time left."""
+    import io
+
+    from rich.console import Console
+
+    import kbfast.cli.sweep as sweep_cli
+
+    seen = []
+
+    class Recording(sweep_cli.Progress):
+        def update(self, task_id, **fields) -> None:
+            super().update(task_id, **fields)
+            task = self.tasks[0]
+            seen.append((task.completed, task.total))
+
+    monkeypatch.setattr(sweep_cli, "Progress", Recording)
+    monkeypatch.setattr(sweep_cli, "err_console", Console(file=io.StringIO(), force_terminal=True, width=80))
+    with sweep_cli.progress_of("step shapes") as update:
+        update(0, 24)
+        update(12, 24)
+        update(30, 40)                    # a refinement planned 16 more shapes
+        update(40, 40)
+    assert seen == [(12, 24), (30, 40), (40, 40)]
+
+
 def test_a_progress_line_wider_than_the_terminal_breaks_between_its_parts() -> None:
     """Long waits read in minutes and hours, and a line that would pass 80 columns goes on, indented, on the
     next one, never broken inside a part."""

@@ -141,7 +141,8 @@ def progress_of(label: str) -> Iterator:
             state["start"] = done
             return
         rate = (done - state["start"]) / max(time.perf_counter() - state["t0"], 1e-9)
-        bar.update(state["task"], completed=done, rate=f"{_rate(rate)} pts/s")
+        # the total too: a serving run's plan grows as its grid of step shapes refines
+        bar.update(state["task"], completed=done, total=total, rate=f"{_rate(rate)} pts/s")
 
     with bar:
         yield update
