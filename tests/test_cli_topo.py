@@ -398,7 +398,7 @@ def test_topo_route_cross_sip(runner):
 @pytest.mark.parametrize("args,fragments", [
     (["--set", "sip.cube_mseh.w=2"], ["--set sip.cube_mseh.w=2: sip.cube_mseh.w: unknown key 'cube_mseh'",
                                       "hint: did you mean 'cube_mesh'?"]),
-    (["--set", "sips.count=abc"], ["--set sips.count=abc: sips.count:", "valid integer", "(got 'abc')",
+    (["--set", "sips.count=abc"], ["--set sips.count=abc: sips.count:", "not a whole number", "(got 'abc')",
                                    "hint: write a whole number"]),
     (["--set", "link.router_mesh.bw_gbs=0"], ["--set link.router_mesh.bw_gbs=0: link.router_mesh.bw_gbs:", "greater than 0",
                                               "(got 0)", "hint: bandwidths must be > 0 GB/s"]),

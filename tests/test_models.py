@@ -630,11 +630,10 @@ def test_one_trace_serves_every_rank_where_only_lrab_reads_the_rank(request, mod
                     assert np.array_equal(a, b), (piece.name, pp, dp, f.name)
 
 
-def test_the_memory_table_keeps_its_row_labels_whole_at_60_columns() -> None:
+def test_the_memory_table_keeps_its_row_labels_whole_at_60_columns(terminal) -> None:
     """At 60 columns the memory table's values wrap between quantities, and its labels stay whole (rich gave the
     labels the squeeze: ``HBM: of the`` over ``slice`` beside two 15-character value columns)."""
-    res = CliRunner(env={"COLUMNS": "60"}).invoke(app, ["run", "model", "llama32_1b", "--layers", "1"],
-                                                  catch_exceptions=False)
+    res = terminal(60).invoke(app, ["run", "model", "llama32_1b", "--layers", "1"], catch_exceptions=False)
     text = res.stdout[res.stdout.index("memory per working PE"):res.stdout.index("op counts")]
     for label in ("HBM: of the slice", "TCM: pinned operands", "TCM: of the budget", "GEMMs streaming A"):
         assert re.search(rf"^{label}\s", text, re.M), text

@@ -24,7 +24,7 @@ MAX_COUNT = 2**31 - 1   # the largest count a description may give (tables index
 def _no_bool_int(value: object) -> object:
     """A count is a number: YAML ``true`` would otherwise pass as 1."""
     if isinstance(value, bool):
-        raise PydanticCustomError("int_type", "Input should be a whole number, not true/false")
+        raise PydanticCustomError("int_type", "must be a whole number, not true/false")
     return value
 
 
@@ -33,7 +33,7 @@ def _number(value: object, allow_inf: bool = False) -> object:
     bound, and infinity breaks the model except where it means "not serialised" (``allow_inf``: a link
     bandwidth).  A literal too large for a float (``1e400``) is refused rather than read as infinity."""
     if isinstance(value, bool):
-        raise PydanticCustomError("float_type", "Input should be a number, not true/false")
+        raise PydanticCustomError("float_type", "must be a number, not true/false")
     if isinstance(value, (str, int, float)):
         try:
             x = float(value)
@@ -42,14 +42,14 @@ def _number(value: object, allow_inf: bool = False) -> object:
         except ValueError:      # not a number: pydantic says so
             return value
         if math.isnan(x):
-            raise PydanticCustomError("finite_number", "Input should be a number, not NaN")
+            raise PydanticCustomError("finite_number", "must be a number, not NaN")
         if math.isinf(x):
             spelt = isinstance(value, float) or "inf" in str(value).lower()
             if not spelt:
-                raise PydanticCustomError("finite_number", "Input is too large for a number (it would become "
+                raise PydanticCustomError("finite_number", "too large for a number (it would become "
                                           "infinity)")
             if not allow_inf:
-                raise PydanticCustomError("finite_number", "Input should be a finite number")
+                raise PydanticCustomError("finite_number", "must be a finite number")
     return value
 
 

@@ -4,6 +4,7 @@ dotted key path through the schema's models."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -54,6 +55,30 @@ def _field_type(loc: list[str], root: type[BaseModel]) -> Any:
     return None if field is None else field.annotation
 
 
+# pydantic's wording of a problem -> kbfast's ("sips.count: not a whole number (got 'two')"), by error type
+_PLAIN = {"int_parsing": "not a whole number", "int_from_float": "not a whole number", "int_type": "not a whole number",
+          "float_parsing": "not a number", "float_type": "not a number", "bool_parsing": "not true or false",
+          "bool_type": "not true or false", "string_type": "not text", "list_type": "not a list",
+          "tuple_type": "not a list", "dict_type": "not a mapping", "model_type": "not a mapping",
+          "greater_than": "must be greater than {gt}", "greater_than_equal": "must be {ge} or more",
+          "less_than": "must be less than {lt}", "less_than_equal": "must be at most {le:,}"}
+
+
+def plain_problem(error: dict[str, Any]) -> str:
+    """A pydantic error's problem in plain words: ``not a whole number``, ``must be greater than 0``, ``must be
+    one of 'ring_1d', ...``; kbfast's own checks keep theirs (``not true/false``, ``not NaN``), past their
+    ``Input should be``."""
+    kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
+    if kind in _PLAIN and "true/false" not in msg:
+        try:
+            return _PLAIN[kind].format(**ctx)
+        except (KeyError, ValueError):      # a bound of another type: pydantic's own words
+            pass
+    if kind == "literal_error":
+        return "must be one of " + msg.removeprefix("Input should be ")
+    return msg.replace("Input should be ", "must be ", 1)
+
+
 def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec,
                       first: dict[str, Any] | None = None) -> ConfigError:
     """The first problem of ``err`` (or ``first``, one of ``err.errors()``) as a ConfigError naming file, key
@@ -82,7 +107,9 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
     elif kind == "finite_number":
         hint = "write a finite number; inf is allowed only where it means no serialization (link.<class>.bw_gbs)"
     elif kind == "literal_error":
-        hint = first["msg"].replace("Input should be", "use")
+        choices = [c.strip(" '") for c in re.split(r",| or ", str((first.get("ctx") or {}).get("expected", "")))]
+        close = did_you_mean(str(value), [c for c in choices if c], noun="")
+        hint = close if close.startswith("did you mean") else ""
         if key == "routing.policy" and value == "mm":
             hint = "'mm' is now 'balanced' (the previous default); the default is 'kernbench', the original router"
     elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):
@@ -90,7 +117,7 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
     more = 0 if chosen else len(errors) - 1
     if more:
         hint = (hint + "; " if hint else "") + f"{more} more problem{'s' if more > 1 else ''} after this one"
-    return ConfigError(label, key, value, first["msg"], hint)
+    return ConfigError(label, key, value, plain_problem(first), hint)
 
 
 def _is_pow2(n: int) -> bool:
