@@ -436,7 +436,7 @@ def test_the_tiny_layers_weights(model, tray, sp: bool) -> None:
     ("top_k: 2\n", "top_k", "applies to a mixture of experts (experts > 0) only"),
     ("experts: -1\ntop_k: 1\n", "experts", "must be 0 or more"),
     ("experts: true\ntop_k: 1\n", "experts", "whole number"),
-    ("experts: 2.5\ntop_k: 1\n", "experts", "fractional"),
+    ("experts: 2.5\ntop_k: 1\n", "experts", "not a whole number"),
 ])
 def test_a_bad_mixture_is_refused_naming_the_file_and_key(tmp_path, lines: str, key: str, words: str) -> None:
     dense = "".join(line + "\n" for line in TINY_MOE.splitlines() if not line.startswith(("experts", "top_k")))
