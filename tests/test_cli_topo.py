@@ -174,6 +174,12 @@ def test_help_shows_flags_bare(runner, cmd):
         line = next(line for line in out.splitlines() if "--exact" in line)
         assert "<" not in line.split("--exact", 1)[1].split("Exact")[0]
         assert "<size>" in out and "<buffer-kind>" in out      # a valued option keeps a value
+    usage = next(line for line in out.splitlines() if "Usage:" in line)
+    assert "{" not in usage                                       # an argument reads <model>, as an option's value
+    if cmd == ["run", "model"]:
+        assert usage.split() == ["Usage:", "kbfast", "run", "model", "[OPTIONS]", "<model>"]
+    if cmd == ["topo", "show"]:
+        assert usage.split()[-1] == "[<topology>]"               # an optional one in brackets
 
 
 # ------------------------------------------------------------------- show

@@ -21,7 +21,7 @@ def _readable_value_types() -> None:
     """Help shows a flag (``--exact``) bare, a text value by its option's name (``--case <case>``) and a text
     argument by its name alone: recent typer prints a ``<bool>`` type beside every flag, as if it took a value,
     and ``<str>`` or ``<list[str]>`` beside text.  Flags are the options with ``is_flag``; every other option
-    keeps its type."""
+    keeps its type.  The usage line names an argument the same way, ``<model>`` (typer writes ``{model}``)."""
     option = getattr(typer.core, "TyperOption", None)
     shown = getattr(option, "display_type_rich", None)
     if shown is None or getattr(shown, "_kbfast", False):
@@ -44,6 +44,14 @@ def _readable_value_types() -> None:
         return "" if self.metavar is None and text == "<str>" else text
 
     argument.display_type_rich = argument_type
+    usage_name = getattr(argument, "_usage_display_name", None)
+    if usage_name is not None:                     # typer writes {model}; options read <case>: so does this
+
+        def usage_display_name(self):  # noqa: ANN001, ANN202
+            name = f"<{self.display_name_raw}>" + ("..." if self.nargs != 1 else "")
+            return name if self.required else f"[{name}]"
+
+        argument._usage_display_name = usage_display_name
 
 
 _readable_value_types()
