@@ -66,8 +66,8 @@ _PLAIN = {"int_parsing": "not a whole number", "int_from_float": "not a whole nu
 
 def plain_problem(error: dict[str, Any]) -> str:
     """A pydantic error's problem in plain words: ``not a whole number``, ``must be greater than 0``, ``must be
-    one of 'ring_1d', ...``; kbfast's own checks keep theirs (``not true/false``, ``not NaN``), past their
-    ``Input should be``."""
+    one of 'ring_1d', ...``; kbfast's own checks (kbfast.config.schema) are worded already (``must be a whole
+    number, not true/false``)."""
     kind, msg, ctx = error["type"], error["msg"], error.get("ctx") or {}
     if kind in _PLAIN and "true/false" not in msg:
         try:
