@@ -45,6 +45,7 @@ class UnknownNodeError(KbfastError):
 
 
 ECHO_LIMIT = 200   # characters of a user's value that a message repeats
+LISTED = 12        # choices a hint lists in full; beyond, the first ten and the count
 
 
 def clip(text: str, limit: int = ECHO_LIMIT) -> str:
@@ -58,7 +59,10 @@ _SHOWN_DEPTH = 20   # nesting levels :func:`shown` writes out; deeper containers
 
 
 def _pieces(value: object, limit: int, depth: int = 0):
-    """The text of ``repr(value)``, piece by piece, so that a caller can stop early; a scalar is clipped."""
+    """The text of ``repr(value)``, piece by piece, so that a caller can stop early; a scalar is clipped, and a
+    numpy one written as the number it holds (``-5``, not ``np.int64(-5)``: a value read from a CSV)."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        value = value.item()
     kind = next((k for k in _CONTAINERS if isinstance(value, k)), None)
     if kind is None:
         try:
@@ -98,6 +102,15 @@ def shown(value: object, limit: int = ECHO_LIMIT) -> str:
     return "".join(out)
 
 
+def not_one_of(what: str, value: object, choices: Iterable[object]) -> KbfastError:
+    """The refusal of ``value`` for ``what`` (``--layout``, ``phase``): ``{what} 'tp_pe' is not one of tp_pes,
+    tp_cubes``, and the closest choice as the hint (``did you mean 'tp_pes'?``) when one is close."""
+    names = [str(c) for c in choices]
+    close = did_you_mean(str(value), names, noun="")
+    hint = f"\n  hint: {close}" if close.startswith("did you mean") else ""
+    return KbfastError(f"{what} {shown(value)} is not one of {', '.join(names)}{hint}")
+
+
 def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys", prefix: str = "") -> str:
     """Return a 'did you mean ...?' hint for ``word`` among ``choices`` (compared without case: ``remote_sip``
     finds ``REMOTE_SIP``; each shown after ``prefix``, the part of a name the user typed before ``word``), or ''."""
@@ -107,6 +120,8 @@ def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys", pr
              if len(word) <= ECHO_LIMIT else [])
     if close:
         return "did you mean " + " or ".join(repr(prefix + c) for c in close) + "?"
+    if len(choices) > LISTED:      # a long list helps nobody on one line: its first names and how many
+        return f"{noun}: " + ", ".join(sorted(choices)[:LISTED - 2]) + f", … ({len(choices):,} in all)"
     if choices:
         return f"{noun}: " + ", ".join(sorted(choices))
     return ""

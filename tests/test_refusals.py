@@ -624,3 +624,51 @@ def test_unknown_set_key_names_the_set(runner):
     """An unknown --set key was reported as '--set: sips.cuont: ...', without the --set the user typed."""
     refused(invoke(runner, "topo", "show", "ring6", "--set", "sips.cuont=4"),
             "error: --set sips.cuont=4: sips.cuont: unknown key 'cuont' hint: did you mean 'count'?")
+
+
+# ------------------------------------------------------------------ a value outside its choices, and other slips
+
+@pytest.mark.parametrize("args,words", [
+    (["run", "gemm", "--staging", "load_rf"], ["staging 'load_rf' is not one of ref_ref, load_ref, load_load",
+                                               "hint: did you mean 'load_ref' or 'load_load'?"]),
+    (["run", "model", "llama32_1b", "--method", "fluids"], ["fast method 'fluids' is not one of hybrid, fluid",
+                                                            "hint: did you mean 'fluid'?"]),
+    (["run", "model", "llama32_1b", "--phase", "prefil"], ["phase 'prefil' is not one of", "did you mean 'prefill'?"]),
+    (["serve", "llama32_1b", "--layout", "tp_pe"], ["--layout 'tp_pe' is not one of tp_pes, tp_cubes",
+                                                    "did you mean 'tp_pes'"]),
+    (["search", "llama32_1b", "--collective", "lrb"], ["--collective 'lrb' is not one of", "did you mean 'lrab'?"]),
+    (["search", "llama32_1b", "--layout", "tp_pes,tp_pe"], ["--layout 'tp_pes,tp_pe': item 'tp_pe' is not one of"]),
+    (["search", "llama32_1b", "--objective", "tokens_per_sec"], ["did you mean 'tokens_per_s'"]),
+    (["search", "llama32_1b", "--constraint", "tpot<=50"], ["no metric 'tpot'", "hint: did you mean 'tpot_ms'?"]),
+    (["topo", "route", "ahbm_2sip", "sip0.cube0.pe0", "sip0.cube1.pe0", "--kind", "memry"],
+     ["--kind 'memry' is not one of pe_dma, memory", "did you mean 'memory'?"]),
+    # nothing close: a pointer to the list, or its first names and how many, not 24 names on one line
+    (["probe", "--case", "foo"], ["unknown probe case 'foo' hint: kbfast probe --list lists the cases"]),
+    (["topo", "show", "--set", "nonexist.key=1"], ["valid keys: cube, description,", "… (14 in all)"]),
+    # an empty key is no key
+    (["topo", "show", "--set", "=5"], ["--set: =5: an override must look like key.path=value"]),
+    (["topo", "show", "--set", "sips..count=2"], ["an override must look like key.path=value"]),
+    # --jobs 0 ran (check) or worded its refusal three ways
+    (["check", "gemm", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
+    (["serve", "llama32_1b", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
+    (["search", "llama32_1b", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
+])
+def test_a_slip_is_refused_with_the_closest_choice(runner, args, words):
+    """A misspelt choice is refused in one wording everywhere, with the closest choice as its hint (several
+    commands listed the choices with no suggestion); a long list is cut to its first names and its count."""
+    refused(invoke(runner, *args), *words)
+
+
+def test_a_refused_sweep_leaves_no_folder(runner, tmp_path):
+    """sweep --jobs 0 made its --out folder, then refused."""
+    refused(invoke(runner, "sweep", "gemm", "--jobs", "0", "--out", tmp_path / "out"), "--jobs 0:")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_value_read_from_a_table_is_echoed_as_a_number():
+    """A serving trace's bad row echoed numpy's repr, '(got np.int64(-5))'."""
+    import numpy as np
+
+    from kbfast.errors import ConfigError
+    assert "(got -5)" in str(ConfigError("t.csv", "prompt_len (row 1)", np.int64(-5), "must be a whole number"))
+    assert "(got 1.5)" in str(ConfigError("t.csv", "prompt_len (row 1)", np.float64(1.5), "must be a whole number"))

@@ -10,13 +10,13 @@ from typing import Annotated
 
 import typer
 
-from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, console, figure_path, first_run,
-                               user_errors, writable)
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_count, console, figure_path,
+                               first_run, user_errors, writable)
 from kbfast.cli.sweep import progress_of
 from kbfast.config import DEFAULT_TOPOLOGY
 from kbfast.config.loader import parse_overrides
 from kbfast.config.models import load_model
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, not_one_of
 from kbfast.measure.methods import check_fast_choice
 from kbfast.report.formats import column_unit, count, in_unit, to_json, with_unit
 from kbfast.report.tables import fit, narrow_table
@@ -79,10 +79,11 @@ def search_command(
     check_objective(objective)
     constraints = [parse_constraint(c) for c in constraint or []]
     if sequence_parallel not in SP_CHOICES:
-        raise KbfastError(f"--sequence-parallel {sequence_parallel!r} is not one of {', '.join(SP_CHOICES)}")
-    for flag, v in (("--kv-len", kv_len), ("--seq", seq), ("--jobs", jobs)):
+        raise not_one_of("--sequence-parallel", sequence_parallel, SP_CHOICES)
+    for flag, v in (("--kv-len", kv_len), ("--seq", seq)):
         if v < 1:
             raise KbfastError(f"{flag} {v}: must be at least 1")
+    check_count(jobs, "--jobs", 1, "how many worker processes")
     overrides, _ = parse_overrides(list(sets or []), None)
     space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
                   parse_list(collective, "--collective", str, COLLECTIVES),

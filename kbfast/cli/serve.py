@@ -9,12 +9,12 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, console, err_console, figure_path,
-                               first_run, load, user_errors, writable)
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_count, console, err_console,
+                               figure_path, first_run, load, user_errors, writable)
 from kbfast.cli.outputs import table_path, write_table
 from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, not_one_of
 from kbfast.measure.methods import check_fast_choice
 from kbfast.report.formats import count, duration, num, pct, percent, plural, to_json
 from kbfast.report.tables import fit, narrow_table
@@ -68,12 +68,11 @@ def serve_command(
     plot_to = figure_path(plot_to, "--plot", "serving.png")
     steps_to, requests_to = (writable(table_path(p, flag), flag) if p is not None else None
                              for p, flag in ((steps_to, "--steps"), (requests_to, "--requests")))
-    if jobs < 1:
-        raise KbfastError(f"--jobs {jobs}: at least 1 process evaluates the step shapes")
+    check_count(jobs, "--jobs", 1, "how many worker processes")
     if max_batch < 1:
         raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
     if layout not in LAYOUTS:
-        raise KbfastError(f"--layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+        raise not_one_of("--layout", layout, LAYOUTS)
     requests = read_trace(trace) if trace is not None else poisson(
         rate, duration_s, parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len"), seed)
     t = build_tables(load(topology, list(sets or [])))

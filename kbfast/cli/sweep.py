@@ -232,6 +232,7 @@ def sweep(
 ) -> None:
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
     check_count(check, "--check", 0, "how many points to replay exactly (0: none)")
+    check_count(jobs, "--jobs", 1, "how many worker processes")      # before --out is made
     check_flags(resume, overwrite)
     s = load_spec(spec).evaluated(exact)
     s.check_size(yes)
@@ -282,6 +283,7 @@ def check(
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
     check_count(sample, "--sample", 1, "how many points to cross-check")
+    check_count(jobs, "--jobs", 1, "how many worker processes")
     if seed is not None:
         check_count(seed, "--seed", 0, "a sample seed")
     writable(out, "--out")

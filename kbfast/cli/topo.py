@@ -21,7 +21,7 @@ from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, 
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.loader import load_raw, param_set_path, read_param_set
 from kbfast.config.units import format_size
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, not_one_of
 from kbfast.report.tables import fit, narrow_table, pack_items
 from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
@@ -216,7 +216,7 @@ def route(
     if kind is None:
         kind = "pe_dma" if src.endswith(".pe_dma") else "memory" if src.endswith(".pcie_ep") else "node"
     if kind not in ROUTE_KINDS:
-        raise KbfastError(f"--kind {kind!r} is not a route kind; use one of {', '.join(ROUTE_KINDS)}")
+        raise not_one_of("--kind", kind, ROUTE_KINDS)
     info = describe_route(t, s, Router(t).route(s, d, kind))
     info["kind"] = kind
     if fmt is TextFormat.json:

@@ -15,11 +15,11 @@ from kbfast.errors import ConfigError, did_you_mean
 
 def parse_override(text: str) -> tuple[str, Any]:
     """Parse ``key.path=value`` (the value is read as YAML: ``8``, ``torus_2d``, ``[0, 0]``)."""
-    if "=" not in text:
+    key, eq, value = text.partition("=")
+    key = key.strip()
+    if not eq or not key or any(not part for part in key.split(".")):     # no =, or an empty key or part
         raise ConfigError("--set", text, text, "an override must look like key.path=value",
                           "example: --set sip.cube_mesh.w=8")
-    key, _, value = text.partition("=")
-    key = key.strip()
     try:
         return key, load_yaml(f"--set {text}", value)
     except yaml.YAMLError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, not_one_of
 from kbfast.ir.gemm_pipeline import gemm_ops, prefetch_ops
 from kbfast.ir.program import BUFFER_KINDS, RECV_ANY, WAIT_ALL, AgentKind, Channels, Op, Program
 from kbfast.ir.tiling import GemmPlan, math_ns
@@ -164,7 +164,7 @@ class ProgramBuilder:
         cfg = self.t.spec.ipcq
         kind = kind or cfg.buffer_kind
         if kind not in BUFFER_KINDS:
-            raise KbfastError(f"buffer kind {kind!r} is not one of {', '.join(BUFFER_KINDS)}")
+            raise not_one_of("buffer kind", kind, BUFFER_KINDS)
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         ends = np.concatenate([src, dst])
         kinds = [self._agent_kind[a] for a in ends.tolist()] if len(ends) <= 8 else \

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbfast.errors import KbfastError, did_you_mean
+from kbfast.errors import KbfastError, did_you_mean, not_one_of
 
 SCOPES = ("k_tile", "output_tile")
 MAX_DIM = 1 << 24          # a GEMM dimension a user gives (m, n or k): 16Mi
@@ -141,7 +141,7 @@ def plan_gemm(pe, m: int, n: int, k: int, *, a_pinned: bool = False, b_pinned: b
             raise KbfastError(f"GEMM {name} must be a positive integer (got {v!r})")
     for e in epilogues:
         if e.scope not in SCOPES:
-            raise KbfastError(f"epilogue {e.op!r}: scope {e.scope!r} is not one of {', '.join(SCOPES)}")
+            raise not_one_of(f"epilogue {e.op!r}: scope", e.scope, SCOPES)
         if not e.ns >= 0.0:
             raise KbfastError(f"epilogue {e.op!r}: cost must be >= 0 ns (got {e.ns})")
     t, eb = pe.tile, pe.elem_bytes

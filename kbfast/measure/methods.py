@@ -8,7 +8,7 @@ model sweep's ``workload.method``, take one of :data:`FAST_CHOICES`.  docs/READM
 
 from __future__ import annotations
 
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, not_one_of
 
 MODES = ("fast", "exact")     # the two evaluators a point is measured on
 
@@ -41,4 +41,4 @@ FAST_CHOICES: dict[str, str] = {
 def check_fast_choice(method: str) -> None:
     """Refuse a fast-path choice that is not one of :data:`FAST_CHOICES`, by name."""
     if method not in FAST_CHOICES:
-        raise KbfastError(f"fast method {method!r} is not one of {', '.join(FAST_CHOICES)}")
+        raise not_one_of("fast method", method, FAST_CHOICES)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from kbfast.config import load_system
 from kbfast.config.models import Transformer
 from kbfast.config.overrides import check_key_path
-from kbfast.errors import KbfastError
+from kbfast.errors import KbfastError, not_one_of
 from kbfast.measure.model import plan_step
 from kbfast.topology.builder import build_tables
 from kbfast.workloads.model import LAYOUTS, OVERLAPS, shape_for
@@ -72,7 +72,7 @@ def parse_list(text: str, flag: str, kind=str, choices=None) -> tuple:
     if choices is not None:
         bad = [v for v in values if v not in choices]
         if bad:
-            raise KbfastError(f"{flag} {text!r}: {bad[0]!r} is not one of {', '.join(map(str, choices))}")
+            raise not_one_of(flag if str(text).strip() == str(bad[0]) else f"{flag} {text!r}: item", bad[0], choices)
     if kind is int and min(values) < 1:
         raise KbfastError(f"{flag} {text!r}: every value must be at least 1")
     return values

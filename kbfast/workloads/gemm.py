@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbfast.config import budget
-from kbfast.errors import KbfastError, UnknownNodeError, clip, shown
+from kbfast.errors import KbfastError, UnknownNodeError, clip, not_one_of, shown
 from kbfast.ir import Op, Program, ProgramBuilder, gemm_ops_count
 from kbfast.ir.tiling import MAX_DIM, Epilogue, GemmPlan, epilogue, plan_gemm
 from kbfast.topology.builder import Tables
@@ -120,7 +120,7 @@ def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = 
 def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tuple[Epilogue, ...] = ()) -> GemmPlan:
     """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
     if staging not in STAGINGS:
-        raise KbfastError(f"staging {staging!r} is not one of {', '.join(STAGINGS)}")
+        raise not_one_of("staging", staging, STAGINGS)
     plan = plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
                      epilogues=epilogues)
     a, b, c = plan.operand_bytes()

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbfast.config import budget
-from kbfast.errors import ConfigError, KbfastError, did_you_mean
+from kbfast.errors import ConfigError, KbfastError, did_you_mean, not_one_of
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.config.models import AttentionPanels, Mlp, Model, Panel, Transformer
 from kbfast.ir.tiling import plan_gemm
@@ -121,7 +121,7 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
     phase = STEP_DEFAULTS["phase"] if phase is None else phase
     batch = STEP_DEFAULTS["batch"] if batch is None else batch
     if phase not in PHASES:
-        raise KbfastError(f"phase {phase!r} is not one of {', '.join(PHASES)}")
+        raise not_one_of("phase", phase, PHASES)
     for name, v in (("batch", batch), ("seq", seq), ("kv-len", kv_len)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise KbfastError(f"--{name} must be a positive integer (got {v!r})")
@@ -587,7 +587,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     sp = bool(sequence_parallel)
     overlap = overlap or DEFAULT_OVERLAP
     if overlap not in OVERLAPS:
-        raise KbfastError(f"overlap {overlap!r} is not one of {', '.join(OVERLAPS)}")
+        raise not_one_of("overlap", overlap, OVERLAPS)
     if sp and collective not in (in_model.AUTO,) + in_model.SCATTERING:
         raise KbfastError(f"--sequence-parallel needs an all-reduce that splits into a reduce-scatter and an "
                           f"all-gather; {collective} does not\n  hint: use --collective "

@@ -168,7 +168,9 @@ def select(catalogue: dict[str, ProbeCase], names: list[str] | None) -> list[Pro
     out = []
     for n in names:
         if n not in catalogue:
-            raise KbfastError(f"unknown probe case {n!r}: {did_you_mean(n, catalogue)}")
+            close = did_you_mean(n, catalogue, noun="")
+            raise KbfastError(f"unknown probe case {n!r}\n  hint: "
+                              + (close if close.startswith("did you mean") else "kbfast probe --list lists the cases"))
         out.append(catalogue[n])
     return out
 
