@@ -672,3 +672,23 @@ def test_a_value_read_from_a_table_is_echoed_as_a_number():
     from kbfast.errors import ConfigError
     assert "(got -5)" in str(ConfigError("t.csv", "prompt_len (row 1)", np.int64(-5), "must be a whole number"))
     assert "(got 1.5)" in str(ConfigError("t.csv", "prompt_len (row 1)", np.float64(1.5), "must be a whole number"))
+
+
+@pytest.mark.parametrize("args,words", [
+    (["run", "allreduce", "--format", "tabel"], ["error: --format 'tabel' is not one of table, csv, json",
+                                                 "hint: did you mean 'table'?",
+                                                 "hint: kbfast run allreduce --help lists its options"]),
+    (["calibrate", "--mode", "fsat"], ["--mode 'fsat' is not one of fast, exact, both", "did you mean 'fast'?"]),
+    (["run", "allreduce", "--n-slots", "abc"], ["error: --n-slots 'abc': not a whole number"]),
+    (["run", "allreduce", "--n-slots=2.5"], ["error: --n-slots '2.5': not a whole number"]),
+    (["run", "allreduce", "--sizee", "4"], ["error: no such option --sizee", "hint: did you mean --size"]),
+    (["runn"], ["error: no such command 'runn'", "hint: did you mean 'run'?", "kbfast --help lists its commands"]),
+    (["topo", "route", "ahbm_2sip", "sip0.cube0.pe0"], ["error: missing argument 'dst'"]),
+])
+def test_a_command_line_slip_reads_as_every_other_refusal(runner, args, words, monkeypatch):
+    """typer printed these as its usage block and a boxed pydantic wording ('Invalid value for '--format':
+    Value error, ...', 'Input should be a valid integer, unable to parse string as an integer', without the
+    value); now one 'error:' line with the value, the closest choice and where the help is."""
+    monkeypatch.setattr("sys.argv", ["kbfast", *args])       # the value typer does not keep is read from here
+    err = refused(invoke(runner, *args), *words)
+    assert "╭" not in err and "Usage:" not in err

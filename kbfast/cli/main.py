@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import re
+import sys
 from difflib import get_close_matches
 from functools import cache
 
 import typer
 import typer.core
 import typer.main
+import typer.rich_utils
 
 from kbfast import __version__
+from kbfast.errors import did_you_mean
 
 # the Click whose errors typer's commands raise: recent typer carries its own copy, older typer uses click
 _CLICK = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -55,6 +59,66 @@ def _readable_value_types() -> None:
 
 
 _readable_value_types()
+
+# pydantic's words for a value typer could not convert -> kbfast's (kbfast.config.validation.plain_problem)
+_CONVERSION = (("Input should be a valid integer, unable to parse string as an integer", "not a whole number"),
+               ("Input should be a valid integer, got a number with a fractional part", "not a whole number"),
+               ("Input should be a valid number, unable to parse string as a number", "not a number"),
+               ("Input should be ", "must be "), ("Value error, ", ""))
+
+
+def _typed_value(param) -> str | None:  # noqa: ANN001 - a Click Parameter
+    """The value the user gave ``param`` on the command line (``--n-slots abc`` or ``--n-slots=abc``), or None."""
+    args = sys.argv[1:]
+    for i in range(len(args) - 1, -1, -1):
+        for opt in getattr(param, "opts", ()):
+            if args[i] == opt and i + 1 < len(args):
+                return args[i + 1]
+            if args[i].startswith(opt + "="):
+                return args[i][len(opt) + 1:]
+    return None
+
+
+def plain_usage_error(err) -> None:  # noqa: ANN001 - a ClickException
+    """A mistake typer finds on the command line (an unknown option, a value of the wrong type or outside its
+    choices) written as every other refusal: ``error: --format 'tabel' is not one of table, csv, json`` and the
+    closest choice as the hint, ``--n-slots 'abc': not a whole number``, then where the command's help is; not
+    typer's usage block and a boxed pydantic wording."""
+    if err.__class__.__name__ == "NoArgsIsHelpError":
+        return
+    param = getattr(err, "param", None)
+    hints = []
+    if getattr(err, "option_name", None) and hasattr(err, "possibilities"):     # an unknown option
+        text = f"no such option {err.option_name}"
+        close = get_close_matches(err.option_name, sorted(err.possibilities or ()), n=2)
+        hints += [f"did you mean {' or '.join(close)}?"] if close else []
+    elif param is not None and getattr(err, "message", ""):
+        problem = err.message.rstrip(".")
+        for old, new in _CONVERSION:
+            problem = problem.replace(old, new)
+        name = max(param.opts, key=len) if getattr(param, "opts", None) and param.param_type_name == "option" \
+            else f"<{param.name}>"
+        choice = re.fullmatch(r"'(.*)' is not one of (.*)", problem)
+        if choice:
+            choices = re.findall(r"'([^']*)'", choice.group(2))
+            text = f"{name} {choice.group(1)!r} is not one of {', '.join(choices)}"
+            close = did_you_mean(choice.group(1), choices, noun="")
+            hints += [close] if close.startswith("did you mean") else []
+        else:
+            value = _typed_value(param)
+            text = f"{name}{'' if value is None else f' {value!r}'}: {problem}"
+    else:                           # a missing argument, an unknown command (with its close ones), ...
+        text, _, close = err.format_message().rstrip(".?").partition(". Did you mean ")
+        text = text[:1].lower() + text[1:]
+        hints += [f"did you mean {close}?"] if close else []
+    ctx = getattr(err, "ctx", None)
+    if ctx is not None:
+        listed = "commands" if hasattr(ctx.command, "list_commands") else "options"
+        hints.append(f"{ctx.command_path} --help lists its {listed}")
+    sys.stderr.write(f"error: {text}\n" + "".join(f"  hint: {h}\n" for h in hints))
+
+
+typer.rich_utils.rich_format_error = plain_usage_error   # typer's handler looks it up when an error comes
 
 # command -> (module, its function or Typer app, the one-line summary of the listing), in the listing's order.
 # A command's module loads when the command runs or shows its own help, not when another runs or ``kbfast
