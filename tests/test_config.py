@@ -240,6 +240,18 @@ def test_yaml_bad_values_name_the_file(tmp_path):
     assert err.value.key == "sips.w" and "4*2 = 8 != sips.count = 6" in str(err.value)
 
 
+def test_bad_yaml_is_one_line_in_the_files_terms(tmp_path):
+    """PyYAML's five lines ('in "<unicode string>", line 1, column 6', a caret under a copy of the line, a stray
+    '()') become one: the problem, its line and column in the file, and what was being read."""
+    p = write(tmp_path, "bad.yaml", "foo: [1, 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_system(p)
+    msg = str(err.value)
+    assert msg.splitlines()[0] == (f"{p}: not valid YAML: expected ',' or ']', but got '<stream end>' at line 2, "
+                                   "column 1 (parsing a flow sequence from line 1, column 6)")
+    assert "<unicode string>" not in msg and "()" not in msg and "hint: check the brackets" in msg
+
+
 @pytest.mark.parametrize("text,key,fragment", [
     ("a: [1,\n", "<yaml>", "not valid YAML"),
     ("- 1\n- 2\n", "<root>", "must be a mapping"),

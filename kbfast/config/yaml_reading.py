@@ -137,13 +137,30 @@ def load_yaml(label: str, text: str) -> Any:
         loader.dispose()
 
 
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error on one line, its place in the file's terms: ``expected ',' or ']', but got '<stream end>' at
+    line 2, column 1 (in the flow sequence from line 1, column 6)`` (PyYAML writes five lines, the text it read
+    as ``"<unicode string>"``, and a caret under a copy of the line)."""
+    problem = getattr(err, "problem", None)
+    if problem is None:
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    at = getattr(err, "problem_mark", None)
+    text = problem + (f" at line {at.line + 1}, column {at.column + 1}" if at is not None else "")
+    context, start = getattr(err, "context", None), getattr(err, "context_mark", None)
+    if context:
+        text += f" ({context.removeprefix('while ')}" + (
+            f" from line {start.line + 1}, column {start.column + 1}" if start is not None else "") + ")"
+    return text
+
+
 def parse_yaml(label: str, text: str, what: str = "topology") -> dict[str, Any]:
     """The mapping a ``what`` file holds; bad YAML, a key given twice, another root, or a file beyond the caps
     (nesting, aliases, values with aliases expanded) is a ConfigError naming ``label``."""
     try:
         data = load_yaml(label, text)
     except yaml.YAMLError as err:
-        raise ConfigError(label, "<yaml>", "", f"not valid YAML: {err}") from None
+        raise ConfigError(label, "<yaml>", None, f"not valid YAML: {yaml_problem(err)}",
+                          "check the brackets, quotes and indentation around that line") from None
     if not isinstance(data, dict):
         raise ConfigError(label, "<root>", data, f"a {what} file must be a mapping")
     return data
