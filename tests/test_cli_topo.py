@@ -418,7 +418,7 @@ def test_topo_route_cross_sip(runner):
      ["sips.w:", "4*2 = 8 != sips.count = 6", "(got 4)", "hint:"]),
     (["torus6", "--set", "sips.w=5"], ["--set sips.w=5: sips.w:", "5*3 = 15 != sips.count = 6"]),
     (["ahbm_2sp"], ["unknown topology preset 'ahbm_2sp'", "did you mean 'ahbm_2sip'?"]),
-    (["no/such/file.yaml"], ["no/such/file.yaml: no such topology file", "hint: presets:"]),
+    (["no/such/file.yaml"], ["no/such/file.yaml: no such topology file", "hint: give a topology YAML, or a preset:"]),
     (["--set", "sip.cube_mesh.w"], ["an override must look like key.path=value", "hint: example:"]),
 ])
 def test_topo_show_user_errors(runner, args, fragments):

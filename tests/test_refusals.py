@@ -692,3 +692,14 @@ def test_a_command_line_slip_reads_as_every_other_refusal(runner, args, words, m
     monkeypatch.setattr("sys.argv", ["kbfast", *args])       # the value typer does not keep is read from here
     err = refused(invoke(runner, *args), *words)
     assert "╭" not in err and "Usage:" not in err
+
+
+def test_a_path_is_refused_as_a_path(runner, tmp_path):
+    """'/nonexist' was refused as an unknown topology preset; a folder given for a topology or model file was 'no
+    such file', and topo export --out FOLDER said 'the file exists'."""
+    refused(invoke(runner, "topo", "show", tmp_path / "nonexist"), "nonexist: no such topology file",
+            "hint: give a topology YAML, or a preset: ahbm_2sip")
+    refused(invoke(runner, "topo", "show", tmp_path), f"{tmp_path}: a folder, not a topology file")
+    refused(invoke(runner, "run", "model", tmp_path), f"{tmp_path}: a folder, not a model file")
+    refused(invoke(runner, "topo", "export", "ahbm_2sip", "--out", tmp_path), f"--out {tmp_path}: a folder; give a "
+            f"file name, e.g. {tmp_path / 'topology.yaml'}")

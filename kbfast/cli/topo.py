@@ -135,6 +135,8 @@ def export(
     if out is None:
         sys.stdout.write(text)
         return
+    if out.is_dir():
+        raise KbfastError(f"--out {out}: a folder; give a file name, e.g. {out / 'topology.yaml'}")
     if out.exists():
         raise KbfastError(f"--out {out}: the file exists; remove it or choose another name")
     try:

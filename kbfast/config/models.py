@@ -120,9 +120,10 @@ def model_names() -> list[str]:
 def load_model(name_or_path: str | Path) -> Model:
     """The validated model ``name_or_path`` (a bundled name, or a YAML path)."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or "/" in str(name_or_path) or path.exists():
         if not path.is_file():
-            raise ConfigError(str(path), "<file>", str(path), "no such model file",
+            raise ConfigError(str(path), "<file>", str(path),
+                              "a folder, not a model file" if path.is_dir() else "no such model file",
                               f"bundled models: {', '.join(model_names())}")
         label, text = str(path), read_text(path, str(path))
     else:
