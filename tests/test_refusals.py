@@ -648,6 +648,9 @@ def test_unknown_set_key_names_the_set(runner):
     # an empty key is no key
     (["topo", "show", "--set", "=5"], ["--set: =5: an override must look like key.path=value"]),
     (["topo", "show", "--set", "sips..count=2"], ["an override must look like key.path=value"]),
+    # a --knob's value was blamed on a --set the user never gave
+    (["search", "llama32_1b", "--knob", "sips.count=a,b"], ["error: --knob sips.count=a: sips.count: not a whole "
+                                                             "number (got 'a')"]),
     # --jobs 0 ran (check) or worded its refusal three ways
     (["check", "gemm", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
     (["serve", "llama32_1b", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),

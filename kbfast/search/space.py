@@ -146,7 +146,8 @@ def prune(topology: str, overrides: dict, model: Transformer, candidates: list[d
     for c in candidates:
         system = tuple(sorted(c["set"].items()))
         if system not in tables:
-            tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)}))
+            tables[system] = build_tables(load_system(topology, {**overrides, **dict(system)},   # a refusal names
+                                                      {k: f"--knob {k}={v}" for k, v in system}))  # the --knob
         options = (c["layout"], None, method, c["collective"], c["sequence_parallel"] or None, c["overlap"], c["pp"],
                    c["dp"], c["ep"])
         err, what = refusal(system, shape_for(model, "decode", c["batch"], None, kv_len), options), ""
