@@ -706,3 +706,12 @@ def test_a_path_is_refused_as_a_path(runner, tmp_path):
     refused(invoke(runner, "run", "model", tmp_path), f"{tmp_path}: a folder, not a model file")
     refused(invoke(runner, "topo", "export", "ahbm_2sip", "--out", tmp_path), f"--out {tmp_path}: a folder; give a "
             f"file name, e.g. {tmp_path / 'topology.yaml'}")
+
+
+def test_a_trace_refuses_the_options_it_makes_meaningless(runner, tmp_path):
+    """serve --trace with --rate or --prompt-len ran, and ignored them without a word."""
+    trace = write(tmp_path, "t.csv", "arrival_s,prompt_len,output_len\n0,16,4\n")
+    refused(invoke(runner, "serve", "llama32_1b", "--trace", trace, "--rate", "5", "--prompt-len", "7"),
+            f"--trace {trace}: the file gives the requests, so --rate, --prompt-len would be ignored",
+            "hint: drop --rate, --prompt-len, or --trace for Poisson arrivals")
+    refused(invoke(runner, "serve", "llama32_1b", "--trace", trace, "--duration=5"), "so --duration would be ignored")

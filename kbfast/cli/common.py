@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 import tempfile
 from collections.abc import Callable
@@ -89,6 +90,23 @@ def load(topology: str | None, sets: list[str] | None, flags: dict[str, str] | N
     names a ``--set`` as typed; a key given twice is refused (:func:`kbfast.config.loader.parse_overrides`)."""
     overrides, names = parse_overrides(sets, flags)
     return load_system(topology or DEFAULT_TOPOLOGY, overrides, names)
+
+
+def given(*options: str) -> list[str]:
+    """Which of ``options`` (``--rate``, as typed) the user gave on this command line, not left at their
+    defaults: for a refusal of options another one makes meaningless (``serve --trace`` with ``--rate``)."""
+    click = getattr(typer.core, "_click", None)          # recent typer carries its own Click
+    current = importlib.import_module(f"{click.__name__}.globals" if click else "click").get_current_context
+    ctx = current(silent=True)
+    if ctx is None:
+        return []
+    out = []
+    for param in ctx.command.params:
+        flag = max(param.opts, key=len) if param.opts else None
+        source = ctx.get_parameter_source(param.name)
+        if flag in options and source is not None and source.name == "COMMANDLINE":
+            out.append(flag)
+    return sorted(out, key=options.index)
 
 
 def check_modes(exact: bool, compare: bool) -> None:

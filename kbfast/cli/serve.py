@@ -10,7 +10,7 @@ import pandas as pd
 import typer
 
 from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_count, console, err_console,
-                               figure_path, first_run, load, user_errors, writable)
+                               figure_path, first_run, given, load, user_errors, writable)
 from kbfast.cli.outputs import table_path, write_table
 from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
@@ -73,6 +73,10 @@ def serve_command(
         raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
     if layout not in LAYOUTS:
         raise not_one_of("--layout", layout, LAYOUTS)
+    ignored = given("--rate", "--prompt-len", "--output-len", "--duration", "--seed") if trace is not None else []
+    if ignored:
+        raise KbfastError(f"--trace {trace}: the file gives the requests, so {', '.join(ignored)} would be "
+                          f"ignored\n  hint: drop {', '.join(ignored)}, or --trace for Poisson arrivals")
     requests = read_trace(trace) if trace is not None else poisson(
         rate, duration_s, parse_lengths(prompt_len, "--prompt-len"), parse_lengths(output_len, "--output-len"), seed)
     t = build_tables(load(topology, list(sets or [])))
