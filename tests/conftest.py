@@ -29,6 +29,17 @@ from kbfast.topology.routing import Router
 
 KiB = 1024
 
+# The command line's consoles read COLUMNS once, when kbfast.cli.common is first imported.  A CliRunner's env
+# holds only during its invoke, so the first command a worker ran set every later test's width (a test module
+# running at 200 columns made another's 80-column check see 194-character lines).  Import them here, at 80.
+_columns = os.environ.get("COLUMNS")
+os.environ["COLUMNS"] = "80"
+import kbfast.cli.common  # noqa: E402,F401
+if _columns is None:
+    del os.environ["COLUMNS"]
+else:
+    os.environ["COLUMNS"] = _columns
+
 # The property tests draw the same examples on every run ("ci", the default): a suite must not pass or fail
 # by the luck of a random seed, and a failure reproduces.  HYPOTHESIS_PROFILE=explore draws new examples each
 # run and prints the blob that reproduces a failure (@reproduce_failure): run it to look for new cases.
