@@ -18,7 +18,7 @@ from kbfast.bench import BenchRow
 from kbfast.bench.benchmarks import TARGETS
 from kbfast.cli.bench import bench_table
 from kbfast.report.explain import fit, narrow_table
-from kbfast.report.tables import wrap_quantities
+from kbfast.report.tables import wrap_name, wrap_quantities
 from kbfast.report.wrap import QuantityConsole, quantities
 from kbfast.report.formats import (column_unit, duration, figure, figures, in_unit, percent, time_unit,
                                    wall_time, with_unit)
@@ -146,6 +146,17 @@ def test_fit_never_cuts_a_number_or_a_status(width):
         assert "83.1 %" not in text and "left out at 80 columns: util single" in " ".join(text.split())
     if width <= 60:                                  # stacked: one block per row, a column per line
         assert re.search(r"^\s+makespan µs\s+215,626\.512\s*$", text, re.M) and "83.1 %" in text
+
+
+def test_a_stacked_block_names_a_column_as_its_header_reads_whole():
+    """A header wrap_name broke inside its word (``pe.`` / ``gemm_`` / ``macs_`` / ``per_`` / ``ns``) was named
+    ``pe. gemm_ macs_ per_ ns`` in the stacked blocks of ``kbfast check gemm``."""
+    console = Console(width=30, file=io.StringIO())
+    t = narrow_table(None, "point", "\n".join(wrap_name("pe.gemm_macs_per_ns", 6)), "util\nsingle", "fast (µs)")
+    t.add_row("1,433", "2,048", "83.1 %", "137.711" * 3)
+    text = _render(fit(console, t), 30)
+    assert re.search(r"^  pe\.gemm_macs_per_ns\s+2,048\s*$", text, re.M), text
+    assert re.search(r"^  util single\s+83\.1 %\s*$", text, re.M), text
 
 
 def test_fit_leaves_a_fitting_table_alone_and_wraps_only_text():

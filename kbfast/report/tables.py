@@ -36,8 +36,11 @@ def narrow_table(title: str | None, *columns: str, caption: str | None = None) -
 
 
 def _header(col) -> str:
-    """A column's header as one line of plain text."""
-    return " ".join(col.header.plain.split() if isinstance(col.header, Text) else str(col.header).split())
+    """A column's header as one line of plain text: its lines joined by a space, or by nothing after a line
+    that :func:`wrap_name` broke inside a word (``pe.`` / ``gemm_`` / ``macs_`` is ``pe.gemm_macs_``)."""
+    lines = col.header.plain.split() if isinstance(col.header, Text) else str(col.header).split()
+    return "".join(line + ("" if line.endswith((".", "_", "-")) or i == len(lines) - 1 else " ")
+                   for i, line in enumerate(lines))
 
 
 def _needed(console: Console, table: Table) -> int:
