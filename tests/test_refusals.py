@@ -651,6 +651,8 @@ def test_unknown_set_key_names_the_set(runner):
     # a --knob's value was blamed on a --set the user never gave
     (["search", "llama32_1b", "--knob", "sips.count=a,b"], ["error: --knob sips.count=a: sips.count: not a whole "
                                                              "number (got 'a')"]),
+    # an empty item was dropped without a word
+    (["search", "llama32_1b", "--batch", "1,,2"], ["--batch '1,,2': an empty item between commas"]),
     # --jobs 0 ran (check) or worded its refusal three ways
     (["check", "gemm", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
     (["serve", "llama32_1b", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),

@@ -62,9 +62,11 @@ class Space:
 
 def parse_list(text: str, flag: str, kind=str, choices=None) -> tuple:
     """A comma-separated option value (``1,2,4``) as a tuple of ``kind``, each in ``choices`` when given."""
-    items = [x.strip() for x in str(text).split(",") if x.strip()]
-    if not items:
+    items = [x.strip() for x in str(text).split(",")]
+    if not any(items):
         raise KbfastError(f"{flag} {text!r}: give at least one value (comma-separated)")
+    if not all(items):                   # '1,,2' or '1,': a value left out, not a list of two
+        raise KbfastError(f"{flag} {text!r}: an empty item between commas\n  hint: write the values as V1,V2,…")
     try:
         values = tuple(kind(x) for x in items)
     except ValueError:
