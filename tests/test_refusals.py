@@ -717,3 +717,11 @@ def test_a_trace_refuses_the_options_it_makes_meaningless(runner, tmp_path):
             f"--trace {trace}: the file gives the requests, so --rate, --prompt-len would be ignored",
             "hint: drop --rate, --prompt-len, or --trace for Poisson arrivals")
     refused(invoke(runner, "serve", "llama32_1b", "--trace", trace, "--duration=5"), "so --duration would be ignored")
+
+
+def test_a_sample_beyond_the_points_is_said(runner, tmp_path):
+    """check --sample 1000000000 checked every point without a word (each one an exact replay)."""
+    spec = write(tmp_path, "s.yaml", TWO_BATCHES)
+    res = invoke(runner, "check", spec, "--sample", "50", "--out", tmp_path / "c.csv")
+    assert res.exit_code == 0, res.output
+    assert "note: --sample 50 is more than the 4 distinct points of two: checking every one" in flat(res.stderr)

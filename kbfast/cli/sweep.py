@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
-from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, wall_time
+from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, wall_time
 from kbfast.report.tables import fit, fit_table, narrow_table
 from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table,
                                  inert_inputs, inert_notes, plot_xy, series_columns, summary_table, table_view,
@@ -291,6 +291,9 @@ def check(
     s.check_size(yes)
     points = s.points()
     chosen = check_sample(len(points), sample, s.seed if seed is None else seed, points)
+    if len(chosen) < sample:         # said, not silently fewer: each one is an exact replay
+        err_console.print(f"note: --sample {sample:,} is more than the {plural(len(chosen), 'distinct point')} of "
+                          f"{s.name}: checking every one", highlight=False)
     _warn_ignored(s, points)
     picked = [p for p in points if p.index in chosen]
     rows = []
