@@ -106,20 +106,26 @@ def not_one_of(what: str, value: object, choices: Iterable[object]) -> KbfastErr
     """The refusal of ``value`` for ``what`` (``--layout``, ``phase``): ``{what} 'tp_pe' is not one of tp_pes,
     tp_cubes``, and the closest choice as the hint (``did you mean 'tp_pes'?``) when one is close."""
     names = [str(c) for c in choices]
-    close = did_you_mean(str(value), names, noun="")
-    hint = f"\n  hint: {close}" if close.startswith("did you mean") else ""
-    return KbfastError(f"{what} {shown(value)} is not one of {', '.join(names)}{hint}")
+    close = closest(str(value), names)
+    return KbfastError(f"{what} {shown(value)} is not one of {', '.join(names)}" + (f"\n  hint: {close}" if close else ""))
 
 
-def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys", prefix: str = "") -> str:
-    """Return a 'did you mean ...?' hint for ``word`` among ``choices`` (compared without case: ``remote_sip``
-    finds ``REMOTE_SIP``; each shown after ``prefix``, the part of a name the user typed before ``word``), or ''."""
-    choices = list(choices)
+def closest(word: str, choices: Iterable[str], prefix: str = "") -> str:
+    """``did you mean 'x'?`` for the choices close to ``word`` (compared without case: ``remote_sip`` finds
+    ``REMOTE_SIP``; each shown after ``prefix``, the part of a name the user typed before ``word``), or ''."""
     folded = {c.casefold(): c for c in choices}
     close = ([folded[c] for c in difflib.get_close_matches(word.casefold(), list(folded), n=3, cutoff=0.5)]
              if len(word) <= ECHO_LIMIT else [])
+    return "did you mean " + " or ".join(repr(prefix + c) for c in close) + "?" if close else ""
+
+
+def did_you_mean(word: str, choices: Iterable[str], noun: str = "valid keys", prefix: str = "") -> str:
+    """:func:`closest`, else the ``choices`` listed after ``noun`` (the first ten and their count beyond
+    ``LISTED``), or ''."""
+    choices = list(choices)
+    close = closest(word, choices, prefix)
     if close:
-        return "did you mean " + " or ".join(repr(prefix + c) for c in close) + "?"
+        return close
     if len(choices) > LISTED:      # a long list helps nobody on one line: its first names and how many
         return f"{noun}: " + ", ".join(sorted(choices)[:LISTED - 2]) + f", … ({len(choices):,} in all)"
     if choices:

@@ -92,6 +92,11 @@ def load(topology: str | None, sets: list[str] | None, flags: dict[str, str] | N
     return load_system(topology or DEFAULT_TOPOLOGY, overrides, names)
 
 
+def check_jobs(jobs: int) -> int:
+    """``--jobs``, the worker processes of a sweep, check, search or serving run: 1 or more."""
+    return check_count(jobs, "--jobs", 1, "how many worker processes")
+
+
 def given(*options: str) -> list[str]:
     """Which of ``options`` (``--rate``, as typed) the user gave on this command line, not left at their
     defaults: for a refusal of options another one makes meaningless (``serve --trace`` with ``--rate``)."""

@@ -14,7 +14,7 @@ import typer.main
 import typer.rich_utils
 
 from kbfast import __version__
-from kbfast.errors import did_you_mean
+from kbfast.errors import not_one_of
 
 # the Click whose errors typer's commands raise: recent typer carries its own copy, older typer uses click
 _CLICK = getattr(typer.core, "_click", None) or importlib.import_module("click")
@@ -48,8 +48,7 @@ def _readable_value_types() -> None:
         return "" if self.metavar is None and text == "<str>" else text
 
     argument.display_type_rich = argument_type
-    usage_name = getattr(argument, "_usage_display_name", None)
-    if usage_name is not None:                     # typer writes {model}; options read <case>: so does this
+    if hasattr(argument, "_usage_display_name"):   # typer writes {model}; options read <case>: so does this
 
         def usage_display_name(self):  # noqa: ANN001, ANN202
             name = f"<{self.display_name_raw}>" + ("..." if self.nargs != 1 else "")
@@ -59,13 +58,6 @@ def _readable_value_types() -> None:
 
 
 _readable_value_types()
-
-# pydantic's words for a value typer could not convert -> kbfast's (kbfast.config.validation.plain_problem)
-_CONVERSION = (("Input should be a valid integer, unable to parse string as an integer", "not a whole number"),
-               ("Input should be a valid integer, got a number with a fractional part", "not a whole number"),
-               ("Input should be a valid number, unable to parse string as a number", "not a number"),
-               ("Input should be ", "must be "), ("Value error, ", ""))
-
 
 def _typed_value(param) -> str | None:  # noqa: ANN001 - a Click Parameter
     """The value the user gave ``param`` on the command line (``--n-slots abc`` or ``--n-slots=abc``), or None."""
@@ -93,17 +85,15 @@ def plain_usage_error(err) -> None:  # noqa: ANN001 - a ClickException
         close = get_close_matches(err.option_name, sorted(err.possibilities or ()), n=2)
         hints += [f"did you mean {' or '.join(close)}?"] if close else []
     elif param is not None and getattr(err, "message", ""):
-        problem = err.message.rstrip(".")
-        for old, new in _CONVERSION:
-            problem = problem.replace(old, new)
+        from kbfast.config.validation import plain_message      # pydantic: loaded only for a refusal
+        problem = plain_message(err.message.rstrip("."))
         name = max(param.opts, key=len) if getattr(param, "opts", None) and param.param_type_name == "option" \
             else f"<{param.name}>"
         choice = re.fullmatch(r"'(.*)' is not one of (.*)", problem)
         if choice:
-            choices = re.findall(r"'([^']*)'", choice.group(2))
-            text = f"{name} {choice.group(1)!r} is not one of {', '.join(choices)}"
-            close = did_you_mean(choice.group(1), choices, noun="")
-            hints += [close] if close.startswith("did you mean") else []
+            text, _, close = str(not_one_of(name, choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))) \
+                .partition("\n  hint: ")
+            hints += [close] if close else []
         else:
             value = _typed_value(param)
             text = f"{name}{'' if value is None else f' {value!r}'}: {problem}"

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_count, console, figure_path,
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_jobs, console, figure_path,
                                first_run, user_errors, writable)
 from kbfast.cli.sweep import progress_of
 from kbfast.config import DEFAULT_TOPOLOGY
@@ -83,7 +83,7 @@ def search_command(
     for flag, v in (("--kv-len", kv_len), ("--seq", seq)):
         if v < 1:
             raise KbfastError(f"{flag} {v}: must be at least 1")
-    check_count(jobs, "--jobs", 1, "how many worker processes")
+    check_jobs(jobs)
     overrides, _ = parse_overrides(list(sets or []), None)
     space = Space(parse_list(layout, "--layout", str, tuple(LAYOUTS)), parse_list(batch, "--batch", int),
                   parse_list(collective, "--collective", str, COLLECTIVES),

@@ -9,7 +9,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_count, console, err_console,
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_jobs, console, err_console,
                                figure_path, first_run, given, load, user_errors, writable)
 from kbfast.cli.outputs import table_path, write_table
 from kbfast.cli.sweep import progress_of
@@ -68,7 +68,7 @@ def serve_command(
     plot_to = figure_path(plot_to, "--plot", "serving.png")
     steps_to, requests_to = (writable(table_path(p, flag), flag) if p is not None else None
                              for p, flag in ((steps_to, "--steps"), (requests_to, "--requests")))
-    check_count(jobs, "--jobs", 1, "how many worker processes")
+    check_jobs(jobs)
     if max_batch < 1:
         raise KbfastError(f"--max-batch {max_batch}: at least 1 request must run at a time")
     if layout not in LAYOUTS:

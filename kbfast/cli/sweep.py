@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from kbfast.cli.common import check_count, console, err_console, figure_path, first_run, user_errors, writable
+from kbfast.cli.common import check_count, check_jobs, console, err_console, figure_path, first_run, user_errors, writable
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, wall_time
@@ -232,7 +232,7 @@ def sweep(
 ) -> None:
     """Evaluate every point of a sweep spec; write results, summary.md and plots; print a summary table."""
     check_count(check, "--check", 0, "how many points to replay exactly (0: none)")
-    check_count(jobs, "--jobs", 1, "how many worker processes")      # before --out is made
+    check_jobs(jobs)      # before --out is made
     check_flags(resume, overwrite)
     s = load_spec(spec).evaluated(exact)
     s.check_size(yes)
@@ -283,7 +283,7 @@ def check(
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
     check_count(sample, "--sample", 1, "how many points to cross-check")
-    check_count(jobs, "--jobs", 1, "how many worker processes")
+    check_jobs(jobs)
     if seed is not None:
         check_count(seed, "--seed", 0, "a sample seed")
     writable(out, "--out")

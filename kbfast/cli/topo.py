@@ -25,7 +25,7 @@ from kbfast.errors import KbfastError, not_one_of
 from kbfast.report.tables import fit, narrow_table, pack_items
 from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
-from kbfast.topology.names import UnknownNodeError, full_name, node_id
+from kbfast.topology.names import full_name, node_id
 from kbfast.topology.routing import ROUTE_KINDS, Router
 from kbfast.topology.summary import describe_route, summarize
 
@@ -107,17 +107,9 @@ def pe_shorthand(name: str) -> str:
 
 def _route_end(t, typed: str) -> tuple[str, int]:
     """The full name and id of a route's end as typed: ``cube1.pe0`` is ``sip0.cube1.pe0.pe_dma``
-    (:func:`pe_shorthand`).  An unknown PE is refused in the words the user typed, with the PEs a cube has."""
+    (:func:`pe_shorthand`); a refusal names it as typed."""
     name = pe_shorthand(full_name(t, typed))
-    if name == full_name(t, typed):
-        return name, node_id(t, typed)          # its errors name the node as typed
-    try:
-        return name, node_id(t, name)
-    except UnknownNodeError as err:
-        pes = len(t.plan.pe_router)
-        pe = int(name.split(".")[2][2:])
-        why = (f"a cube has {pes} PEs, pe0 to pe{pes - 1}" if pe >= pes else str(err).split(": ", 1)[1])
-        raise UnknownNodeError(f"unknown node {typed!r}: {why}") from None
+    return name, node_id(t, name, typed)
 
 
 @topo_app.command("export", short_help="Write a preset's YAML resolved into one file.")

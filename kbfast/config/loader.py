@@ -42,20 +42,24 @@ def preset_names() -> list[str]:
     return sorted(names, key=lambda n: [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", n)])
 
 
-def _is_path(name_or_path: str | Path) -> bool:
-    """Whether a topology argument names a file rather than a preset: a YAML name, a folder in it
-    (``/nonexist``, ``./t``), or anything that exists."""
+def is_path(name_or_path: str | Path) -> bool:
+    """Whether a topology or model argument names a file rather than a bundled name: a YAML name, a folder in
+    it (``/nonexist``, ``./t``), or anything that exists."""
     path = Path(name_or_path)
     return path.suffix in (".yaml", ".yml") or "/" in str(name_or_path) or path.exists()
+
+
+def no_file(path: Path, what: str) -> str:
+    """Why ``path``, given for a ``what`` file, cannot be read as one: a folder, or nothing there."""
+    return f"a folder, not a {what} file" if path.is_dir() else f"no such {what} file"
 
 
 def _resolve(name_or_path: str | Path) -> tuple[str, str]:
     """Return (label, text) for a preset name or a YAML path."""
     path = Path(name_or_path)
-    if _is_path(name_or_path):
+    if is_path(name_or_path):
         if not path.is_file():
-            raise ConfigError(str(path), "<file>", str(path),
-                              "a folder, not a topology file" if path.is_dir() else "no such topology file",
+            raise ConfigError(str(path), "<file>", str(path), no_file(path, "topology"),
                               f"give a topology YAML, or a preset: {', '.join(preset_names())}")
         return str(path), read_text(path, str(path))
     name = str(name_or_path)
@@ -78,7 +82,7 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 def _identity(name_or_path: str | Path) -> str:
     """What a base chain compares to detect cycles: the resolved file path, or the preset name."""
-    if _is_path(name_or_path):
+    if is_path(name_or_path):
         return str(Path(name_or_path).resolve())
     return str(name_or_path)
 

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, ValidationError
 
 from kbfast.config.validation import format_validation
+from kbfast.config.loader import is_path, no_file
 from kbfast.config.yaml_reading import parse_yaml, read_text
 from kbfast.config.schema import PositiveInt, Strict, _no_bool_int
 from kbfast.errors import ConfigError, did_you_mean
@@ -120,10 +121,9 @@ def model_names() -> list[str]:
 def load_model(name_or_path: str | Path) -> Model:
     """The validated model ``name_or_path`` (a bundled name, or a YAML path)."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or "/" in str(name_or_path) or path.exists():
+    if is_path(name_or_path):
         if not path.is_file():
-            raise ConfigError(str(path), "<file>", str(path),
-                              "a folder, not a model file" if path.is_dir() else "no such model file",
+            raise ConfigError(str(path), "<file>", str(path), no_file(path, "model"),
                               f"bundled models: {', '.join(model_names())}")
         label, text = str(path), read_text(path, str(path))
     else:

@@ -10,7 +10,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from kbfast.config.schema import EDGE_KINDS, GRID_TOPOLOGIES, MAX_COUNT, SystemSpec
-from kbfast.errors import ConfigError, did_you_mean
+from kbfast.errors import ConfigError, closest, did_you_mean
 
 
 def model_at(path: list[str], root: type[BaseModel] = SystemSpec) -> type[BaseModel] | None:
@@ -64,6 +64,20 @@ _PLAIN = {"int_parsing": "not a whole number", "int_from_float": "not a whole nu
           "less_than": "must be less than {lt}", "less_than_equal": "must be at most {le:,}"}
 
 
+# pydantic's wording as text -> kbfast's, for a message without its error type (typer's conversions)
+_PLAIN_WORDS = (("Input should be a valid integer, unable to parse string as an integer", "not a whole number"),
+                ("Input should be a valid integer, got a number with a fractional part", "not a whole number"),
+                ("Input should be a valid number, unable to parse string as a number", "not a number"),
+                ("Value error, ", ""), ("Input should be ", "must be "))
+
+
+def plain_message(msg: str) -> str:
+    """A pydantic message in plain words, by its text: ``not a whole number``, ``must be …``."""
+    for old, new in _PLAIN_WORDS:
+        msg = msg.replace(old, new)
+    return msg
+
+
 def plain_problem(error: dict[str, Any]) -> str:
     """A pydantic error's problem in plain words: ``not a whole number``, ``must be greater than 0``, ``must be
     one of 'ring_1d', ...``; kbfast's own checks (kbfast.config.schema) are worded already (``must be a whole
@@ -76,7 +90,7 @@ def plain_problem(error: dict[str, Any]) -> str:
             pass
     if kind == "literal_error":
         return "must be one of " + msg.removeprefix("Input should be ")
-    return msg.replace("Input should be ", "must be ", 1)
+    return plain_message(msg)
 
 
 def format_validation(label: str, err: ValidationError, root: type[BaseModel] = SystemSpec,
@@ -108,8 +122,7 @@ def format_validation(label: str, err: ValidationError, root: type[BaseModel] = 
         hint = "write a finite number; inf is allowed only where it means no serialization (link.<class>.bw_gbs)"
     elif kind == "literal_error":
         choices = [c.strip(" '") for c in re.split(r",| or ", str((first.get("ctx") or {}).get("expected", "")))]
-        close = did_you_mean(str(value), [c for c in choices if c], noun="")
-        hint = close if close.startswith("did you mean") else ""
+        hint = closest(str(value), [c for c in choices if c])
         if key == "routing.policy" and value == "mm":
             hint = "'mm' is now 'balanced' (the previous default); the default is 'kernbench', the original router"
     elif kind.startswith(("int_", "float_", "bool_", "string_", "list_", "tuple_", "dict_", "model_")):

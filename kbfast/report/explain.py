@@ -7,7 +7,6 @@ percent with one decimal.
 
 from __future__ import annotations
 
-
 import pandas as pd
 from rich.console import Console
 

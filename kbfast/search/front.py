@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from kbfast.errors import KbfastError, did_you_mean, not_one_of
+from kbfast.errors import KbfastError, closest, not_one_of
 
 OBJECTIVES = {"tokens_per_s": ("tokens_per_s", True), "tokens_per_s_per_sip": ("tokens_per_s_per_sip", True),
               "tpot": ("tpot_ms", False), "ttft": ("ttft_ms", False)}     # name -> (column, maximise)
@@ -53,9 +53,8 @@ def parse_constraint(text: str) -> Constraint:
         raise KbfastError(f"--constraint {text!r}: not a constraint\n  hint: {hint}")
     metric, op, value = m.groups()
     if metric not in CONSTRAINT_METRICS:
-        close = did_you_mean(metric, CONSTRAINT_METRICS, noun="")
         raise KbfastError(f"--constraint {text!r}: no metric {metric!r}\n  hint: "
-                          + (close if close.startswith("did you mean") else hint))
+                          + (closest(metric, CONSTRAINT_METRICS) or hint))
     try:
         v = float(value)
     except ValueError:

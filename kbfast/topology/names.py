@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from kbfast.errors import UnknownNodeError, did_you_mean
+from kbfast.errors import UnknownNodeError, closest
 from kbfast.topology.builder import Tables
 
 SWITCH_NAME = "fabric.switch0"
@@ -35,12 +35,13 @@ def _io_chiplets(io_names: tuple[str, ...]) -> frozenset[str]:
     return frozenset(n.partition(".")[0] for n in io_names)
 
 
-def node_id(t: Tables, name: str) -> int:
+def node_id(t: Tables, name: str, typed: str | None = None) -> int:
     """Id of a node name such as ``sip0.cube3.r0c4`` or ``sip1.io0.pcie_ep``; a short name without the SIP
-    (``cube3.r0c4``) is on SIP 0 (:func:`full_name`)."""
+    (``cube3.r0c4``) is on SIP 0 (:func:`full_name`).  A refusal names the node as the user ``typed`` it (default
+    ``name``: ``cube1.pe9`` for ``sip0.cube1.pe9.pe_dma``)."""
     if name == SWITCH_NAME:
         return 0
-    typed, name = name, full_name(t, name)
+    typed, name = typed or name, full_name(t, name)
     m = _NAME.match(name)
     lay = t.layout
     if m:
@@ -70,8 +71,12 @@ def _hint(typed: str, local: str, names: tuple[str, ...], where: str) -> str:
     """What to type instead of ``typed``, whose name inside its cube or IO chiplet, ``local``, is unknown: the
     close names, written as the user wrote the rest (``sip0.cube1.r0c5``), else one example of each kind of name
     in ``where`` (a cube has some 150 names: ``r0c0``, ``pe0.pe_cpu``, ``hbm_ctrl.pe0``, ...)."""
-    close = did_you_mean(local, names, noun="", prefix=typed[:len(typed) - len(local)] if typed.endswith(local) else "")
-    return close if close.startswith("did you mean") else f"names in {where} look like {', '.join(_examples(names))}"
+    pe = re.fullmatch(r"pe(\d+)\.pe_dma", local)
+    n_pes = sum(n.endswith(".pe_dma") for n in names)
+    if pe and int(pe.group(1)) >= n_pes:           # a PE beyond the cube's (``cube1.pe9``, a PE's shorthand)
+        return f"a cube has {n_pes} PEs, pe0 to pe{n_pes - 1}"
+    return (closest(local, names, typed[:len(typed) - len(local)] if typed.endswith(local) else "")
+            or f"names in {where} look like {', '.join(_examples(names))}")
 
 
 @lru_cache(maxsize=64)

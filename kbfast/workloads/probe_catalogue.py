@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kbfast.errors import KbfastError, did_you_mean
+from kbfast.errors import KbfastError, closest
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.names import hbm_ctrl, node_id, pe_block
@@ -168,9 +168,8 @@ def select(catalogue: dict[str, ProbeCase], names: list[str] | None) -> list[Pro
     out = []
     for n in names:
         if n not in catalogue:
-            close = did_you_mean(n, catalogue, noun="")
             raise KbfastError(f"unknown probe case {n!r}\n  hint: "
-                              + (close if close.startswith("did you mean") else "kbfast probe --list lists the cases"))
+                              + (closest(n, catalogue) or "kbfast probe --list lists the cases"))
         out.append(catalogue[n])
     return out
 
