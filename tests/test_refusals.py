@@ -142,6 +142,25 @@ def test_spec_model_must_read(runner, tmp_path, model, words):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("workload,axis,words", [
+    ("{kind: allreduce}", "workload.algorithm: [lrab, rign]",
+     ["axes.0.grid.workload.algorithm: unknown all-reduce algorithm 'rign': did you mean 'ring'?"]),
+    ("{kind: collective, algorithm: chain}", "workload.op: [broadcast, reduse]",
+     ["axes.0.grid.workload.op: unknown collective operation 'reduse'", "'reduce'"]),
+    ("{kind: gemm}", "workload.staging: [load_rf]",
+     ["axes.0.grid.workload.staging: staging 'load_rf' is not one of", "hint: did you mean 'load_ref'"]),
+    ("{kind: model, layout: tp_pe}", "workload.batch: [1, 2]", ["workload.layout: unknown layout 'tp_pe'"]),
+], ids=["algorithm", "op", "staging", "layout"])
+@pytest.mark.parametrize("command", ["sweep", "check"])
+def test_spec_names_refused_at_load(runner, tmp_path, workload, axis, words, command):
+    """A misspelt algorithm, operation, staging or layout ran the sweep and failed each of its points (exit 1):
+    refused at load, naming the key that gave it, before --out is made."""
+    p = write(tmp_path, "s.yaml", f"name: s\ntopology: ring6\nworkload: {workload}\naxes:\n  - grid: {{{axis}}}\n")
+    out = ["--out", tmp_path / ("out" if command == "sweep" else "c.csv")]
+    refused(invoke(runner, command, p, *out), f"{p}: ", *words)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "c.csv").exists()
+
+
 def test_check_seed_flag_must_be_whole(runner, tmp_path):
     p = write(tmp_path, "s.yaml", ONE_POINT)
     refused(invoke(runner, "check", p, "--seed", "-1"), "--seed -1: give a sample seed, 0 or more")

@@ -287,6 +287,47 @@ def test_spec_file_with_relative_topology(tmp_path: Path) -> None:
     assert str(tmp_path / "bad.yaml") in str(info.value) and "did you mean 'count'" in flat(str(info.value))
 
 
+# a misspelt value of each field a kind checks by name, and a value it accepts (kbfast.measure.kind.checks)
+MISSPELT = {"algorithm": ("rign", "ring"), "ranks": ("all_pe", "all_pes"), "op": ("all_redce", "all_reduce"),
+            "hop": ("h9", "h3"), "method": ("fluud", "fluid"), "pattern": ("randm", "random"),
+            "staging": ("load_rf", "load_ref"), "layout": ("tp_pe", "tp_pes"), "phase": ("decod", "decode"),
+            "collective": ("rign", "lrab"), "overlap": ("prefech", "none"), "bounds": ("lowr", "lower")}
+
+
+def _checked_fields():
+    from kbfast.measure.registry import WORKLOADS
+    return [(kind.name, name) for kind in WORKLOADS.values() for name, _ in kind.checks]
+
+
+@pytest.mark.parametrize(("kind", "field"), _checked_fields(), ids=lambda x: x)
+@pytest.mark.parametrize("where", ["workload", "grid", "zip", "random"])
+def test_misspelt_names_are_refused_at_load(tmp_path: Path, kind: str, field: str, where: str) -> None:
+    """Every field a workload kind checks by name is checked for every value a spec gives it, wherever it gives
+    it, at load; the key named is the one that gave the bad value, and a good value in its place loads."""
+    bad, good = MISSPELT[field]
+    base = {"kind": kind, "model": "tp_mlp"} if kind == "model" and field not in ("phase", "overlap") else {"kind": kind}
+    groups = {"workload": "", "grid": "  - grid: {workload.%s: [%s, %s]}\n",
+              "zip": "  - zip: {workload.%s: [%s, %s], workload.size: [1KiB, 2KiB]}\n",
+              "random": "  - random: {n: 3, axes: {workload.%s: [%s, %s]}}\n"}
+    for value, refused_ in ((bad, True), (good, False)):
+        workload = {**base, field: value} if where == "workload" else base
+        axes = "" if where == "workload" else "axes:\n" + groups[where] % (field, good, value)
+        if kind == "model" or kind == "gemm":
+            axes = axes.replace(", workload.size: [1KiB, 2KiB]", ", workload.batch: [1, 2]" if kind == "model" else
+                                ", workload.m: [32, 64]")
+        text = "topology: ring6\nworkload: {%s}\n%s" % (", ".join(f"{k}: {v}" for k, v in workload.items()), axes)
+        path = tmp_path / f"{where}.yaml"
+        path.write_text(text)
+        if not refused_:
+            load_spec(path)
+            continue
+        with pytest.raises(ConfigError) as info:
+            load_spec(path)
+        key = f"workload.{field}" if where == "workload" else \
+            f"axes.0.{where}{'.axes' if where == 'random' else ''}.workload.{field}"
+        assert info.value.key == key and repr(bad) in str(info.value), str(info.value)
+
+
 KNOWN_SIZES = {"seed36": 36, "buffer_kinds": 48, "scaling": 150, "ucie_whatif": 30, "gemm": 2250, "llama70b": 54}
 
 

@@ -28,7 +28,8 @@ from kbfast.measure.rows import contended, contention_ns
 from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.collectives import TABLE, Collective, allreduce, busbw_gbps, check_slots, collective, pe2pe
+from kbfast.workloads.collectives import (TABLE, Collective, allreduce, busbw_gbps, check_hop, check_names, check_slots,
+                                          collective, pe2pe)
 
 
 def _build_allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
@@ -194,6 +195,8 @@ ALLREDUCE = WorkloadKind(
     _measure_allreduce_batch, bool_fields=("tile_io",), columns=("algorithm", "tile_io"),
     kernels=("collectives",), fast_kernels=("runs", "fast", "points"),
     ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),),     # one message in flight per channel
+    checks=(("algorithm", lambda w: check_names("all_reduce", w["algorithm"], None)),
+            ("ranks", lambda w: check_names("all_reduce", None, w["ranks"]))),
     size_label="message size per rank (bytes)")
 
 COLLECTIVE = WorkloadKind(
@@ -201,12 +204,15 @@ COLLECTIVE = WorkloadKind(
                   "broadcast, reduce or all_to_all (kbfast run collective)",
     {"op": "all_reduce", "algorithm": None, "size": "1MiB", "ranks": None, "tile_io": True}, _build_collective,
     _measure_collective, bool_fields=("tile_io",), columns=("op", "algorithm", "ranks", "tile_io"),
+    checks=(("op", lambda w: check_names(w["op"], None, None)),
+            ("algorithm", lambda w: check_names(w["op"], w["algorithm"], None)),
+            ("ranks", lambda w: check_names(w["op"], None, w["ranks"]))),
     kernels=("collectives",), size_label="buffer size per rank (bytes)")
 
 PE2PE = WorkloadKind(
     "pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (load then store; with load false the "
              "store alone) (kbfast run pe2pe)",
     {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True, "load": True}, _build_pe2pe, _measure_pe2pe,
-    bool_fields=("raw_dma", "consume", "load"), columns=("hop",),
+    bool_fields=("raw_dma", "consume", "load"), columns=("hop",), checks=(("hop", lambda w: check_hop(w["hop"])),),
     ignores_if=(("raw_dma", True, ("ipcq.", "workload.consume")), ("raw_dma", False, ("workload.load",))),
     size_label="transfer size (bytes)")

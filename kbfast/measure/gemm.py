@@ -37,8 +37,8 @@ from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.sim.lowering import tile_routes
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-from kbfast.workloads.gemm import (RESOURCES, GemmCase, gemm_case, gemm_figures, gemm_metrics, gemm_nodes,
-                                   parse_epilogues)
+from kbfast.workloads.gemm import (RESOURCES, GemmCase, check_staging, gemm_case, gemm_figures, gemm_metrics,
+                                   gemm_nodes, parse_epilogues)
 
 FLUID_MAX_TILES = 1 << 16
 ESTIMATE_WARNING = ("maxplus_estimate: no steady state (a PC read/write turnaround, tiles off the PC rounds, or "
@@ -214,4 +214,4 @@ GEMM = WorkloadKind(
     _build, _measure, _measure_batch, prepare=_prepare, dim_fields=("m", "n", "k"), columns=("m", "n", "k", "staging"),
     batch_fields=("m", "n", "k", "staging"), fast_kernels=("runs", "fast", "pipeline"), ignores=("ipcq.",),
     max_batch=25,   # a fluid GEMM takes up to seconds: progress and workers move every few seconds
-    report="gemm")
+    checks=(("staging", lambda w: check_staging(w["staging"])),), report="gemm")

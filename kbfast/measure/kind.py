@@ -102,6 +102,11 @@ class WorkloadKind:
     # Fields that name a file (a model YAML, say) and how it is read: (field, loader); a sweep reads each value
     # before any point runs (kbfast.sweep.spec.check_files).
     file_fields: tuple[tuple[str, Callable[[str], Any]], ...] = ()
+    # Fields whose value names one of a fixed set (an algorithm, a layout, a fast method), with no topology:
+    # (field, check(fields)), a KbfastError when the value names nothing; a sweep runs them on every value
+    # before any point runs (kbfast.sweep.spec.check_names).  Checks that need the topology (a PE's name, a
+    # probe case) stay in ``prepare``.
+    checks: tuple[tuple[str, Callable[[dict[str, Any]], None]], ...] = ()
     # The point's plan, checked before any kernel compiles (a ConfigError or KbfastError names the bad input).
     prepare: Callable[[Tables, Router, dict[str, Any]], Any] | None = None
     # Empties the kind's memos (timings kept across points), for a cold measurement (kbfast bench).

@@ -23,6 +23,7 @@ import dataclasses
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,9 @@ from kbfast.measure.methods import (EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MA
                                     MODES, check_fast_choice)
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
-from kbfast.workloads.collectives.in_model import AUTO, candidates
+from kbfast.workloads.collectives.in_model import AUTO, candidates, check_choice
 from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_message, allreduce_piece, build_piece,
-                                    compile_model, pipeline_piece, prefetched, refuse_unread, shape_for,
+                                    check_layout, check_overlap, check_phase, compile_model, pipeline_piece, prefetched, refuse_unread, shape_for,
                                     with_collective, with_fields)
 from kbfast.workloads.parallel import Parallel, split
 
@@ -961,14 +962,29 @@ def step_row(step: StepResult, t: Tables) -> dict[str, Any]:
 BOUNDS_CHOICES = (None, True, False, "lower")     # workload.bounds: with bounds, the point alone, a lower bound
 
 
+def _check_bounds(w: dict[str, Any]) -> None:
+    if w.get("bounds") not in BOUNDS_CHOICES:
+        raise KbfastError(f"workload.bounds must be true, false or lower (got {w['bounds']!r}): false times the "
+                          "fast path's point alone, lower its lower bound alone")
+
+
+def _unless_none(field: str, check: Callable[[Any], Any]) -> Callable[[dict[str, Any]], None]:
+    """The check of a field whose None means its default: ``check(value)`` when a value is given."""
+    return lambda w: None if w[field] is None else check(w[field])
+
+
+# the fields a sweep checks before any point runs (WorkloadKind.checks)
+_CHECKS = (("layout", lambda w: check_layout(str(w["layout"]))), ("method", lambda w: check_fast_choice(str(w["method"]))),
+           ("phase", _unless_none("phase", check_phase)), ("collective", _unless_none("collective", check_choice)),
+           ("overlap", _unless_none("overlap", check_overlap)), ("bounds", _check_bounds))
+
+
 def _prepare(t: Tables, router: Router, w: dict[str, Any]) -> StepPlan:
     """The step's plan (:func:`plan_step`): the model read, its shape and layout checked and compiled, before
     any kernel compiles."""
     model = _model_of(str(w["model"]))
     refuse_unread(model, w)
-    if w.get("bounds") not in BOUNDS_CHOICES:
-        raise KbfastError(f"workload.bounds must be true, false or lower (got {w['bounds']!r}): false times the "
-                          "fast path's point alone, lower its lower bound alone")
+    _check_bounds(w)
     layers = None if w["layers"] is None else int(w["layers"])
     return plan_step(t, model, model_shape(model, w), str(w["layout"]), layers, str(w["method"]), w["collective"],
                      w["sequence_parallel"], w["overlap"], pp=_int_or_none(w["pp"]), dp=_int_or_none(w["dp"]),
@@ -1029,4 +1045,4 @@ MODEL = WorkloadKind(
     batch_system_keys=(),                          # a batch shares one system: tables and timings
     max_batch=25,                                  # 0.1 s a point: small batches keep workers busy
     fast_kernels=("runs", "fast", "pipeline", "exact"),   # the stand-in is replayed exactly
-    file_fields=(("model", load_model),), report="model", prepare=_prepare, forget=_forget)
+    file_fields=(("model", load_model),), checks=_CHECKS, report="model", prepare=_prepare, forget=_forget)

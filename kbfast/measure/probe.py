@@ -113,17 +113,27 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
 RUNS: dict[str, Callable[[Program], Result]] = {"exact": run_exact, "hybrid": run_hybrid, "fluid": run_fast}
 
 
+def _check_method(w: dict) -> None:
+    """Refuse a fast method that is not one of ``FAST_CHOICES``."""
+    check_fast_choice(str(w["method"]))
+
+
 def _prepare_probe(t: Tables, router: Router, w: dict) -> ProbeCase:
     """The named case of the probe catalogue (an unknown name gets a did-you-mean error) and the method."""
-    check_fast_choice(str(w["method"]))
+    _check_method(w)
     return select(build_catalogue(t, router), [str(w["case"])])[0]
+
+
+def _check_pattern(w: dict) -> None:
+    """Refuse a traffic pattern other than ``random``."""
+    if w["pattern"] != "random":
+        raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
 
 
 def _prepare_traffic(t: Tables, router: Router, w: dict) -> ProbeCase:
     """The traffic pattern's flows, and the method."""
-    check_fast_choice(str(w["method"]))
-    if w["pattern"] != "random":
-        raise KbfastError(f"unknown traffic pattern {w['pattern']!r}: use random")
+    _check_method(w)
+    _check_pattern(w)
     return random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
 
 
@@ -161,8 +171,10 @@ def _measurer(prepare: Callable[[Tables, Router, dict], ProbeCase]):
 PROBE = WorkloadKind("probe", "one case of the probe catalogue (kbfast probe --list)",
                      {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB", "method": "fluid"},
                      *_measurer(_prepare_probe), prepare=_prepare_probe, columns=("case",), ignores=("ipcq.",),
+                     checks=(("method", _check_method),),
                      size_label="bytes per issuer")
 TRAFFIC = WorkloadKind("traffic", "random PE-to-HBM flows",
                        {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB", "method": "fluid"},
                        *_measurer(_prepare_traffic), prepare=_prepare_traffic, ignores=("ipcq.",),
+                       checks=(("pattern", _check_pattern), ("method", _check_method)),
                        size_label="bytes per flow")

@@ -491,6 +491,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     check_topologies(spec)
     check_set(spec)
     check_files(spec)
+    check_names(spec)
     return spec
 
 
@@ -562,6 +563,32 @@ def check_files(spec: SweepSpec) -> None:
         for where, values in places:
             for value in values:
                 _readable(spec, where, str(value), name, load)
+
+
+def check_names(spec: SweepSpec) -> None:
+    """Every combination of values the points give the fields their workload kind checks by name (the kind's
+    ``checks``: an algorithm, a layout, a fast method) names something; else a ConfigError naming the spec,
+    the key that gave the value and the kind's refusal, before any point runs.  Only those fields are
+    expanded, group by group (a few rows each), not the points."""
+    kind = WORKLOADS[spec.workload["kind"]]
+    if not kind.checks:
+        return
+    keys = {f"workload.{name}" for name, _ in kind.checks}
+    combos: list[dict[str, Any]] = [{}]
+    for gi, group in enumerate(spec.axes):
+        rows = {repr(sorted(r.items())): r for r in
+                ({k: v for k, v in row.items() if k in keys} for row in _expand(spec.label, gi, group, spec.seed))}
+        combos = [{**a, **b} for a in combos for b in rows.values()]
+    for combo in combos:
+        workload = {**spec.workload, **{k.split(".", 1)[1]: v for k, v in combo.items()}}
+        for name, check in kind.checks:
+            try:
+                check(workload)
+            except KbfastError as err:
+                key = f"workload.{name}"
+                where = next((w for w, values in _axis_values(spec, key) if workload[name] in values), key)
+                problem, _, hint = str(err).partition("\n  hint: ")
+                raise ConfigError(spec.label, where, None, problem, hint) from None
 
 
 def example_specs() -> list[str]:

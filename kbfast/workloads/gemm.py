@@ -117,10 +117,15 @@ def gemm_case(t: Tables, router: Router, m: int, n: int, k: int, staging: str = 
     return GemmCase(b.build(), plan, staging, pe, b_from, loads, done)
 
 
-def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tuple[Epilogue, ...] = ()) -> GemmPlan:
-    """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
+def check_staging(staging: str) -> None:
+    """Refuse a staging that is not one of :data:`STAGINGS`."""
     if staging not in STAGINGS:
         raise not_one_of("staging", staging, STAGINGS)
+
+
+def staged_plan(t: Tables, m: int, n: int, k: int, staging: str, epilogues: tuple[Epilogue, ...] = ()) -> GemmPlan:
+    """The plan of an ``m x n x k`` GEMM under ``staging`` (which operands are loaded into TCM first)."""
+    check_staging(staging)
     plan = plan_gemm(t.spec.pe, m, n, k, a_pinned=staging != "ref_ref", b_pinned=staging == "load_load",
                      epilogues=epilogues)
     a, b, c = plan.operand_bytes()

@@ -120,8 +120,7 @@ def shape_for(model: Model, phase: str | None = None, batch: int | None = None, 
         return None
     phase = STEP_DEFAULTS["phase"] if phase is None else phase
     batch = STEP_DEFAULTS["batch"] if batch is None else batch
-    if phase not in PHASES:
-        raise not_one_of("phase", phase, PHASES)
+    check_phase(phase)
     for name, v in (("batch", batch), ("seq", seq), ("kv-len", kv_len)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise KbfastError(f"--{name} must be a positive integer (got {v!r})")
@@ -173,10 +172,27 @@ def refuse_unread(model: Model, options: dict, label: str | None = None) -> None
 
 
 # -- placement ---------------------------------------------------------------------------------------------
-def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
-    """The working PEs' pe_dma nodes (SIP, cube, PE order) and the working PEs per cube."""
+def check_layout(layout: str) -> None:
+    """Refuse a layout that is not one of :data:`LAYOUTS`."""
     if layout not in LAYOUTS:
         raise KbfastError(f"unknown layout {layout!r}: {did_you_mean(layout, LAYOUTS)}")
+
+
+def check_phase(phase: str) -> None:
+    """Refuse a phase that is not one of :data:`PHASES`."""
+    if phase not in PHASES:
+        raise not_one_of("phase", phase, PHASES)
+
+
+def check_overlap(overlap: str) -> None:
+    """Refuse an overlap that is not one of :data:`OVERLAPS`."""
+    if overlap not in OVERLAPS:
+        raise not_one_of("overlap", overlap, OVERLAPS)
+
+
+def _working(t: Tables, layout: str) -> tuple[np.ndarray, int]:
+    """The working PEs' pe_dma nodes (SIP, cube, PE order) and the working PEs per cube."""
+    check_layout(layout)
     n = len(t.plan.pe_router) if layout == "tp_pes" else 1
     return pe_nodes(t, n), n
 
@@ -586,8 +602,7 @@ def compile_model(t: Tables, model: Model, shape: Shape | None = None, layout: s
     s = shape or shape_for(model)
     sp = bool(sequence_parallel)
     overlap = overlap or DEFAULT_OVERLAP
-    if overlap not in OVERLAPS:
-        raise not_one_of("overlap", overlap, OVERLAPS)
+    check_overlap(overlap)
     if sp and collective not in (in_model.AUTO,) + in_model.SCATTERING:
         raise KbfastError(f"--sequence-parallel needs an all-reduce that splits into a reduce-scatter and an "
                           f"all-gather; {collective} does not\n  hint: use --collective "

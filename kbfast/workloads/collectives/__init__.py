@@ -28,9 +28,10 @@ of PEs.
 """
 
 from kbfast.workloads.collectives.algorithm import check_slots
-from kbfast.workloads.collectives.generate import Collective, allreduce, busbw_gbps, check_tile_fits, collective
+from kbfast.workloads.collectives.generate import (Collective, allreduce, busbw_gbps, check_names, check_tile_fits,
+                                                   collective)
 from kbfast.workloads.collectives.ops import OPS
-from kbfast.workloads.collectives.hops import HOPS, hop_endpoints, pe2pe
+from kbfast.workloads.collectives.hops import HOPS, check_hop, hop_endpoints, pe2pe
 from kbfast.workloads.collectives.lrab import intercube_peers, intercube_wiring
 from kbfast.workloads.collectives.placement import RANKS, kernel_info
 from kbfast.workloads.collectives.rs_ag import MAX_RANKS as RS_AG_MAX_RANKS
@@ -38,5 +39,5 @@ from kbfast.workloads.collectives.rs_ag import kernel as rs_ag_kernel
 from kbfast.workloads.collectives.table import ALGORITHMS, KERNELS, OP_TABLE, TABLE
 
 __all__ = ["ALGORITHMS", "HOPS", "KERNELS", "OPS", "OP_TABLE", "RANKS", "RS_AG_MAX_RANKS", "TABLE", "Collective", "allreduce",
-           "busbw_gbps", "check_slots", "check_tile_fits", "collective", "hop_endpoints", "intercube_peers", "intercube_wiring", "kernel_info",
+           "busbw_gbps", "check_hop", "check_names", "check_slots", "check_tile_fits", "collective", "hop_endpoints", "intercube_peers", "intercube_wiring", "kernel_info",
            "pe2pe", "rs_ag_kernel"]

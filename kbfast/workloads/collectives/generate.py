@@ -48,23 +48,35 @@ def check_tile_fits(spec, nbytes: int, label: str = "") -> None:
                            "per rank, or more HBM per cube (hbm.total_gib_per_cube)")
 
 
-def _check_request(op: str, algorithm: str, nbytes: int, ranks: str | None, tile_io) -> None:
-    """Refuse an unknown operation, algorithm or rank set, a size below one byte and a ``tile_io`` that is not
-    a bool."""
+def _what(op: str) -> str:
+    """The operation as a message names it: ``all-reduce``, ``reduce-scatter``."""
+    return op.replace("_", "-")
+
+
+def check_names(op: str, algorithm: str | None, ranks: str | None) -> None:
+    """Refuse an unknown operation, algorithm (None: the operation's default) or rank set; these read no
+    topology, so a sweep checks them before any point runs (a listed rank set's PE names are the topology's,
+    checked when the point is built)."""
     if op not in OP_TABLE:
         raise KbfastError(f"unknown collective operation {op!r}: {did_you_mean(op, tuple(OP_TABLE))}")
-    what = "all-reduce" if op == "all_reduce" else op.replace("_", "-")
-    if algorithm not in OP_TABLE[op]:
+    what = _what(op)
+    if algorithm is not None and algorithm not in OP_TABLE[op]:
         raise KbfastError(f"unknown {what} algorithm {algorithm!r}: {did_you_mean(algorithm, tuple(OP_TABLE[op]))}")
-    if nbytes <= 0:
-        raise KbfastError(f"{what} size must be > 0 bytes (got {nbytes})")
-    if not isinstance(tile_io, (bool, np.bool_)):
-        raise KbfastError(f"tile_io must be true or false (got {tile_io!r})")
     if ranks is not None and ranks not in RANKS and not is_listed(ranks):
         close = did_you_mean(str(ranks), RANKS)
         raise KbfastError(f"ranks {shown(ranks)} is not a set of ranks: cube_pe0 (pe0 of every cube), all_pes "
                           f"(every PE), sip_pe0 (pe0 of cube 0 of every SIP) or a list of PEs "
                           f"(sip0.cube0.pe0,sip1.cube0.pe0){'; ' + close if close.startswith('did') else ''}")
+
+
+def _check_request(op: str, algorithm: str, nbytes: int, ranks: str | None, tile_io) -> None:
+    """Refuse what :func:`check_names` refuses, a size below one byte and a ``tile_io`` that is not a bool."""
+    check_names(op, algorithm, ranks)
+    what = _what(op)
+    if nbytes <= 0:
+        raise KbfastError(f"{what} size must be > 0 bytes (got {nbytes})")
+    if not isinstance(tile_io, (bool, np.bool_)):
+        raise KbfastError(f"tile_io must be true or false (got {tile_io!r})")
 
 
 def allreduce(t: Tables, router: Router, nbytes: int, algorithm: str = "lrab", ranks: str | None = None,

@@ -32,6 +32,12 @@ def hop_endpoints(t: Tables, hop: str) -> tuple[tuple[int, int, int], tuple[int,
     return src, (s1, c1, p1)
 
 
+def check_hop(hop: str) -> None:
+    """Refuse a hop class that is not one of :data:`HOPS` (a sweep checks it before any point runs)."""
+    if hop not in HOPS:
+        raise KbfastError(f"unknown hop class {hop!r}: {did_you_mean(hop, HOPS)}")
+
+
 def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = False, consume: bool = True,
           launch: bool = True, load: bool = True) -> Collective:
     """One PE-to-PE transfer of a hop class (spec_pe §11.6): IPCQ send/recv, or raw DMA load + store
@@ -42,8 +48,7 @@ def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = Fals
     >>> pe2pe(t, Router(t), "h3", 4096).program.n_agents
     2
     """
-    if hop not in HOPS:
-        raise KbfastError(f"unknown hop class {hop!r}: {did_you_mean(hop, HOPS)}")
+    check_hop(hop)
     if nbytes <= 0:
         raise KbfastError(f"pe2pe size must be > 0 bytes (got {nbytes})")
     (s0, c0, p0), (s1, c1, p1) = hop_endpoints(t, hop)
