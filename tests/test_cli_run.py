@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from kbfast.cli.common import parse_size
+from kbfast.config.units import parse_size
 from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.measure.rows import bound_ratio, tightness

@@ -126,6 +126,12 @@ def test_check_prints_parity_table(runner: CliRunner, tiny_spec: Path, tmp_path:
     assert not re.search(r"^error:", res.stdout, re.M)
     df = pd.read_csv(csv)
     assert len(df) == 2 and df["exact_latency_ns"].notna().all() and (df["rel_error"].abs() < 0.05).all()
+    # the suffix picks the format, as run's --links: the same table as Parquet
+    res = invoke(runner, "check", tiny_spec, "--sample", "2", "--out", tmp_path / "parity.parquet")
+    assert res.exit_code == 0, res.output
+    parquet = pd.read_parquet(tmp_path / "parity.parquet")
+    assert list(parquet.columns) == list(df.columns)
+    pd.testing.assert_frame_equal(parquet[["exact_latency_ns", "rel_error"]], df[["exact_latency_ns", "rel_error"]])
 
 
 HALF_BAD = """\

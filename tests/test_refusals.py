@@ -670,8 +670,16 @@ def test_unknown_set_key_names_the_set(runner):
     # a --knob's value was blamed on a --set the user never gave
     (["search", "llama32_1b", "--knob", "sips.count=a,b"], ["error: --knob sips.count=a: sips.count: not a whole "
                                                              "number (got 'a')"]),
+    # every candidate "pruned", with a hint to widen the space, where run model says to drop --ep
+    (["search", "llama32_1b", "--ep", "4"], ["--ep 4: applies to mixtures of experts", "only; llama32_1b has a "
+                                             "dense FFN", "hint: drop --ep"]),
+    # compare-routing worded its sizes unlike run and probe
+    (["topo", "compare-routing", "--size", "1XB"], ["--size: size '1XB' is not understood"]),
+    (["topo", "compare-routing", "--size", "0"], ["--size '0' must be > 0 bytes"]),
     # an empty item was dropped without a word
     (["search", "llama32_1b", "--batch", "1,,2"], ["--batch '1,,2': an empty item between commas"]),
+    # check wrote CSV to any name, where run's --links refuses one that is no table's
+    (["check", "gemm", "--out", "parity.txt"], ["--out 'parity.txt': the file name must end in .csv or .parquet"]),
     # --jobs 0 ran (check) or worded its refusal three ways
     (["check", "gemm", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
     (["serve", "llama32_1b", "--jobs", "0"], ["--jobs 0: give how many worker processes, 1 or more"]),
@@ -687,6 +695,17 @@ def test_a_refused_sweep_leaves_no_folder(runner, tmp_path):
     """sweep --jobs 0 made its --out folder, then refused."""
     refused(invoke(runner, "sweep", "gemm", "--jobs", "0", "--out", tmp_path / "out"), "--jobs 0:")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_search_leaves_no_folder(runner, tmp_path):
+    """A search whose every candidate is pruned made its --out folder (and any missing parents) and left them
+    empty; a folder that was there before stays."""
+    args = ["search", "llama32_1b", "--pp", "3"]
+    refused(invoke(runner, *args, "--out", tmp_path / "a" / "b"), "every one of the", "candidates was pruned")
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "kept").mkdir()
+    refused(invoke(runner, *args, "--out", tmp_path / "kept"), "candidates was pruned")
+    assert (tmp_path / "kept").is_dir()
 
 
 def test_a_value_read_from_a_table_is_echoed_as_a_number():

@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from kbfast.config import DEFAULT_TOPOLOGY, SystemSpec, load_system
 from kbfast.config.loader import parse_overrides
-from kbfast.config.units import parse_size  # noqa: F401  (re-exported for the commands)
+from kbfast.config.units import parse_size
 import kbfast.measure.warmup as warmup
 from kbfast.errors import KbfastError, clip
 from kbfast.report.wrap import QuantityConsole
@@ -49,9 +49,11 @@ def user_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _MADE.clear()
         try:
             return fn(*args, **kwargs)
         except KbfastError as err:
+            _remove_made()
             text = clip(str(err), 2000)   # a message never floods the terminal with a huge value
             # soft wrap: the terminal folds a long line, so a path in the message stays whole when copied
             err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, markup=True, emoji=False,
@@ -59,6 +61,21 @@ def user_errors(fn: F) -> F:
             sys.exit(err.exit_code)
 
     return wrapper  # type: ignore[return-value]
+
+
+# Folders :func:`writable` created for the running command, the deepest last: a refused command removes those
+# still empty (``search --pp 3``, every candidate pruned, left an empty --out folder behind).
+_MADE: list[Path] = []
+
+
+def _remove_made() -> None:
+    """Remove the folders this command created that are still empty, deepest first."""
+    for folder in reversed(_MADE):
+        try:
+            folder.rmdir()
+        except OSError:       # not empty (the command wrote there), or gone
+            pass
+    _MADE.clear()
 
 
 def first_run(*kernels: str) -> None:
@@ -134,7 +151,8 @@ def positive_size(text: str, flag: str = "--size") -> int:
 def writable(path: Path | None, flag: str, folder: bool = False) -> Path | None:
     """Refuse, before any work, an output that cannot be written: ``path`` is a file (or with ``folder``, a
     folder to write into) given by ``flag``.  Missing folders are created; then a test file is written and
-    removed, and an existing file must open for writing.  Returns ``path`` (None stays None)."""
+    removed, and an existing file must open for writing; a folder it creates is removed again if the command is
+    then refused before writing there (:func:`user_errors`).  Returns ``path`` (None stays None)."""
     if path is None:
         return None
     path = Path(path)
@@ -143,8 +161,10 @@ def writable(path: Path | None, flag: str, folder: bool = False) -> Path | None:
     if not folder and path.is_dir():
         raise KbfastError(f"{flag} {path}: this is a folder; give a file name inside it")
     target = path if folder else path.parent
+    missing = [p for p in (target, *target.parents) if not p.exists()]
     try:
         target.mkdir(parents=True, exist_ok=True)
+        _MADE.extend(reversed(missing))
         with tempfile.NamedTemporaryFile(dir=target, prefix=".kbfast-write-test-"):
             pass
         if not folder and path.exists():

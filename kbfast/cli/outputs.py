@@ -1,4 +1,5 @@
-"""The files ``probe`` and ``run`` write on request: ``--trace``, ``--links``, ``--pcs`` and ``--heatmap``."""
+"""The files ``probe``, ``run`` and ``check`` write on request: ``--trace``, ``--links``, ``--pcs``, ``--heatmap`` and
+``check``'s parity table (``--out``)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from kbfast.cli.common import check_count, check_jobs, console, err_console, figure_path, first_run, user_errors, writable
+from kbfast.cli.outputs import table_path, write_table
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, wall_time
@@ -278,7 +279,7 @@ def check(
     sample: Annotated[int, typer.Option(help="How many random points to cross-check.")] = 5,
     seed: Annotated[int | None, typer.Option(help="Sample seed (default: the spec's).")] = None,
     jobs: JobsOpt = 1,
-    out: Annotated[Path | None, typer.Option(help="Also write the parity table as CSV.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the parity table: a .csv or .parquet file.")] = None,
     yes: YesOpt = False,
 ) -> None:
     """Cross-check K random points of a sweep fast vs exact and print a parity table."""
@@ -286,7 +287,8 @@ def check(
     check_jobs(jobs)
     if seed is not None:
         check_count(seed, "--seed", 0, "a sample seed")
-    writable(out, "--out")
+    if writable(out, "--out") is not None:   # a folder is refused as one first
+        table_path(out, "--out")
     s = load_spec(spec)
     s.check_size(yes)
     points = s.points()
@@ -323,7 +325,7 @@ def check(
                  caption="columns: error = (fast - exact) / exact; in bounds = exact inside the fast bounds")
     _print_check(df, len(df))
     if out is not None:
-        df.reset_index().to_csv(out, index=False)
+        write_table(df.reset_index(), out)
         console.print(f"parity table written to {out}", soft_wrap=True)
     _exit_if_failed(df.reset_index(), "the table above shows every point" + (f", saved in {out}" if out else ""))
 

@@ -17,7 +17,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, parse_size, user_errors
+from kbfast.cli.common import OutputFormat, SetOpt, console, figure_path, load, positive_size, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, preset_names
 from kbfast.config.loader import load_raw, param_set_path, read_param_set
 from kbfast.config.units import format_size
@@ -257,7 +257,7 @@ def compare_routing_cmd(
     the UCIe connections each policy loads, and the most loaded edge (docs/routing.md)."""
     from kbfast.measure.routing_compare import compare_routing
 
-    sizes = [parse_size(s) for s in size] if size else None
+    sizes = [positive_size(s) for s in size] if size else None
     df = compare_routing(load(topology, sets), case, sizes)
     if fmt is OutputFormat.csv:
         out = df.assign(ucie_edges=[json.dumps(d) for d in df["ucie_edges"]])

@@ -33,6 +33,7 @@ from kbfast.search.front import Constraint, rank
 from kbfast.search.space import Pruned, Space, prune
 from kbfast.sweep.runner import kept_workers, run_sweep
 from kbfast.sweep.spec import parse_spec
+from kbfast.workloads.model import refuse_unread
 
 KEYS = ("layout", "pp", "dp", "ep", "batch", "collective", "overlap", "sequence_parallel")
 METRICS = ("latency_ns", "step_period_ns", "tokens_per_s", "tpot_ms", "tokens_per_s_per_sip", "ttft_ms")
@@ -179,6 +180,9 @@ def search(model: Transformer, model_arg: str, topology: str | None, overrides: 
     if not isinstance(model, Transformer):
         raise KbfastError(f"{model.name} is of kind {model.kind}: kbfast search takes transformer models\n"
                           "  hint: use llama3_70b, llama32_1b, gpt3_175b or a transformer YAML")
+    given_ep = [e for e in space.ep if e is not None]
+    if given_ep:          # --ep on a dense model: no candidate reads it ("every candidate pruned" misled)
+        refuse_unread(model, {"ep": given_ep[0]})
     topo = topology or DEFAULT_TOPOLOGY
     candidates = space.candidates()
     need_ttft = objective == "ttft" or any(c.metric == "ttft_ms" for c in constraints)
