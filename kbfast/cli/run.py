@@ -31,7 +31,7 @@ from kbfast.errors import KbfastError
 from kbfast.report.model import model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, parse_dim
 from kbfast.workloads.model import LAYOUTS
-from kbfast.measure.registry import WORKLOADS, build, measure_modes, prepare
+from kbfast.measure.registry import WORKLOADS, Prepared, build, measure_modes, prepare
 from kbfast.measure.sensitivity import sensitivity
 
 if TYPE_CHECKING:                       # a type only: the command measures through the registry
@@ -73,6 +73,17 @@ def _flags(buffer_kind: str | None, n_slots: int | None) -> dict[str, str]:
                               ("ipcq.n_slots", None if n_slots is None else f"--n-slots {n_slots}")) if v}
 
 
+def _prepare(t, router: Router, workload: dict) -> Prepared:
+    """The registry's ``prepare``, after the kind's named fields (``WorkloadKind.checks``): a misspelt name is
+    refused naming the flag that gave it (``--algorithm: unknown all-reduce algorithm 'rign'``)."""
+    for name, check in WORKLOADS[workload["kind"]].checks:
+        try:
+            check(workload)
+        except KbfastError as err:
+            raise KbfastError(f"--{name.replace('_', '-')}: {err}") from None
+    return prepare(t, router, workload)
+
+
 def evaluate(t, workload: dict, exact: bool, compare: bool,
              trace: Path | None) -> tuple[dict, Result, KbfastError | None]:
     """The inputs and metrics of one collective point, measured through the registry (its metric row:
@@ -81,7 +92,7 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     ipcq, router = t.spec.ipcq, Router(t)
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "tight", "fast")))
     mode = "exact" if exact else "fast"
-    prepared = prepare(t, router, workload)
+    prepared = _prepare(t, router, workload)
     got, refused = measure_modes(t, router, workload, (mode, "exact") if compare and not exact else (mode,), prepared)
     res, m, d = got[0].result, got[0].row, got[0].details
     row: dict = {"topology": t.spec.name, "workload": d["workload"], "nbytes": d["nbytes"], "n_ranks": m["n_ranks"],
@@ -342,7 +353,7 @@ def run_gemm(
     router = Router(t)
     w = {"kind": "gemm", **dict(zip("mnk", (parse_dim(f"--{name}", v) for name, v in (("m", m), ("n", n), ("k", k))))),
          "staging": staging, "pe": pe, "b_from": b_from, "epilogues": epilogue}
-    prepared = prepare(t, router, w)              # the shape, PE names and epilogues, before any compiling
+    prepared = _prepare(t, router, w)              # the shape, PE names and epilogues, before any compiling
     first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "fast", "pipeline")))
     mode = "exact" if exact else "fast"
     got, refused = measure_modes(t, router, w, (mode, "exact") if compare and not exact else (mode,), prepared)
@@ -423,7 +434,7 @@ def run_model(
          "layers": layers, "layout": layout, "method": method, "collective": collective,
          "sequence_parallel": True if sequence_parallel else None, "overlap": overlap, "pp": pp, "dp": dp,
          "micro_batches": micro_batches, "ep": ep, "hot_expert": hot_expert}
-    prepared = prepare(t, router, w)              # bad input refused before any compiling
+    prepared = _prepare(t, router, w)              # bad input refused before any compiling
     first_run("collectives", "exact", *(() if exact else ("runs", "fast", "pipeline")))   # the hybrid replays exactly
     got, refused = measure_modes(t, router, w, ("exact",) if exact else ("fast", "exact") if compare else ("fast",),
                                  prepared)

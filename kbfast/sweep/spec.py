@@ -565,19 +565,34 @@ def check_files(spec: SweepSpec) -> None:
                 _readable(spec, where, str(value), name, load)
 
 
+def _named_part(group: dict[str, Any], keys: set[str]) -> dict[str, Any] | None:
+    """The part of an axis group that sets ``keys``, as a group of its own (None: it sets none): a grid or zip
+    of those keys only, and a random group's lists as a grid, every value it may draw (nothing is drawn: a
+    random group may ask for 10^12 points)."""
+    kind, body = next(iter(group.items()))
+    if kind == "zip" and isinstance(body, list):
+        rows = [{k: v for k, v in row.items() if k in keys} for row in body]
+        return {"zip": rows} if any(rows) else None
+    values = body.get("axes", {}) if kind == "random" else body
+    kept = {k: v for k, v in values.items() if k in keys}
+    return {"grid" if kind == "random" else kind: kept} if kept else None
+
+
 def check_names(spec: SweepSpec) -> None:
     """Every combination of values the points give the fields their workload kind checks by name (the kind's
     ``checks``: an algorithm, a layout, a fast method) names something; else a ConfigError naming the spec,
     the key that gave the value and the kind's refusal, before any point runs.  Only those fields are
-    expanded, group by group (a few rows each), not the points."""
+    expanded (:func:`_named_part`: a few rows a group), not the points."""
     kind = WORKLOADS[spec.workload["kind"]]
     if not kind.checks:
         return
     keys = {f"workload.{name}" for name, _ in kind.checks}
     combos: list[dict[str, Any]] = [{}]
     for gi, group in enumerate(spec.axes):
-        rows = {repr(sorted(r.items())): r for r in
-                ({k: v for k, v in row.items() if k in keys} for row in _expand(spec.label, gi, group, spec.seed))}
+        named = _named_part(group, keys)
+        if named is None:
+            continue
+        rows = {repr(sorted(r.items())): r for r in _expand(spec.label, gi, named, spec.seed)}
         combos = [{**a, **b} for a in combos for b in rows.values()]
     for combo in combos:
         workload = {**spec.workload, **{k.split(".", 1)[1]: v for k, v in combo.items()}}
