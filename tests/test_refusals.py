@@ -648,7 +648,7 @@ def test_unknown_set_key_names_the_set(runner):
 # ------------------------------------------------------------------ a value outside its choices, and other slips
 
 @pytest.mark.parametrize("args,words", [
-    (["run", "gemm", "--staging", "load_rf"], ["staging 'load_rf' is not one of ref_ref, load_ref, load_load",
+    (["run", "gemm", "--staging", "load_rf"], ["--staging: staging 'load_rf' is not one of ref_ref, load_ref, load_load",
                                                "hint: did you mean 'load_ref' or 'load_load'?"]),
     (["run", "model", "llama32_1b", "--method", "fluids"], ["fast method 'fluids' is not one of hybrid, fluid",
                                                             "hint: did you mean 'fluid'?"]),
@@ -673,6 +673,12 @@ def test_unknown_set_key_names_the_set(runner):
     # every candidate "pruned", with a hint to widen the space, where run model says to drop --ep
     (["search", "llama32_1b", "--ep", "4"], ["--ep 4: applies to mixtures of experts", "only; llama32_1b has a "
                                              "dense FFN", "hint: drop --ep"]),
+    # a library's refusal did not say which flag gave the name
+    (["run", "allreduce", "--algorithm", "rign"], ["--algorithm: unknown all-reduce algorithm 'rign': did you "
+                                                   "mean 'ring'?"]),
+    (["run", "allreduce", "--ranks", "all_pe"], ["--ranks: ranks 'all_pe' is not a set of ranks"]),
+    (["run", "collective", "--op", "reduse"], ["--op: unknown collective operation 'reduse'"]),
+    (["run", "model", "llama32_1b", "--layout", "tp_pe"], ["--layout: unknown layout 'tp_pe'"]),
     # compare-routing worded its sizes unlike run and probe
     (["topo", "compare-routing", "--size", "1XB"], ["--size: size '1XB' is not understood"]),
     (["topo", "compare-routing", "--size", "0"], ["--size '0' must be > 0 bytes"]),
