@@ -648,7 +648,8 @@ def test_unknown_set_key_names_the_set(runner):
 # ------------------------------------------------------------------ a value outside its choices, and other slips
 
 @pytest.mark.parametrize("args,words", [
-    (["run", "gemm", "--staging", "load_rf"], ["--staging: staging 'load_rf' is not one of ref_ref, load_ref, load_load",
+    (["run", "gemm", "--staging", "load_rf"], ["--staging: staging 'load_rf' is not one of ref_ref, load_ref, "
+                                               "load_load",
                                                "hint: did you mean 'load_ref' or 'load_load'?"]),
     (["run", "model", "llama32_1b", "--method", "fluids"], ["fast method 'fluids' is not one of hybrid, fluid",
                                                             "hint: did you mean 'fluid'?"]),

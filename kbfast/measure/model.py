@@ -61,8 +61,8 @@ from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.collectives.in_model import AUTO, candidates, check_choice
 from kbfast.workloads.model import (STEP_DEFAULTS, Piece, Shape, allreduce_message, allreduce_piece, build_piece,
-                                    check_layout, check_overlap, check_phase, compile_model, pipeline_piece, prefetched, refuse_unread, shape_for,
-                                    with_collective, with_fields)
+                                    check_layout, check_overlap, check_phase, compile_model, pipeline_piece,
+                                    prefetched, refuse_unread, shape_for, with_collective, with_fields)
 from kbfast.workloads.parallel import Parallel, split
 
 UPPER_PASSES = 1    # the upper bound's tightening passes: on a Llama-70B layer more change nothing, and cost 30 %
@@ -963,6 +963,7 @@ BOUNDS_CHOICES = (None, True, False, "lower")     # workload.bounds: with bounds
 
 
 def _check_bounds(w: dict[str, Any]) -> None:
+    """Refuse a ``workload.bounds`` that is not one of :data:`BOUNDS_CHOICES`."""
     if w.get("bounds") not in BOUNDS_CHOICES:
         raise KbfastError(f"workload.bounds must be true, false or lower (got {w['bounds']!r}): false times the "
                           "fast path's point alone, lower its lower bound alone")
@@ -974,7 +975,8 @@ def _unless_none(field: str, check: Callable[[Any], Any]) -> Callable[[dict[str,
 
 
 # the fields a sweep checks before any point runs (WorkloadKind.checks)
-_CHECKS = (("layout", lambda w: check_layout(str(w["layout"]))), ("method", lambda w: check_fast_choice(str(w["method"]))),
+_CHECKS = (("layout", lambda w: check_layout(str(w["layout"]))),
+           ("method", lambda w: check_fast_choice(str(w["method"]))),
            ("phase", _unless_none("phase", check_phase)), ("collective", _unless_none("collective", check_choice)),
            ("overlap", _unless_none("overlap", check_overlap)), ("bounds", _check_bounds))
 

@@ -38,6 +38,6 @@ from kbfast.workloads.collectives.rs_ag import MAX_RANKS as RS_AG_MAX_RANKS
 from kbfast.workloads.collectives.rs_ag import kernel as rs_ag_kernel
 from kbfast.workloads.collectives.table import ALGORITHMS, KERNELS, OP_TABLE, TABLE
 
-__all__ = ["ALGORITHMS", "HOPS", "KERNELS", "OPS", "OP_TABLE", "RANKS", "RS_AG_MAX_RANKS", "TABLE", "Collective", "allreduce",
-           "busbw_gbps", "check_hop", "check_names", "check_slots", "check_tile_fits", "collective", "hop_endpoints", "intercube_peers", "intercube_wiring", "kernel_info",
-           "pe2pe", "rs_ag_kernel"]
+__all__ = ["ALGORITHMS", "HOPS", "KERNELS", "OPS", "OP_TABLE", "RANKS", "RS_AG_MAX_RANKS", "TABLE", "Collective",
+           "allreduce", "busbw_gbps", "check_hop", "check_names", "check_slots", "check_tile_fits", "collective",
+           "hop_endpoints", "intercube_peers", "intercube_wiring", "kernel_info", "pe2pe", "rs_ag_kernel"]
