@@ -211,8 +211,8 @@ def test_topo_show_every_preset_table(runner, preset):
     out = flat(run(runner, "topo", "show", preset).stdout)
     spec = load_system(preset)
     assert out.startswith(preset)
-    assert f"{spec.sips.count} SIPs ({spec.sips.topology}" in out
-    assert f"{16 * spec.sips.count} cubes, {128 * spec.sips.count} PEs" in out
+    assert f"{spec.sips.count:,} SIPs ({spec.sips.topology}" in out
+    assert f"{16 * spec.sips.count:,} cubes, {128 * spec.sips.count:,} PEs" in out   # every count with separators
     for title in ("Nodes", "Directed edges", "Uncalibrated parameters"):
         assert title in out
     assert "router_mesh" in out and "fabric.ns_per_mm" in out

@@ -79,8 +79,9 @@ def test_duration_reads_back_within_its_digits(ns):
     ("bottleneck_utilization", 0.919, "bottleneck_utilization", "91.9 %"),
     ("macs_per_ns", 3449.27, "macs_per_ns", "3,449.3"),           # a rate, not a time
     ("tokens_per_s", 1234.5, "tokens_per_s", "1,234.5"),
-    ("busbw_gbps", 0.001483, "busbw_gbps", "0.0015"),               # not 0.0 (16 B in 10.8 µs)
-    ("busbw_gbps", 0.0, "busbw_gbps", "0.0"),
+    ("busbw_gbps", 0.001483, "busbw", "0.0015 GB/s"),               # not 0.0 (16 B in 10.8 µs)
+    ("busbw_gbps", 0.0, "busbw", "0.0 GB/s"),
+    ("effective_bw_gbps", 6.4, "effective_bw", "6.4 GB/s"),        # bytes, not bits: the unit says so
     ("rel_error", -0.0147, "rel_error", "-1.47 %"),
     ("n_tiles", 1048576, "n_tiles", "1,048,576"),
     ("staging", "load_ref", "staging", "load_ref"),

@@ -95,8 +95,9 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     prepared = _prepare(t, router, workload)
     got, refused = measure_modes(t, router, workload, (mode, "exact") if compare and not exact else (mode,), prepared)
     res, m, d = got[0].result, got[0].row, got[0].details
-    row: dict = {"topology": t.spec.name, "workload": d["workload"], "nbytes": d["nbytes"], "n_ranks": m["n_ranks"],
-                 "buffer_kind": ipcq.buffer_kind, "n_slots": ipcq.n_slots}
+    row: dict = {"topology": t.spec.name, "workload": d["workload"], "nbytes": d["nbytes"], "n_ranks": m["n_ranks"]}
+    if "ipcq." not in WORKLOADS[workload["kind"]].ignored_keys(workload):   # a raw DMA has no IPCQ
+        row.update(buffer_kind=ipcq.buffer_kind, n_slots=ipcq.n_slots)
     if d["tile_io"] is not None:
         row["tile_io"] = d["tile_io"]
     row.update(mode=mode, n_ops=d["n_ops"])

@@ -165,10 +165,10 @@ def show(
     console.print(f"[bold]{summary['name']}[/] - {summary['description']}  (param set {summary['param_set']}"
                   + ("" if saved is None else f", values from {saved}") + ")")
     grid = summary["sip_grid"]
-    console.print(f"{summary['n_sips']} SIPs ({summary['sip_topology']}"
+    console.print(f"{summary['n_sips']:,} SIPs ({summary['sip_topology']}"
                   f"{'' if grid == [0, 0] else f' {grid[0]}x{grid[1]}'}), "
                   f"cube mesh {summary['cube_mesh'][0]}x{summary['cube_mesh'][1]}, "
-                  f"{summary['n_cubes']} cubes, {summary['n_pes']} PEs; "
+                  f"{summary['n_cubes']:,} cubes, {summary['n_pes']:,} PEs; "
                   f"{summary['n_nodes']:,} nodes, {summary['n_edges']:,} edges, "
                   f"tables {summary['table_bytes'] / 2**20:.1f} MiB; routing: {summary['routing_policy']}")
     nodes = Table("node kind", "count", title="Nodes")

@@ -165,6 +165,7 @@ def percent(frac: float | None, digits: int = 1) -> str:
 TIME_KEY = re.compile(r"(?<!_per)_ns(?=$|\[)")
 WALL_KEY = re.compile(r"(?<!_per)_s$")
 FRACTION_KEY = re.compile(r"(^|_)util(_|$)|utilization|^busy\[")
+BANDWIDTH_KEY = re.compile(r"_gbps$")   # GB/s (bytes): busbw_gbps, effective_bw_gbps
 
 
 def ratio_text(ratio: float) -> str:
@@ -179,8 +180,9 @@ def ratio_text(ratio: float) -> str:
 def figure(key: str, value: Any) -> tuple[str, str]:
     """A named figure for a metric / value table, as (label, text), its unit read from the name: a time as
     :func:`duration` (the label loses ``_ns`` / ``_s``: ``latency_ns`` -> ``latency``), a fraction of a
-    whole as :func:`percent`, ``rel_error`` as :func:`pct`, ``nbytes`` as :func:`size_text`, a whole number or
-    ``n_*`` / ``*_flows`` as :func:`count`, any other number as :func:`num`, anything else as text."""
+    whole as :func:`percent`, ``rel_error`` as :func:`pct`, ``nbytes`` as :func:`size_text`, a bandwidth
+    (``_gbps``) in GB/s (``busbw_gbps`` -> ``busbw``, ``11.5 GB/s``), a whole number or ``n_*`` / ``*_flows``
+    as :func:`count`, any other number as :func:`num`, anything else as text."""
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -197,6 +199,8 @@ def figure(key: str, value: Any) -> tuple[str, str]:
         return WALL_KEY.sub("", key), duration(value * 1e9)
     if key == "nbytes" and math.isfinite(value):
         return key, size_text(value)
+    if BANDWIDTH_KEY.search(key):
+        return BANDWIDTH_KEY.sub("", key), f"{num(value)} GB/s" if math.isfinite(value) else "-"
     if isinstance(value, int) or key.startswith("n_") or key.endswith("_flows"):
         return key, count(value) if math.isfinite(value) else "-"
     return key, num(value)

@@ -28,8 +28,9 @@ from kbfast.workloads.collectives.table import OP_TABLE
 
 @dataclass(frozen=True)
 class Collective:
-    """A collective's Program with what it is: the algorithm (or ``pe2pe_<hop>``), the rank count, the
-    per-rank tile, the launch barrier and whether the tile load and store are modelled."""
+    """A collective's Program with what it is: the algorithm (or ``pe2pe_<hop>``, ``pe2pe_<hop>_dma`` for a raw
+    DMA load and store, ``_store`` for the store alone), the rank count, the per-rank tile, the launch barrier
+    and whether the tile load and store are modelled."""
 
     program: Program
     algorithm: str

@@ -66,5 +66,6 @@ def pe2pe(t: Tables, router: Router, hop: str, nbytes: int, raw_dma: bool = Fals
         b.send(a, ch, nbytes)
         b.recv(z, ch, nbytes, consume=consume)
     target = launch_timing(t, router, np.array([src, dst])).target_start_ns if launch else 0.0
-    return Collective(program=b.build(launch_ns=target), algorithm=f"pe2pe_{hop}", n_ranks=2, nbytes=nbytes,
+    how = ("_dma" if load else "_store") if raw_dma else ""   # as the Program's name: a raw DMA says so
+    return Collective(program=b.build(launch_ns=target), algorithm=f"pe2pe_{hop}{how}", n_ranks=2, nbytes=nbytes,
                       launch_ns=target)
