@@ -20,7 +20,7 @@ from kbfast.cli.bench import bench_table
 from kbfast.report.explain import fit, narrow_table
 from kbfast.report.tables import wrap_name, wrap_quantities
 from kbfast.report.wrap import QuantityConsole, quantities
-from kbfast.report.formats import (column_unit, duration, figure, figures, in_unit, percent, time_unit,
+from kbfast.report.formats import (column_unit, csv_text, duration, figure, figures, in_unit, percent, time_unit,
                                    wall_time, with_unit)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kbfast"
@@ -92,6 +92,15 @@ def test_duration_reads_back_within_its_digits(ns):
 ])
 def test_figure_reads_its_unit_from_its_name(key, value, label, text):
     assert figure(key, value) == (label, text)
+
+
+def test_csv_text_drops_float_noise_and_keeps_whole_numbers_whole():
+    """search, serve and run model wrote 0.19770879315099998 where JSON and the sweep's tables round to 12
+    significant digits; a nullable integer column beside blanks stays whole."""
+    import pandas as pd
+    df = pd.DataFrame({"x": [0.19770879315099998, 834901943.8374995], "n": pd.array([1536, None], "Int64")})
+    assert csv_text(df) == "x,n\n0.197708793151,1536\n834901943.837,\n"
+    assert df["x"].iloc[0] == 0.19770879315099998            # the caller's table is left as it was
 
 
 def test_figures_keep_a_name_that_another_key_holds():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import typing
@@ -292,6 +293,20 @@ def test_cli_run_model_json():
     rep = json.loads(res.output[res.output.index("{"):])
     assert rep["inputs"]["layers"] == 2 and rep["step"]["tokens_per_s"] > 0
     assert set(rep["critical_path_ns"]) >= {"gemm_compute", "hbm_stream", "math", "collective"}
+
+
+def test_cli_run_model_csv_ends_with_the_step():
+    """The CSV held the pieces only: the step's latency and tokens/s were in JSON and the tables alone."""
+    args = ["run", "model", "llama32_1b", "--layers", "2", "--kv-len", "512"]
+    rep = json.loads((res := CliRunner().invoke(app, [*args, "--format", "json"])).output[res.output.index("{"):])
+    res = CliRunner().invoke(app, [*args, "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    df = pd.read_csv(io.StringIO(res.output[res.output.index("piece,"):]), dtype_backend="numpy_nullable")
+    assert list(df["piece"]) == [p["piece"] for p in rep["pieces"]] + ["step"]
+    step = df.iloc[-1]
+    assert step["fast_latency_ns"] == pytest.approx(rep["step"]["latency_ns"], rel=1e-11)
+    assert step["tokens_per_s"] == pytest.approx(rep["step"]["tokens_per_s"], rel=1e-11)
+    assert str(df["count[gemm]"].dtype) == "Int64"     # counts written whole (1536, not 1536.0) beside the blanks
 
 
 @pytest.mark.parametrize("columns", [80, 60])

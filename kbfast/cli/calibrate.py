@@ -18,7 +18,7 @@ from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
 from kbfast.report import tables
 from kbfast.report.tables import narrow_table
-from kbfast.report.formats import duration, pct, plural
+from kbfast.report.formats import csv_text, duration, pct, plural
 
 
 class Mode(str, Enum):
@@ -210,7 +210,7 @@ def calibrate(
         spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
     df = evaluate_rows(spec, modes)
     if fmt is OutputFormat.csv:
-        sys.stdout.write(df.to_csv(index=False))
+        sys.stdout.write(csv_text(df))
     elif fmt is OutputFormat.json:
         print(json.dumps({"topology": topology or DEFAULT_TOPOLOGY, "param_set": spec.param_set, "modes": modes,
                           "ok": all_ok(df), "rows": records(df),

@@ -9,6 +9,7 @@ import pandas as pd
 
 from kbfast.cli.common import figure_path, writable
 from kbfast.errors import KbfastError
+from kbfast.report.formats import clean_columns
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 
@@ -33,8 +34,10 @@ def check_outputs(trace: Path | None, links: Path | None, pcs: Path | None,
 
 
 def write_table(df: pd.DataFrame, path: Path) -> Path:
-    """Write ``df`` as CSV or Parquet by the suffix; returns the path."""
+    """Write ``df`` as CSV or Parquet by the suffix, floats as a sweep's results hold them
+    (kbfast.report.formats.clean_columns); returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    df = clean_columns(df.copy())
     if path.suffix.lower() == ".parquet":
         df.to_parquet(path, index=False)
     else:

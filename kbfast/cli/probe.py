@@ -17,7 +17,8 @@ from kbfast.cli.common import (OutputFormat, SetOpt, check_modes, console, err_c
 from kbfast.config.units import format_size
 from kbfast.report.tables import fit, narrow_table, pack_items
 from kbfast.measure.rows import LOOSE_BOUND
-from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, ratio_text, with_unit
+from kbfast.report.formats import (column_unit, count, csv_text, in_unit, num, pct, percent, plural, ratio_text,
+                                   with_unit)
 from kbfast.errors import KbfastError
 from kbfast.cli.outputs import check_outputs, write_table
 from kbfast.exact import run_exact
@@ -204,7 +205,7 @@ def probe(
     df = probe_frame([m[0].details for m in measured], [m[1].details for m in measured] if len(modes) == 2 else None)
     checks = check_invariants(df)
     if fmt is OutputFormat.csv:
-        sys.stdout.write(df.to_csv(index=False))
+        sys.stdout.write(csv_text(df))
     elif fmt is OutputFormat.json:
         print(json.dumps({"rows": json.loads(df.to_json(orient="records")),
                           "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in checks]},

@@ -21,14 +21,14 @@ from kbfast.exact import run_exact
 from kbfast.report.perfetto import write_trace
 from kbfast.report.explain import print_bound, print_critical_path, print_resources, print_sensitivity
 from kbfast.report.tables import fit, narrow_table
-from kbfast.report.formats import clean, figures, to_json
+from kbfast.report.formats import csv_text, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
 from kbfast.measure.rows import rel_error, tightness
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import ALGORITHMS, HOPS, OP_TABLE, check_tile_fits
 from kbfast.errors import KbfastError
-from kbfast.report.model import model_report, print_model_report
+from kbfast.report.model import model_csv, model_report, print_model_report
 from kbfast.workloads.gemm import STAGINGS, parse_dim
 from kbfast.workloads.model import LAYOUTS
 from kbfast.measure.registry import WORKLOADS, Prepared, build, measure_modes, prepare
@@ -147,7 +147,7 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
         print(to_json({**row, "sensitivity": sens} if sens is not None else row))
     elif fmt is OutputFormat.csv:
         flat = {**row, **{f"gain[{r['resource']}]": r["gain"] for r in sens or ()}}
-        sys.stdout.write(pd.DataFrame([clean(flat)]).to_csv(index=False))
+        sys.stdout.write(csv_text(pd.DataFrame([flat])))
     else:
         hidden = ("critical_path_", "bottleneck_", "bound_", "sensitivity_base_ns") if res is not None else ()
         shown = {k: v for k, v in row.items()         # bound_ratio's text says "loose": no bounds_loose line
@@ -448,7 +448,7 @@ def run_model(
     if fmt is OutputFormat.json:
         print(to_json(report))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(pd.DataFrame(report["pieces"]).to_csv(index=False))
+        sys.stdout.write(csv_text(model_csv(report, "exact" if exact else "fast")))
     else:
         print_model_report(report, console)
         if sensitive:

@@ -18,7 +18,7 @@ from kbfast.config.loader import parse_overrides
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError, not_one_of
 from kbfast.measure.methods import check_fast_choice
-from kbfast.report.formats import column_unit, count, in_unit, to_json, with_unit
+from kbfast.report.formats import column_unit, count, csv_text, in_unit, to_json, with_unit
 from kbfast.report.tables import fit, narrow_table
 from kbfast.search import SearchResult, search
 from kbfast.search.figure import plot_front
@@ -101,7 +101,7 @@ def search_command(
     wall = time.perf_counter() - t0
     table = res.table[[c for c in SHOWN if c in res.table]]
     flat = table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items())))  # CSV cells
-    flat.to_csv(out / "search.csv", index=False)
+    (out / "search.csv").write_text(csv_text(flat))
     if plot_to is not None:
         plot_front(res.table, plot_to, f"{m.name} decode at {kv_len:,} tokens of context on "
                                        f"{topology or DEFAULT_TOPOLOGY}: {len(res.table)} candidates, "
@@ -113,7 +113,7 @@ def search_command(
                        "front": table[table["front"]].to_dict("records"),
                        "best": table[table["best"]].to_dict("records")}))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(flat[flat["front"]].to_csv(index=False))
+        sys.stdout.write(csv_text(flat[flat["front"]]))
     else:
         print_report(res, objective, constraints, wall, out)
 

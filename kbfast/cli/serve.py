@@ -16,7 +16,7 @@ from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError, not_one_of
 from kbfast.measure.methods import check_fast_choice
-from kbfast.report.formats import count, duration, num, pct, percent, plural, to_json
+from kbfast.report.formats import count, csv_text, duration, num, pct, percent, plural, to_json
 from kbfast.report.tables import fit, narrow_table
 from kbfast.serving import ServeResult, serve
 from kbfast.serving.costs import StepOptions
@@ -95,7 +95,7 @@ def serve_command(
     if fmt is OutputFormat.json:
         print(to_json({"summary": out, "checks": checks_table(res).to_dict("records")}))
     elif fmt is OutputFormat.csv:
-        sys.stdout.write(pd.DataFrame([out]).to_csv(index=False))
+        sys.stdout.write(csv_text(pd.DataFrame([out])))
     else:
         print_report(res, out, opts, t, trace)
     checks = getattr(res.costs, "checks", [])            # none in exact mode

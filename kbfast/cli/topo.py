@@ -23,7 +23,7 @@ from kbfast.config.loader import load_raw, param_set_path, read_param_set
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, not_one_of
 from kbfast.report.tables import fit, narrow_table, pack_items
-from kbfast.report.formats import column_unit, duration, in_unit, pct, with_unit
+from kbfast.report.formats import column_unit, csv_text, duration, in_unit, pct, with_unit
 from kbfast.topology.builder import build_tables
 from kbfast.topology.names import full_name, node_id
 from kbfast.topology.routing import ROUTE_KINDS, Router
@@ -261,7 +261,7 @@ def compare_routing_cmd(
     df = compare_routing(load(topology, sets), case, sizes)
     if fmt is OutputFormat.csv:
         out = df.assign(ucie_edges=[json.dumps(d) for d in df["ucie_edges"]])
-        sys.stdout.write(out.to_csv(index=False))
+        sys.stdout.write(csv_text(out))
     elif fmt is OutputFormat.json:
         print(json.dumps({"rows": json.loads(df.to_json(orient="records"))}, indent=2))
     else:

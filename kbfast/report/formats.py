@@ -241,14 +241,20 @@ def to_json(obj: Any) -> str:
     return json.dumps(nan_to_none(clean(obj)), indent=2, default=str)
 
 
+def csv_text(df: pd.DataFrame) -> str:
+    """``df`` as CSV text, floats as :func:`clean_columns` writes them (``0.19770879315099998`` is
+    ``0.197708793151``), without the index; ``df`` itself unchanged."""
+    return clean_columns(df.copy()).to_csv(index=False)
+
+
 def clean_columns(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` with every float column's values as :func:`clean` gives them (for results tables); NaN,
     infinities and zeros unchanged."""
     fmt = f"{{:.{SIGNIFICANT_DIGITS}g}}".format
     for col in df.columns:
-        x = df[col].to_numpy()
-        if x.dtype.kind != "f":
+        if df[col].dtype.kind != "f":    # by the column's type: a nullable integer column reads back as floats
             continue
+        x = df[col].to_numpy(dtype=float, na_value=np.nan)
         ok = np.isfinite(x) & (x != 0)
         if ok.any():
             y = x.copy()

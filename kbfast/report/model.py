@@ -20,7 +20,7 @@ from kbfast.config.budget import fmt_bytes
 from kbfast.ir import BUFFER_KINDS
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.figures import pyplot, save_figure
-from kbfast.report.formats import (column_unit, count, duration, in_unit, num, pct, percent, plural, time_unit,
+from kbfast.report.formats import (clean, column_unit, count, duration, in_unit, num, pct, percent, plural, time_unit,
                                    with_unit)
 from kbfast.measure.rows import STEP_CATEGORIES, rel_error, tightness
 from kbfast.topology.builder import Tables
@@ -95,6 +95,17 @@ def model_report(step: StepResult, t: Tables) -> dict:
     out["critical_path_ns"] = step.breakdown()
     out["roofline"] = step.roofline()
     return out
+
+
+def model_csv(rep: dict, mode: str) -> pd.DataFrame:
+    """The CSV of ``run model``: a row per piece (:func:`model_report`'s ``pieces``), then, when the step has a
+    total, a ``step`` row with its latency (as ``<mode>_latency_ns``, the column the pieces give theirs in),
+    period, MACs, utilisation and tokens/s or time to first token; floats as :func:`clean` writes them."""
+    rows = list(rep["pieces"])
+    if "step" in rep:
+        own = {"latency_ns": f"{mode}_latency_ns", "period_ns": f"{mode}_period_ns"}
+        rows.append({"piece": "step", "repeat": 1, **{own.get(k, k): v for k, v in rep["step"].items()}})
+    return pd.DataFrame([clean(r) for r in rows]).convert_dtypes()   # counts stay whole beside the step's blanks
 
 
 def print_model_report(rep: dict, console: Console) -> None:
