@@ -111,10 +111,16 @@ def test_knob_labels_tell_knobs_apart():
 
 
 def test_wrapped_commands_paste_as_one():
+    """A command printed over lines pastes as one; each line fits the width, and no option is parted from its
+    value (at 60 columns `--layout \\` ended a line and `tp_pes` began the next)."""
     cmd = "kbfast run model llama3_70b --phase decode --batch 16 --kv-len 4096 --layout tp_pes " \
           "--collective auto --overlap prefetch --set link.ucie_conn.bw_gbs=128"
-    text = wrapped(cmd)
-    assert max(map(len, text.splitlines())) <= 78 and shlex.split(text.replace("\\\n", " ")) == shlex.split(cmd)
+    for width in (40, 60, 78, 120):
+        text = wrapped(cmd, width)
+        assert max(map(len, text.splitlines())) <= width and shlex.split(text.replace("\\\n", " ")) == shlex.split(cmd)
+        for line in text.splitlines():       # every option of this command has a value: on the option's line
+            assert not line.rstrip(" \\").split()[-1].startswith("--"), (width, line)
+    assert wrapped(cmd, 200) == cmd
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import textwrap
 import time
@@ -119,10 +120,25 @@ def search_command(
 
 
 def wrapped(cmd: str, width: int = 78) -> str:
-    """A long command over several lines, each ending in `` \\`` so that it still pastes as one."""
-    lines = textwrap.wrap(cmd, width - 2, break_long_words=False, break_on_hyphens=False,
-                          subsequent_indent="    ")
-    return " \\\n".join(lines)
+    """A long command over lines of at most ``width`` characters, each ending in `` \\`` so that it still pastes
+    as one; an option stays on the line of its value (``--layout tp_pes``), a longer piece on a line of its own."""
+    words = shlex.split(cmd)
+    pieces: list[str] = []
+    for i, word in enumerate(words):
+        if i and words[i - 1].startswith("--") and pieces[-1] == words[i - 1] and not word.startswith("--"):
+            pieces[-1] += " " + shlex.quote(word)
+        else:
+            pieces.append(shlex.quote(word))
+    lines, line = [], ""
+    for piece in pieces:
+        indent = "    " if lines else ""
+        if line and len(indent + line + " " + piece) > width - 2:
+            lines.append(line)
+            line = piece
+        else:
+            line = f"{line} {piece}" if line else piece
+    lines.append(line)
+    return " \\\n".join(("    " if i else "") + text for i, text in enumerate(lines))
 
 
 def knob_label(key: str) -> str:
@@ -132,13 +148,13 @@ def knob_label(key: str) -> str:
 
 
 def print_report(res: SearchResult, objective: str, constraints, wall: float, out: Path) -> None:
-    """The counts, the front (the best marked) and the commands, within 80 columns."""
+    """The counts, the front (the best marked) and the commands, within the terminal's width."""
     t = res.table
     ok = t["error"].isna()
     console.print(f"{count(res.n_candidates)} candidate{'' if res.n_candidates == 1 else 's'} in {wall:,.1f} s: {count(len(res.pruned.kept))} compiled, "
                   f"{count(res.n_candidates - len(res.pruned.kept))} pruned before any timing", highlight=False)
     for why, n in res.pruned.counts.items():
-        console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", 78,
+        console.print(textwrap.fill(f"pruned, {why}: {count(n)} (e.g. {res.pruned.examples[why]})", console.width - 2,
                                     break_on_hyphens=False,
                                     initial_indent="  ", subsequent_indent="    "), highlight=False, markup=False)
     timed = count(int(t["timed"].sum()))
@@ -178,6 +194,6 @@ def print_report(res: SearchResult, objective: str, constraints, wall: float, ou
                   highlight=False)
     for i, r in enumerate(front.itertuples(), 1):
         console.print(f"#{i}", highlight=False)
-        console.print(wrapped(r.command), highlight=False, markup=False, soft_wrap=True)
+        console.print(wrapped(r.command, console.width), highlight=False, markup=False, soft_wrap=True)
         if ttft:                   # its TTFT: the prefill of --seq tokens for one user
-            console.print(wrapped(r.ttft_command), highlight=False, markup=False, soft_wrap=True)
+            console.print(wrapped(r.ttft_command, console.width), highlight=False, markup=False, soft_wrap=True)
