@@ -217,6 +217,9 @@ def test_quantities_keep_a_number_with_its_comparator_and_unit():
     assert quantities("a --jobs 2 run 3 times") == ["a", "--jobs 2", "run", "3 times"]
     assert quantities("32x32x64 -> 1; 32x32x3072 -> 48") == ["32x32x64 -> 1;", "32x32x3072 -> 48"]
     assert quantities("sram 28.23 µs (hbm/tcm 1.589,") == ["sram", "28.23 µs", "(hbm/tcm", "1.589,"]
+    # a colon closes a quantity: run --sensitivity put "(below 50" over "%: not", probe "at 16" over "KiB: all"
+    assert quantities("busy (below 50 %: not a bound)") == ["busy", "(below", "50 %:", "not", "a", "bound)"]
+    assert quantities("at 16 KiB: all cases") == ["at", "16 KiB:", "all", "cases"]
     assert wrap_quantities(">= 1,000 Llama-3-70B candidates in <= 60 s", 22) == \
         ">= 1,000 Llama-3-70B\ncandidates in <= 60 s"
 

@@ -18,8 +18,8 @@ from rich.containers import Lines
 from rich.measure import Measurement
 from rich.text import Text
 
-_UNIT_WORD = re.compile(r"[A-Za-zµ%]{1,3}[,;)]?|[^\s(]*/\S+")   # a unit after a number: s, ms, M, x, MiB, points/min
-_NUMBER = re.compile(r"[(]?[\d][\d.,e]*[,;)]?")
+_UNIT_WORD = re.compile(r"[A-Za-zµ%]{1,3}[,;:)]?|[^\s(]*/\S+")   # a unit after a number: s, ms, M, x, MiB, points/min
+_NUMBER = re.compile(r"[(]?[\d][\d.,e]*[,;:)]?")
 _COMPARATORS = ("<=", ">=", "<", ">")
 _GLUE = "_"          # stands for a space inside a quantity while rich divides a line (one cell, not a space)
 
@@ -28,7 +28,7 @@ def _joins(words: list[str]) -> list[bool]:
     """Per word, whether it joins the word before it into one quantity: after a comparator or an arrow (both its
     sides: ``32x32x64 -> 48``), after a number its unit (a short word, or one with a slash) or what it counts
     (a lower-case word: ``4 batches``), then further unit words, and an option's number (``--check 3``); a word
-    ending in ``,``, ``;`` or ``)`` closes a quantity."""
+    ending in ``,``, ``;``, ``:`` or ``)`` closes a quantity (``below 50 %: not``)."""
     out: list[bool] = []
     join_next = False                  # the next word joins: after a comparator or an arrow
     counted = False                    # the last word is a number: a lower-case word joins it
@@ -41,7 +41,7 @@ def _joins(words: list[str]) -> list[bool]:
         arrow = word == "->"
         out.append(bool(out) and (join_next or option_value or arrow or counted and word[:1].islower()
                                   or unit_follows and (number or unit)))
-        open_ended = not word.endswith((",", ";", ")"))
+        open_ended = not word.endswith((",", ";", ":", ")"))
         join_next = open_ended and (word in _COMPARATORS or arrow)
         counted = open_ended and number and not option_value
         unit_follows = open_ended and not option_value and (number or unit_follows and unit)
