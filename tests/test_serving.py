@@ -19,7 +19,7 @@ from kbfast.errors import ConfigError, KbfastError
 from kbfast.serving import serve
 from kbfast.serving.costs import (DirectCosts, InterpolatedCosts, StepOptions, decode_shape, granules, memory,
                                   prefill_shape)
-from kbfast.serving.report import latencies, summary
+from kbfast.serving.report import _busy_segments, latencies, summary
 from kbfast.serving.requests import MOST_TOKENS, Requests, parse_lengths, poisson, read_trace
 from kbfast.serving.scheduler import simulate
 from kbfast.topology.builder import build_tables
@@ -380,3 +380,12 @@ def test_kbfast_serve_exits_1_when_an_interpolant_stays_over(tiny, tmp_path):
 def test_kbfast_serve_refuses_bad_input_with_exit_2(tiny, args, text):
     res = CliRunner().invoke(app, ["serve", tiny, *args])
     assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output
+
+
+def test_the_plot_draws_no_line_across_idle_time():
+    """serve --plot joined one busy period's last step to the next one's first across the idle time between
+    (a KV line rising through time when no request was held): steps back to back join, a gap breaks the line."""
+    steps = pd.DataFrame({"start_ns": [0.0, 1e9, 5e9], "end_ns": [1e9, 2e9, 6e9]})
+    x, y = _busy_segments(steps, np.array([10.0, 20.0, 30.0]), 0.0)
+    np.testing.assert_array_equal(x, [0, 1, 1, 2, 2, 5, 6])
+    np.testing.assert_array_equal(y, [10, 10, 20, 20, np.nan, 30, 30])

@@ -67,6 +67,18 @@ def summary(s: Schedule) -> dict:
     }
 
 
+def _busy_segments(steps, y: np.ndarray, t0: float) -> tuple[np.ndarray, np.ndarray]:
+    """A step's value from its start to its end (s since ``t0``), steps joined where one starts as the last
+    ends and broken (NaN) across the time between them: no line is drawn where no step ran."""
+    start = (steps["start_ns"].to_numpy() - t0) * 1e-9
+    end = (steps["end_ns"].to_numpy() - t0) * 1e-9
+    gap = np.append(start[1:] > end[:-1], False)         # idle after this step
+    x = np.stack([start, end, np.where(gap, end, np.nan)], axis=1).ravel()
+    v = np.stack([y, y, np.where(gap, np.nan, y)], axis=1).astype(float).ravel()
+    keep = ~np.isnan(x)
+    return x[keep], v[keep]
+
+
 def plot(s: Schedule, out: Path, title: str) -> Path:
     """Three panels over the run's time (s): KV occupancy (held and reserved, % of capacity), the users of each
     decode step, and each request's TTFT and end-to-end latency at its arrival."""
@@ -74,16 +86,14 @@ def plot(s: Schedule, out: Path, title: str) -> Path:
 
     steps = s.steps
     t0 = float(s.requests.arrival_ns.min()) if len(s.requests) else 0.0
-    x = (steps[["start_ns", "end_ns"]].to_numpy().ravel() - t0) * 1e-9      # each step from its start to its end
     fig, ax = pyplot().subplots(3, 1, figsize=(8, 7.5), sharex=True)
     for col, label in (("kv_tokens", "held"), ("reserved_tokens", "reserved (whole outputs)")):
-        y = np.repeat(steps[col].to_numpy() / s.capacity_tokens * 100, 2)
-        ax[0].plot(x, y, label=label, lw=1)
+        ax[0].plot(*_busy_segments(steps, steps[col].to_numpy() / s.capacity_tokens * 100, t0), label=label, lw=1)
     ax[0].set_ylabel("KV cache (% of capacity)")
     ax[0].set_ylim(bottom=0)
     ax[0].legend(loc="best", fontsize=8)
     dec = steps[steps["kind"] == "decode"]
-    ax[1].step((dec["start_ns"] - t0) * 1e-9, dec["batch"], where="post", lw=1)
+    ax[1].plot(*_busy_segments(dec, dec["batch"].to_numpy(), t0), lw=1)
     ax[1].set_ylabel("decode batch (users)")
     ax[1].set_ylim(0, s.max_batch + 1)
     ax[1].yaxis.set_major_locator(MaxNLocator(integer=True))
