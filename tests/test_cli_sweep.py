@@ -213,7 +213,7 @@ def test_progress_lines_are_spaced_by_the_interval() -> None:
     p.update(12, 12)                      # the last update always prints
     now[0] += 10
     p.tick()                              # done: no more lines
-    assert lines == ["sweep x: 2 / 12 points (16.7 %), 0.00 points/s, 0 s elapsed",
+    assert lines == ["sweep x: 2 / 12 points (16.7 %), 0 s elapsed",     # nothing done yet: no rate (was 0.00)
                      "sweep x: 4 / 12 points (33.3 %), 0.40 points/s, 5 s elapsed, about 20 s left",
                      "sweep x: 12 / 12 points (100.0 %), 1.43 points/s, 7 s elapsed"]
 

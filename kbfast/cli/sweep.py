@@ -88,7 +88,8 @@ class ProgressLines:
         elapsed = now - self.t0
         per_s = (self.done - self.start) / elapsed if elapsed > 0 else 0.0
         parts = [f"{self.label}: {count(self.done)} / {count(self.total)} points "
-                 f"({percent(self.done / self.total if self.total else 1.0)})", f"{_rate(per_s)} points/s",
+                 f"({percent(self.done / self.total if self.total else 1.0)})",
+                 *([f"{_rate(per_s)} points/s"] if self.done > self.start else []),   # none yet: no rate
                  f"{wall_time(elapsed)} elapsed"]
         if per_s > 0 and self.done < self.total:
             parts.append(f"about {wall_time((self.total - self.done) / per_s)} left")
