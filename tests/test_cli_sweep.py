@@ -113,6 +113,15 @@ def test_plot_unknown_column(runner: CliRunner, swept, tmp_path: Path) -> None:
     assert "Traceback" not in res.output and not (tmp_path / "f.png").exists()
 
 
+def test_check_names_each_point_by_its_axes(runner: CliRunner) -> None:
+    """Two sampled points of seed36 (torus6 at 64 KiB, mesh6 at 2 KiB) were listed by size alone: a topology
+    that varies in step with the size was left out as if it restated it."""
+    res = invoke(runner, "check", "seed36", "--sample", "2")
+    assert res.exit_code == 0, res.output
+    header = next(line for line in res.stdout.splitlines() if line.startswith("point"))
+    assert header.split()[:3] == ["point", "topology", "size"]
+
+
 def test_check_prints_parity_table(runner: CliRunner, tiny_spec: Path, tmp_path: Path) -> None:
     csv = tmp_path / "parity.csv"
     res = invoke(runner, "check", tiny_spec, "--sample", "2", "--out", csv)

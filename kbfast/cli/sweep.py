@@ -22,7 +22,7 @@ from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, wall_time
 from kbfast.report.tables import fit, fit_table, narrow_table
 from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table,
-                                 inert_inputs, inert_notes, plot_xy, series_columns, summary_table, table_view,
+                                 inert_inputs, inert_notes, input_columns, plot_xy, summary_table, table_view,
                                  write_summary)
 from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
@@ -310,7 +310,10 @@ def check(
     for c in ("latency_ns", *CHECK_COLUMNS):    # absent when every point failed
         if c not in df:
             df[c] = float("nan")
-    view = df[[c for c in [*series_columns(df, x="size"), "size"] if c in df]].copy()
+    # each point by the inputs the spec's axes set (a sample of two may vary in step: both shown)
+    axes = {k.removeprefix("workload.") for k in s.axis_keys}
+    view = df[[c for c in [*input_columns(df), "size"] if c in df and (c in axes or c == "size")]].copy()
+    view = view.loc[:, ~view.columns.duplicated()]
     if "size" in view:
         view["size"] = [format_size(v) for v in view["size"]]
     unit = column_unit([*df["latency_ns"], *df["exact_latency_ns"]])
