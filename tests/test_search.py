@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
-from kbfast.cli.search import knob_label, wrapped
+from kbfast.cli.search import csv_table, knob_label, wrapped
 from kbfast.config.models import load_model
 from kbfast.errors import KbfastError
 from kbfast.report.formats import clean
@@ -104,6 +104,14 @@ def test_pipeline_and_data_parallel_degrees_are_searched_and_pruned(tiny):
     assert pruned.counts == {"does not divide": 2}     # 1 user over 2 replicas, twice
 
 
+def test_an_untimed_candidate_is_neither_feasible_nor_infeasible_in_the_csv():
+    """search.csv said feasible=False for a candidate its lower bound beat (never timed): read as "does not
+    fit"; it is unknown, written blank."""
+    table = pd.DataFrame({"set": [{}, {"sips.count": 2}], "timed": [True, False], "feasible": [True, False]})
+    text = csv_table(table).to_csv(index=False)
+    assert text.splitlines() == ["set,timed,feasible", ",True,True", "sips.count=2,False,"]
+
+
 def test_knob_labels_tell_knobs_apart():
     keys = ("link.ucie_mesh.bw_gbs", "link.ucie_mesh.distance_mm", "fabric.ns_per_mm", "sips.count")
     assert [knob_label(k) for k in keys] == ["ucie_mesh.bw_gbs", "ucie_mesh.distance_mm", "fabric.ns_per_mm",
@@ -142,8 +150,10 @@ def test_search_prints_the_front_within_80_columns(searched):
     assert "Pareto front" in table.stdout and "pruned, option needs another: 6" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80
     assert (out / "front.png").stat().st_size > 10_000
-    assert csv["front"].any() and csv.loc[csv["best"], "feasible"].all()
-    assert (csv.loc[csv["feasible"], "tpot_ms"] <= 0.05).all()
+    feasible = csv["feasible"].fillna(False).astype(bool)
+    assert csv["front"].any() and feasible[csv["best"]].all()
+    assert (csv.loc[feasible, "tpot_ms"] <= 0.05).all()
+    assert (csv["feasible"].isna() == ~csv["timed"]).all()     # untimed: unknown (blank), not "does not fit"
 
 
 def test_the_best_equals_its_printed_command(searched):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 
 from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_jobs, console, figure_path,
@@ -101,7 +102,7 @@ def search_command(
                      method, jobs, scheduler, update, exhaustive)
     wall = time.perf_counter() - t0
     table = res.table[[c for c in SHOWN if c in res.table]]
-    flat = table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items())))  # CSV cells
+    flat = csv_table(table)
     (out / "search.csv").write_text(csv_text(flat))
     if plot_to is not None:
         plot_front(res.table, plot_to, f"{m.name} decode at {kv_len:,} tokens of context on "
@@ -117,6 +118,13 @@ def search_command(
         sys.stdout.write(csv_text(flat[flat["front"]]))
     else:
         print_report(res, objective, constraints, wall, out)
+
+
+def csv_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The search's table as its CSV holds it: knobs as ``key=value;…`` cells, and ``feasible`` blank where a
+    candidate was never timed (beaten by its lower bound: unknown, not "does not fit")."""
+    return table.assign(set=table["set"].map(lambda d: ";".join(f"{k}={v}" for k, v in d.items())),
+                        feasible=table["feasible"].astype(object).where(table["timed"]))
 
 
 def wrapped(cmd: str, width: int = 78) -> str:

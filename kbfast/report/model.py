@@ -248,7 +248,7 @@ def _print_choice(choice: list[dict], console: Console) -> None:
     for c in choice:
         table.add_row(c["piece"], fmt_bytes(c["bytes"]),
                       *("-" if a not in c["candidates_ns"] else "refused" if c["candidates_ns"][a] is None else
-                        in_unit(c["candidates_ns"][a], unit) + ("*" if a == c["chosen"] else " ") for a in algs))
+                        ("*" if a == c["chosen"] else "") + in_unit(c["candidates_ns"][a], unit) for a in algs))
     console.print(fit(console, table, wrap=("piece",)))
 
 
