@@ -145,6 +145,9 @@ def test_allreduce_table_output(runner: CliRunner) -> None:
     assert re.search(r"^latency\s+\d+\.\d+ µs$", res.stdout, re.M)               # the unit with the value
     assert "phase_end[tile load]" in res.stdout and "phase_end[tile store]" in res.stdout   # not markup
     assert re.search(r"tile_io\s+True", res.stdout)
+    # the same link of both SIPs is one row, which the table says
+    assert re.search(r"^sip0-1\.cube\d+ ", res.stdout, re.M)
+    assert "sip0-1.…: the same resource in each of those SIPs, each as busy" in res.stdout
 
 
 def cells(text: str) -> list[str]:

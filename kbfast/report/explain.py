@@ -30,8 +30,10 @@ def print_resources(console: Console, top: pd.DataFrame, span_label: str) -> Non
         console.print("busiest resources: none (nothing crossed a link)")
         return
     unit = column_unit(top["busy_ns"])
+    grouped = top["resource"].str.match(r"sip\d+[-,]").any()     # kbfast.measure.bottleneck.top_resources
     t = narrow_table(f"busiest resources (busy = bytes / bandwidth, share of the {span_label})",
-                     "resource", "kind", "flows", with_unit("busy", unit), "busy")
+                     "resource", "kind", "flows", with_unit("busy", unit), "busy",
+                     caption="sip0-1.…: the same resource in each of those SIPs, each as busy" if grouped else None)
     t.columns[1].justify = "left"
     for r in top.itertuples(index=False):
         t.add_row(r.resource, KIND_SHORT.get(r.kind, r.kind), "-" if r.flows != r.flows else f"{int(r.flows)}",
