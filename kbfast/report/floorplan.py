@@ -31,20 +31,22 @@ def plot_floorplan(spec: SystemSpec, out: Path) -> Path:
                 ax.plot([x, pos[nb][0]], [y, pos[nb][1]], color="#999", lw=1, zorder=1)
     xs, ys = zip(*pos.values())
     ax.scatter(xs, ys, marker="s", s=140, color="#4a7bb7", zorder=2, label="router")
-    for (r, c), (x, y) in pos.items():
-        ax.text(x, y + 0.45, f"r{r}c{c}", ha="center", fontsize=6)
+    for (r, c), (x, y) in pos.items():     # below and right of the marker: clear of a PE drawn on its router
+        ax.text(x + 0.3, y + 0.3, f"r{r}c{c}", ha="left", va="top", fontsize=6)
     per_corner = spec.cube.pe_layout.pe_per_corner
     for i, ((px, py), r) in enumerate(zip(plan.pe_xy, plan.pe_router)):
         rx, ry = plan.router_xy(r)
-        ax.plot([px, rx], [py, ry], color="#2a9d55", lw=1, ls="--", zorder=1)
+        ax.plot([px, rx], [py, ry], color="#2a9d55", lw=1, ls="--", zorder=1,
+                label="PE to its router" if i == 0 else None)
         ax.scatter([px], [py], s=220, color="#2a9d55", zorder=3, label="PE" if i == 0 else None)
         ax.text(px, py, f"PE{i}", ha="center", va="center", fontsize=6, color="white", zorder=4)
-        if i % per_corner == 0:
-            ax.text(px, py - 0.6 if py < h / 2 else py + 0.8, CORNERS[i // per_corner], ha="center", fontsize=7)
+        if i % per_corner == 0:            # towards the cube's corner, between its two UCIe arrows
+            dx, dy = (-0.8 if px < w / 2 else 0.8), (-0.8 if py < h / 2 else 0.8)
+            ax.text(px + dx, py + dy, CORNERS[i // per_corner], ha="center", va="center", fontsize=7)
     for name, r, color in (("M_CPU", plan.m_cpu_router, "#b23a48"), ("SRAM", plan.sram_router, "#7b4ab7")):
         x, y = plan.router_xy(r)
         ax.scatter([x - 0.9], [y], marker="D", s=90, color=color, zorder=3)
-        ax.text(x - 0.9, y - 0.6, name, ha="center", fontsize=7, color=color)
+        ax.text(x - 0.9, y + 0.55, name, ha="center", va="top", fontsize=7, color=color)
     off = {"N": (0, -1.0), "S": (0, 1.0), "E": (1.0, 0), "W": (-1.0, 0)}
     for port, routers in plan.conn_router.items():
         dx, dy = off[port]
