@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbfast.cli.main import app
+from kbfast.report.explain import BOUND_WORDS
 from conftest import flat
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -62,6 +63,8 @@ def test_sweep_writes_results_summary_and_plots(swept) -> None:
     assert res.exit_code == 0, res.output
     text = flat(res.stdout)
     assert "tiny: latency per series" in text and "min, median and max over size" in text
+    bound = set(df_bound := pd.read_csv(out / "results.csv")["bound_by"].dropna())   # each answer said in words
+    assert bound and all(f"bound by {b}: {BOUND_WORDS[b]}" in text for b in bound), df_bound
     assert "tiny: latency by size (ns)" in text
     assert "torus6" in text and "ring6" in text and "1 KiB" in text and "4 KiB" in text
     assert "fast vs exact: checked points 1" in text
@@ -73,6 +76,7 @@ def test_sweep_writes_results_summary_and_plots(swept) -> None:
     assert df["rel_error"].notna().sum() == 1 and df["rel_error"].abs().max() < 0.05
     summary = (out / "summary.md").read_text()
     assert summary.startswith("# Sweep tiny")
+    assert all(f"Bound by {b}: {BOUND_WORDS[b]}." in summary for b in bound)
     assert "## Latency per series" in summary and "## Latency by size (ns)" in summary
     assert "## Fast vs exact" in summary and "## Errors (0 points)" in summary and "## Plots" in summary
     assert "topology=ring6" in summary          # a column of the by-size table names its input

@@ -22,8 +22,8 @@ from kbfast.errors import KbfastError, clip, did_you_mean
 from kbfast.report.formats import column_unit, count, in_unit, num, pct, percent, plural, wall_time
 from kbfast.report.tables import fit, fit_table, narrow_table
 from kbfast.report.sweep import (check_summary, check_text, default_plots, default_x, detail_table,
-                                 inert_inputs, inert_notes, input_columns, plot_xy, summary_table, table_view,
-                                 write_summary)
+                                 inert_inputs, inert_notes, input_columns, plot_xy, summary_notes, summary_table,
+                                 table_view, write_summary)
 from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
@@ -177,8 +177,7 @@ def _print_table(df: pd.DataFrame, title: str, digits: int = 3, caption: str | N
 def _print_summary(df: pd.DataFrame, name: str, notes: list[str] | None = None) -> None:
     """The latency per series, the inputs that changed nothing and the workload's own table, as in summary.md."""
     table = summary_table(df)
-    folded = table.attrs["folded"]
-    _print_table(table, f"{name}: latency per series", caption=f"min, median and max over {', '.join(folded)}" if folded else None)
+    _print_table(table, f"{name}: latency per series", caption="; ".join(summary_notes(table)) or None)
     for note in notes or []:
         console.print(f"note: {note}", highlight=False)
     detail = detail_table(df)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, did_you_mean
+from kbfast.report.explain import BOUND_WORDS
 from kbfast.report.figures import pyplot, save_figure
 from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit
 from kbfast.report.kinds import kind_report
@@ -225,6 +226,15 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def summary_notes(table: pd.DataFrame) -> list[str]:
+    """What :func:`summary_table` folds (``min, median and max over size``) and what each ``bound by`` answer in
+    it means (``bound by zero_load_chain: the contention-free chain of …``), for its caption."""
+    out = [f"min, median and max over {', '.join(table.attrs['folded'])}"] if table.attrs["folded"] else []
+    if "bound by" in table:
+        out += [f"bound by {b}: {BOUND_WORDS[b]}" for b in dict.fromkeys(table["bound by"]) if b in BOUND_WORDS]
+    return out
+
+
 def _natural_order(index: pd.Index) -> list:
     """Index labels sorted with numbers as numbers (32 before 128)."""
     def key(v: object) -> tuple:
@@ -353,8 +363,8 @@ def write_summary(df: pd.DataFrame, path: Path, title: str, facts: dict[str, obj
     lines += [f"- {k}: {v}" for k, v in facts.items()]
     table = summary_table(df)
     lines += ["", "## Latency per series", ""]
-    if table.attrs["folded"]:
-        lines += [f"Min, median and max over {', '.join(table.attrs['folded'])}.", ""]
+    captions = summary_notes(table)
+    lines += [*(f"{c[0].upper()}{c[1:]}." for c in captions), ""] if captions else []
     lines += [markdown(table)]
     if notes:
         lines += ["", "Inputs that changed nothing:", "", *(f"- {n}" for n in notes)]
