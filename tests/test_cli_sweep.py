@@ -63,8 +63,8 @@ def test_sweep_writes_results_summary_and_plots(swept) -> None:
     assert res.exit_code == 0, res.output
     text = flat(res.stdout)
     assert "tiny: latency per series" in text and "min, median and max over size" in text
-    bound = set(df_bound := pd.read_csv(out / "results.csv")["bound_by"].dropna())   # each answer said in words
-    assert bound and all(f"bound by {b}: {BOUND_WORDS[b]}" in text for b in bound), df_bound
+    bound = set(pd.read_csv(out / "results.csv")["bound_by"].dropna())   # each answer said in words
+    assert bound and all(f"bound by {b}: {BOUND_WORDS[b]}" in text for b in bound), bound
     assert "tiny: latency by size (ns)" in text
     assert "torus6" in text and "ring6" in text and "1 KiB" in text and "4 KiB" in text
     assert "fast vs exact: checked points 1" in text
