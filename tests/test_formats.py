@@ -49,6 +49,10 @@ def test_a_column_takes_one_unit_from_its_largest_value():
     assert in_unit(3385.0, "µs") == "3.385"
     assert in_unit(403.0, "ns") == "403.0"
     assert in_unit(float("inf"), "ms") == "-"
+    # a half in the last place rounds up whatever its binary neighbours: probe showed 204.5 ns as 0.204 µs
+    # beside 199.5 ns as 0.200 µs
+    assert [in_unit(v, "µs") for v in (204.5, 199.5, 364.5, 497.5)] == ["0.205", "0.200", "0.365", "0.498"]
+    assert in_unit(1_234_567.25, "ns") == "1,234,567.3" and in_unit(-3.5, "µs") == "-0.004"
 
 
 def test_percent():

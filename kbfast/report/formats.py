@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import numpy as np
@@ -115,7 +116,10 @@ def in_unit(ns: float | None, unit: str | None, digits: int | None = None) -> st
         return duration(ns)
     scale = dict(TIME_UNITS)[unit]
     d = digits if digits is not None else (1 if unit == "ns" else 3)
-    return f"{ns / scale:,.{d}f}"
+    # rounded in decimal, half up, from the value as written: 204.5 ns is 0.205 µs as 199.5 ns is 0.200 µs
+    # (in binary 0.2045 is a hair below its half and 0.1995 a hair above)
+    v = Decimal(repr(float(ns))).scaleb(-round(math.log10(scale))).quantize(Decimal(1).scaleb(-d), ROUND_HALF_UP)
+    return f"{v:,.{d}f}"
 
 
 def with_unit(name: str, unit: str | None, sep: str = " ") -> str:
