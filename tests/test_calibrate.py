@@ -7,13 +7,14 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kbfast.calibrate import (COLUMNS, LATENCY_ROWS, ROWS, Bench, all_ok, derive, evaluate_rows, fit, parse_fit,
-                              reference_table)
+from kbfast.calibrate import (COLUMNS, FILE_COLUMNS, LATENCY_ROWS, ROWS, Bench, all_ok, derive, evaluate_rows, fit,
+                              parse_fit, reference_table)
 from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.config.loader import (PARAM_SET_DIR_ENV, load_raw, param_set_dirs, param_set_names, read_param_set,
@@ -213,7 +214,12 @@ def test_csv_and_json(rows: pd.DataFrame) -> None:
     res = invoke("--mode", "fast", "--format", "csv")
     assert res.exit_code == 0, res.stderr
     df = pd.read_csv(io.StringIO(res.stdout))
-    assert list(df.columns) == COLUMNS and list(df["case"]) == list(rows["case"])
+    assert list(df.columns) == FILE_COLUMNS and list(df["case"]) == list(rows["case"])
+    # a type per column: numbers where numbers are, text in its own column, a pass or fail in _ok
+    assert all(df[c].dtype == float for c in ("reference", "fast", "exact", "fast_err", "exact_err"))
+    text = df.set_index("case").loc["pe_dma_distance_order_16k"]
+    assert np.isnan(text["fast"]) and text["fast_text"].endswith(" ns") and text["fast_ok"] == True  # noqa: E712
+    assert np.isnan(text["fast_err"]) and text["reference_text"] == "strictly increasing"
     assert df["exact"].isna().all()
     lat = df.set_index("case").loc[list(LATENCY_ROWS)]
     assert [float(v) for v in lat["fast"]] == list(rows.set_index("case").loc[list(LATENCY_ROWS), "fast"])

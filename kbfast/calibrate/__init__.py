@@ -40,11 +40,13 @@ from kbfast.calibrate.rows import (GEMM_TILE_COUNTS, LATENCY_ROWS, ROWS, BufferK
                                    GemmRow, GemmTileCountRow, IpcqOverheadRow, LatencyRow, OrderingRow, Outcome,
                                    RetiredIpcqRow, Row, WindowRow, all_ok, buffer_kind_targets, chain_text,
                                    check_registry, evaluate_rows, older_torus_ns, probe_table)
-from kbfast.calibrate.systems import (COLUMNS, MODES, ORDER_BYTES, PE2PE_HOPS, PE2PE_SIZES, REFERENCE_FILE, TILE_64K,
-                                      TILE_96K, TOL, Bench, KiB, derive, reference_csv, reference_table)
+from kbfast.calibrate.systems import (COLUMNS, FILE_COLUMNS, MODES, ORDER_BYTES, PE2PE_HOPS, PE2PE_SIZES,
+                                      REFERENCE_FILE, TILE_64K, TILE_96K, TOL, Bench, KiB, derive, reference_csv,
+                                      reference_table)
 
 __all__ = [
-    "BufferKindRow", "Bench", "COLUMNS", "CentreCornerRow", "FIT_DEFAULTS", "FitParam", "FitResult", "GEMM_TILE_COUNTS",
+    "BufferKindRow", "Bench", "COLUMNS", "CentreCornerRow", "FILE_COLUMNS", "FIT_DEFAULTS", "FitParam", "FitResult",
+    "GEMM_TILE_COUNTS",
     "GemmOrderingRow", "GemmRow", "GemmTileCountRow", "IpcqOverheadRow", "KiB", "LATENCY_ROWS", "LatencyRow", "MODES",
     "NO_SENSITIVITY", "ORDER_BYTES", "OrderingRow", "Outcome", "PE2PE_HOPS", "PE2PE_SIZES", "REFERENCE_FILE", "ROWS",
     "RetiredIpcqRow", "Row", "TILE_64K", "TILE_96K", "TOL", "WindowRow", "all_ok", "buffer_kind_targets", "chain_text",

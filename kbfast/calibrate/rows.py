@@ -308,12 +308,13 @@ def evaluate_rows(spec: SystemSpec, modes: Iterable[str] = MODES, ref: pd.DataFr
         row = ROWS[case]
         rec: dict[str, Any] = {"case": case, "metric": ref.loc[case, "metric"],
                                "reference": row.reference(ref.loc[case]),
-                               "fast": None, "exact": None, "fast_err": None, "exact_err": None}
+                               "fast": None, "exact": None, "fast_err": None, "exact_err": None, "fast_ok": None,
+                               "exact_ok": None}
         oks = []
         try:
             for mode in modes:
                 o = row.measure(bench, mode, ref)
-                rec[mode], rec[f"{mode}_err"] = o.value, o.err
+                rec[mode], rec[f"{mode}_err"], rec[f"{mode}_ok"] = o.value, o.err, o.ok
                 oks.append(o.ok)
         except KbfastError as err:      # the system lacks what the row measures (one cube, one SIP, ...)
             rec.update(status="n/a", unit=row.unit, criterion=f"not measurable here: {err}")

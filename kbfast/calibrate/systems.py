@@ -25,7 +25,12 @@ TILE_96K, TILE_64K = 96 * KiB, 64 * KiB
 PE2PE_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 10240)   # 128 B .. 10 KB (spec_ccl §8.2)
 PE2PE_HOPS = ("h3", "h4")        # inter-cube, horizontal and vertical
 REFERENCE_FILE = "reference_public.csv"
-COLUMNS = ["case", "metric", "reference", "fast", "exact", "fast_err", "exact_err", "status", "unit", "criterion"]
+COLUMNS = ["case", "metric", "reference", "fast", "exact", "fast_err", "exact_err", "fast_ok", "exact_ok", "status", "unit",
+           "criterion"]
+# the rows as the CSV and JSON hold them (kbfast.cli.calibrate.file_table): a type per column, a figure that is
+# text (an ordering, three buffer kinds) in its ``_text`` column, an error that is a pass or fail in ``_ok``
+FILE_COLUMNS = ["case", "metric", "reference", "fast", "exact", "fast_err", "exact_err", "fast_ok", "exact_ok",
+                "reference_text", "fast_text", "exact_text", "status", "unit", "criterion"]
 
 
 def reference_csv() -> Path:

@@ -7,18 +7,19 @@ import sys
 from enum import Enum
 from typing import Annotated, Any
 
+import numpy as np
 import pandas as pd
 import typer
 from rich.table import Table
 
-from kbfast.calibrate import (TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file, parse_fit,
-                              reference_csv, save_param_set, sensitivity_scale, topology_labels)
+from kbfast.calibrate import (FILE_COLUMNS, TOL, FitResult, all_ok, derive, evaluate_rows, fit, param_set_file,
+                              parse_fit, reference_csv, save_param_set, sensitivity_scale, topology_labels)
 from kbfast.cli.common import OutputFormat, first_run, SetOpt, console, err_console, load, user_errors
 from kbfast.config import DEFAULT_TOPOLOGY, parse_override
 from kbfast.errors import KbfastError
 from kbfast.report import tables
 from kbfast.report.tables import narrow_table
-from kbfast.report.formats import csv_text, duration, pct, plural
+from kbfast.report.formats import duration, pct, plural
 
 
 class Mode(str, Enum):
@@ -135,6 +136,23 @@ def fit_notes(res: FitResult) -> list[str]:
     return notes
 
 
+def file_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows (:func:`~kbfast.calibrate.evaluate_rows`) as the CSV and JSON hold them, a type per column
+    (``FILE_COLUMNS``): ``reference``, ``fast`` and ``exact`` numbers, a figure that is text (an ordering, three
+    buffer kinds) in ``<column>_text``; ``<mode>_err`` the relative error where the row has one, its pass or
+    fail in ``<mode>_ok``.  Floats at full precision (a fit reads them)."""
+    def number(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float, np.number)) and not isinstance(v, (bool, np.bool_)) else np.nan
+
+    out = df.copy()
+    for c in ("reference", "fast", "exact"):
+        out[f"{c}_text"] = [v if isinstance(v, str) else None for v in df[c]]
+        out[c] = [number(v) for v in df[c]]
+    for c in ("fast_err", "exact_err"):
+        out[c] = [number(v) for v in df[c]]
+    return out[FILE_COLUMNS]
+
+
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows as JSON-ready dicts at full float precision: numpy scalars become Python ones, NaN None."""
     def plain(v: Any) -> Any:
@@ -210,10 +228,10 @@ def calibrate(
         spec = derive(spec, {**res.fitted_values, **({"param_set": save} if save else {})}, label="--fit")
     df = evaluate_rows(spec, modes)
     if fmt is OutputFormat.csv:
-        sys.stdout.write(csv_text(df))
+        sys.stdout.write(file_table(df).to_csv(index=False))      # full precision: a fit reads them
     elif fmt is OutputFormat.json:
         print(json.dumps({"topology": topology or DEFAULT_TOPOLOGY, "param_set": spec.param_set, "modes": modes,
-                          "ok": all_ok(df), "rows": records(df),
+                          "ok": all_ok(df), "rows": records(file_table(df)),
                           "fit": fit_json(res) if res else None}, indent=2))
     if fmt is OutputFormat.table:
         title = f"calibrate {topology or DEFAULT_TOPOLOGY} (param set {spec.param_set}) vs {reference_csv().name}"
