@@ -369,7 +369,7 @@ def test_zero_ring_depth_is_refused_not_replaced(runner: CliRunner) -> None:
     assert res.exit_code == 2 and "ipcq.n_slots" in err and "whole number >= 1" in err, res.output
 
 
-@pytest.mark.parametrize("ranks,hint", [("nosuch", ""), ("all_pe", "; did you mean 'all_pes'?")])
+@pytest.mark.parametrize("ranks,hint", [("nosuch", ""), ("all_pe", " hint: did you mean 'all_pes'?")])
 def test_unknown_ranks_are_refused(runner: CliRunner, ranks: str, hint: str) -> None:
     """--ranks nosuch ran as all PEs."""
     refused(run(runner, "allreduce", "--algorithm", "ring", "--ranks", ranks),

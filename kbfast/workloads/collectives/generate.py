@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbfast.config import budget
-from kbfast.errors import KbfastError, did_you_mean, shown
+from kbfast.errors import KbfastError, closest, did_you_mean, shown
 from kbfast.ir import Program, ProgramBuilder
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
@@ -64,10 +64,10 @@ def check_names(op: str, algorithm: str | None, ranks: str | None) -> None:
     if algorithm is not None and algorithm not in OP_TABLE[op]:
         raise KbfastError(f"unknown {what} algorithm {algorithm!r}: {did_you_mean(algorithm, tuple(OP_TABLE[op]))}")
     if ranks is not None and ranks not in RANKS and not is_listed(ranks):
-        close = did_you_mean(str(ranks), RANKS)
+        close = closest(str(ranks), RANKS)
         raise KbfastError(f"ranks {shown(ranks)} is not a set of ranks: cube_pe0 (pe0 of every cube), all_pes "
                           f"(every PE), sip_pe0 (pe0 of cube 0 of every SIP) or a list of PEs "
-                          f"(sip0.cube0.pe0,sip1.cube0.pe0){'; ' + close if close.startswith('did') else ''}")
+                          f"(sip0.cube0.pe0,sip1.cube0.pe0)" + (f"\n  hint: {close}" if close else ""))
 
 
 def _check_request(op: str, algorithm: str, nbytes: int, ranks: str | None, tile_io) -> None:
