@@ -30,14 +30,14 @@ from pathlib import Path
 # run's message (cli.common.first_run) and the figure in README.md and docs/README.md are
 # :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
 KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 24),
-    "points": ("kbfast.fast.rescale", "points_kernel", 10),
-    "exact": ("kbfast.exact.engine", "replay", 25),
+    "fast": ("kbfast.fast.schedule", "schedule", 35),
+    "points": ("kbfast.fast.rescale", "points_kernel", 9),
+    "exact": ("kbfast.exact.engine", "replay", 20),
     "collectives": ("kbfast.workloads.symbolic", "run_templates", 5),
-    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 9),
-    "runs": ("kbfast.fast.runs", "run_coefficients", 21),   # with run_charges and interference
+    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 6),
+    "runs": ("kbfast.fast.runs", "run_coefficients", 25),   # with run_charges and interference
     # the tight upper bound of run_fast on a Program with IPCQ messages: window offsets and the causal order
-    "tight": ("kbfast.fast.causal", "causal_interference", 9),
+    "tight": ("kbfast.fast.causal", "causal_interference", 15),
 }
 FAST = ("fast", "points")   # the largest group: the points kernel calls the fast schedule
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
