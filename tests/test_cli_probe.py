@@ -148,6 +148,9 @@ def test_compare_columns(runner: CliRunner) -> None:
     row = df.set_index("case").loc["REMOTE_SIP"]
     assert row["rel_error"] == pytest.approx(0.0, abs=1e-12) and not row["contention"]   # isolated: P1
     assert df.set_index("case").loc["ctrl_hot_2", "contention"]
+    # the table's two time columns say what they time
+    table = invoke(runner, "--case", "ctrl_hot_2", "--compare")
+    assert "probe (fast path vs exact, 16 KiB per issuer): makespan" in table.stdout
 
 
 def test_unknown_case(runner: CliRunner) -> None:

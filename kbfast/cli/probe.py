@@ -64,7 +64,7 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
     size_of = (lambda r: ()) if one else (lambda r: (format_size(r["nbytes"]),))  # noqa: E731
     if compare and not exact:   # the fast/exact comparison only; latency and utilisation are in the plain view
         unit = _unit(df, ["makespan_ns", "exact_makespan_ns"])
-        table = narrow_table(f"probe ({mode}{per})", "case", *size_col, "n", with_unit("fast", unit, "\n"),
+        table = narrow_table(f"probe ({mode}{per}): makespan", "case", *size_col, "n", with_unit("fast", unit, "\n"),
                              with_unit("exact", unit, "\n"), "error")
         for _, r in df.iterrows():
             table.add_row(r["case"], *size_of(r), count(r["n_issuers"]), in_unit(r["makespan_ns"], unit),
