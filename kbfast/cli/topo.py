@@ -121,9 +121,9 @@ def export(
     """Write a preset's YAML, resolved with its base into one file that loads on its own: every key the
     preset and its bases set (no comments).  Copy it, edit it and load it with --topology FILE."""
     label, data = load_raw(name)
-    text = (f"# kbfast topology exported from {label} (kbfast topo export {name}), its bases merged in.\n"
+    text = (f"# kbfast topology exported from {label}\n# (kbfast topo export {name}), its bases merged in.\n"
             "# Keys not written here take their schema defaults; docs/topology.md lists them.\n"
-            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100))
+            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=78))
     if out is None:
         sys.stdout.write(text)
         return
