@@ -96,6 +96,7 @@ def test_compare_table_is_titled_by_both_modes(runner: CliRunner) -> None:
     res = run(runner, "pe2pe", "--hop", "h3", "--size", "4KiB", "--compare")
     assert res.exit_code == 0, res.stderr
     assert "pe2pe_h3 (fast vs exact)" in res.stdout and "exact_latency" in res.stdout
+    assert not re.search(r"^mode\s", res.stdout, re.M)     # "mode fast" under that title read as a contradiction
 
 
 def test_allreduce_compare(torus6_96k: dict) -> None:

@@ -150,9 +150,11 @@ def _print(row: dict, fmt: OutputFormat, res: Result | None = None) -> None:
         sys.stdout.write(csv_text(pd.DataFrame([flat])))
     else:
         hidden = ("critical_path_", "bottleneck_", "bound_", "sensitivity_base_ns") if res is not None else ()
+        compared = "exact_latency_ns" in row      # --compare: both modes, the title says so (no "mode fast" row)
         shown = {k: v for k, v in row.items()         # bound_ratio's text says "loose": no bounds_loose line
-                 if (k == "bound_ratio" or not k.startswith(hidden)) and k != "bounds_loose"}
-        modes = f"{row['mode']} vs exact" if "exact_latency_ns" in row else row["mode"]   # --compare: both
+                 if (k == "bound_ratio" or not k.startswith(hidden)) and k != "bounds_loose"
+                 and not (compared and k == "mode")}
+        modes = f"{row['mode']} vs exact" if compared else row["mode"]
         table = narrow_table(f"{row['workload']} ({modes})", "metric", "value")
         for label, text in figures(shown):
             table.add_row(escape(label), text)   # "[tile load]" is no markup
