@@ -35,11 +35,15 @@ def plot_front(table: pd.DataFrame, out: Path, title: str) -> Path:
     colours = plt.get_cmap("tab10" if len(groups) <= 10 else "tab20")      # each layout its own colour
     for i, (layout, part) in enumerate(groups):
         ax.scatter(part["tpot_ms"], part["tokens_per_s"], s=14, alpha=0.7, color=colours(i % 20),
-                   marker="o^sD"[i // 20 % 4], label=f"layout {layout}")
+                   marker="o^sD"[i // 20 % 4], label=f"layout {layout}", zorder=3)
+    # the front and the best drawn hollow around their points, which stay visible (a filled mark hid the only
+    # point of a layout)
     front = feas[feas["front"]].sort_values("tpot_ms")
-    ax.plot(front["tpot_ms"], front["tokens_per_s"], "-o", color="black", ms=4, lw=1, label="Pareto front")
+    ax.plot(front["tpot_ms"], front["tokens_per_s"], "-o", color="black", ms=7, mfc="none", lw=1, zorder=2,
+            label="Pareto front")
     best = feas[feas["best"]]
-    ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=220, c="red", zorder=5, label="best")
+    ax.scatter(best["tpot_ms"], best["tokens_per_s"], marker="*", s=320, facecolors="none", edgecolors="red",
+               linewidths=1.4, zorder=5, label="best")
     ax.set_xscale("log")
     plain_log_axis(ax.xaxis, pd.concat([ok["tpot_ms"], beaten.get("tpot_lo_ms", pd.Series(dtype=float))]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
