@@ -117,9 +117,8 @@ def check_jobs(jobs: int) -> int:
 def given(*options: str) -> list[str]:
     """Which of ``options`` (``--rate``, as typed) the user gave on this command line, not left at their
     defaults: for a refusal of options another one makes meaningless (``serve --trace`` with ``--rate``)."""
-    click = getattr(typer.core, "_click", None)          # recent typer carries its own Click
-    current = importlib.import_module(f"{click.__name__}.globals" if click else "click").get_current_context
-    ctx = current(silent=True)
+    from kbfast.cli.main import CLICK                    # the Click typer runs (recent typer carries its own)
+    ctx = importlib.import_module(f"{CLICK.__name__}.globals").get_current_context(silent=True)
     if ctx is None:
         return []
     out = []

@@ -17,8 +17,8 @@ from kbfast import __version__
 from kbfast.errors import not_one_of
 
 # the Click whose errors typer's commands raise: recent typer carries its own copy, older typer uses click
-_CLICK = getattr(typer.core, "_click", None) or importlib.import_module("click")
-UsageError = importlib.import_module(f"{_CLICK.__name__}.exceptions").UsageError
+CLICK = getattr(typer.core, "_click", None) or importlib.import_module("click")
+UsageError = importlib.import_module(f"{CLICK.__name__}.exceptions").UsageError
 
 
 def _readable_value_types() -> None:

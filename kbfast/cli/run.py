@@ -76,11 +76,9 @@ def _flags(buffer_kind: str | None, n_slots: int | None) -> dict[str, str]:
 def _prepare(t, router: Router, workload: dict) -> Prepared:
     """The registry's ``prepare``, after the kind's named fields (``WorkloadKind.checks``): a misspelt name is
     refused naming the flag that gave it (``--algorithm: unknown all-reduce algorithm 'rign'``)."""
-    for name, check in WORKLOADS[workload["kind"]].checks:
-        try:
-            check(workload)
-        except KbfastError as err:
-            raise KbfastError(f"--{name.replace('_', '-')}: {err}") from None
+    bad = WORKLOADS[workload["kind"]].misnamed(workload)
+    if bad is not None:
+        raise KbfastError(f"--{bad[0].replace('_', '-')}: {bad[1]}")
     return prepare(t, router, workload)
 
 

@@ -310,9 +310,8 @@ def check(
         if c not in df:
             df[c] = float("nan")
     # each point by the inputs the spec's axes set (a sample of two may vary in step: both shown)
-    axes = {k.removeprefix("workload.") for k in s.axis_keys}
-    view = df[[c for c in [*input_columns(df), "size"] if c in df and (c in axes or c == "size")]].copy()
-    view = view.loc[:, ~view.columns.duplicated()]
+    axes = {k.removeprefix("workload.") for k in s.axis_keys} - {"size"}
+    view = df[[c for c in input_columns(df) if c in axes] + (["size"] if "size" in df else [])].copy()
     if "size" in view:
         view["size"] = [format_size(v) for v in view["size"]]
     unit = column_unit([*df["latency_ns"], *df["exact_latency_ns"]])

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbfast.config.schema import SystemSpec
+from kbfast.errors import KbfastError
 from kbfast.ir import Program
 from kbfast.measure.methods import MODES
 from kbfast.topology.builder import Tables
@@ -135,6 +136,15 @@ class WorkloadKind:
         if prepared.built is None:
             prepared.built = self.build(t, router, workload)
         return prepared.built
+
+    def misnamed(self, workload: dict[str, Any]) -> tuple[str, KbfastError] | None:
+        """The first of ``checks`` that refuses ``workload``'s value: (field, the refusal), else None."""
+        for name, check in self.checks:
+            try:
+                check(workload)
+            except KbfastError as err:
+                return name, err
+        return None
 
     def ignored_keys(self, workload: dict[str, Any]) -> tuple[str, ...]:
         """The keys a workload of this kind with these fields does not read."""

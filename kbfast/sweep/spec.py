@@ -596,14 +596,13 @@ def check_names(spec: SweepSpec) -> None:
         combos = [{**a, **b} for a in combos for b in rows.values()]
     for combo in combos:
         workload = {**spec.workload, **{k.split(".", 1)[1]: v for k, v in combo.items()}}
-        for name, check in kind.checks:
-            try:
-                check(workload)
-            except KbfastError as err:
-                key = f"workload.{name}"
-                where = next((w for w, values in _axis_values(spec, key) if workload[name] in values), key)
-                problem, _, hint = str(err).partition("\n  hint: ")
-                raise ConfigError(spec.label, where, None, problem, hint) from None
+        bad = kind.misnamed(workload)
+        if bad is not None:
+            name, err = bad
+            key = f"workload.{name}"
+            where = next((w for w, values in _axis_values(spec, key) if workload[name] in values), key)
+            problem, _, hint = str(err).partition("\n  hint: ")
+            raise ConfigError(spec.label, where, None, problem, hint)
 
 
 def example_specs() -> list[str]:
