@@ -69,8 +69,7 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
     return flit_bytes if i < nfl - 1 else nbytes - flit_bytes * (nfl - 1)
 
 
-@njit(cache=True, error_model="numpy")
-def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):  # pragma: no cover - jitted
+def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):
     """Replay a Program; returns (status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog).
 
     Parameters (built by :func:`kbfast.sim.lowering.lower`, docs/README.md "Kernel contracts")
@@ -104,9 +103,7 @@ def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):  #
     virtual channel's queue instead and the link's arbiter (``EV_VC_SERVE``)
     sends one flit per event.
     """
-    n_ctrl = 0
-    for v in range(len(fabric.n_ovh)):
-        n_ctrl = max(n_ctrl, fabric.n_hbm[v] + 1)
+    n_ctrl = int(fabric.n_hbm.max()) + 1 if len(fabric.n_ovh) else 0
     S = new_state(P)
     W = _scratch(len(P.op_code), len(fabric.n_ovh), len(fabric.e_src), max(n_ctrl * hbm.n_pcs, 1), vc_w,
                  heap_capacity)
@@ -196,7 +193,7 @@ def _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events):  # pragma: no
         else:
             # Agents, DMA channels and IPCQ (kbfast.sim.agents; it raises on a kind nobody handles), then
             # begin what they released.
-            size, seq, n_pend = handle_call(kind, x, y, now, P, S, heap, size, seq, W.pend, 0)
+            size, seq, n_pend = handle_call(kind, x, y, now, P, S, heap, size, seq, W.pend, np.int64(0))
             for k in range(n_pend):
                 size, seq, n_txn = _begin(now, W.pend[k], fabric, hbm, P, S, W, routes, size, seq, n_txn)
 

@@ -19,7 +19,7 @@ from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference
 from kbfast.fast.plan import plan_fast, run_bound
 from kbfast.fast.runs import run_charges_all
-from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule
+from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule_inline
 from kbfast.ir import BUFFER_KINDS, Op, Program
 from kbfast.sim.agents import OP_MATH, Prog
 
@@ -131,7 +131,7 @@ def points_kernel(pts, scale, tiers, launch, plan, bounds, runs, fabric, hbm, P,
                   P.read_release_early)
         peak = 0
         for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is linked into this kernel once
-            S, o_contended, _ = schedule(mode, extra if mode == UPPER else zero, share, head, iso, fabric, hbm, Pi,
+            S, o_contended, _ = schedule_inline(mode, extra if mode == UPPER else zero, share, head, iso, fabric, hbm, Pi,
                                          routes, sharing)
             finish[mode] = S.a_finish.max()
             if mode == POINT:

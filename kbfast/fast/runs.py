@@ -99,7 +99,7 @@ def run_coefficients(B, max_partners):  # pragma: no cover - jitted
     rank = np.empty(max_partners, np.int64)    # discovery slot -> rank in class order
     solo = np.zeros((max_partners, 2))         # per slot: solo servers' overhead and 1 / bw sums
     span = np.zeros((max_partners, 4), np.int64)   # per slot: first and last shared server, on c's and on d's
-    max_len = 0
+    max_len = np.int64(0)   # not a literal 0: one compiled _nest_runs and _longest_first
     for c in range(n_cls):
         max_len = max(max_len, B.seq_ptr[c + 1] - B.seq_ptr[c])
     cap = max(1, max_len * (max_partners + 1))

@@ -33,11 +33,12 @@ from kbfast.sim.heap import heap_new, heap_pop, unpack
 from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
 from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, train_exit_last, transfer_end
 from kbfast.fast.waterfill import _rates
-from kbfast.sim.agents import EV_AGENT, EV_CHAN_FREE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive, new_state, op_done, push
+from kbfast.sim.agents import (EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive,
+                               new_state, push)
 
 LOWER, POINT, UPPER = 0, 1, 2
 # schedule event kinds (0..7 belong to kbfast.sim.agents)
-EV_JOIN, EV_FLOW_DONE, EV_SOLO_DRAIN = 8, 9, 10
+EV_JOIN, EV_FLOW_DONE, EV_SOLO_DRAIN = np.int64(8), np.int64(9), np.int64(10)   # np.int64: see kbfast.sim.agents
 
 
 Sharing = namedtuple("Sharing", [
@@ -94,6 +95,12 @@ def head_offsets(data_route, op_nbytes, fabric, shared_edge, shared_node, F):  #
 
 @njit(cache=True)
 def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
+    """:func:`schedule_inline` as a kernel of its own, for callers in Python."""
+    return schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing)
+
+
+@njit(cache=True, inline="always")
+def schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
     """Run the agents (kbfast.sim.agents); returns (S, op_contended, resource_contended).
 
     Parameters (docs/README.md "Kernel contracts"; the first four from :func:`kbfast.sim.lowering.lower`)
@@ -132,15 +139,8 @@ def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  #
     joins only after the previous flow on its first edge has drained (conservative
     when the two routes part before their bottleneck).
     """
-    n_ctrl = np.int64(0)
-    for v in range(len(fabric.n_hbm)):
-        n_ctrl = max(n_ctrl, fabric.n_hbm[v] + 1)
     S = new_state(P)
-    n_entries = np.int64(0)
-    for o in range(len(sharing.sh_span)):
-        n_entries += sharing.sh_span[o, 1] - sharing.sh_span[o, 0]
-    W = _scratch(P, len(sharing.res_cap), len(fabric.e_src), n_entries, n_ctrl * hbm.n_pcs, hbm.n_pcs,
-                 sharing.max_route, len(fabric.r_ptr) - 1)
+    W = scratch(P, fabric, hbm, sharing)
     _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing)
     return S, W.o_contended, W.r_contended
 
@@ -153,8 +153,17 @@ Scratch = namedtuple("Scratch", [
 
 
 @njit(cache=True)
-def _scratch(P, n_res, n_edges, n_entries, n_pc_dir, n_pcs, max_route, n_routes):  # pragma: no cover - jitted
-    """Fresh per-run arrays of :func:`_run` (per op, per shared resource, per edge; the event heap)."""
+def scratch(P, fabric, hbm, sharing):  # pragma: no cover - jitted
+    """Fresh per-run arrays of :func:`_run` for Program ``P`` (per op, per shared resource, per edge; the event
+    heap)."""
+    n_ctrl = np.int64(0)
+    for v in range(len(fabric.n_hbm)):
+        n_ctrl = max(n_ctrl, fabric.n_hbm[v] + 1)
+    n_entries = np.int64(0)
+    for o in range(len(sharing.sh_span)):
+        n_entries += sharing.sh_span[o, 1] - sharing.sh_span[o, 0]
+    n_res, n_edges, n_pcs, n_pc_dir = len(sharing.res_cap), len(fabric.e_src), hbm.n_pcs, n_ctrl * hbm.n_pcs
+    max_route, n_routes = sharing.max_route, len(fabric.r_ptr) - 1
     n_ops = len(P.op_code)
     return Scratch(
         pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pc_avail=np.full(max(n_pc_dir, 1), -np.inf),
@@ -235,11 +244,10 @@ def _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing): 
                 continue
             if P.op_code[x] == OP_SEND:
                 size, seq = ipcq_arrive(x, now, P, S, heap, size, seq)
-            else:
-                size, seq, n_pend = op_done(x, now, P, S, heap, size, seq, W.pend, 0)
-        else:
-            # kbfast.sim.agents; it raises on a kind nobody handles
-            size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, W.pend, 0)
+                continue
+            kind = EV_OP_DONE   # a DMA's end: handled as the agents' own (one inlined copy of op_done)
+        # kbfast.sim.agents; it raises on a kind nobody handles
+        size, seq, n_pend = handle(kind, x, y, now, P, S, heap, size, seq, W.pend, np.int64(0))
         for k in range(n_pend):
             size, seq = _begin_flow(now, W.pend[k], mode, extra, share, head, iso, fabric, hbm, P, S, W, routes,
                                     sharing, size, seq)

@@ -193,7 +193,7 @@ ALLREDUCE = WorkloadKind(
     "allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
     {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _build_allreduce, _measure_allreduce,
     _measure_allreduce_batch, bool_fields=("tile_io",), columns=("algorithm", "tile_io"),
-    kernels=("collectives",), fast_kernels=("runs", "fast", "points"),
+    kernels=("collectives",), fast_kernels=("runs", "points"),   # a sweep batches every point
     ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),),     # one message in flight per channel
     checks=(("algorithm", lambda w: check_names("all_reduce", w["algorithm"], None)),
             ("ranks", lambda w: check_names("all_reduce", None, w["ranks"]))),

@@ -57,7 +57,8 @@ from kbfast.sim.heap import heap_push, pack
 
 OP_START, OP_DMA_WRITE, OP_DMA_READ, OP_WAIT, OP_COMPUTE, OP_SEND, OP_RECV, OP_MATH = 0, 1, 2, 3, 4, 5, 6, 7
 OP_FETCH, OP_STORE, OP_GEMM = 8, 9, 10
-EV_AGENT, EV_OP_DONE, EV_VISIBLE, EV_RECV_TRY, EV_CREDIT, EV_CHAN_FREE = 0, 1, 2, 3, 4, 5
+# np.int64, not int: a jitted call passing a Python int constant compiles a callee per value (a Literal[int])
+EV_AGENT, EV_OP_DONE, EV_VISIBLE, EV_RECV_TRY, EV_CREDIT, EV_CHAN_FREE = (np.int64(k) for k in range(6))
 BLK_NONE, BLK_OP, BLK_ALL, BLK_SEND, BLK_ANY = 0, 1, 2, 3, 4
 # A PE's resources of capacity 1 (spec_pe §4.2–§4.4): DMA write and read channels, TCM read and write
 # channels, the compute slot (PE_GEMM and PE_MATH).  Every agent of a PE shares them, first in, first out.
@@ -330,7 +331,7 @@ def chan_free(o, now, P, S, heap, size, seq, pend, n_pend):  # pragma: no cover 
     """DMA read ``o`` frees its channel before its response is back (``pe.dma_read_release: accepted``)."""
     pe = P.a_pe[S.op_agent[o]]
     if pe >= 0 and S.dq_busy[pe, R_DMA_READ] == o:
-        size, seq, n_pend = _release(pe, R_DMA_READ, now, P, S, heap, size, seq, pend, n_pend)
+        size, seq, n_pend = _release(pe, np.int64(R_DMA_READ), now, P, S, heap, size, seq, pend, n_pend)
     return size, seq, n_pend
 
 

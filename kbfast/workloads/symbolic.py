@@ -204,7 +204,7 @@ def run_templates(tp, peer, inbound, n_phases, n_emit, n_msgs, lo, hi):
     L = peer.shape[1]
     base, slot, pc, end = _start(tp, n)
     op, label, val, a, b, phase, kill_ptr, kill = tp.op, tp.label, tp.val, tp.a, tp.b, tp.phase, tp.kill_ptr, tp.kill
-    cap = 64
+    cap = np.int64(64)   # not a literal: one compiled _grow
     pool = np.zeros((cap, (n + 63) >> 6), np.uint64)
     refc = np.zeros(cap, np.int64)
     free = np.arange(cap - 1, -1, -1)
