@@ -71,6 +71,8 @@ def _flit_size(i, nfl, nbytes, flit_bytes):  # pragma: no cover - jitted
 
 def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):
     """Replay a Program; returns (status, n_events, S, e_bytes, e_busy, e_peak, pc_commits, pc_busy, pc_backlog).
+    Python, not a kernel: it allocates the state and calls :func:`_run` (as a kernel it made Numba optimise the
+    replay's loop a second time on a first run, docs/README.md "First run").
 
     Parameters (built by :func:`kbfast.sim.lowering.lower`, docs/README.md "Kernel contracts")
     ----------

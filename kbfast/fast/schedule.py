@@ -95,7 +95,8 @@ def head_offsets(data_route, op_nbytes, fabric, shared_edge, shared_node, F):  #
 
 @njit(cache=True)
 def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
-    """:func:`schedule_inline` as a kernel of its own, for callers in Python."""
+    """:func:`schedule_inline` as a kernel of its own, for callers in Python.  A kernel inlines
+    :func:`schedule_inline` instead: calling this one would make Numba optimise the event loop once more."""
     return schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing)
 
 
