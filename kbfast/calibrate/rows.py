@@ -155,7 +155,7 @@ class BufferKindRow(Row):
     hbm/tcm and sram/tcm are shown, not judged: the reference's "about 1.8, about 2.0" come from a model before
     the per-flit wires, whose fabric share of each hop differs."""
 
-    unit: str = "ratio"
+    unit: str = "µs"   # per kind; the ratios in the text have none
     criterion: str = ("tcm < hbm < sram; the ratios (about 1.8, 2.0) are retired: the reference's model "
                       "predates the per-flit wires")
 
