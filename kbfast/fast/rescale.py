@@ -69,7 +69,7 @@ def points_kernel(pts, scale, tiers, launch, plan, bounds, runs, fabric, hbm, P,
     size only (bytes, head offsets, interference bound, isolated latencies) is computed once per
     distinct size.  A size and kind whose three runs blocked no SEND give the same runs for every
     ``n_slots`` above their ring peak (``kbfast.sim.agents``): those points reuse them.  One loop over the
-    points, and one call site of the schedule (linked into this kernel once): hence its length.
+    points, and one call site of the schedule (inlined into this kernel once): hence its length.
 
     Parameters
     ----------
@@ -130,9 +130,9 @@ def points_kernel(pts, scale, tiers, launch, plan, bounds, runs, fabric, hbm, P,
                   P.ch_in_list, P.ch_msg_ptr, P.ch_msg_op, P.credit_blocking, P.poll_ns, P.a_pe, P.a_alone,
                   P.read_release_early)
         peak = 0
-        for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is linked into this kernel once
-            S, o_contended, _ = schedule_inline(mode, extra if mode == UPPER else zero, share, head, iso, fabric, hbm, Pi,
-                                         routes, sharing)
+        for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is inlined into this kernel once
+            S, o_contended, _ = schedule_inline(mode, extra if mode == UPPER else zero, share, head, iso, fabric,
+                                                hbm, Pi, routes, sharing)
             finish[mode] = S.a_finish.max()
             if mode == POINT:
                 out[i, 3] = 1.0 if o_contended.any() else 0.0
