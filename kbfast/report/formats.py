@@ -150,7 +150,7 @@ def wall_time(s: float) -> str:
     """A wall-clock wait in seconds, minutes and hours, as a person reads one: ``0.4 s`` (tenths below 10 s,
     where whole seconds would say ``0 s`` of a sweep that took 0.37 s), ``16 s``, ``27 min 20 s``,
     ``4 h 06 min``."""
-    if 0 < s < 9.95:
+    if 0.05 <= s < 9.95:
         return f"{s:.1f} s"
     s = max(int(round(s)), 0)
     if s < 60:
