@@ -108,6 +108,16 @@ def test_topo_export_loads_like_the_preset(runner, tmp_path):
     assert "unknown topology preset" in run_error(runner, "topo", "export", "torsu6")
 
 
+@pytest.mark.parametrize("preset", preset_names())
+def test_topo_export_fits_80_columns_and_loads_back(runner, tmp_path, preset):
+    """Every line of an exported preset fits 80 columns (a one-line mapping only where it fits, a long
+    description folded), and the file loads into the same system."""
+    out = tmp_path / "x.yaml"
+    run(runner, "topo", "export", preset, "--out", str(out))
+    assert max(len(line) for line in out.read_text().splitlines()) <= 80
+    assert load_system(str(out)) == load_system(preset)
+
+
 def test_version_and_help(runner):
     assert run(runner, "--version").stdout.strip() == f"kbfast {__version__}"
     result = run(runner, "topo", "--help")

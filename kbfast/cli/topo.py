@@ -112,6 +112,47 @@ def _route_end(t, typed: str) -> tuple[str, int]:
     return name, node_id(t, name, typed)
 
 
+class _Flow(dict):
+    """A mapping written on one line (``{a: 1, b: 2}``)."""
+
+
+class _FlowList(list):
+    """A list written on one line (``[1, 2]``)."""
+
+
+class _ExportDumper(yaml.SafeDumper):
+    """Block style, but the mappings and lists marked :class:`_Flow` / :class:`_FlowList` on one line."""
+
+
+_ExportDumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v.items(), flow_style=True))
+_ExportDumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+
+
+def export_yaml(data: dict, width: int = 80) -> str:
+    """``data`` as YAML whose lines fit ``width``: a mapping or list of plain values on one line where it fits
+    after its key and indentation (``link: {bw_gbs: 128, distance_mm: 1}``), else one item per line (PyYAML's
+    own folding of one-line mappings overshoots its width by up to an item)."""
+
+    def leaf(v) -> bool:
+        return isinstance(v, (dict, list)) and not any(isinstance(x, (dict, list))
+                                                       for x in (v.values() if isinstance(v, dict) else v))
+
+    def mark(v, depth: int, key: str):
+        if leaf(v) and v:
+            one_line = yaml.safe_dump(v, default_flow_style=True, width=10**6, sort_keys=False).strip()
+            if 2 * depth + len(key) + 2 + len(one_line) <= width:
+                return _Flow(v) if isinstance(v, dict) else _FlowList(v)
+        if isinstance(v, dict):
+            return {k: mark(x, depth + 1, str(k)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [mark(x, depth + 1, "- ") for x in v]
+        return v
+
+    # PyYAML folds a long string only once a line is past its width: asked for 12 columns less, a word fits
+    return yaml.dump(mark(data, 0, ""), Dumper=_ExportDumper, sort_keys=False, default_flow_style=False,
+                     width=width - 12, allow_unicode=True)
+
+
 @topo_app.command("export", short_help="Write a preset's YAML resolved into one file.")
 @user_errors
 def export(
@@ -123,7 +164,7 @@ def export(
     label, data = load_raw(name)
     text = (f"# kbfast topology exported from {label}\n# (kbfast topo export {name}), its bases merged in.\n"
             "# Keys not written here take their schema defaults; docs/topology.md lists them.\n"
-            + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=78))
+            + export_yaml(data))
     if out is None:
         sys.stdout.write(text)
         return
