@@ -124,8 +124,10 @@ class _ExportDumper(yaml.SafeDumper):
     """Block style, but the mappings and lists marked :class:`_Flow` / :class:`_FlowList` on one line."""
 
 
-_ExportDumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v.items(), flow_style=True))
-_ExportDumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+_ExportDumper.add_representer(
+    _Flow, lambda dumper, v: dumper.represent_mapping("tag:yaml.org,2002:map", v.items(), flow_style=True))
+_ExportDumper.add_representer(
+    _FlowList, lambda dumper, v: dumper.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
 
 
 def export_yaml(data: dict, width: int = 80) -> str:
