@@ -35,8 +35,8 @@ def test_duration_scales_the_unit_to_the_value(ns, text):
     assert duration(ns) == text
 
 
-@pytest.mark.parametrize("s, text", [(0.0, "0 s"), (0.04, "0 s"), (0.37, "0.4 s"), (9.94, "9.9 s"), (9.96, "10 s"), (16.4, "16 s"),
-                                      (59.6, "1 min 00 s"), (186.0, "3 min 06 s"),
+@pytest.mark.parametrize("s, text", [(0.0, "0 s"), (0.04, "0 s"), (0.37, "0.4 s"), (9.94, "9.9 s"), (9.96, "10 s"),
+                                      (16.4, "16 s"), (59.6, "1 min 00 s"), (186.0, "3 min 06 s"),
                                       (1640.0, "27 min 20 s"), (14_760.0, "4 h 06 min"), (-2.0, "0 s")])
 def test_a_wall_clock_wait_reads_in_seconds_minutes_and_hours(s, text):
     assert wall_time(s) == text
