@@ -46,7 +46,7 @@ def plot_floorplan(spec: SystemSpec, out: Path) -> Path:
     for name, r, color in (("M_CPU", plan.m_cpu_router, "#b23a48"), ("SRAM", plan.sram_router, "#7b4ab7")):
         x, y = plan.router_xy(r)
         ax.scatter([x - 0.9], [y], marker="D", s=90, color=color, zorder=3)
-        ax.text(x - 0.9, y + 0.55, name, ha="center", va="top", fontsize=7, color=color)
+        ax.text(x - 0.9, y + 0.55, name, ha="center", va="top", fontsize=6, color=color)   # 6: clear of the edge
     off = {"N": (0, -1.0), "S": (0, 1.0), "E": (1.0, 0), "W": (-1.0, 0)}
     for port, routers in plan.conn_router.items():
         dx, dy = off[port]
