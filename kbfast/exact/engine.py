@@ -105,7 +105,7 @@ def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):
     virtual channel's queue instead and the link's arbiter (``EV_VC_SERVE``)
     sends one flit per event.
     """
-    n_ctrl = int(fabric.n_hbm.max()) + 1 if len(fabric.n_ovh) else 0
+    n_ctrl = int(fabric.n_hbm.max()) + 1 if len(fabric.n_hbm) else 0   # HBM controllers (-1: none)
     S = new_state(P)
     W = _scratch(len(P.op_code), len(fabric.n_ovh), len(fabric.e_src), max(n_ctrl * hbm.n_pcs, 1), vc_w,
                  heap_capacity)
