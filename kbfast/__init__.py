@@ -17,8 +17,16 @@ True
 from __future__ import annotations
 
 import importlib
+import os
 
 __version__ = "0.1.0"
+
+# LLVM optimises kbfast's kernels at -O1, not Numba's -O3: paired, every bench row runs as fast, and a first
+# run compiles about a tenth less (docs/README.md, "First run").  It is process-wide, as Numba's option is.
+# A NUMBA_OPT of the user's own, in the environment or in Numba's config file, wins.
+NUMBA_OPT_DEFAULTED = "NUMBA_OPT" not in os.environ and not os.path.isfile(".numba_config.yaml")
+if NUMBA_OPT_DEFAULTED:
+    os.environ["NUMBA_OPT"] = "1"
 
 _API = {
     "load_system": "kbfast.config",
