@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,4 @@ def test_the_base_worktree_is_kept_in_the_git_directory():
             assert all(path.startswith(str(base.root)) for path in done.stdout.split()), done.stdout
     finally:                                             # a checkout of the commit under test: not kept
         subprocess.run(["git", "-C", str(this.root), "worktree", "remove", "--force", str(base.root)], check=True)
+        shutil.rmtree(base.numba_cache, ignore_errors=True)      # nor its cache

@@ -88,3 +88,26 @@ def test_the_estimate_is_the_longer_of_the_two_groups() -> None:
     assert warmup.estimate_s(["fast", "points", "exact"]) == max(k["fast"] + k["points"] - warmup.LOOP_S, k["exact"])
     assert warmup.estimate_s(["fast", "points"]) == k["fast"] + k["points"] - warmup.LOOP_S   # one event loop
     assert warmup.estimate_s(["exact", "exact", "collectives"]) == k["exact"] + k["collectives"]
+
+
+def test_kernels_compile_at_o1_unless_the_user_sets_numba_opt(tmp_path) -> None:
+    """Importing kbfast makes LLVM's -O1 the process's default (kbfast/__init__.py); a NUMBA_OPT of the user's
+    own, in the environment or in Numba's config file in the working directory, wins; ``bench --vs`` gives
+    each revision its own default."""
+    from kbfast.bench import pairing
+
+    code = "import kbfast, numba; print(kbfast.NUMBA_OPT_DEFAULTED, int(numba.config.OPT))"
+
+    def opt(env_opt: str | None, cwd) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_OPT"}
+        env |= {} if env_opt is None else {"NUMBA_OPT": env_opt}
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    assert opt(None, tmp_path) == ["True", "1"]
+    assert opt("3", tmp_path) == ["False", "3"]
+    (tmp_path / ".numba_config.yaml").write_text("opt: '2'\n")
+    assert opt(None, tmp_path) == ["False", "2"]
+    if os.environ.get("NUMBA_OPT") == "1":          # this test process's default, not the user's
+        side = pairing.Side("base", tmp_path, "0" * 40, tmp_path / "cache")
+        assert "NUMBA_OPT" not in pairing._env(side)
