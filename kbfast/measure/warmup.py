@@ -35,17 +35,17 @@ from pathlib import Path
 # schedule's event loop (``LOOP_S``).  A first run's message (cli.common.first_run) and the
 # figure in README.md and docs/README.md are :func:`estimate_s` of these (tests/test_warmup.py checks the docs).
 KERNELS = {
-    "fast": ("kbfast.fast.schedule", "schedule", 33),
-    "points": ("kbfast.fast.rescale", "points_kernel", 40),
-    "exact": ("kbfast.exact.engine", "_run", 17),
-    "collectives": ("kbfast.workloads.symbolic", "run_templates", 6),
-    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 6),
-    "runs": ("kbfast.fast.runs", "run_coefficients", 25),   # with run_charges and interference
+    "fast": ("kbfast.fast.schedule", "schedule", 30),
+    "points": ("kbfast.fast.rescale", "points_kernel", 35),
+    "exact": ("kbfast.exact.engine", "_run", 15),
+    "collectives": ("kbfast.workloads.symbolic", "run_templates", 5),
+    "pipeline": ("kbfast.fast.pipeline", "pipeline_batch", 4),
+    "runs": ("kbfast.fast.runs", "run_coefficients", 24),   # with run_charges and interference
     # the tight upper bound of run_fast on a Program with IPCQ messages: window offsets and the causal order
     "tight": ("kbfast.fast.causal", "causal_interference", 15),
 }
 FAST = ("fast", "points")   # the largest group: each compiles the schedule's event loop
-LOOP_S = 23                 # ... which takes this long (kbfast.fast.schedule._run): a group of both compiles it once
+LOOP_S = 27                 # ... which takes this long (kbfast.fast.schedule._run): a group of both compiles it once
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
 CALL_SITES = {"fast": ("kbfast.fast.evaluate", "schedule"), "points": ("kbfast.fast.rescale", "points_kernel")}
 INPUTS = Path(__file__).with_name("warm_inputs.pkl")
