@@ -24,9 +24,10 @@ __version__ = "0.1.0"
 # LLVM optimises kbfast's kernels at -O1, not Numba's -O3: paired, every bench row runs as fast, and a first
 # run compiles about a tenth less (docs/README.md, "First run").  It is process-wide, as Numba's option is.
 # A NUMBA_OPT of the user's own, in the environment or in Numba's config file, wins.
-NUMBA_OPT_DEFAULTED = "NUMBA_OPT" not in os.environ and not os.path.isfile(".numba_config.yaml")
-if NUMBA_OPT_DEFAULTED:
+# KBFAST_DEFAULT_NUMBA_OPT marks the choice as kbfast's, for child processes (``bench --vs`` drops both).
+if "NUMBA_OPT" not in os.environ and not os.path.isfile(".numba_config.yaml"):
     os.environ["NUMBA_OPT"] = "1"
+    os.environ["KBFAST_DEFAULT_NUMBA_OPT"] = "1"
 
 _API = {
     "load_system": "kbfast.config",

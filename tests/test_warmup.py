@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kbfast.measure import warmup
 from kbfast.cli import common
 
@@ -96,18 +98,23 @@ def test_kernels_compile_at_o1_unless_the_user_sets_numba_opt(tmp_path) -> None:
     each revision its own default."""
     from kbfast.bench import pairing
 
-    code = "import kbfast, numba; print(kbfast.NUMBA_OPT_DEFAULTED, int(numba.config.OPT))"
+    code = "import os, kbfast, numba; print(os.environ.get('KBFAST_DEFAULT_NUMBA_OPT'), int(numba.config.OPT))"
 
-    def opt(env_opt: str | None, cwd) -> str:
-        env = {k: v for k, v in os.environ.items() if k != "NUMBA_OPT"}
+    def opt(env_opt: str | None, cwd) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_OPT", "KBFAST_DEFAULT_NUMBA_OPT")}
         env |= {} if env_opt is None else {"NUMBA_OPT": env_opt}
         return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True,
                               check=True).stdout.split()
 
-    assert opt(None, tmp_path) == ["True", "1"]
-    assert opt("3", tmp_path) == ["False", "3"]
-    (tmp_path / ".numba_config.yaml").write_text("opt: '2'\n")
-    assert opt(None, tmp_path) == ["False", "2"]
-    if os.environ.get("NUMBA_OPT") == "1":          # this test process's default, not the user's
-        side = pairing.Side("base", tmp_path, "0" * 40, tmp_path / "cache")
-        assert "NUMBA_OPT" not in pairing._env(side)
+    assert opt(None, tmp_path) == ["1", "1"]
+    assert opt("3", tmp_path) == ["None", "3"]
+    (tmp_path / ".numba_config.yaml").write_text("opt: '2'\n")     # Numba reads its values as strings
+    assert opt(None, tmp_path) == ["None", "2"]
+    side = pairing.Side("base", tmp_path, "0" * 40, tmp_path / "cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NUMBA_OPT", "1")
+        mp.setenv("KBFAST_DEFAULT_NUMBA_OPT", "1")
+        env = pairing._env(side)
+        assert "NUMBA_OPT" not in env and "KBFAST_DEFAULT_NUMBA_OPT" not in env
+        mp.delenv("KBFAST_DEFAULT_NUMBA_OPT")
+        assert pairing._env(side)["NUMBA_OPT"] == "1"                  # the user's own

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pandas as pd
 
-import kbfast
 from kbfast.errors import KbfastError
 
 REGRESSION = 1.10        # a figure more than 10 % slower, paired, is a regression (the engineering rules)
@@ -98,8 +97,8 @@ def _env(side: Side) -> dict[str, str]:
            "PYTHONPATH": os.pathsep.join(x for x in (str(_boot()), str(side.root), os.environ.get("PYTHONPATH")) if x)}
     if side.numba_cache is not None:
         env["NUMBA_CACHE_DIR"] = str(side.numba_cache)
-    if kbfast.NUMBA_OPT_DEFAULTED:   # each revision's own default, not this one's
-        del env["NUMBA_OPT"]
+    if env.pop("KBFAST_DEFAULT_NUMBA_OPT", None):   # each revision at its own default, not this one's
+        env.pop("NUMBA_OPT", None)
     return env
 
 
