@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, heap_push, pack, unpack
-from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
+from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of, pc_table_size
 from kbfast.sim.agents import (EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle_call, ipcq_arrive_call,
                                new_state)
 
@@ -105,10 +105,8 @@ def replay(fabric, hbm, P, routes, vc_edge, vc_w, max_events, heap_capacity):
     virtual channel's queue instead and the link's arbiter (``EV_VC_SERVE``)
     sends one flit per event.
     """
-    n_ctrl = int(fabric.n_hbm.max()) + 1 if len(fabric.n_hbm) else 0   # HBM controllers (-1: none)
     S = new_state(P)
-    W = _scratch(len(P.op_code), len(fabric.n_ovh), len(fabric.e_src), max(n_ctrl * hbm.n_pcs, 1), vc_w,
-                 heap_capacity)
+    W = _scratch(len(P.op_code), len(fabric.n_ovh), len(fabric.e_src), fabric.n_hbm, hbm.n_pcs, vc_w, heap_capacity)
     status, n_events = _run(fabric, hbm, P, S, W, routes, vc_edge, vc_w, max_events)
     return status, n_events, S, W.e_bytes, W.e_busy, W.e_peak, W.pc_commits, W.pc_busy, W.pc_backlog
 
@@ -121,9 +119,11 @@ Scratch = namedtuple("Scratch", [
 
 
 @njit(cache=True)
-def _scratch(n_ops, n_nodes, n_edges, n_pc_all, vc_w, heap_capacity):  # pragma: no cover - jitted
-    """Fresh arrays of :func:`_run`: per transaction, per edge (and virtual channel), per node, per PC; the heaps."""
+def _scratch(n_ops, n_nodes, n_edges, n_hbm, n_pcs, vc_w, heap_capacity):  # pragma: no cover - jitted
+    """Fresh arrays of :func:`_run`: per transaction, per edge (and virtual channel), per node, per PC of every
+    controller (``n_hbm``: each node's controller, -1 for none); the heaps."""
     max_txn = 2 * n_ops + 1
+    n_pc_all = pc_table_size(n_hbm, n_pcs)
     return Scratch(
         pend=np.empty(n_ops + 1, np.int64),
         t_route=np.empty(max_txn, np.int64), t_nbytes=np.empty(max_txn, np.int64),

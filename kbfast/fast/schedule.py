@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from kbfast.sim.heap import heap_new, heap_pop, unpack
-from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of
+from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of, pc_table_size
 from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, train_exit_last, transfer_end
 from kbfast.fast.waterfill import _rates
 from kbfast.sim.agents import (EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive,
@@ -157,17 +157,15 @@ Scratch = namedtuple("Scratch", [
 def scratch(P, fabric, hbm, sharing):  # pragma: no cover - jitted
     """Fresh per-run arrays of :func:`_run` for Program ``P`` (per op, per shared resource, per edge; the event
     heap)."""
-    n_ctrl = np.int64(0)
-    for v in range(len(fabric.n_hbm)):
-        n_ctrl = max(n_ctrl, fabric.n_hbm[v] + 1)
     n_entries = np.int64(0)
     for o in range(len(sharing.sh_span)):
         n_entries += sharing.sh_span[o, 1] - sharing.sh_span[o, 0]
-    n_res, n_edges, n_pcs, n_pc_dir = len(sharing.res_cap), len(fabric.e_src), hbm.n_pcs, n_ctrl * hbm.n_pcs
+    n_res, n_edges, n_pcs = len(sharing.res_cap), len(fabric.e_src), hbm.n_pcs
+    n_pc_dir = pc_table_size(fabric.n_hbm, n_pcs)
     max_route, n_routes = sharing.max_route, len(fabric.r_ptr) - 1
     n_ops = len(P.op_code)
     return Scratch(
-        pc_dir=np.full(max(n_pc_dir, 1), -1, np.int8), pc_avail=np.full(max(n_pc_dir, 1), -np.inf),
+        pc_dir=np.full(n_pc_dir, -1, np.int8), pc_avail=np.full(n_pc_dir, -np.inf),
         pcs=new_pcs(n_pcs), buf=new_buf(max_route),
         lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
         bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),

@@ -34,3 +34,13 @@ def bottleneck(edges, lo, hi, e_bw):  # pragma: no cover - jitted
     for k in range(lo, hi):
         bn = min(bn, e_bw[edges[k]])
     return bn
+
+
+@njit(cache=True, inline="always")
+def pc_table_size(n_hbm, n_pcs):  # pragma: no cover - jitted
+    """Entries of a per-PC table over every HBM controller: (the largest controller id in ``n_hbm``, each node's
+    controller or -1, plus 1) x ``n_pcs``; at least 1, so that an empty table still indexes."""
+    n_ctrl = np.int64(0)
+    for v in range(len(n_hbm)):
+        n_ctrl = max(n_ctrl, n_hbm[v] + 1)
+    return max(n_ctrl * n_pcs, 1)
