@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -181,3 +183,25 @@ def test_runs_never_charge_more_than_each_server(bound_programs) -> None:
         assert R.done.any()
         assert np.all(mixed <= per_server * (1 + 1e-12) + 1e-9)
         assert mixed.sum() < per_server.sum()
+
+
+def test_plans_with_times_share_the_window_free_interference_and_keep_the_bounds(tables, router) -> None:
+    """The window-free interference reads no time, so the plans ``with_times`` makes remember it for each other
+    (a model layer's points at every KV length): bounds of a Program whose MATH times changed, after another
+    Program's bounds warmed the shared memo, are those of its own fresh plan, bit for bit."""
+    from kbfast.fast.evaluate import finish_bounds
+
+    p = allreduce(tables, router, 4096).program
+    math = p.op_code == Op.MATH
+    assert math.any()
+    q_arg = p.op_arg.copy()
+    q_arg[math] *= 3.0
+    q = dataclasses.replace(p, op_arg=q_arg)
+    plan = plan_fast(p)
+    finish_bounds(p, p, 1, plan)
+    assert any(isinstance(k, tuple) and k[0] == "window_free" for k in plan.memo)
+    warm = finish_bounds(q, q, 1, plan.with_times(q))
+    fresh = finish_bounds(q, q, 1, plan_fast(q))
+    for a, b in zip(warm, fresh):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)

@@ -40,6 +40,8 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from kbfast.fast.runs import count_at_most, count_below, stable_argsort_into
+
 # Work of flow ``g`` on entry ``k``: ``base[k] * unit``, with unit (by ``kind[k]``) 0: its bytes
 # (base = 1 / bw), 1: one (base = the node's overhead), 2: its flits (base = commit + switch penalty).
 BoundTables = namedtuple("BoundTables", [
@@ -281,6 +283,8 @@ def _windowed_prefix(B, nbytes, flit, begin_lo, end_hi, pre, post, windowed, w_p
     by_e = np.empty(w_ptr[n_res])
     cum_b = np.empty(w_ptr[n_res] + n_res)
     cum_e = np.empty(w_ptr[n_res] + n_res)
+    ob = np.empty(max_u, np.int64)
+    oe = np.empty(max_u, np.int64)
     for r in range(n_res):
         if not windowed[r]:
             continue
@@ -293,8 +297,8 @@ def _windowed_prefix(B, nbytes, flit, begin_lo, end_hi, pre, post, windowed, w_p
                 tb[u] = begin_lo[g] + pre[k]
                 te[u] = max(end_hi[g] - post[k], tb[u])
                 u += 1
-        ob = np.argsort(tb[:u], kind="mergesort")
-        oe = np.argsort(te[:u], kind="mergesort")
+        stable_argsort_into(tb, u, ob)
+        stable_argsort_into(te, u, oe)
         lo = w_ptr[r]
         cum_b[lo + r] = 0.0
         cum_e[lo + r] = 0.0
@@ -403,8 +407,8 @@ def interference(B, nbytes, flit, begin_lo, end_hi, use_windows, own_extra, post
                     continue
                 lo, hi = w_ptr[r], w_ptr[r + 1]
                 b_o = begin_lo[o] + pre[k]
-                started = np.searchsorted(by_b[lo:hi], max(end_hi[o] - post[k], b_o), side="right")
-                ended = np.searchsorted(by_e[lo:hi], b_o, side="left")
+                started = count_at_most(by_b, lo, hi, max(end_hi[o] - post[k], b_o)) - lo
+                ended = count_below(by_e, lo, hi, b_o) - lo
                 own = B.base[k] * _unit(B.kind[k], nbytes[o], flit)
                 x += max(cum_b[lo + r + started] - cum_e[lo + r + ended] - own, 0.0)
             if serial:

@@ -188,7 +188,7 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         hi = _least_fixpoint(p, iso, bound, run)
         if hi is not None:
             return hi
-    extra = bound(begin_lo, False)
+    extra = _window_free(plan, p, own, posted, lambda: bound(begin_lo, False))
     hi = run(extra)
     for _ in range(passes):
         tighter = bound(_flow_end(p, hi[0], iso, extra, small), True)
@@ -200,6 +200,17 @@ def _upper(p: Program, plan: Plan, head: np.ndarray, iso: np.ndarray, lo, passes
         if _bound_gain(before, hi[0].a_finish, p.agent_start_ns) < BOUND_GAIN:
             break
     return hi
+
+
+def _window_free(plan: Plan, p: Program, own: np.ndarray, posted: np.ndarray, make) -> np.ndarray:
+    """The window-free interference per flow (``make()``), remembered in ``plan``'s shared memo: without windows
+    it reads no time, only the flow classes and each flow's bytes, own penalty and posting, which the plans
+    :meth:`~kbfast.fast.plan.Plan.with_times` makes share (a model layer's points at every KV length)."""
+    ops = plan.bounds.ops
+    key = ("window_free", p.op_nbytes[ops].tobytes(), own.tobytes(), posted[ops].tobytes())
+    if key not in plan.memo:
+        plan.memo[key] = make()
+    return plan.memo[key].copy()
 
 
 def _least_fixpoint(p: Program, iso: np.ndarray, bound, run):

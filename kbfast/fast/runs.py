@@ -25,6 +25,27 @@ def no_runs(n_cls: int) -> RunCoefs:
                     p_span=np.empty((0, 4), np.int64), done=np.zeros(n_cls, np.bool_))
 
 
+SMALL_SORT = 32     # up to this many keys, stable_argsort_into sorts by insertion, allocating nothing
+
+
+@njit(cache=True)
+def stable_argsort_into(key, n, out):  # pragma: no cover - jitted
+    """``out[:n] = np.argsort(key[:n], kind="mergesort")`` for keys without NaN: every stable sort gives that
+    order.  Up to ``SMALL_SORT`` keys by insertion, with no allocation: the bounds sort the windows of
+    thousands of resources of a dozen flows each, where two ``np.argsort`` calls per resource took most of
+    the time."""
+    if n > SMALL_SORT:
+        out[:n] = np.argsort(key[:n], kind="mergesort")
+        return
+    for i in range(n):
+        v = key[i]
+        j = i
+        while j > 0 and key[out[j - 1]] > v:      # only a greater key moves: stable
+            out[j] = out[j - 1]
+            j -= 1
+        out[j] = i
+
+
 @njit(cache=True)
 def stable_order(key):  # pragma: no cover - jitted
     """The stable ascending order of an int64 ``key`` (a class's partners by class; the co-users of an op in
@@ -431,6 +452,33 @@ def run_charges_all(B, R, nbytes, flit):  # pragma: no cover - jitted
     return extra
 
 
+@njit(cache=True, inline="always")
+def count_at_most(a, lo, hi, x):  # pragma: no cover - jitted
+    """``lo + np.searchsorted(a[lo:hi], x, side="right")`` for sorted ``a[lo:hi]``: the end of the elements
+    ``<= x``, found by bisection on the indices (a slice per search, in a loop over ops and partners, paid
+    reference counting that took about half of the bounds' windowed passes)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if x < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True, inline="always")
+def count_below(a, lo, hi, x):  # pragma: no cover - jitted
+    """``lo + np.searchsorted(a[lo:hi], x, side="left")`` for sorted ``a[lo:hi]``: the end of the elements
+    ``< x`` (:func:`count_at_most`)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(cache=True)
 def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows, seq_pre, seq_post):  # pragma: no cover - jitted
     """Per op of a class that ``R`` (:func:`run_coefficients`) has ``done``: the work its overlapping
@@ -467,8 +515,8 @@ def run_charges(B, R, nbytes, flit, begin_lo, end_hi, use_windows, seq_pre, seq_
                 pre_d = min(seq_pre[R.p_span[j, 2]], room)
                 post_d = min(seq_post[R.p_span[j, 3]], room - pre_d)
                 lo, hi = B.ops_ptr[d], B.ops_ptr[d + 1]
-                b_row = lo + d + np.searchsorted(by_b[lo:hi], e_o - pre_d, side="right")   # begin[g] <= end[o]
-                e_row = lo + d + np.searchsorted(by_e[lo:hi], b_o + post_d, side="left")   # end[g] < begin[o]
+                b_row = d + count_at_most(by_b, lo, hi, e_o - pre_d)      # begin[g] <= end[o]
+                e_row = d + count_below(by_e, lo, hi, b_o + post_d)       # end[g] < begin[o]
                 mine = d == c and begin_lo[o] + pre_d <= e_o and end_hi[o] - post_d >= b_o     # o overlaps itself
                 for u in range(4):
                     w = cum_b[b_row, u] - cum_e[e_row, u] - (units[o, u] if mine else 0.0)
@@ -489,11 +537,19 @@ def _class_windows(B, units, begin_lo, end_hi):  # pragma: no cover - jitted
     by_e = np.empty(n)
     cum_b = np.zeros((n + n_cls, m))
     cum_e = np.zeros((n + n_cls, m))
+    widest = 0
+    for c in range(n_cls):
+        widest = max(widest, B.ops_ptr[c + 1] - B.ops_ptr[c])
+    kb, ke = np.empty(widest), np.empty(widest)
+    ob, oe = np.empty(widest, np.int64), np.empty(widest, np.int64)
     for c in range(n_cls):
         lo, hi = B.ops_ptr[c], B.ops_ptr[c + 1]
         ops = B.ops[lo:hi]
-        ob = np.argsort(begin_lo[ops], kind="mergesort")
-        oe = np.argsort(end_hi[ops], kind="mergesort")
+        for i in range(hi - lo):
+            kb[i] = begin_lo[ops[i]]
+            ke[i] = end_hi[ops[i]]
+        stable_argsort_into(kb, hi - lo, ob)
+        stable_argsort_into(ke, hi - lo, oe)
         for i in range(hi - lo):
             by_b[lo + i] = begin_lo[ops[ob[i]]]
             by_e[lo + i] = end_hi[ops[oe[i]]]
