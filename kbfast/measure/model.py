@@ -534,6 +534,7 @@ def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool 
     return StandIn(_within(times, lower, upper) if how == FLUID else times, how, lower, upper)
 
 
+_SPLITS: OrderedDict = OrderedDict()  # (system, layer) -> its runs (kbfast.measure.shift.split), or None
 _PLANS: OrderedDict = OrderedDict()   # (system, the layer with its runs at 0 ns) -> (B ns per run, fast plan)
 _BASES: OrderedDict = OrderedDict()   # (system, layer, method, B, fixed runs' ops) -> the base's point, or None
 
@@ -542,10 +543,13 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
     """:func:`_direct`; where the attention's length is all that differs between ``p`` and its layer's base,
     with the base's point moved (kbfast.measure.shift; docs/models.md "Attention shifts").  The bounds are
     always the point's own."""
-    s = shift.split(p)
+    mask = shift.run_mask(p)
+    if mask is None:
+        return _direct(p, bounded, method)
+    layer = (system, shift.layer_key(p, mask))
+    s = _remembered(_SPLITS, layer, lambda: shift.split(p))     # it reads nothing the layer's points differ in
     if s is None:
         return _direct(p, bounded, method)
-    layer = (system, shift.key(shift.based(p, s, np.zeros(s.runs)), s))
     b_ns, layer_plan = _remembered(_PLANS, layer, lambda: _layer_plan(p, s))
     # the layer's fast-path plan serves every point of it: their Programs differ in times only (and in
     # their runs' MATH element counts), as do the bounds' Programs
@@ -1013,11 +1017,12 @@ def _measure(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: 
 
 
 def _forget() -> None:
-    """Empty the GEMM command timings, the pieces' results and bases, the launches and the traced collectives:
-    a cold step."""
+    """Empty the GEMM command timings, the pieces' results, layers and bases, the launches and the traced
+    collectives: a cold step."""
     _MEMO.clear()
     _STAGES.clear()
     _PIECES.clear()
+    _SPLITS.clear()
     _PLANS.clear()
     _BASES.clear()
     _LAUNCH.clear()

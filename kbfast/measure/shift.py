@@ -83,13 +83,13 @@ def split(p: Program) -> Split | None:
     COMPUTEs and MATHs in the attention phase, as many on every agent that has one, on PEs where no other
     agent computes (the other agents only START, WAIT and COMPUTE, and WAIT only for the running agents' ops);
     before each run, as many messages received by each agent as were sent to it."""
-    if PHASE not in p.phase_names or p.op_phase is None or not len(p.agent_ops):
+    mask = run_mask(p)
+    if mask is None:
         return None
     ops, pos = p.agent_ops, np.arange(len(p.agent_ops))
     owner = np.repeat(np.arange(p.n_agents), np.diff(p.op_ptr))
     code = p.op_code[ops]
-    at = (p.op_phase[ops] == p.phase_names.index(PHASE)) & ((code == Op.COMPUTE) | (code == Op.MATH)) \
-        & ~p.op_async[ops]
+    at = mask[ops]
     running = np.bincount(owner[at], minlength=p.n_agents) > 0
     mine = running[owner]
     pe = agent_pes(p)[running]
@@ -162,15 +162,26 @@ def plan(p: Program, s: Split, lower_schedule) -> np.ndarray:
     return np.where(g < 0.0, 0.0, 2.0 * g + 1.0)
 
 
-def key(p: Program, s: Split) -> bytes:
-    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those), its runs'
-    elements left out."""
-    h = hashlib.blake2b(digest_size=20)
+def run_mask(p: Program) -> np.ndarray | None:
+    """Per op: a synchronous COMPUTE or MATH of the attention phase, what :func:`split` makes runs of; None
+    without that phase."""
+    if PHASE not in p.phase_names or p.op_phase is None or not len(p.agent_ops):
+        return None
+    code = p.op_code
+    return (p.op_phase == p.phase_names.index(PHASE)) & ((code == Op.COMPUTE) | (code == Op.MATH)) & ~p.op_async
+
+
+def layer_key(p: Program, mask: np.ndarray) -> bytes:
+    """A digest of everything the evaluators read of ``p`` but its tables (the caller keys those), with the
+    ``mask`` ops' times and elements (:func:`run_mask`) left out: the same at every KV length of a layer, and
+    of everything :func:`split` reads (the caller remembers its split under it)."""
+    h = hashlib.sha1(usedforsecurity=False)      # a memo key, not a signature: sha1 hashes twice as fast here
     ch = p.channels
-    nbytes = p.op_nbytes.copy()
-    nbytes[s.ops] = 0
+    arg, nbytes = p.op_arg.copy(), p.op_nbytes.copy()
+    arg[mask] = 0.0
+    nbytes[mask] = 0
     for a in (p.agent_node, p.agent_kind, p.agent_start_ns, p.op_ptr, p.agent_ops, p.op_code, p.op_target,
-              nbytes, p.op_addr, p.op_async, p.op_arg, p.op_route, p.op_rroute, p.route_ptr, p.route_edges,
+              nbytes, p.op_addr, p.op_async, arg, p.op_route, p.op_rroute, p.route_ptr, p.route_edges,
               p.op_phase, *(getattr(ch, f.name) for f in dataclasses.fields(ch))):
         a = np.ascontiguousarray(a)
         h.update(str(a.dtype).encode() + str(a.shape).encode())
