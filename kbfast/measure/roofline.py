@@ -101,8 +101,9 @@ def piece_floors(t: Tables, p: Program, commands: list[GemmCommand], command_op:
         lo, length = p.route_ptr[route], p.route_ptr[route + 1] - p.route_ptr[route]
         first = np.repeat(lo - (np.cumsum(length) - length), length)      # each send's edges, in one gather
         edges = p.route_edges[first + np.arange(int(length.sum()))].astype(np.int64)
-        used, inverse = np.unique(edges, return_inverse=True)
-        load = np.bincount(inverse, np.repeat(p.op_nbytes[sends], length).astype(np.float64), len(used))
+        load = np.bincount(edges, np.repeat(p.op_nbytes[sends], length).astype(np.float64))
+        used = np.flatnonzero(load)           # every send carries bytes: the edges they use, ascending
+        load = load[used]
         busy = busy_ns(t, used, load)
         k = int(np.argmax(busy))
         coll_ns, coll_bytes = float(busy[k]), float(load[k])
