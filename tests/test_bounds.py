@@ -186,9 +186,10 @@ def test_runs_never_charge_more_than_each_server(bound_programs) -> None:
 
 
 def test_plans_with_times_share_the_window_free_interference_and_keep_the_bounds(tables, router) -> None:
-    """The window-free interference reads no time, so the plans ``with_times`` makes remember it for each other
-    (a model layer's points at every KV length): bounds of a Program whose MATH times changed, after another
-    Program's bounds warmed the shared memo, are those of its own fresh plan, bit for bit."""
+    """The window-free interference and the flows' isolated latencies read no time, so the plans ``with_times``
+    makes remember them for each other (a model layer's points at every KV length): bounds of a Program whose
+    MATH times changed, after another Program's bounds warmed the shared memo, are those of its own fresh plan,
+    bit for bit."""
     from kbfast.fast.evaluate import finish_bounds
 
     p = allreduce(tables, router, 4096).program
@@ -199,7 +200,7 @@ def test_plans_with_times_share_the_window_free_interference_and_keep_the_bounds
     q = dataclasses.replace(p, op_arg=q_arg)
     plan = plan_fast(p)
     finish_bounds(p, p, 1, plan)
-    assert any(isinstance(k, tuple) and k[0] == "window_free" for k in plan.memo)
+    assert {k[0] for k in plan.memo if isinstance(k, tuple)} == {"window_free", "iso"}
     warm = finish_bounds(q, q, 1, plan.with_times(q))
     fresh = finish_bounds(q, q, 1, plan_fast(q))
     for a, b in zip(warm, fresh):

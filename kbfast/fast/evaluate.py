@@ -115,11 +115,23 @@ def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES
     passes (``tight=False`` in :func:`_upper`), whose margins have covered that traffic in every test; the
     tight bound, which counts only the flows it sees, would not (docs/fast_path.md §4)."""
     plan = plan or plan_fast(lower_p)
-    lo = _lower_of(lower_p, plan.with_times(lower_p))
     up_plan = plan.with_times(upper_p)
-    iso = _no_iso(upper_p, up_plan)
-    hi = _upper(upper_p, up_plan, up_plan.head_offsets(upper_p.op_nbytes), iso, lo, passes, tight=False)
+    head = up_plan.head_offsets(upper_p.op_nbytes)      # the two Programs' flows are the same
+    iso = _shared_iso(up_plan, upper_p)
+    lo = _lower(lower_p, plan.with_times(lower_p), head, iso)
+    hi = _upper(upper_p, up_plan, head, iso, lo, passes, tight=False)
     return lo[0], hi[0]
+
+
+def _shared_iso(plan: Plan, p: Program) -> np.ndarray:
+    """The schedules' memo of the flows' isolated latencies (:func:`_no_iso`), kept in ``plan``'s shared memo:
+    a flow's isolated latency depends on its route, bytes and address, which the plans
+    :meth:`~kbfast.fast.plan.Plan.with_times` makes share, so the bounds of a model layer's points at every KV
+    length fill one (as :func:`run_fast`'s three schedules share theirs)."""
+    key = ("iso", p.op_nbytes[plan.data_route >= 0].tobytes())
+    if key not in plan.memo:
+        plan.memo[key] = _no_iso(p, plan)
+    return plan.memo[key]
 
 
 def lower_finish(p: Program) -> np.ndarray:
