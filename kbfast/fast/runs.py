@@ -455,8 +455,8 @@ def run_charges_all(B, R, nbytes, flit):  # pragma: no cover - jitted
 @njit(cache=True, inline="always")
 def count_at_most(a, lo, hi, x):  # pragma: no cover - jitted
     """``lo + np.searchsorted(a[lo:hi], x, side="right")`` for sorted ``a[lo:hi]``: the end of the elements
-    ``<= x``, found by bisection on the indices (a slice per search, in a loop over ops and partners, paid
-    reference counting that took about half of the bounds' windowed passes)."""
+    ``<= x``, found by bisection on the indices (a slice per search, in the loops over ops and partners, paid
+    reference counting: a third of :func:`run_charges`' time on a four-SIP decode layer)."""
     while lo < hi:
         mid = (lo + hi) >> 1
         if x < a[mid]:
