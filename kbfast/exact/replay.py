@@ -16,7 +16,8 @@ from kbfast.exact import engine
 from kbfast.ir import Program
 from kbfast.sim import heap
 from kbfast.sim.diagnostics import ReplayBudgetExceeded, ReplayDeadlock, blocked_report, check_consumed
-from kbfast.sim.lowering import estimate_memory_bytes, heap_capacity, lower, replay_events_estimate, vc_edges
+from kbfast.sim.lowering import (estimate_memory_bytes, heap_capacity, lower, replay_events_estimate,
+                                 replay_events_floor, vc_edges)
 from kbfast.sim.result import Result, utilization
 from kbfast.topology.kinds import EdgeKind
 from kbfast.topology.names import node_name
@@ -83,7 +84,8 @@ def _names(t, nodes: np.ndarray) -> list[str]:
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
               max_memory_bytes: int | None = None) -> ExactResult:
     """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate (against
-    ``max_memory_bytes``, else the memory limit of kbfast.config.budget).  A replay estimated to take more than
+    ``max_memory_bytes``, else the memory limit of kbfast.config.budget).  A budget below the replay's event
+    floor (kbfast.sim.lowering.replay_events_floor) is refused before the replay runs.  A replay estimated to take more than
     ``ANNOUNCE_S`` says so on stderr when stderr is a terminal (:func:`_announce`).
 
     >>> from kbfast import Router, build_tables, load_system, pe2pe
@@ -101,6 +103,10 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
                           f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
     spec = p.tables.spec
     _check_limits(p)
+    floor = replay_events_floor(p)
+    if floor > max_events:       # the replay would stop at the budget: say so without running it
+        raise ReplayBudgetExceeded(f"exact replay of {p.name!r} needs at least {floor:,} events, over its budget of "
+                                   f"{max_events:,} events; raise max_events if the workload really is this large")
     low = lower(p)
     c = low.compact
     vc_w = np.array([spec.pe.vc_weights.compute, spec.pe.vc_weights.comm], np.int64)

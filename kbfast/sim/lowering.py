@@ -153,6 +153,19 @@ def replay_events_estimate(p: Program) -> int:
     return total
 
 
+def replay_events_floor(p: Program) -> int:
+    """The events every exact replay of ``p`` takes at least: kbfast.exact.engine's one per flit at the end of
+    each edge of its transaction's route (a PE DMA's and a host write's payload on its route, a host read's
+    data on the reverse route, a SEND's on its channel's).  A budget below it cannot be met."""
+    flits = -(-p.op_nbytes // p.tables.spec.fabric.flit_bytes)
+    length = np.diff(p.route_ptr)
+    dma = np.flatnonzero((p.op_route >= 0) & (flits > 0))
+    host_read = (p.agent_kind[p.op_agent[dma]] == 1) & (p.op_code[dma] == Op.DMA_READ)
+    route = np.where(host_read, p.op_rroute[dma], p.op_route[dma])
+    sends = np.flatnonzero((p.op_code == Op.SEND) & (flits > 0))
+    return int((flits[dma] * length[route]).sum() + (flits[sends] * length[p.channels.route[p.op_target[sends]]]).sum())
+
+
 def make_prog(p) -> Prog:
     """Pack a Program's arrays for the kernels (channels included)."""
     ch = p.channels
