@@ -85,7 +85,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
               max_memory_bytes: int | None = None) -> ExactResult:
     """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate (against
     ``max_memory_bytes``, else the memory limit of kbfast.config.budget).  A budget below the replay's event
-    floor (kbfast.sim.lowering.replay_events_floor) is refused before the replay runs.  A replay estimated to take more than
+    floor (kbfast.sim.lowering.replay_events_floor) that the caller set is refused before the replay runs.  A replay estimated to take more than
     ``ANNOUNCE_S`` says so on stderr when stderr is a terminal (:func:`_announce`).
 
     >>> from kbfast import Router, build_tables, load_system, pe2pe
@@ -103,7 +103,7 @@ def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
                           f"(limit {max_memory_bytes / 2**30:.1f} GiB); use the fast path, or fewer/smaller ops")
     spec = p.tables.spec
     _check_limits(p)
-    floor = replay_events_floor(p)
+    floor = replay_events_floor(p) if max_events < DEFAULT_MAX_EVENTS else 0   # a budget the caller set
     if floor > max_events:       # the replay would stop at the budget: say so without running it
         raise ReplayBudgetExceeded(f"exact replay of {p.name!r} needs at least {floor:,} events, over its budget of "
                                    f"{max_events:,} events; raise max_events if the workload really is this large")
