@@ -84,9 +84,10 @@ def _names(t, nodes: np.ndarray) -> list[str]:
 def run_exact(p: Program, max_events: int = DEFAULT_MAX_EVENTS,
               max_memory_bytes: int | None = None) -> ExactResult:
     """Replay ``p`` at flit granularity; raise on deadlock, event budget or memory estimate (against
-    ``max_memory_bytes``, else the memory limit of kbfast.config.budget).  A budget below the replay's event
-    floor (kbfast.sim.lowering.replay_events_floor) that the caller set is refused before the replay runs.  A replay estimated to take more than
-    ``ANNOUNCE_S`` says so on stderr when stderr is a terminal (:func:`_announce`).
+    ``max_memory_bytes``, else the memory limit of kbfast.config.budget).  A budget that the caller set below
+    the replay's event floor (kbfast.sim.lowering.replay_events_floor) is refused before the replay runs.  A
+    replay estimated to take more than ``ANNOUNCE_S`` says so on stderr when stderr is a terminal
+    (:func:`_announce`).
 
     >>> from kbfast import Router, build_tables, load_system, pe2pe
     >>> t = build_tables(load_system())
