@@ -128,10 +128,7 @@ def _shared_iso(plan: Plan, p: Program) -> np.ndarray:
     a flow's isolated latency depends on its route, bytes and address, which the plans
     :meth:`~kbfast.fast.plan.Plan.with_times` makes share, so the bounds of a model layer's points at every KV
     length fill one (as :func:`run_fast`'s three schedules share theirs)."""
-    key = ("iso", p.op_nbytes[plan.data_route >= 0].tobytes())
-    if key not in plan.memo:
-        plan.memo[key] = _no_iso(p, plan)
-    return plan.memo[key]
+    return plan.remembered(("iso", p.op_nbytes[plan.data_route >= 0].tobytes()), lambda: _no_iso(p, plan))
 
 
 def lower_finish(p: Program) -> np.ndarray:
@@ -219,10 +216,8 @@ def _window_free(plan: Plan, p: Program, own: np.ndarray, posted: np.ndarray, ma
     it reads no time, only the flow classes and each flow's bytes, own penalty and posting, which the plans
     :meth:`~kbfast.fast.plan.Plan.with_times` makes share (a model layer's points at every KV length)."""
     ops = plan.bounds.ops
-    key = ("window_free", p.op_nbytes[ops].tobytes(), own.tobytes(), posted[ops].tobytes())
-    if key not in plan.memo:
-        plan.memo[key] = make()
-    return plan.memo[key].copy()
+    return plan.remembered(("window_free", p.op_nbytes[ops].tobytes(), own.tobytes(), posted[ops].tobytes()),
+                           make).copy()
 
 
 def _least_fixpoint(p: Program, iso: np.ndarray, bound, run):

@@ -11,8 +11,9 @@ the interference bound (:class:`~kbfast.fast.bounds.BoundTables`).  :func:`run_b
 from __future__ import annotations
 
 import dataclasses
-
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -396,22 +397,26 @@ class Plan:
     # what the bounds derive from the structure alone, made once and shared by with_times' plans
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
+    def remembered(self, key, make: Callable[[], Any]) -> Any:
+        """``make()``, made once under ``key`` in the memo that the plans :meth:`with_times` makes share: for what
+        reads the structure and sizes alone, no op's time."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
+
     @property
     def bounds(self) -> BoundTables:
         """The flow classes of the interference bound (:func:`_bound_tables`), made on first use: a lower-bound
         schedule alone (``kbfast.fast.evaluate.lower_finish``) needs none."""
-        if "bounds" not in self.memo:
-            fab, hbm = self.lowered.fabric, self.lowered.hbm
-            self.memo["bounds"] = _bound_tables(self.planned, self.compact, self.data_route, fab.e_bw, fab.n_flit,
-                                                fab.n_ovh, fab.e_dst, hbm.commit_ns, hbm.switch_penalty_ns)
-        return self.memo["bounds"]
+        fab, hbm = self.lowered.fabric, self.lowered.hbm
+        return self.remembered("bounds", lambda: _bound_tables(self.planned, self.compact, self.data_route, fab.e_bw,
+                                                               fab.n_flit, fab.n_ovh, fab.e_dst, hbm.commit_ns,
+                                                               hbm.switch_penalty_ns))
 
     @property
     def runs(self) -> RunCoefs:
         """The run bound's coefficients of :attr:`bounds` (:func:`run_bound`), made on first use."""
-        if "runs" not in self.memo:
-            self.memo["runs"] = run_bound(self.bounds)
-        return self.memo["runs"]
+        return self.remembered("runs", lambda: run_bound(self.bounds))
 
     @property
     def compact(self) -> Compact:
