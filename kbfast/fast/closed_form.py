@@ -50,11 +50,18 @@ CUTS = MEMO_SLOTS + 1   # then the last route's store-and-forward cuts (:func:`_
 def new_buf(max_route):  # pragma: no cover - jitted
     """Scratch of :func:`_prepare` for routes of up to ``max_route`` edges: one set of rows per memo slot,
     the response memo's slot and the cuts memo's slot; memos cleared."""
-    buf = np.zeros((MEMO_SLOTS + 2, 10, max(2 * max_route + 2, 10)))
+    buf = np.empty((MEMO_SLOTS + 2, 10, max(2 * max_route + 2, 10)))
+    reset_buf(buf)
+    return buf
+
+
+@njit(cache=True, _nrt=False)
+def reset_buf(buf):  # pragma: no cover - jitted
+    """Clear :func:`new_buf`'s scratch and memos."""
+    buf[:] = 0.0
     buf[:, 9, 0] = -1.0
     buf[RESPONSE, 0, 0] = -1.0
     buf[CUTS, 0, 0] = -1.0
-    return buf
 
 
 @njit(cache=True, _nrt=False)
@@ -332,10 +339,17 @@ def _last_commits(n, n_pcs, log_p, pc0, commit, pcs):  # pragma: no cover - jitt
 @njit(cache=True)
 def new_pcs(n_pcs):  # pragma: no cover - jitted
     """Per-PC rows of :func:`hbm_finish`: switch penalties 0, every PC idle, no commits yet."""
-    pcs = np.zeros((3, n_pcs))
+    pcs = np.empty((3, n_pcs))
+    reset_pcs(pcs)
+    return pcs
+
+
+@njit(cache=True, _nrt=False)
+def reset_pcs(pcs):  # pragma: no cover - jitted
+    """:func:`new_pcs`'s rows as new: switch penalties 0, every PC idle, no commits yet."""
+    pcs[0, :] = 0.0
     pcs[1, :] = -np.inf
     pcs[2, :] = -np.inf
-    return pcs
 
 
 @njit(cache=True, _nrt=False)

@@ -19,9 +19,9 @@ from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference
 from kbfast.fast.plan import plan_fast, run_bound
 from kbfast.fast.runs import run_charges_all
-from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, schedule_inline
+from kbfast.fast.schedule import LOWER, POINT, UPPER, head_offsets, reset_scratch, schedule_inline, scratch
 from kbfast.ir import BUFFER_KINDS, Op, Program
-from kbfast.sim.agents import OP_MATH, Prog
+from kbfast.sim.agents import OP_MATH, Prog, new_state, reset_state
 
 
 # The points, sorted by size, then buffer kind, then ``n_slots`` descending: per point the message size
@@ -105,6 +105,8 @@ def points_kernel(pts, scale, tiers, launch, plan, bounds, runs, fabric, hbm, P,
     ch_tier_bw = np.empty(n_ch)
     ch_hop_bw = np.empty(n_ch)
     finish = np.empty(3)   # per mode: the last agent's finish
+    S = new_state(P)       # the runs' state and scratch, put back at the start of each run
+    W = scratch(P, fabric, hbm, sharing)
     free = -1              # index of the last point of this size and kind whose runs blocked no SEND
     for i in range(n_pts):
         new_size = i == 0 or sizes[i] != sizes[i - 1]
@@ -131,8 +133,10 @@ def points_kernel(pts, scale, tiers, launch, plan, bounds, runs, fabric, hbm, P,
                   P.read_release_early)
         peak = 0
         for mode in (LOWER, POINT, UPPER):   # one call site: the schedule is inlined into this kernel once
+            reset_state(S, Pi)
+            reset_scratch(W)
             S, o_contended, _ = schedule_inline(mode, extra if mode == UPPER else zero, share, head, iso, fabric,
-                                                hbm, Pi, routes, sharing)
+                                                hbm, Pi, routes, sharing, S, W)
             finish[mode] = S.a_finish.max()
             if mode == POINT:
                 out[i, 3] = 1.0 if o_contended.any() else 0.0

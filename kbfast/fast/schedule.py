@@ -29,9 +29,10 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from kbfast.sim.heap import heap_new, heap_pop, unpack
+from kbfast.sim.heap import heap_new, heap_pop, heap_reset, unpack
 from kbfast.sim.fabric import bottleneck, ctrl_latency, pc_of, pc_table_size
-from kbfast.fast.closed_form import D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, train_exit_last, transfer_end
+from kbfast.fast.closed_form import (D2H, H2D, PE_READ, PE_REQ, new_buf, new_pcs, reset_buf, reset_pcs,
+                                     train_exit_last, transfer_end)
 from kbfast.fast.waterfill import _rates
 from kbfast.sim.agents import (EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_DMA_WRITE, OP_SEND, handle, ipcq_arrive,
                                new_state, push)
@@ -97,12 +98,16 @@ def head_offsets(data_route, op_nbytes, fabric, shared_edge, shared_node, F):  #
 def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
     """:func:`schedule_inline` as a kernel of its own, for callers in Python.  A kernel inlines
     :func:`schedule_inline` instead: calling this one would make Numba optimise the event loop once more."""
-    return schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing)
+    return schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing, new_state(P),
+                           scratch(P, fabric, hbm, sharing))
 
 
 @njit(cache=True, inline="always")
-def schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
-    """Run the agents (kbfast.sim.agents); returns (S, op_contended, resource_contended).
+def schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing, S, W):  # pragma: no cover
+    """Run the agents (kbfast.sim.agents) in the agents' state ``S`` and the scratch ``W``, both at their start
+    (:func:`~kbfast.sim.agents.new_state` and :func:`scratch`, or a kernel's earlier ones put back with
+    :func:`~kbfast.sim.agents.reset_state` and :func:`reset_scratch`: it runs many points without allocating);
+    returns (S, op_contended, resource_contended).
 
     Parameters (docs/README.md "Kernel contracts"; the first four from :func:`kbfast.sim.lowering.lower`)
     ----------
@@ -140,8 +145,6 @@ def schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, shari
     joins only after the previous flow on its first edge has drained (conservative
     when the two routes part before their bottleneck).
     """
-    S = new_state(P)
-    W = scratch(P, fabric, hbm, sharing)
     _run(mode, extra, share, head, iso, fabric, hbm, P, S, W, routes, sharing)
     return S, W.o_contended, W.r_contended
 
@@ -156,7 +159,7 @@ Scratch = namedtuple("Scratch", [
 @njit(cache=True)
 def scratch(P, fabric, hbm, sharing):  # pragma: no cover - jitted
     """Fresh per-run arrays of :func:`_run` for Program ``P`` (per op, per shared resource, per edge; the event
-    heap)."""
+    heap), at their start (:func:`reset_scratch`)."""
     n_entries = np.int64(0)
     for o in range(len(sharing.sh_span)):
         n_entries += sharing.sh_span[o, 1] - sharing.sh_span[o, 0]
@@ -164,26 +167,63 @@ def scratch(P, fabric, hbm, sharing):  # pragma: no cover - jitted
     n_pc_dir = pc_table_size(fabric.n_hbm, n_pcs)
     max_route, n_routes = sharing.max_route, len(fabric.r_ptr) - 1
     n_ops = len(P.op_code)
-    return Scratch(
-        pc_dir=np.full(n_pc_dir, -1, np.int8), pc_avail=np.full(n_pc_dir, -np.inf),
+    W = Scratch(
+        pc_dir=np.empty(n_pc_dir, np.int8), pc_avail=np.empty(n_pc_dir),
         pcs=new_pcs(n_pcs), buf=new_buf(max_route),
-        lat=np.zeros(n_ops), start=np.zeros(n_ops), rem=np.zeros(n_ops), rate=np.zeros(n_ops),
-        bn=np.full(n_ops, np.inf), fixed=np.zeros(n_ops), join_t=np.zeros(n_ops), ver=np.zeros(n_ops, np.int64),
-        solo=np.zeros(n_ops, np.bool_), in_fluid=np.zeros(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
-        users=np.zeros(n_res, np.int64), holder=np.full(n_res, -1, np.int64),
-        cap_rem=np.zeros(n_res), weight=np.zeros(n_res), r_contended=np.zeros(n_res, np.bool_),
-        o_contended=np.zeros(n_ops, np.bool_),
-        eg_last=np.full(2 * n_edges, -1, np.int64),   # per (first edge, virtual channel): the last train
-        eg_waiter=np.full(n_ops, -1, np.int64), drained=np.zeros(n_ops, np.bool_),
+        lat=np.empty(n_ops), start=np.empty(n_ops), rem=np.empty(n_ops), rate=np.empty(n_ops),
+        bn=np.empty(n_ops), fixed=np.empty(n_ops), join_t=np.empty(n_ops), ver=np.empty(n_ops, np.int64),
+        solo=np.empty(n_ops, np.bool_), in_fluid=np.empty(n_ops, np.bool_), active=np.empty(n_ops, np.int64),
+        users=np.empty(n_res, np.int64), holder=np.empty(n_res, np.int64),
+        cap_rem=np.empty(n_res), weight=np.empty(n_res), r_contended=np.empty(n_res, np.bool_),
+        o_contended=np.empty(n_ops, np.bool_),
+        eg_last=np.empty(2 * n_edges, np.int64),   # per (first edge, virtual channel): the last train
+        eg_waiter=np.empty(n_ops, np.int64), drained=np.empty(n_ops, np.bool_),
         heap=heap_new(6 * (len(P.a_start) + n_ops + len(P.ch_src)) + 16), pend=np.empty(n_ops + 1, np.int64),
         mr=np.empty(n_entries, np.int64), mw=np.empty(n_entries), m_ptr=np.empty(n_ops + 1, np.int64),
         k_bn=np.empty(n_ops), k_rate=np.empty(n_ops), k_frozen=np.empty(n_ops, np.bool_),
-        route_nbytes=np.full(n_routes, -1, np.int64), route_iso=np.empty(n_routes),   # per route: last SEND's iso
-        route_bn=np.full(n_routes, np.nan),                                           # and its bottleneck
-        uf=np.empty(n_ops, np.int64), res_first=np.full(n_res, -1, np.int64),      # rate components
+        route_nbytes=np.empty(n_routes, np.int64), route_iso=np.empty(n_routes),   # per route: last SEND's iso
+        route_bn=np.empty(n_routes),                                               # and its bottleneck
+        uf=np.empty(n_ops, np.int64), res_first=np.empty(n_res, np.int64),      # rate components
         order=np.empty(n_ops, np.int64), c_ptr=np.empty(n_ops + 1, np.int64),
-        rel=np.full(n_ops, -1.0),           # per read freeing its channel early: end - release, ns
-        lat_free=np.zeros(n_ops))           # per DMA: its latency without waiting for busy PCs
+        rel=np.empty(n_ops),                # per read freeing its channel early: end - release, ns
+        lat_free=np.empty(n_ops))           # per DMA: its latency without waiting for busy PCs
+    reset_scratch(W)
+    return W
+
+
+@njit(cache=True, _nrt=False)
+def reset_scratch(W):  # pragma: no cover - jitted
+    """Put the arrays of :func:`scratch` back at the start of a run (the others are written before they are
+    read): PCs untouched and idle, no flow begun, every resource free, the queue and the memos empty."""
+    W.pc_dir[:] = -1
+    W.pc_avail[:] = -np.inf
+    reset_pcs(W.pcs)
+    reset_buf(W.buf)
+    W.lat[:] = 0.0
+    W.start[:] = 0.0
+    W.rem[:] = 0.0
+    W.rate[:] = 0.0
+    W.bn[:] = np.inf
+    W.fixed[:] = 0.0
+    W.join_t[:] = 0.0
+    W.ver[:] = 0
+    W.solo[:] = False
+    W.in_fluid[:] = False
+    W.users[:] = 0
+    W.holder[:] = -1
+    W.cap_rem[:] = 0.0
+    W.weight[:] = 0.0
+    W.r_contended[:] = False
+    W.o_contended[:] = False
+    W.eg_last[:] = -1
+    W.eg_waiter[:] = -1
+    W.drained[:] = False
+    heap_reset(W.heap)
+    W.route_nbytes[:] = -1
+    W.route_bn[:] = np.nan
+    W.res_first[:] = -1
+    W.rel[:] = -1.0
+    W.lat_free[:] = 0.0
 
 
 # No NRT (here and in the helpers the loop calls): the loop allocates nothing, and without

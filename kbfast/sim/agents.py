@@ -95,18 +95,53 @@ def new_state(P):  # pragma: no cover - jitted
     for a in range(n_agents):
         for k in range(P.op_ptr[a], P.op_ptr[a + 1]):
             op_agent[P.agent_ops[k]] = a
-    return State(
-        op_agent=op_agent, op_issue=np.full(n_ops, -1.0), op_begin=np.full(n_ops, -1.0),
-        op_end=np.full(n_ops, -1.0), op_next=np.full(n_ops, -1, np.int64), op_chan=P.op_target.copy(),
-        op_whead=np.full(n_ops, -1, np.int64), op_wnext=np.full(n_ops, -1, np.int64),
-        a_pc=P.op_ptr[:-1].copy(), a_block=np.zeros(n_agents, np.int64), a_arg=np.zeros(n_agents, np.int64),
-        a_out=np.zeros(n_agents, np.int64), a_finish=np.full(n_agents, -1.0), a_since=np.zeros(n_agents),
-        a_rr=np.zeros(n_agents, np.int64),
-        dq_busy=np.full((n_pe, N_RES), -1, np.int64), dq_head=np.full((n_pe, N_RES), -1, np.int64),
-        dq_tail=np.full((n_pe, N_RES), -1, np.int64),
-        q_head=np.zeros(n_ch, np.int64), q_tailc=np.zeros(n_ch, np.int64), q_vis=np.zeros(n_ch, np.int64),
-        q_tail=np.zeros(n_ch, np.int64), q_last_vis=np.full(n_ch, -np.inf), q_rhead=np.full(n_ch, -1, np.int64),
-        q_rtail=np.full(n_ch, -1, np.int64), q_busy=np.full(n_ch, -np.inf), q_peak=np.zeros(n_ch, np.int64))
+    S = State(
+        op_agent=op_agent, op_issue=np.empty(n_ops), op_begin=np.empty(n_ops), op_end=np.empty(n_ops),
+        op_next=np.empty(n_ops, np.int64), op_chan=np.empty(n_ops, np.int64), op_whead=np.empty(n_ops, np.int64),
+        op_wnext=np.empty(n_ops, np.int64), a_pc=np.empty(n_agents, np.int64), a_block=np.empty(n_agents, np.int64),
+        a_arg=np.empty(n_agents, np.int64), a_out=np.empty(n_agents, np.int64), a_finish=np.empty(n_agents),
+        a_since=np.empty(n_agents), a_rr=np.empty(n_agents, np.int64),
+        dq_busy=np.empty((n_pe, N_RES), np.int64), dq_head=np.empty((n_pe, N_RES), np.int64),
+        dq_tail=np.empty((n_pe, N_RES), np.int64),
+        q_head=np.empty(n_ch, np.int64), q_tailc=np.empty(n_ch, np.int64), q_vis=np.empty(n_ch, np.int64),
+        q_tail=np.empty(n_ch, np.int64), q_last_vis=np.empty(n_ch), q_rhead=np.empty(n_ch, np.int64),
+        q_rtail=np.empty(n_ch, np.int64), q_busy=np.empty(n_ch), q_peak=np.empty(n_ch, np.int64))
+    reset_state(S, P)
+    return S
+
+
+@njit(cache=True, _nrt=False)
+def reset_state(S, P):  # pragma: no cover - jitted
+    """Put the state ``S`` of ``P`` (or of a Program of the same shape: :func:`new_state`'s) back at the start:
+    every agent at its first op, every op pending, every channel empty."""
+    S.op_issue[:] = -1.0
+    S.op_begin[:] = -1.0
+    S.op_end[:] = -1.0
+    S.op_next[:] = -1
+    for o in range(len(S.op_chan)):       # loops, not slice copies: those may allocate (no NRT here)
+        S.op_chan[o] = P.op_target[o]
+    S.op_whead[:] = -1
+    S.op_wnext[:] = -1
+    for a in range(len(S.a_pc)):
+        S.a_pc[a] = P.op_ptr[a]
+    S.a_block[:] = 0
+    S.a_arg[:] = 0
+    S.a_out[:] = 0
+    S.a_finish[:] = -1.0
+    S.a_since[:] = 0.0
+    S.a_rr[:] = 0
+    S.dq_busy[:] = -1
+    S.dq_head[:] = -1
+    S.dq_tail[:] = -1
+    S.q_head[:] = 0
+    S.q_tailc[:] = 0
+    S.q_vis[:] = 0
+    S.q_tail[:] = 0
+    S.q_last_vis[:] = -np.inf
+    S.q_rhead[:] = -1
+    S.q_rtail[:] = -1
+    S.q_busy[:] = -np.inf
+    S.q_peak[:] = 0
 
 
 @njit(cache=True, inline="always")

@@ -55,11 +55,21 @@ def heap_new(capacity):  # pragma: no cover - jitted
     """
     capacity = max(capacity, 16)
     # free event slots, free buckets, then: counts of both stacks, buckets in the heap, high-water marks of both
-    free = np.empty(2 * capacity + 5, np.int64)
-    free[2 * capacity:] = 0
-    return (np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+    heap = (np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
             np.empty(capacity, np.float64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
-            np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.full(1 << _TABLE_BITS, -1, np.int64), free)
+            np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(1 << _TABLE_BITS, np.int64),
+            np.empty(2 * capacity + 5, np.int64))
+    heap_reset(heap)
+    return heap
+
+
+@njit(cache=True, _nrt=False)
+def heap_reset(heap):  # pragma: no cover - jitted
+    """Empty the queue ``heap`` (:func:`heap_new`'s) for another run: no event, no bucket, the hash table
+    cleared."""
+    table, free = heap[8], heap[9]
+    free[2 * len(heap[0]):] = 0
+    table[:] = -1
 
 
 @njit(cache=True, _nrt=False)
