@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kbfast.config import load_system
 from kbfast.fast.plan import _merge_identical, _same_shape_routes, _shared_entries, plan_fast
-from kbfast.fast.schedule import POINT, schedule
+from kbfast.fast.schedule import POINT, schedule, scratch
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -71,8 +71,11 @@ def _unmerged_point(p, reverse: bool):
     head = plan.head_offsets(p.op_nbytes)
     zero = np.zeros(p.n_ops)
     iso = lambda: np.full((p.n_ops, 1 + plan.lowered.hbm.n_pcs), np.nan)   # noqa: E731 - fresh memo per run
-    merged = schedule(POINT, zero, plan.share, head, iso(), *plan.kernel_inputs)
-    unmerged = schedule(POINT, zero, plan.share, head, iso(), *plan.kernel_inputs[:-1], sharing)
+    fabric, hbm, P, routes, _ = plan.kernel_inputs
+    merged = schedule(POINT, zero, plan.share, head, iso(), *plan.kernel_inputs,
+                      scratch(P, fabric, hbm, plan.sharing))
+    unmerged = schedule(POINT, zero, plan.share, head, iso(), fabric, hbm, P, routes, sharing,
+                        scratch(P, fabric, hbm, sharing))
     return merged, unmerged, plan
 
 

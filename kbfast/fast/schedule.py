@@ -95,11 +95,15 @@ def head_offsets(data_route, op_nbytes, fabric, shared_edge, shared_node, F):  #
 
 
 @njit(cache=True)
-def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing):  # pragma: no cover - jitted
-    """:func:`schedule_inline` as a kernel of its own, for callers in Python.  A kernel inlines
+def schedule(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing, W):  # pragma: no cover - jitted
+    """:func:`schedule_inline` as a kernel of its own, for callers in Python, in the scratch ``W``
+    (:func:`scratch` of a Program of the same shape, put back at its start here, so that one serves many
+    runs); the contention flags returned are copies, ``W``'s own serve the next run.  A kernel inlines
     :func:`schedule_inline` instead: calling this one would make Numba optimise the event loop once more."""
-    return schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing, new_state(P),
-                           scratch(P, fabric, hbm, sharing))
+    reset_scratch(W)
+    S, o_contended, r_contended = schedule_inline(mode, extra, share, head, iso, fabric, hbm, P, routes, sharing,
+                                                  new_state(P), W)
+    return S, o_contended.copy(), r_contended.copy()
 
 
 @njit(cache=True, inline="always")

@@ -116,13 +116,13 @@ def _warm_schedule_loop() -> None:
     the schedule: the points kernel compiles it first anyway, and meanwhile the command's own process caches
     the bound kernels (``runs``) that the points kernel calls next, which it then loads instead of compiling
     them a second time.  Nothing when the inputs do not load."""
-    from kbfast.fast.schedule import _run, scratch
+    from kbfast.fast.schedule import _run
     from kbfast.sim.agents import new_state
     try:
-        mode, extra, share, head, iso, fabric, hbm, P, routes, sharing = load_inputs()["fast"]
+        mode, extra, share, head, iso, fabric, hbm, P, routes, sharing, W = load_inputs()["fast"]
     except Exception:       # noqa: BLE001 - unreadable or stale inputs: the points kernel compiles it
         return
-    _run(mode, extra, share, head, iso, fabric, hbm, P, new_state(P), scratch(P, fabric, hbm, sharing), routes, sharing)
+    _run(mode, extra, share, head, iso, fabric, hbm, P, new_state(P), W, routes, sharing)
 
 
 def _warm_from_inputs(kernel: str) -> bool:
