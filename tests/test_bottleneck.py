@@ -23,7 +23,7 @@ from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.fast.plan import data_routes
+from kbfast.sim.lowering import data_routes
 from kbfast.ir import Op
 from kbfast.measure.rows import contended
 from kbfast.sweep.batches import _measure_together

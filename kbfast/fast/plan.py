@@ -24,7 +24,7 @@ from kbfast.fast.causal import Causal, knowledge, pair_count
 from kbfast.fast.runs import RunCoefs, no_runs, run_coefficients
 from kbfast.fast.schedule import Sharing, head_offsets
 from kbfast.ir import Op, Program
-from kbfast.sim.lowering import Compact, Lowered, agent_pes, lower
+from kbfast.sim.lowering import Compact, Lowered, agent_pes, data_routes, lower
 
 
 RUN_PARTNERS = 64          # partner classes a flow class may always have for the run bound (run_partners), and
@@ -34,17 +34,6 @@ RUN_MAX_FLOWS = 50_000   # a larger Program keeps the per-server bound and SEND 
                          # the run bound costs 0.3 s a pass at 1024 SIPs, arrival windows 40 % more passes
 CAUSAL_MAX_CELLS = 20_000_000   # vector clock cells (int32) of causal_order, else no causal order
 CAUSAL_MAX_PAIRS = 50_000_000   # flow pairs on shared servers of causal_interference, else none
-
-
-def data_routes(p: Program) -> np.ndarray:
-    """Per op, the route that carries its payload (the reverse route for a host read; the channel's
-    route for an IPCQ SEND), or -1."""
-    dma = (p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ)
-    host_read = dma & (p.agent_kind[p.op_agent] == 1) & (p.op_code == Op.DMA_READ)
-    out = np.where(host_read, p.op_rroute, np.where(dma, p.op_route, -1)).astype(np.int64)
-    sends = p.op_code == Op.SEND
-    out[sends] = p.channels.route[p.op_target[sends]]
-    return out
 
 
 @njit(cache=True)

@@ -44,7 +44,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from kbfast.fast.plan import data_routes
+from kbfast.sim.lowering import data_routes
 from kbfast.ir import AgentKind, Op, Program
 from kbfast.measure.metrics import breakdown, streams_at_hbm_rate
 from kbfast.measure.rows import BUSY_BOUND

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kbfast.ir import Op, Program
-from kbfast.fast.plan import data_routes
+from kbfast.sim.lowering import data_routes
 from kbfast.measure.bottleneck import busy_ns
 from kbfast.topology.builder import Tables
 from kbfast.workloads.commands import GemmCommand

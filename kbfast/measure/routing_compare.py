@@ -25,7 +25,7 @@ import pandas as pd
 
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.fast.plan import data_routes
+from kbfast.sim.lowering import data_routes
 from kbfast.ir import Op, Program
 from kbfast.measure.probe import evaluate_case, exact_evaluator, fast_evaluator, fluid_evaluator
 from kbfast.measure.rows import rel_error
@@ -51,7 +51,7 @@ def default_case_names(t: Tables, router: Router) -> list[str]:
 
 
 def flow_routes(p: Program) -> list[np.ndarray]:
-    """The data-carrying route of every DMA flow of a Program (``kbfast.fast.plan.data_routes``: the
+    """The data-carrying route of every DMA flow of a Program (``kbfast.sim.lowering.data_routes``: the
     reverse route for a host read, the forward route otherwise)."""
     routes = data_routes(p)
     dma = np.flatnonzero((p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ))

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from kbfast.config.schema import SystemSpec
-from kbfast.ir import BUFFER_KINDS, Op, Program, ProgramBuilder
+from kbfast.ir import BUFFER_KINDS, AgentKind, Op, Program, ProgramBuilder
 from kbfast.sim.agents import Prog
 from kbfast.topology.builder import Tables, reverse_route_edges
 from kbfast.topology.kinds import NodeKind
@@ -155,15 +155,22 @@ def replay_events_estimate(p: Program) -> int:
 
 def replay_events_floor(p: Program) -> int:
     """The events every exact replay of ``p`` takes at least: kbfast.exact.engine's one per flit at the end of
-    each edge of its transaction's route (a PE DMA's and a host write's payload on its route, a host read's
-    data on the reverse route, a SEND's on its channel's).  A budget below it cannot be met."""
+    each edge of the route that carries a payload (:func:`data_routes`).  A budget below it cannot be met."""
     flits = -(-p.op_nbytes // p.tables.spec.fabric.flit_bytes)
-    length = np.diff(p.route_ptr)
-    dma = np.flatnonzero((p.op_route >= 0) & (flits > 0))
-    host_read = (p.agent_kind[p.op_agent[dma]] == 1) & (p.op_code[dma] == Op.DMA_READ)
-    route = np.where(host_read, p.op_rroute[dma], p.op_route[dma])
-    sends = np.flatnonzero((p.op_code == Op.SEND) & (flits > 0))
-    return int((flits[dma] * length[route]).sum() + (flits[sends] * length[p.channels.route[p.op_target[sends]]]).sum())
+    route = data_routes(p)
+    moving = (route >= 0) & (flits > 0)
+    return int((flits[moving] * np.diff(p.route_ptr)[route[moving]]).sum())
+
+
+def data_routes(p: Program) -> np.ndarray:
+    """Per op, the route that carries its payload (the reverse route for a host read; the channel's
+    route for an IPCQ SEND), or -1."""
+    dma = (p.op_code == Op.DMA_WRITE) | (p.op_code == Op.DMA_READ)
+    host_read = dma & (p.agent_kind[p.op_agent] == AgentKind.HOST) & (p.op_code == Op.DMA_READ)
+    out = np.where(host_read, p.op_rroute, np.where(dma, p.op_route, -1)).astype(np.int64)
+    sends = p.op_code == Op.SEND
+    out[sends] = p.channels.route[p.op_target[sends]]
+    return out
 
 
 def make_prog(p) -> Prog:
