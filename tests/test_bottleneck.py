@@ -187,7 +187,7 @@ def test_batched_sweep_bottlenecks_equal_one_program_per_point(ring6, tables: Ta
     sizes = [16, 1000, 4096, 65536]
     points = tuple(Point(index=i, params={}, topology=topology, overrides={}, config_hash=str(i),
                          workload={"kind": "allreduce", "algorithm": algorithm, "size": s, "ranks": None,
-                                   "tile_io": True}) for i, s in enumerate(sizes))
+                                   "tile_io": True, "method": "fluid"}) for i, s in enumerate(sizes))
     t, router = ring6 if topology == "ring6" else (tables, router)
     for s, row in zip(sizes, _measure_together(points)):
         own = bottleneck(allreduce(t, router, s, algorithm).program, row["latency_ns"])
@@ -300,7 +300,7 @@ def test_run_reports_bottleneck_and_critical_path(runner: CliRunner, tmp_path: P
     assert row["bottleneck_resource"] and row["topology"] == "ring6" and row["buffer_kind"] == "tcm"
     assert row["contention"] is False or row["contention_ns"] > 0
     assert row["bound_by"] in CATEGORIES and 0 < row["bound_share"] <= 1
-    small = flat(runner.invoke(app, ["run", "allreduce", "--topology", "ring6", "--size", "16B"],
+    small = flat(runner.invoke(app, ["run", "allreduce", "--topology", "ring6", "--size", "16B", "--method", "fluid"],
                                catch_exceptions=False).stdout)
     assert "bound by: IPCQ slot posts and reads" in small
     assert "the busiest resource, fabric.switch0, is 4.9 % busy (below 50 %: not a bandwidth bound)" in small

@@ -48,14 +48,14 @@ def run_json(runner: CliRunner, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def torus6_96k(runner: CliRunner) -> dict:
-    """``--compare`` on torus6 at 96 KiB: the fast row plus the exact latency and the error."""
-    return run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB", "--compare")
+    """``--compare`` on torus6 at 96 KiB: the fluid row plus the exact latency and the error."""
+    return run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB", "--compare", "--method", "fluid")
 
 
 # ----------------------------------------------------------------------------------------------------------------
 def test_allreduce_json(runner: CliRunner) -> None:
-    row = run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB")
-    assert row["workload"] == "lrab" and row["mode"] == "fast" and row["tile_io"] is True
+    row = run_json(runner, "allreduce", "--topology", "torus6", "--size", "96KiB", "--method", "fluid")
+    assert row["workload"] == "lrab" and row["mode"] == "fast" and row["method"] == "fluid" and row["tile_io"] is True
     assert row["nbytes"] == 96 * 1024 and row["n_ranks"] == 96      # pe0 of 16 cubes x 6 SIPs
     assert {"latency_ns", "busbw_gbps", "launch_ns", "latency_lo_ns", "latency_hi_ns", "contention"} <= set(row)
     assert [f"phase_end_ns[{p}]" for p in PHASES] == [k for k in row if k.startswith("phase_end_ns[")]
@@ -79,7 +79,7 @@ def test_allreduce_no_tile_io(runner: CliRunner) -> None:
     load and store faster (the load 389 ns: 5 ns + 98304 / 256 GB/s, its response leaving when the controller took
     the last flit; the store 397 ns: 13 ns + 98304 / 256 GB/s); exact mode also drops the 8 ns the stores'
     router head flits cost the messages posted before them (tests/test_parity_collectives.py, P2)."""
-    args = ("allreduce", "--topology", "torus6", "--size", "96KiB")
+    args = ("allreduce", "--topology", "torus6", "--size", "96KiB", "--method", "fluid")
     on, off = run_json(runner, *args, "--tile-io", "--compare"), run_json(runner, *args, "--no-tile-io", "--compare")
     assert on["tile_io"] is True and off["tile_io"] is False
     assert off["n_ops"] == on["n_ops"] - 2 * 96
@@ -116,7 +116,7 @@ def test_allreduce_exact(runner: CliRunner, torus6_96k: dict) -> None:
 
 
 def test_allreduce_buffer_kind_and_slots(runner: CliRunner) -> None:
-    args = ("allreduce", "--topology", "torus6", "--size", "16KiB")
+    args = ("allreduce", "--topology", "torus6", "--size", "16KiB", "--method", "fluid")
     tcm = run_json(runner, *args)
     sram = run_json(runner, *args, "--buffer-kind", "sram", "--n-slots", "2")
     assert sram["latency_ns"] > tcm["latency_ns"]

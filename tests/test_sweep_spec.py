@@ -141,7 +141,8 @@ def test_sizes_with_suffixes_become_bytes() -> None:
 def test_spec_defaults() -> None:
     s = make()
     assert s.name == "test" and s.mode == "fast" and s.seed == 0
-    assert s.workload == {"kind": "allreduce", "algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}
+    assert s.workload == {"kind": "allreduce", "algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True,
+                          "method": "fluid"}
     assert len(s.points()) == 1                                           # no axes: the base point
     off = make([{"grid": {"workload.tile_io": [True, False]}}]).points()
     assert [p.workload["tile_io"] for p in off] == [True, False]

@@ -54,6 +54,9 @@ PcsOpt = Annotated[Path | None, typer.Option("--pcs", help="Write the per pseudo
 SensitivityOpt = Annotated[bool, typer.Option("--sensitivity", help="Also the latency with each resource class 2x "
                                                                    "faster, alone, on the fast path "
                                                                    "(docs/bottlenecks.md).")]
+MethodOpt = Annotated[str, typer.Option(help="The fast path's point: hybrid (replayed exactly where flows meet and the "
+                                             "replay fits its event budget, the default) or fluid (the fluid "
+                                             "schedule, as sweeps use; quicker, less exact).")]
 HeatOpt = Annotated[Path | None, typer.Option("--heatmap", help="Draw link utilisation on the cube mesh of the "
                                                                  "busiest SIP to FILE.png.")]
 
@@ -88,7 +91,8 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     kbfast.measure.collective), in the order the command shows them; the result they came from; and the
     refusal of the exact half of ``--compare``, if any (the fast half is kept)."""
     ipcq, router = t.spec.ipcq, Router(t)
-    first_run(*(("exact",) if exact or compare or trace else ()), *(() if exact else ("runs", "tight", "fast")))
+    replays = exact or compare or trace or workload["method"] == "hybrid"
+    first_run(*(("exact",) if replays else ()), *(() if exact else ("runs", "tight", "fast")))
     mode = "exact" if exact else "fast"
     prepared = _prepare(t, router, workload)
     got, refused = measure_modes(t, router, workload, (mode, "exact") if compare and not exact else (mode,), prepared)
@@ -98,7 +102,10 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
         row.update(buffer_kind=ipcq.buffer_kind, n_slots=ipcq.n_slots)
     if d["tile_io"] is not None:
         row["tile_io"] = d["tile_io"]
-    row.update(mode=mode, n_ops=d["n_ops"])
+    row["mode"] = mode
+    if not exact:                                 # how the fast path made the point (kbfast.measure.methods)
+        row["method"] = m["method"]
+    row["n_ops"] = d["n_ops"]
     if trace is not None and refused is None:     # the exact replay measured, else one of the same Program
         replay = got[-1].result if exact or len(got) == 2 else run_exact(res.program)
         write_trace(replay, trace)
@@ -241,6 +248,7 @@ def run_allreduce(
     tile_io: TileIoOpt = ALLREDUCE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
+    method: MethodOpt = "hybrid",
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     links: LinksOpt = None,
@@ -252,7 +260,7 @@ def run_allreduce(
     """One all-reduce (the short form of run collective --op all_reduce, lrab by default): latency (max
     pe_exec_ns), bus bandwidth, per-phase ends, contention, the busiest resources and the critical path;
     --compare adds the exact error."""
-    w = {"kind": "allreduce", "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
+    w = {"kind": "allreduce", "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io, "method": method}
     _collective_point(w, size, topology, sets, buffer_kind, n_slots, exact, compare, fmt, trace, links, pcs, heatmap,
                       " all-reduce", sensitive)
 
@@ -274,6 +282,7 @@ def run_collective(
     tile_io: TileIoOpt = COLLECTIVE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
+    method: MethodOpt = "hybrid",
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     links: LinksOpt = None,
@@ -284,7 +293,8 @@ def run_collective(
 ) -> None:
     """One collective operation: latency, algorithm and bus bandwidth (nccl-tests' definitions), per-phase
     ends, the busiest resources and the critical path; --compare adds the exact error."""
-    w = {"kind": "collective", "op": op, "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io}
+    w = {"kind": "collective", "op": op, "algorithm": algorithm, "ranks": ranks, "tile_io": tile_io,
+         "method": method}
     _collective_point(w, size, topology, sets, buffer_kind, n_slots, exact, compare, fmt, trace, links, pcs, heatmap,
                       "", sensitive)
 
@@ -302,6 +312,7 @@ def run_pe2pe(
     buffer_kind: BufferKindOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
+    method: MethodOpt = "hybrid",
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     links: LinksOpt = None,
@@ -317,7 +328,7 @@ def run_pe2pe(
     heatmap = check_outputs(trace, links, pcs, heatmap)
     t = build_tables(load(topology, _overrides(sets, buffer_kind, None), _flags(buffer_kind, None)))
     w = {"kind": "pe2pe", "hop": hop, "size": positive_size(size), "raw_dma": raw_dma, "consume": not no_consume,
-         "load": not no_load}
+         "load": not no_load, "method": method}
     row, res, refused = evaluate(t, w, exact, compare, trace)
     _print(row, fmt, res)
     _outputs(res, row["latency_ns"], links, pcs, heatmap, f"{row['workload']}, {format_size(row['nbytes'])}")

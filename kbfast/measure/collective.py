@@ -14,15 +14,17 @@ import pandas as pd
 
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
-from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
 from kbfast.fast.rescale import evaluate_points
 from kbfast.sim.lowering import channel_hop_bws
 from kbfast.ir import BUFFER_KINDS
 from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields,
                                        critical_path_by_category, link_load_arrays, node_load_arrays,
                                        scaled_bottlenecks)
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
+from kbfast.measure.hybrid import method_of, run_hybrid
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
+from kbfast.measure.methods import CLOSED_FORM, FLUID, check_fast_choice
 from kbfast.measure.metrics import phase_ends
 from kbfast.measure.rows import contended, contention_ns
 from kbfast.sim.result import Result
@@ -30,6 +32,12 @@ from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import (TABLE, Collective, allreduce, busbw_gbps, check_hop, check_names, check_slots,
                                           collective, pe2pe)
+
+
+# A collective point's exact replay under ``method: hybrid`` (kbfast.measure.hybrid): at most this many events,
+# about 2.5 s at the measured 20 M events/s.  One point is worth a replay of seconds; a model's pieces and the
+# probe catalogue keep the hybrid's default budget.
+POINT_BUDGET_EVENTS = 50_000_000
 
 
 def _build_allreduce(t: Tables, router: Router, w: dict[str, Any]) -> Built:
@@ -52,13 +60,13 @@ def _build_pe2pe(t: Tables, router: Router, w: dict[str, Any]) -> Built:
 
 
 def collective_row(c: Collective, res: Result, exact: bool, bus_bandwidth: bool) -> dict[str, Any]:
-    """The metric row of one collective point: latency from the launch (with the fast path's bounds and
-    contention, kbfast.measure.rows; NaN for an exact replay), bus bandwidth (a collective, not a
+    """The metric row of one collective point: how it was made (kbfast.measure.methods), latency from the launch
+    (with the fast path's bounds and contention, kbfast.measure.rows; NaN in exact mode), bus bandwidth (a collective, not a
     point-to-point transfer), effective bandwidth, the busiest resource, the critical path by category and
     what bounds it (kbfast.measure.bottleneck)."""
     p = c.program
     lat, lo, hi = res.latency_ns(c.launch_ns)
-    out = {"latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
+    out = {"method": method_of(res, exact), "latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
            "busbw_gbps": busbw_gbps(c.nbytes, c.n_ranks, lat, c.op) if bus_bandwidth else np.nan,
            "effective_bw_gbps": c.nbytes / lat if lat > 0 else 0.0, "contention": np.nan, "n_ranks": c.n_ranks}
     if not exact:
@@ -69,12 +77,13 @@ def collective_row(c: Collective, res: Result, exact: bool, bus_bandwidth: bool)
     return out
 
 
-def _measure(c: Collective, mode: str, bus_bandwidth: bool) -> Measurement:
-    """One collective on ``mode``'s evaluator: the metric row, the result, and the details a command shows
-    (its name, bytes per rank and tile I/O, the Program's size, the launch, the evaluator's wall time and the
-    per-phase ends)."""
+def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool) -> Measurement:
+    """One collective on ``mode``'s evaluator (the fast path's by the fast-path choice ``method``): the metric
+    row, the result, and the details a command shows (its name, bytes per rank and tile I/O, the Program's
+    size, the launch, the evaluator's wall time and the per-phase ends)."""
     exact = mode == "exact"
-    res = run_exact(c.program) if exact else run_fast(c.program)
+    res = run_exact(c.program) if exact else \
+        run_hybrid(c.program, POINT_BUDGET_EVENTS) if method == "hybrid" else run_fast(c.program)
     details = {"workload": c.algorithm, "nbytes": c.nbytes, "tile_io": c.tile_io, "n_ops": c.program.n_ops,
                "launch_ns": c.launch_ns, "wall_s": res.wall_s,
                "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns)}
@@ -82,18 +91,18 @@ def _measure(c: Collective, mode: str, bus_bandwidth: bool) -> Measurement:
 
 
 def _measure_allreduce(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
-    return _measure(ALLREDUCE.built(t, router, w, prepared).collective, mode, bus_bandwidth=True)
+    return _measure(ALLREDUCE.built(t, router, w, prepared).collective, mode, str(w["method"]), bus_bandwidth=True)
 
 
 def _measure_collective(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
-    got = _measure(COLLECTIVE.built(t, router, w, prepared).collective, mode, bus_bandwidth=True)
+    got = _measure(COLLECTIVE.built(t, router, w, prepared).collective, mode, str(w["method"]), bus_bandwidth=True)
     got.row["algbw_gbps"] = got.row["effective_bw_gbps"]        # nccl-tests' name: size / latency
     got.details["workload"] = f"{w['op']} {got.details['workload']}"
     return got
 
 
 def _measure_pe2pe(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
-    return _measure(PE2PE.built(t, router, w, prepared).collective, mode, bus_bandwidth=False)
+    return _measure(PE2PE.built(t, router, w, prepared).collective, mode, str(w["method"]), bus_bandwidth=False)
 
 
 def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, buffer_kinds,
@@ -105,6 +114,7 @@ def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, b
     ``kbfast.fast.bounds``: valid, looser than ``run_fast``'s.  ``ring_peak`` is the deepest ring
     occupancy a SEND met (``head - tail_cache``, over the three runs): the point saw backpressure iff
     ``n_slots <= ring_peak``.  ``contention``: kbfast.measure.rows.contended (latency above the lower bound).
+    ``method``: fluid where flows met in the point's schedule, else closed form (kbfast.measure.methods).
     """
     sizes = np.asarray(sizes, np.int64)
     kinds = np.array([BUFFER_KINDS.index(k) for k in np.broadcast_to(np.asarray(buffer_kinds), sizes.shape)])
@@ -118,7 +128,8 @@ def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, b
     return pd.DataFrame({
         **{f: workload[f] for f in ALLREDUCE.columns}, "size": sizes,
         "buffer_kind": [BUFFER_KINDS[k] for k in kinds], "n_slots": slots,
-        "n_ranks": c.n_ranks, "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
+        "n_ranks": c.n_ranks, "method": np.where(out[:, 3] > 0, FLUID, CLOSED_FORM),
+        "latency_ns": out[:, 0], "latency_lo_ns": out[:, 1], "latency_hi_ns": out[:, 2],
         "busbw_gbps": busbw, "contention_ns": np.maximum(out[:, 0] - out[:, 1], 0.0),
         "contention": [contended(x, lo) for x, lo in zip(out[:, 0], out[:, 1])], "ring_peak": out[:, 4].astype(np.int64),
     })
@@ -136,7 +147,10 @@ def _measure_allreduce_batch(t: Tables, router: Router, workloads: list[dict[str
                              systems: list[SystemSpec]) -> list[dict[str, Any]]:
     """All-reduce points of one batch in one :func:`batched_points` call (they share everything but the
     size, the buffer kind and the ring depth): the metric rows, with the busiest resource (no per-op times,
-    so no critical path) and what bounds each point."""
+    so no critical path) and what bounds each point.  The batched kernel is the fluid fast path: with
+    ``method: hybrid`` the points are measured one by one, each replayed exactly when it fits the budget."""
+    if workloads[0]["method"] != "fluid":
+        return [_measure_allreduce(t, router, w, "fast", ALLREDUCE.prepared(t, router, w)).row for w in workloads]
     df = batched_points(t, router, workloads[0], [int(w["size"]) for w in workloads],
                         [s.ipcq.buffer_kind for s in systems], [s.ipcq.n_slots for s in systems])
     out = []
@@ -146,7 +160,7 @@ def _measure_allreduce_batch(t: Tables, router: Router, workloads: list[dict[str
     else:
         busiest = scaled_bottlenecks(t, *scaled(df["size"].to_numpy()), df["latency_ns"].to_numpy())
     for row, most in zip(df.itertuples(index=False), busiest):
-        out.append({"latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
+        out.append({"method": row.method, "latency_ns": row.latency_ns, "latency_lo_ns": row.latency_lo_ns,
                     "latency_hi_ns": row.latency_hi_ns, "busbw_gbps": row.busbw_gbps,
                     "effective_bw_gbps": row.size / row.latency_ns if row.latency_ns > 0 else 0.0,
                     "contention_ns": row.contention_ns, "contention": bool(row.contention), "n_ranks": row.n_ranks,
@@ -189,30 +203,35 @@ def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
     return at, scaled if linear else None
 
 
+# The fast path's choice (kbfast.measure.methods.FAST_CHOICES): fluid in sweeps (an all-reduce sweep batches its
+# points on it), hybrid in ``kbfast run``, as in kbfast probe.
+_METHOD_CHECK = ("method", lambda w: check_fast_choice(str(w["method"])))
+
 ALLREDUCE = WorkloadKind(
     "allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
-    {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True}, _build_allreduce, _measure_allreduce,
-    _measure_allreduce_batch, bool_fields=("tile_io",), columns=("algorithm", "tile_io"),
+    {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True, "method": "fluid"}, _build_allreduce,
+    _measure_allreduce, _measure_allreduce_batch, bool_fields=("tile_io",), columns=("algorithm", "tile_io"),
     kernels=("collectives",), fast_kernels=("runs", "points"),   # a sweep batches every point
     ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),),     # one message in flight per channel
     checks=(("algorithm", lambda w: check_names("all_reduce", w["algorithm"], None)),
-            ("ranks", lambda w: check_names("all_reduce", None, w["ranks"]))),
+            ("ranks", lambda w: check_names("all_reduce", None, w["ranks"])), _METHOD_CHECK),
     size_label="message size per rank (bytes)")
 
 COLLECTIVE = WorkloadKind(
     "collective", "one collective operation of `size` bytes per rank: all_reduce, reduce_scatter, all_gather, "
                   "broadcast, reduce or all_to_all (kbfast run collective)",
-    {"op": "all_reduce", "algorithm": None, "size": "1MiB", "ranks": None, "tile_io": True}, _build_collective,
-    _measure_collective, bool_fields=("tile_io",), columns=("op", "algorithm", "ranks", "tile_io"),
+    {"op": "all_reduce", "algorithm": None, "size": "1MiB", "ranks": None, "tile_io": True, "method": "fluid"},
+    _build_collective, _measure_collective, bool_fields=("tile_io",), columns=("op", "algorithm", "ranks", "tile_io"),
     checks=(("op", lambda w: check_names(w["op"], None, None)),
             ("algorithm", lambda w: check_names(w["op"], w["algorithm"], None)),
-            ("ranks", lambda w: check_names(w["op"], None, w["ranks"]))),
+            ("ranks", lambda w: check_names(w["op"], None, w["ranks"])), _METHOD_CHECK),
     kernels=("collectives",), size_label="buffer size per rank (bytes)")
 
 PE2PE = WorkloadKind(
     "pe2pe", "one PE-to-PE transfer of a hop class, IPCQ or raw DMA (load then store; with load false the "
              "store alone) (kbfast run pe2pe)",
-    {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True, "load": True}, _build_pe2pe, _measure_pe2pe,
-    bool_fields=("raw_dma", "consume", "load"), columns=("hop",), checks=(("hop", lambda w: check_hop(w["hop"])),),
+    {"hop": "h3", "size": "4KiB", "raw_dma": False, "consume": True, "load": True, "method": "fluid"}, _build_pe2pe,
+    _measure_pe2pe, bool_fields=("raw_dma", "consume", "load"), columns=("hop",),
+    checks=(("hop", lambda w: check_hop(w["hop"])), _METHOD_CHECK),
     ignores_if=(("raw_dma", True, ("ipcq.", "workload.consume")), ("raw_dma", False, ("workload.load",))),
     size_label="transfer size (bytes)")

@@ -27,9 +27,10 @@ from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import replay_events_estimate
 from kbfast.fast.evaluate import FastResult, run_fast
 from kbfast.ir import Program
-from kbfast.measure.methods import CLOSED_FORM, EXACT_REPLAY, FLUID, HYBRID_METHODS
+from kbfast.measure.methods import CLOSED_FORM, EXACT, EXACT_REPLAY, FLUID, HYBRID_METHODS
+from kbfast.sim.result import Result
 
-DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.3 s of replay at the measured 6-10 M events/s
+DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.1 s of replay at the measured 17-23 M events/s
 METHODS = HYBRID_METHODS          # how the point estimate was made (kbfast.measure.methods)
 
 
@@ -62,3 +63,11 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns)
     return HybridResult(point, EXACT_REPLAY, ex.n_events)
+
+
+def method_of(r: Result, exact: bool) -> str:
+    """How ``r``'s point estimate was made (kbfast.measure.methods): exact mode's replay; a hybrid result's own
+    method; else the fluid path's, closed form unless flows met."""
+    if exact:
+        return EXACT
+    return r.method if isinstance(r, HybridResult) else FLUID if r.shared else CLOSED_FORM

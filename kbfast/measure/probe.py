@@ -12,7 +12,7 @@ from kbfast.measure.bottleneck import bottleneck
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.measure.hybrid import HybridResult, run_hybrid
+from kbfast.measure.hybrid import method_of, run_hybrid
 from kbfast.ir import Op, Program
 from kbfast.measure.metrics import breakdown, utilization
 from kbfast.measure.probe_table import breakdown_column
@@ -22,7 +22,7 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
-from kbfast.measure.methods import CLOSED_FORM, FLUID, check_fast_choice
+from kbfast.measure.methods import check_fast_choice
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue, random_traffic, select
 
@@ -48,8 +48,8 @@ def timing_of(r: Result, exact: bool) -> Timing:
     hybrid result names its own, kbfast.measure.hybrid; the fluid path's is closed form unless flows met)."""
     if exact:
         return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns)
-    method = r.method if isinstance(r, HybridResult) else FLUID if r.shared else CLOSED_FORM
-    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared, method)
+    return Timing(r.op_issue_ns, r.op_begin_ns, r.op_end_ns, r.op_end_lo_ns, r.op_end_hi_ns, r.shared,
+                  method_of(r, exact=False))
 
 
 def exact_evaluator(p: Program) -> Timing:
