@@ -95,3 +95,17 @@ def test_run_shows_the_method_and_refuses_an_unknown_one() -> None:
     ex = json.loads(runner.invoke(app, [*args, "--exact", "--format", "json"]).stdout)
     assert "method" not in ex and ex["mode"] == "exact"
 
+
+
+
+def test_a_probe_row_says_how_its_point_was_made(ahbm) -> None:
+    """Probe and traffic points carry the same column: ctrl_hot_3 (three issuers on one controller) is
+    contended, so hybrid replays it and fluid schedules it; an isolated case is closed form either way."""
+    t, r = ahbm
+    w = {**WORKLOADS["probe"].fields, "kind": "probe", "size": 4096}
+    got = {(case, m, mode): measure(t, r, {**w, "case": case, "method": m}, mode).row["method"]
+           for case in ("ctrl_hot_3", "SAME_CUBE_PE_LOCAL") for m in ("hybrid", "fluid") for mode in ("fast", "exact")}
+    assert got == {("ctrl_hot_3", "hybrid", "fast"): "exact replay", ("ctrl_hot_3", "fluid", "fast"): "fluid",
+                   ("SAME_CUBE_PE_LOCAL", "hybrid", "fast"): "closed form",
+                   ("SAME_CUBE_PE_LOCAL", "fluid", "fast"): "closed form"} | {
+        (case, m, "exact"): "exact" for case in ("ctrl_hot_3", "SAME_CUBE_PE_LOCAL") for m in ("hybrid", "fluid")}

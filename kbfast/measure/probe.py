@@ -149,8 +149,9 @@ def case_row(row: dict) -> dict:
 
 def _measurer(prepare: Callable[[Tables, Router, dict], ProbeCase]):
     """The ``build`` and ``measure`` of a kind whose case ``prepare`` finds: the case's Program at ``size``
-    bytes, evaluated exactly or by the point's fast method.  ``details`` holds the probe table's row (:func:`evaluate_case`: the mean DMA latency, the
-    makespan, the breakdown, the busiest link); ``result`` the evaluation, for the link and PC tables."""
+    bytes, evaluated exactly or by the point's fast method; its row says how (``method``).  ``details`` holds
+    the probe table's row (:func:`evaluate_case`: the mean DMA latency, the makespan, the breakdown, the busiest
+    link); ``result`` the evaluation, for the link and PC tables."""
     def built(t: Tables, router: Router, w: dict, case: ProbeCase) -> Built:
         return Built(case.program(t, router, int(w["size"])), case=case)
 
@@ -164,7 +165,7 @@ def _measurer(prepare: Callable[[Tables, Router, dict], ProbeCase]):
         res = RUNS["exact" if mode == "exact" else str(w["method"])](built_.program)
         figures = evaluate_case(t, router, built_.case, int(w["size"]), lambda p: timing_of(res, mode == "exact"),
                                 built_.program)
-        return Measurement(case_row(figures), res, figures)
+        return Measurement({"method": method_of(res, mode == "exact"), **case_row(figures)}, res, figures)
     return build, measure
 
 
