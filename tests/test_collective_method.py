@@ -15,6 +15,7 @@ from kbfast.cli.main import app
 from kbfast.config import load_system
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
+from kbfast.measure.hybrid import run_hybrid
 from kbfast.measure.registry import WORKLOADS, measure
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -109,3 +110,14 @@ def test_a_probe_row_says_how_its_point_was_made(ahbm) -> None:
                    ("SAME_CUBE_PE_LOCAL", "hybrid", "fast"): "closed form",
                    ("SAME_CUBE_PE_LOCAL", "fluid", "fast"): "closed form"} | {
         (case, m, "exact"): "exact" for case in ("ctrl_hot_3", "SAME_CUBE_PE_LOCAL") for m in ("hybrid", "fluid")}
+
+
+def test_a_replay_beyond_the_memory_limit_keeps_the_fluid(ahbm, monkeypatch) -> None:
+    """A replay that would not fit the memory limit is not run: the point keeps the fluid estimate, as one
+    beyond the event budget does (kbfast.measure.hybrid), instead of refusing the whole command."""
+    t, r = ahbm
+    c = allreduce(t, r, TREE["size"], TREE["algorithm"], TREE["ranks"])
+    monkeypatch.setattr("kbfast.exact.replay.estimate_memory_bytes", lambda p: 1 << 60)   # an exabyte replay
+    res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
+    assert res.method == "fluid"
+    assert res.latency_ns(c.launch_ns)[0] == run_fast(c.program).latency_ns(c.launch_ns)[0]

@@ -12,7 +12,8 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
   kbfast.sim.lowering) is at
   most ``2 x budget`` and the replay finishes within ``budget`` events; the point estimate is the exact
   replay's (per op and per agent), the bounds stay the fast path's;
-* ``fluid``: flows met and the Program is too large to replay within the budget; the fluid estimate stands.
+* ``fluid``: flows met and the Program is too large to replay within the budget (or its replay would not fit
+  the memory limit, kbfast.config.budget); the fluid estimate stands.
 
 The bounds are the fast path's in every case, so ``lower <= point <= upper`` holds throughout.  This module
 composes the two evaluators and belongs to neither of them.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from kbfast.config.budget import MemoryBudgetError
 from kbfast.exact import run_exact
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import replay_events_estimate
@@ -58,7 +60,7 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
         return HybridResult(fast, FLUID, 0)
     try:
         ex = run_exact(p, max_events=budget)
-    except ReplayBudgetExceeded:
+    except (ReplayBudgetExceeded, MemoryBudgetError):   # a replay that does not fit: the fluid estimate stands
         return HybridResult(fast, FLUID, 0)
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns)
