@@ -14,14 +14,14 @@ import pandas as pd
 
 from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
+from kbfast.exact import run_exact
+from kbfast.fast.evaluate import run_fast
 from kbfast.fast.rescale import evaluate_points
 from kbfast.sim.lowering import channel_hop_bws
 from kbfast.ir import BUFFER_KINDS
 from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields,
                                        critical_path_by_category, link_load_arrays, node_load_arrays,
                                        scaled_bottlenecks)
-from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
 from kbfast.measure.hybrid import method_of, run_hybrid
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.measure.methods import CLOSED_FORM, FLUID, check_fast_choice
@@ -60,10 +60,10 @@ def _build_pe2pe(t: Tables, router: Router, w: dict[str, Any]) -> Built:
 
 
 def collective_row(c: Collective, res: Result, exact: bool, bus_bandwidth: bool) -> dict[str, Any]:
-    """The metric row of one collective point: how it was made (kbfast.measure.methods), latency from the launch
-    (with the fast path's bounds and contention, kbfast.measure.rows; NaN in exact mode), bus bandwidth (a collective, not a
-    point-to-point transfer), effective bandwidth, the busiest resource, the critical path by category and
-    what bounds it (kbfast.measure.bottleneck)."""
+    """The metric row of one collective point: how it was made (kbfast.measure.methods), latency from the
+    launch (with the fast path's bounds and contention, kbfast.measure.rows; NaN in exact mode), bus bandwidth
+    (a collective, not a point-to-point transfer), effective bandwidth, the busiest resource, the critical path
+    by category and what bounds it (kbfast.measure.bottleneck)."""
     p = c.program
     lat, lo, hi = res.latency_ns(c.launch_ns)
     out = {"method": method_of(res, exact), "latency_ns": lat, "latency_lo_ns": np.nan, "latency_hi_ns": np.nan,
