@@ -683,6 +683,8 @@ def test_unknown_set_key_names_the_set(runner):
     # compare-routing worded its sizes unlike run and probe
     (["topo", "compare-routing", "--size", "1XB"], ["--size: size '1XB' is not understood"]),
     (["topo", "compare-routing", "--size", "0"], ["--size '0' must be > 0 bytes"]),
+    # a negative size was called misspelt ("not understood"), as if its sign were a typo
+    (["run", "allreduce", "--size", "-4"], ["--size '-4' must be > 0 bytes"]),
     # an empty item was dropped without a word
     (["search", "llama32_1b", "--batch", "1,,2"], ["--batch '1,,2': an empty item between commas"]),
     # check wrote CSV to any name, where run's --links refuses one that is no table's

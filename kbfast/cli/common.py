@@ -138,8 +138,9 @@ def check_modes(exact: bool, compare: bool) -> None:
 
 def positive_size(text: str, flag: str = "--size") -> int:
     """A size in bytes that moves something: ``parse_size`` and > 0."""
+    negative = text.strip().startswith("-")     # refused below as a size <= 0, not as a misspelt one
     try:
-        n = parse_size(text)
+        n = -1 if negative else parse_size(text)
     except KbfastError as err:
         raise KbfastError(f"{flag}: {err}") from None
     if n <= 0:

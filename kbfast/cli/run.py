@@ -56,7 +56,8 @@ SensitivityOpt = Annotated[bool, typer.Option("--sensitivity", help="Also the la
                                                                    "(docs/bottlenecks.md).")]
 MethodOpt = Annotated[str, typer.Option(help="The fast path's point: hybrid (replayed exactly where flows meet and the "
                                              "replay fits its event budget, the default) or fluid (the fluid "
-                                             "schedule, as sweeps use; quicker, less exact).")]
+                                             "schedule, as sweeps use; quicker, less exact). The method row says "
+                                             "how the point was made: closed form, exact replay or fluid.")]
 HeatOpt = Annotated[Path | None, typer.Option("--heatmap", help="Draw link utilisation on the cube mesh of the "
                                                                  "busiest SIP to FILE.png.")]
 
@@ -272,8 +273,9 @@ def run_collective(
     algorithm: Annotated[str | None, typer.Option(help="The operation's algorithm (default: its first that runs on "
                                                        "the ranks): " + "; ".join(f"{o}: {', '.join(a)}" for o, a
                                                                                   in OP_TABLE.items()) + ".")] = None,
-    ranks: Annotated[str | None, typer.Option(help="cube_pe0, all_pes, sip_pe0 or a list of PEs "
-                                                   "(sip0.cube0.pe0,sip1.cube0.pe0); default by algorithm.")] = None,
+    ranks: Annotated[str | None, typer.Option(help="cube_pe0, all_pes, sip_pe0 or a list of PEs, their names "
+                                                   "joined by commas without spaces (sip0.cube2.pe0); default by "
+                                                   "algorithm.")] = None,
     size: Annotated[str, typer.Option("--size", help="Each rank's whole buffer, e.g. 1MiB (docs/collectives.md).")]
     = COLLECTIVE["size"],
     topology: TopologyOpt = None,
