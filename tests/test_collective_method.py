@@ -5,8 +5,10 @@ says how its point was made (kbfast.measure.methods), and the bounds are the fas
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -17,6 +19,8 @@ from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
 from kbfast.measure.hybrid import run_hybrid
 from kbfast.measure.registry import WORKLOADS, measure
+from kbfast.sweep.batches import evaluate_batch, make_batches
+from kbfast.sweep.spec import parse_spec
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.collectives import allreduce
@@ -65,21 +69,59 @@ def test_a_point_whose_flows_never_meet_is_closed_form(ahbm) -> None:
     assert rows[0]["latency_ns"] == rows[1]["latency_ns"]
 
 
-@pytest.mark.parametrize("method", ["fluid", "hybrid"])
-def test_a_sweep_batch_says_how_each_point_was_made(ahbm, method: str) -> None:
-    """The batched kernel (fluid) names each point's method as the point's own fluid run does; a hybrid batch
-    is measured point by point, each row equal to the point's own."""
+def test_a_sweep_batch_says_how_each_point_was_made(ahbm) -> None:
+    """The batched kernel (fluid) names each point's method as the point's own fluid run does."""
     t, r = ahbm
     sizes = (16, 4096, 98304)
-    systems = [t.spec] * len(sizes)
-    ws = [point(size=s, method=method) for s in sizes]
-    batch = WORKLOADS["allreduce"].measure_points(t, r, ws, systems)
-    own = [measure(t, r, w, "fast").row for w in ws]
-    assert [b["method"] for b in batch] == [o["method"] for o in own]
-    assert {b["method"] for b in batch} <= ({"fluid", "closed form"} if method == "fluid"
-                                           else {"exact replay", "fluid", "closed form"})
+    ws = [point(size=s, method="fluid") for s in sizes]
+    batch = WORKLOADS["allreduce"].measure_points(t, r, ws, [t.spec] * len(sizes))
+    assert [b["method"] for b in batch] == [measure(t, r, w, "fast").row["method"] for w in ws]
+    assert {b["method"] for b in batch} <= {"fluid", "closed form"}
+
+
+@pytest.mark.parametrize("method", ["fluid", "hybrid"])
+def test_a_hybrid_all_reduce_sweep_measures_each_point_on_its_own(method: str) -> None:
+    """Fluid all-reduce points that differ only in the IPCQ tier share one batched call; hybrid ones are not
+    batched (the batched kernel is the fluid schedule): each is measured alone, on its own system, exactly as
+    the registry measures it."""
+    spec = parse_spec({"topology": "ahbm_2sip", "workload": {"kind": "allreduce", **TREE, "method": method},
+                       "axes": [{"grid": {"ipcq.buffer_kind": ["tcm", "hbm"]}}]}, "s.yaml")
+    points = spec.points()
+    batches = make_batches(points, "fast")
+    assert len(batches) == (1 if method == "fluid" else 2)
+    df = pd.concat([evaluate_batch(b).rows for b in batches]).sort_values("point", ignore_index=True)
+    assert df["error"].isna().all(), df["error"].tolist()
     if method == "hybrid":
-        assert [b["latency_ns"] for b in batch] == [o["latency_ns"] for o in own]
+        for kind, row in zip(("tcm", "hbm"), df.itertuples()):
+            t = build_tables(load_system("ahbm_2sip", overrides={"ipcq.buffer_kind": kind}))
+            own = measure(t, Router(t), point(**TREE, method="hybrid"), "fast").row
+            assert (row.method, row.latency_ns) == ("exact replay", own["latency_ns"])
+        assert df.loc[0, "latency_ns"] != df.loc[1, "latency_ns"]       # the tiers differ
+
+
+def test_sensitivities_are_timed_on_the_fluid_schedule() -> None:
+    """A replayed point's sensitivities compare fluid variants with a fluid base, measured again; the point
+    itself stays the replay's."""
+    row = json.loads(CliRunner().invoke(app, ["run", "collective", "--algorithm", "tree", "--ranks", "all_pes",
+                                              "--size", "4KiB", "--topology", "ahbm_2sip", "--sensitivity",
+                                              "--format", "json"], catch_exceptions=False).stdout)
+    fluid = json.loads(CliRunner().invoke(app, ["run", "collective", "--algorithm", "tree", "--ranks", "all_pes",
+                                                "--size", "4KiB", "--topology", "ahbm_2sip", "--method", "fluid",
+                                                "--format", "json"], catch_exceptions=False).stdout)
+    assert row["method"] == "exact replay" and row["latency_ns"] < fluid["latency_ns"]
+    assert row["sensitivity_base_ns"] == fluid["latency_ns"]
+    assert len(row["sensitivity"]) > 1
+    for g in row["sensitivity"]:
+        assert g["gain"] == pytest.approx(1 - g["latency_ns"] / fluid["latency_ns"], abs=1e-9)   # as JSON rounds it
+
+
+def test_a_replayed_points_wall_time_counts_its_replay(ahbm, monkeypatch) -> None:
+    t, r = ahbm
+    c = allreduce(t, r, TREE["size"], TREE["algorithm"], TREE["ranks"])
+    slow = lambda p, **kw: dataclasses.replace(run_exact(p, **kw), wall_s=1e3)   # noqa: E731 - a replay of 1000 s
+    monkeypatch.setattr("kbfast.measure.hybrid.run_exact", slow)
+    res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
+    assert res.method == "exact replay" and res.wall_s > 1e3
 
 
 def test_run_shows_the_method_and_refuses_an_unknown_one() -> None:
@@ -97,11 +139,10 @@ def test_run_shows_the_method_and_refuses_an_unknown_one() -> None:
     assert "method" not in ex and ex["mode"] == "exact"
 
 
-
-
 def test_a_probe_row_says_how_its_point_was_made(ahbm) -> None:
-    """Probe and traffic points carry the same column: ctrl_hot_3 (three issuers on one controller) is
-    contended, so hybrid replays it and fluid schedules it; an isolated case is closed form either way."""
+    """Probe points carry the same column (traffic points share their measurement): ctrl_hot_3 (three issuers
+    on one controller) is contended, so hybrid replays it and fluid schedules it; an isolated case is closed
+    form either way."""
     t, r = ahbm
     w = {**WORKLOADS["probe"].fields, "kind": "probe", "size": 4096}
     got = {(case, m, mode): measure(t, r, {**w, "case": case, "method": m}, mode).row["method"]
@@ -117,6 +158,7 @@ def test_a_replay_beyond_the_memory_limit_keeps_the_fluid(ahbm, monkeypatch) -> 
     beyond the event budget does (kbfast.measure.hybrid), instead of refusing the whole command."""
     t, r = ahbm
     c = allreduce(t, r, TREE["size"], TREE["algorithm"], TREE["ranks"])
+    monkeypatch.delenv("KBFAST_MAX_MEMORY", raising=False)          # the default limit: what the machine has
     monkeypatch.setattr("kbfast.exact.replay.estimate_memory_bytes", lambda p: 1 << 60)   # an exabyte replay
     res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
     assert res.method == "fluid"

@@ -23,6 +23,7 @@ from kbfast.report.explain import print_bound, print_critical_path, print_resour
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import csv_text, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
+from kbfast.measure.methods import EXACT_REPLAY
 from kbfast.measure.rows import rel_error, tightness
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -209,8 +210,13 @@ TileIoOpt = Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
 
 def _sensitivity(spec, w: dict, row: dict) -> None:
     """Add the point's sensitivities to ``row`` (kbfast.measure.sensitivity), against its fast-path latency
-    (measured again under --exact) as ``sensitivity_base_ns``."""
-    base, rows = sensitivity(spec, w, row["latency_ns"] if row["mode"] == "fast" else None)
+    as ``sensitivity_base_ns``.  A collective's are timed on the fluid schedule whatever its ``--method``, so
+    that no variant is replayed while another is not; its base is measured again where the point was replayed
+    (or under --exact)."""
+    if "method" in w:
+        w = {**w, "method": "fluid"}
+    same = row["mode"] == "fast" and row.get("method") != EXACT_REPLAY
+    base, rows = sensitivity(spec, w, row["latency_ns"] if same else None)
     row["sensitivity_base_ns"], row["sensitivity"] = base, rows
 
 

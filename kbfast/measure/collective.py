@@ -24,7 +24,7 @@ from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fiel
                                        scaled_bottlenecks)
 from kbfast.measure.hybrid import method_of, run_hybrid
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
-from kbfast.measure.methods import CLOSED_FORM, FLUID, check_fast_choice
+from kbfast.measure.methods import CLOSED_FORM, FLUID, check_method
 from kbfast.measure.metrics import phase_ends
 from kbfast.measure.rows import contended, contention_ns
 from kbfast.sim.result import Result
@@ -147,10 +147,8 @@ def _measure_allreduce_batch(t: Tables, router: Router, workloads: list[dict[str
                              systems: list[SystemSpec]) -> list[dict[str, Any]]:
     """All-reduce points of one batch in one :func:`batched_points` call (they share everything but the
     size, the buffer kind and the ring depth): the metric rows, with the busiest resource (no per-op times,
-    so no critical path) and what bounds each point.  The batched kernel is the fluid fast path: with
-    ``method: hybrid`` the points are measured one by one, each replayed exactly when it fits the budget."""
-    if workloads[0]["method"] != "fluid":
-        return [_measure_allreduce(t, router, w, "fast", ALLREDUCE.prepared(t, router, w)).row for w in workloads]
+    so no critical path) and what bounds each point.  Fluid points only (``batch_if``): the batched kernel is
+    the fluid schedule."""
     df = batched_points(t, router, workloads[0], [int(w["size"]) for w in workloads],
                         [s.ipcq.buffer_kind for s in systems], [s.ipcq.n_slots for s in systems])
     out = []
@@ -205,13 +203,14 @@ def _link_loads(t: Tables, router: Router, workloads: list[dict[str, Any]]):
 
 # The fast path's choice (kbfast.measure.methods.FAST_CHOICES): fluid in sweeps (an all-reduce sweep batches its
 # points on it), hybrid in ``kbfast run``, as in kbfast probe.
-_METHOD_CHECK = ("method", lambda w: check_fast_choice(str(w["method"])))
+_METHOD_CHECK = ("method", check_method)
 
 ALLREDUCE = WorkloadKind(
     "allreduce", "one all-reduce of `size` bytes per rank (kbfast run allreduce)",
     {"algorithm": "lrab", "size": "96KiB", "ranks": None, "tile_io": True, "method": "fluid"}, _build_allreduce,
     _measure_allreduce, _measure_allreduce_batch, bool_fields=("tile_io",), columns=("algorithm", "tile_io"),
-    kernels=("collectives",), fast_kernels=("runs", "points"),   # a sweep batches every point
+    kernels=("collectives",), fast_kernels=("runs", "points"),   # a sweep batches every fluid point
+    batch_if=lambda w: w["method"] == "fluid",
     ignores_if=(("algorithm", "lrab", ("ipcq.n_slots",)),),     # one message in flight per channel
     checks=(("algorithm", lambda w: check_names("all_reduce", w["algorithm"], None)),
             ("ranks", lambda w: check_names("all_reduce", None, w["ranks"])), _METHOD_CHECK),

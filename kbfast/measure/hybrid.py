@@ -63,7 +63,8 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     except (ReplayBudgetExceeded, MemoryBudgetError):   # a replay that does not fit: the fluid estimate stands
         return HybridResult(fast, FLUID, 0)
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
-                                op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns)
+                                op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns,
+                                wall_s=fast.wall_s + ex.wall_s)     # the replay is part of its time
     return HybridResult(point, EXACT_REPLAY, ex.n_events)
 
 

@@ -90,6 +90,9 @@ class WorkloadKind:
     batch_fields: tuple[str, ...] = ()     # fields a batch's points may differ in (besides size)
     batch_system_keys: tuple[str, ...] = ("ipcq.buffer_kind", "ipcq.n_slots")   # system keys they may differ in
     max_batch: int | None = None           # points per batch (None: the sweep's limit)
+    # A batched kind batches a point only when this holds of its workload (None: always): the all-reduce kind
+    # batches its fluid points, whose kernel is the fluid schedule, and measures its hybrid ones one by one.
+    batch_if: Callable[[dict[str, Any]], bool] | None = None
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.measure.warmup)
     fast_kernels: tuple[str, ...] = ("runs", "tight", "fast")   # Numba kernels its fast path compiles on a first run
     # Keys its result never depends on (a system key path, ``ipcq.`` for a whole section, or
@@ -120,10 +123,15 @@ class WorkloadKind:
         """Whether the fast path measures a batch of its points together (it has ``measure_batch``)."""
         return self.measure_batch is not None
 
+    def batches(self, workload: dict[str, Any]) -> bool:
+        """Whether the fast path measures ``workload`` together with the other points of its batch
+        (``measure_batch``, when ``batch_if`` holds)."""
+        return self.measure_batch is not None and (self.batch_if is None or self.batch_if(workload))
+
     def measure_points(self, t: Tables, router: Router, workloads: list[dict[str, Any]],
                        systems: list[SystemSpec]) -> list[dict[str, Any]]:
         """The fast-path metric rows of points of one batch: ``measure_batch``, or point by point."""
-        if self.measure_batch is not None:
+        if self.batches(workloads[0]):
             return self.measure_batch(t, router, workloads, systems)
         return [self.measure(t, router, w, "fast", self.prepared(t, router, w)).row for w in workloads]
 

@@ -38,6 +38,11 @@ FAST_CHOICES: dict[str, str] = {
 }
 
 
+def check_method(w: dict) -> None:
+    """A workload kind's name check of its ``method`` field: one of :data:`FAST_CHOICES`."""
+    check_fast_choice(str(w["method"]))
+
+
 def check_fast_choice(method: str) -> None:
     """Refuse a fast-path choice that is not one of :data:`FAST_CHOICES`, by name."""
     if method not in FAST_CHOICES:

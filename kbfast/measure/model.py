@@ -56,7 +56,7 @@ from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
 from kbfast.measure.methods import (EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MAXPLUS, MAXPLUS_ESTIMATE, MAXPLUS_STEADY,
-                                    MODES, check_fast_choice)
+                                    MODES, check_fast_choice, check_method)
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.collectives.in_model import AUTO, candidates, check_choice
@@ -980,7 +980,7 @@ def _unless_none(field: str, check: Callable[[Any], Any]) -> Callable[[dict[str,
 
 # the fields a sweep checks before any point runs (WorkloadKind.checks)
 _CHECKS = (("layout", lambda w: check_layout(str(w["layout"]))),
-           ("method", lambda w: check_fast_choice(str(w["method"]))),
+           ("method", check_method),
            ("phase", _unless_none("phase", check_phase)), ("collective", _unless_none("collective", check_choice)),
            ("overlap", _unless_none("overlap", check_overlap)), ("bounds", _check_bounds))
 

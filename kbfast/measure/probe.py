@@ -22,7 +22,7 @@ from kbfast.sim.result import Result
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 from kbfast.workloads.launch import launch_timing
-from kbfast.measure.methods import check_fast_choice
+from kbfast.measure.methods import check_method
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.probe_catalogue import ProbeCase, build_catalogue, random_traffic, select
 
@@ -113,14 +113,9 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
 RUNS: dict[str, Callable[[Program], Result]] = {"exact": run_exact, "hybrid": run_hybrid, "fluid": run_fast}
 
 
-def _check_method(w: dict) -> None:
-    """Refuse a fast method that is not one of ``FAST_CHOICES``."""
-    check_fast_choice(str(w["method"]))
-
-
 def _prepare_probe(t: Tables, router: Router, w: dict) -> ProbeCase:
     """The named case of the probe catalogue (an unknown name gets a did-you-mean error) and the method."""
-    _check_method(w)
+    check_method(w)
     return select(build_catalogue(t, router), [str(w["case"])])[0]
 
 
@@ -132,7 +127,7 @@ def _check_pattern(w: dict) -> None:
 
 def _prepare_traffic(t: Tables, router: Router, w: dict) -> ProbeCase:
     """The traffic pattern's flows, and the method."""
-    _check_method(w)
+    check_method(w)
     _check_pattern(w)
     return random_traffic(t, int(w["n_flows"]), int(w["flow_seed"]))
 
@@ -172,10 +167,10 @@ def _measurer(prepare: Callable[[Tables, Router, dict], ProbeCase]):
 PROBE = WorkloadKind("probe", "one case of the probe catalogue (kbfast probe --list)",
                      {"case": "SAME_CUBE_PE_LOCAL", "size": "16KiB", "method": "fluid"},
                      *_measurer(_prepare_probe), prepare=_prepare_probe, columns=("case",), ignores=("ipcq.",),
-                     checks=(("method", _check_method),),
+                     checks=(("method", check_method),),
                      size_label="bytes per issuer")
 TRAFFIC = WorkloadKind("traffic", "random PE-to-HBM flows",
                        {"pattern": "random", "n_flows": 64, "flow_seed": 0, "size": "16KiB", "method": "fluid"},
                        *_measurer(_prepare_traffic), prepare=_prepare_traffic, ignores=("ipcq.",),
-                       checks=(("pattern", _check_pattern), ("method", _check_method)),
+                       checks=(("pattern", _check_pattern), ("method", check_method)),
                        size_label="bytes per flow")

@@ -3,7 +3,7 @@
 Every point is measured through the registry (kbfast.measure.registry): its kind's ``measure``, or, for
 the points of a batched kind (one with ``measure_batch``) whose system differs only in the kind's
 ``batch_system_keys`` and whose workload differs only in its ``batch_fields`` (and size), the kind's
-``measure_batch`` over the whole batch (an all-reduce batch in one jitted call, a GEMM batch's max-plus
+``measure_batch`` over the whole batch (an all-reduce batch of fluid points in one jitted call, a GEMM batch's max-plus
 shapes in one call, a model batch sharing its GEMM command timings: kbfast.measure).  Other workloads share
 the tables of their batch and are measured point by point.  A point that raises is recorded with its error; if a batched call fails, its
 points are retried one at a time so that only the bad ones
@@ -61,7 +61,7 @@ class BatchResult:
 def _shared_key(p: Point, mode: str) -> str:
     """Points with the same key share a batch: same base, same overrides and workload up to the batched keys."""
     kind = WORKLOADS[p.workload["kind"]]
-    batched = kind.batched and mode == "fast"
+    batched = mode == "fast" and kind.batches(p.workload)
     over = {k: v for k, v in p.overrides.items() if not (batched and k in kind.batch_system_keys)}
     work = {k: v for k, v in p.workload.items() if k != "size" and not (batched and k in kind.batch_fields)}
     return repr([p.topology, sorted(over.items()), sorted(work.items())])
@@ -165,7 +165,7 @@ def evaluate_batch(batch: Batch) -> BatchResult:
     errors: dict[int, str] = {}
     kernel_s = 0.0
     pts = batch.points
-    batched = batch.mode == "fast" and WORKLOADS[pts[0].workload["kind"]].batched
+    batched = batch.mode == "fast" and WORKLOADS[pts[0].workload["kind"]].batches(pts[0].workload)
     fast_batch = _measure_together
     if batched and len(pts) > 1:
         k0 = time.perf_counter()
