@@ -163,3 +163,23 @@ def test_a_replay_beyond_the_memory_limit_keeps_the_fluid(ahbm, monkeypatch) -> 
     res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
     assert res.method == "fluid"
     assert res.latency_ns(c.launch_ns)[0] == run_fast(c.program).latency_ns(c.launch_ns)[0]
+
+
+def test_compare_and_trace_reuse_the_hybrids_replay(monkeypatch, tmp_path) -> None:
+    """--compare and --trace on a replayed point replay it once: the exact half is the hybrid's replay."""
+    import kbfast.cli.run as cli_run
+    import kbfast.measure.hybrid as hybrid
+
+    calls = []
+
+    def counted(p, **kw):
+        calls.append(p.name)
+        return run_exact(p, **kw)
+    for module in (hybrid, collective_kind, cli_run):
+        monkeypatch.setattr(module, "run_exact", counted)
+    args = ["run", "collective", "--algorithm", "tree", "--ranks", "all_pes", "--size", "4KiB", "--topology",
+            "ahbm_2sip", "--format", "json"]
+    row = json.loads(CliRunner().invoke(app, [*args, "--compare"], catch_exceptions=False).stdout)
+    assert row["method"] == "exact replay" and row["exact_latency_ns"] == row["latency_ns"] and len(calls) == 1
+    res = CliRunner().invoke(app, [*args, "--trace", str(tmp_path / "t.json")], catch_exceptions=False)
+    assert res.exit_code == 0 and (tmp_path / "t.json").stat().st_size > 0 and len(calls) == 2

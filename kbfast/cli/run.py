@@ -108,8 +108,10 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     if not exact:                                 # how the fast path made the point (kbfast.measure.methods)
         row["method"] = m["method"]
     row["n_ops"] = d["n_ops"]
-    if trace is not None and refused is None:     # the exact replay measured, else one of the same Program
-        replay = got[-1].result if exact or len(got) == 2 else run_exact(res.program)
+    if trace is not None and refused is None:     # the exact replay measured (or the hybrid's), else one now
+        replay = got[-1].result if exact or len(got) == 2 else prepared.replay
+        if replay is None:
+            replay = run_exact(res.program)
         write_trace(replay, trace)
     row["latency_ns"] = m["latency_ns"]
     if "algbw_gbps" in m:                         # the collective kind's: size / latency

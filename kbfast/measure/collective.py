@@ -77,13 +77,19 @@ def collective_row(c: Collective, res: Result, exact: bool, bus_bandwidth: bool)
     return out
 
 
-def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool) -> Measurement:
+def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool, prepared: Prepared) -> Measurement:
     """One collective on ``mode``'s evaluator (the fast path's by the fast-path choice ``method``): the metric
     row, the result, and the details a command shows (its name, bytes per rank and tile I/O, the Program's
-    size, the launch, the evaluator's wall time and the per-phase ends)."""
+    size, the launch, the evaluator's wall time and the per-phase ends).  A hybrid replay is kept in
+    ``prepared`` for the point's exact mode, which is that replay."""
     exact = mode == "exact"
-    res = run_exact(c.program) if exact else \
-        run_hybrid(c.program, POINT_BUDGET_EVENTS) if method == "hybrid" else run_fast(c.program)
+    if exact:
+        res = prepared.replay if prepared.replay is not None else run_exact(c.program)
+    elif method == "hybrid":
+        res = run_hybrid(c.program, POINT_BUDGET_EVENTS)
+        prepared.replay = res.replay
+    else:
+        res = run_fast(c.program)
     details = {"workload": c.algorithm, "nbytes": c.nbytes, "tile_io": c.tile_io, "n_ops": c.program.n_ops,
                "launch_ns": c.launch_ns, "wall_s": res.wall_s,
                "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns)}
@@ -91,18 +97,18 @@ def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool) -> Meas
 
 
 def _measure_allreduce(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
-    return _measure(ALLREDUCE.built(t, router, w, prepared).collective, mode, str(w["method"]), bus_bandwidth=True)
+    return _measure(ALLREDUCE.built(t, router, w, prepared).collective, mode, str(w["method"]), True, prepared)
 
 
 def _measure_collective(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
-    got = _measure(COLLECTIVE.built(t, router, w, prepared).collective, mode, str(w["method"]), bus_bandwidth=True)
+    got = _measure(COLLECTIVE.built(t, router, w, prepared).collective, mode, str(w["method"]), True, prepared)
     got.row["algbw_gbps"] = got.row["effective_bw_gbps"]        # nccl-tests' name: size / latency
     got.details["workload"] = f"{w['op']} {got.details['workload']}"
     return got
 
 
 def _measure_pe2pe(t: Tables, router: Router, w: dict[str, Any], mode: str, prepared: Prepared) -> Measurement:
-    return _measure(PE2PE.built(t, router, w, prepared).collective, mode, str(w["method"]), bus_bandwidth=False)
+    return _measure(PE2PE.built(t, router, w, prepared).collective, mode, str(w["method"]), False, prepared)
 
 
 def batched_points(t: Tables, router: Router, workload: dict[str, Any], sizes, buffer_kinds,

@@ -43,6 +43,7 @@ class HybridResult:
     fast: FastResult
     method: str
     replay_events: int       # events of the exact replay (0 when none ran)
+    replay: Result | None = None   # the exact replay itself (None when none ran): exact mode's result of the Program
 
     def __getattr__(self, name: str):
         """The fast path's fields and properties (only called for names the dataclass does not define)."""
@@ -65,7 +66,7 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns,
                                 wall_s=fast.wall_s + ex.wall_s)     # the replay is part of its time
-    return HybridResult(point, EXACT_REPLAY, ex.n_events)
+    return HybridResult(point, EXACT_REPLAY, ex.n_events, ex)
 
 
 def method_of(r: Result, exact: bool) -> str:

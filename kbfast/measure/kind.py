@@ -42,10 +42,12 @@ class Prepared:
 
     ``plan``: the kind's plan of the point (a GEMM's case, a model step's compiled pieces, a probe case; None
     for a kind without one); ``built``: the point's Program, once a measurement has built it, so that
-    ``--compare`` and ``--trace`` build it once."""
+    ``--compare`` and ``--trace`` build it once; ``replay``: the exact replay a hybrid measurement of the point
+    made, so that its exact mode (``--compare``, ``--trace``) does not replay it again."""
 
     plan: Any = None
     built: Built | None = None
+    replay: Any = None
 
 
 @dataclass(frozen=True)
