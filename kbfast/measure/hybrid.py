@@ -42,8 +42,12 @@ class HybridResult:
 
     fast: FastResult
     method: str
-    replay_events: int       # events of the exact replay (0 when none ran)
-    replay: Result | None = None   # the exact replay itself (None when none ran): exact mode's result of the Program
+    replay: Result | None = None   # the exact replay (None when none ran): exact mode's result of the Program
+
+    @property
+    def replay_events(self) -> int:
+        """Events of the exact replay (0 when none ran)."""
+        return 0 if self.replay is None else int(self.replay.n_events)
 
     def __getattr__(self, name: str):
         """The fast path's fields and properties (only called for names the dataclass does not define)."""
@@ -56,17 +60,17 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     """Fast path; replay exactly when flows met and the replay fits in ``budget`` events (module docstring)."""
     fast = run_fast(p)
     if not fast.shared:
-        return HybridResult(fast, CLOSED_FORM, 0)
+        return HybridResult(fast, CLOSED_FORM)
     if budget <= 0 or replay_events_estimate(p) > 2 * budget:
-        return HybridResult(fast, FLUID, 0)
+        return HybridResult(fast, FLUID)
     try:
         ex = run_exact(p, max_events=budget)
     except (ReplayBudgetExceeded, MemoryBudgetError):   # a replay that does not fit: the fluid estimate stands
-        return HybridResult(fast, FLUID, 0)
+        return HybridResult(fast, FLUID)
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns,
                                 wall_s=fast.wall_s + ex.wall_s)     # the replay is part of its time
-    return HybridResult(point, EXACT_REPLAY, ex.n_events, ex)
+    return HybridResult(point, EXACT_REPLAY, ex)
 
 
 def method_of(r: Result, exact: bool) -> str:

@@ -3,10 +3,10 @@
 Every point is measured through the registry (kbfast.measure.registry): its kind's ``measure``, or, for
 the points of a batched kind (one with ``measure_batch``) whose system differs only in the kind's
 ``batch_system_keys`` and whose workload differs only in its ``batch_fields`` (and size), the kind's
-``measure_batch`` over the whole batch (an all-reduce batch of fluid points in one jitted call, a GEMM batch's max-plus
-shapes in one call, a model batch sharing its GEMM command timings: kbfast.measure).  Other workloads share
-the tables of their batch and are measured point by point.  A point that raises is recorded with its error; if a batched call fails, its
-points are retried one at a time so that only the bad ones
+``measure_batch`` over the whole batch (an all-reduce batch of fluid points in one jitted call, a GEMM
+batch's max-plus shapes in one call, a model batch sharing its GEMM command timings: kbfast.measure).  Other
+workloads share the tables of their batch and are measured point by point.  A point that raises is recorded
+with its error; if a batched call fails, its points are retried one at a time so that only the bad ones
 fail.  A point's result never depends on which batch it was in, so results are
 the same whatever the number of jobs.
 """
