@@ -306,8 +306,8 @@ class Network:
                     self.done.append((o, now))
             return
         if j + 1 == fl["n_chain"] and fl["pc_bytes"]:
-            if finished:                             # the controller has the last flit: the link's own
-                fl["t_taken"] = now + fl["delay"][j] - fl["own_flit"]   # flit time is in the fluid already
+            if finished:                             # the controller has the last flit
+                fl["t_taken"] = now + fl["taken_after"]
             for i, b in enumerate(fl["pc_bytes"]):
                 self._push(now + fl["delay"][j], kind, j + 1 + i, o, value * b / fl["n"])
             return
@@ -361,28 +361,36 @@ def flows_of(p: Program, plan) -> dict:
         es, n = route[o], int(p.op_nbytes[o])
         s0 = F if n > F else n
         sv, delay, saf = [], [], []
-        d, d0, pending_saf = n_ovh[e_src[es[0]]], None, False
+        # d: the head's delay since the last server (its first flit's serialization on every link, the nodes'
+        # overheads); dt: the last flit's (no overheads, and not the serialization on the server's own link,
+        # which the fluid has already spent); late: how much later than the last flit the fluid's last byte
+        # reaches the last server, summed over the hops
+        d, d0, dt, late, pending_saf = n_ovh[e_src[es[0]]], None, 0.0, 0.0, False
 
         def add(s, ns_per_byte):
-            nonlocal d, d0, pending_saf
+            nonlocal d, d0, dt, late, pending_saf
             if d0 is None:
                 d0 = d
             else:
                 delay.append(d)
                 saf.append(pending_saf)
+                late += d - dt
             s.ns_per_byte[o] = ns_per_byte
             sv.append(s)
-            d, pending_saf = 0.0, False
+            d, dt, pending_saf = 0.0, 0.0, False
 
         for k, e in enumerate(es):
             if math.isfinite(e_bw[e]):
+                server_link = k == 0 or e in queued
                 if k == 0:
                     vc = int(p.op_code[o] == OP_SEND)
                     add(server(("vc", e, vc), lambda: Queue(("vc", e, vc))), 1.0 / e_bw[e])
-                if k == 0 or e in queued:
+                if server_link:
                     add(server(("link", e), lambda: Queue(("link", e))), 1.0 / e_bw[e])
                 d += s0 / e_bw[e]
+                dt += 0.0 if server_link else s0 / e_bw[e]
             d += e_prop[e]
+            dt += e_prop[e]
             v = int(e_dst[e])
             if k + 1 < len(es) and v in routers:
                 add(server(("router", v), lambda: Router(("router", v), n_ovh[v])), 0.0)
@@ -391,8 +399,6 @@ def flows_of(p: Program, plan) -> dict:
             if k + 1 < len(es) and not n_flit[v]:
                 pending_saf = True
         n_chain, pc_bytes = len(sv), []
-        last = sv[-1]
-        own_flit = s0 * last.ns_per_byte[o] if isinstance(last, Queue) else 0.0
         ctrl = fabric.n_hbm[e_dst[es[-1]]]
         if ctrl >= 0:                                # a write: one stream per pseudo-channel it touches
             addr, per = int(plan.lowered.routes.op_addr[o]), {}
@@ -419,7 +425,7 @@ def flows_of(p: Program, plan) -> dict:
             a1 = max(max(a1 + d, a0 + d + b * sv[n_chain + i].ns_per_byte[o]) for i, b in enumerate(pc_bytes))
         flows[o] = dict(servers=sv, delay=delay, store_forward=saf, d0=d0, n=n, n_chain=n_chain, pc_bytes=pc_bytes,
                         pc_left=len(pc_bytes), index={id(s): j for j, s in enumerate(sv)}, t_iso=a1,
-                        own_flit=own_flit)
+                        taken_after=dt - late)
     return flows
 
 

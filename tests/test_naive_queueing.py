@@ -15,6 +15,7 @@ from kbfast.fast.evaluate import run_fast
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router as PathRouter
 from kbfast.workloads.collectives import allreduce, pe2pe
+from kbfast.workloads.gemm import gemm_case
 from kbfast.workloads.probe_catalogue import build_catalogue
 from naive_queueing import Network, Queue, Router, queueing_schedule
 
@@ -139,3 +140,13 @@ def test_the_network_is_within_2_percent_where_the_fluid_misses_a_collective(pre
     queued, fluid = _errors(c.program, c.launch_ns)
     assert abs(fluid) > 0.05
     assert abs(queued) <= 0.02, f"network {100 * queued:+.2f} %, fluid {100 * fluid:+.2f} %"
+
+
+def test_a_gemm_streaming_b_from_another_cube_is_exact() -> None:
+    """The tile pipeline's reads free their DMA channel when the controller has their last flit: on the
+    network's timeline that is its last byte less what the fluid has spent ahead of the flit (the own link's
+    flit time, the routers' decodes), so back-to-back reads start as in exact mode."""
+    t, r = _system()
+    c = gemm_case(t, r, 256, 256, 1024, "ref_ref", b_from="sip0.cube1.pe0")
+    S, _ = queueing_schedule(c.program)
+    assert S.a_finish.max() == pytest.approx(run_exact(c.program).agent_finish_ns.max(), rel=1e-9)
