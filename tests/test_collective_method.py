@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -59,6 +60,23 @@ def test_a_point_above_the_budget_keeps_the_fluid(ahbm, monkeypatch) -> None:
     row = measure(t, r, point(**TREE, method="hybrid"), "fast").row
     assert row["method"] == "fluid"
     assert row["latency_ns"] == measure(t, r, point(**TREE, method="fluid"), "fast").row["latency_ns"]
+
+
+def test_run_says_why_a_contended_point_was_not_replayed(monkeypatch) -> None:
+    """The ``replay`` row: the estimated events against the budget, or the budget the replay ran past."""
+    monkeypatch.setattr(collective_kind, "POINT_BUDGET_EVENTS", 1_000)
+    args = ["run", "collective", "--algorithm", "tree", "--ranks", "all_pes", "--size", "4KiB",
+            "--topology", "ahbm_2sip"]
+    res = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.stderr
+    assert re.search(r"replay +not run: ~[\d,]+ M? ?events > 1,000\b", res.stdout), res.stdout
+    assert max(map(len, res.stdout.splitlines())) <= 80
+    fluid = json.loads(CliRunner().invoke(app, [*args, "--method", "fluid", "--format", "json"]).stdout)
+    assert "replay" not in fluid                                      # asked for the fluid: nothing to explain
+    t = build_tables(load_system("ahbm_2sip"))
+    c = allreduce(t, Router(t), 4096, "tree", "all_pes")
+    monkeypatch.setattr("kbfast.measure.hybrid.replay_events_estimate", lambda p: 1_000)   # tries, runs past
+    assert run_hybrid(c.program, 1_000).not_replayed == "events > 1,000"
 
 
 def test_a_point_whose_flows_never_meet_is_closed_form(ahbm) -> None:
@@ -161,7 +179,7 @@ def test_a_replay_beyond_the_memory_limit_keeps_the_fluid(ahbm, monkeypatch) -> 
     monkeypatch.delenv("KBFAST_MAX_MEMORY", raising=False)          # the default limit: what the machine has
     monkeypatch.setattr("kbfast.exact.replay.estimate_memory_bytes", lambda p: 1 << 60)   # an exabyte replay
     res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
-    assert res.method == "fluid"
+    assert res.method == "fluid" and res.not_replayed == "over the memory limit"
     assert res.latency_ns(c.launch_ns)[0] == run_fast(c.program).latency_ns(c.launch_ns)[0]
 
 

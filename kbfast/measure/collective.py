@@ -92,7 +92,8 @@ def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool, prepare
         res = run_fast(c.program)
     details = {"workload": c.algorithm, "nbytes": c.nbytes, "tile_io": c.tile_io, "n_ops": c.program.n_ops,
                "launch_ns": c.launch_ns, "wall_s": res.wall_s,
-               "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns)}
+               "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns),
+               "not_replayed": getattr(res, "not_replayed", "")}
     return Measurement(collective_row(c, res, exact, bus_bandwidth), res, details)
 
 

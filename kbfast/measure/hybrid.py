@@ -13,7 +13,8 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
   most ``2 x budget`` and the replay finishes within ``budget`` events; the point estimate is the exact
   replay's (per op and per agent), the bounds stay the fast path's;
 * ``fluid``: flows met and the Program is too large to replay within the budget (or its replay would not fit
-  the memory limit, kbfast.config.budget); the fluid estimate stands.
+  the memory limit, kbfast.config.budget); the fluid estimate stands, and ``not_replayed`` says why
+  (``kbfast run`` prints it as the ``replay`` row).
 
 The bounds are the fast path's in every case, so ``lower <= point <= upper`` holds throughout.  This module
 composes the two evaluators and belongs to neither of them.
@@ -30,6 +31,7 @@ from kbfast.sim.lowering import replay_events_estimate
 from kbfast.fast.evaluate import FastResult, run_fast
 from kbfast.ir import Program
 from kbfast.measure.methods import CLOSED_FORM, EXACT, EXACT_REPLAY, FLUID, HYBRID_METHODS
+from kbfast.report.formats import count
 from kbfast.sim.result import Result
 
 DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.1 s of replay at the measured 17-23 M events/s
@@ -43,6 +45,7 @@ class HybridResult:
     fast: FastResult
     method: str
     replay: Result | None = None   # the exact replay (None when none ran): exact mode's result of the Program
+    not_replayed: str = ""         # why flows met and the fluid estimate stands (the budget, the memory limit)
 
     @property
     def replay_events(self) -> int:
@@ -61,16 +64,24 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     fast = run_fast(p)
     if not fast.shared:
         return HybridResult(fast, CLOSED_FORM)
-    if budget <= 0 or replay_events_estimate(p) > 2 * budget:
-        return HybridResult(fast, FLUID)
+    estimate = replay_events_estimate(p)
+    if budget <= 0 or estimate > 2 * budget:
+        return HybridResult(fast, FLUID, not_replayed=f"~{_events(estimate)} events > {_events(budget)}")
     try:
         ex = run_exact(p, max_events=budget)
-    except (ReplayBudgetExceeded, MemoryBudgetError):   # a replay that does not fit: the fluid estimate stands
-        return HybridResult(fast, FLUID)
+    except ReplayBudgetExceeded:                  # a replay that does not fit: the fluid estimate stands
+        return HybridResult(fast, FLUID, not_replayed=f"events > {_events(budget)}")
+    except MemoryBudgetError:
+        return HybridResult(fast, FLUID, not_replayed="over the memory limit")
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns,
                                 wall_s=fast.wall_s + ex.wall_s)     # the replay is part of its time
     return HybridResult(point, EXACT_REPLAY, ex)
+
+
+def _events(n: int) -> str:
+    """An event count for the ``replay`` row: ``257 M`` from a million on, else ``15,360``."""
+    return f"{n / 1e6:,.0f} M" if n >= 1_000_000 else count(n)
 
 
 def method_of(r: Result, exact: bool) -> str:
