@@ -226,9 +226,12 @@ class Network:
         s.version += 1
         if t_empty < math.inf:
             self._push(t_empty, "empty", s, s.version)
-        for f in sorted(set(old) | set(new)):
-            if old.get(f, 0.0) != new.get(f, 0.0):
-                self._out(s, f, "rate", new.get(f, 0.0), now)
+        for f, r in old.items():                     # departures that stop, then those that start or change
+            if f not in new and r != 0.0:
+                self._out(s, f, "rate", 0.0, now)
+        for f, r in new.items():
+            if old.get(f, 0.0) != r:
+                self._out(s, f, "rate", r, now)
 
     # -- routers -------------------------------------------------------------------------------------------------
     def _router_advance(self, w, now):
@@ -280,7 +283,7 @@ class Network:
         if busy != w.busy:
             return                                   # another decode was queued meanwhile
         self._router_advance(w, now)
-        for o in sorted(w.held):
+        for o in list(w.held):
             if not w.held[o]:
                 continue
             w.held[o] = False
