@@ -31,7 +31,6 @@ from kbfast.sim.lowering import replay_events_estimate
 from kbfast.fast.evaluate import FastResult, run_fast
 from kbfast.ir import Program
 from kbfast.measure.methods import CLOSED_FORM, EXACT, EXACT_REPLAY, FLUID, HYBRID_METHODS
-from kbfast.report.formats import count
 from kbfast.sim.result import Result
 
 DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.1 s of replay at the measured 17-23 M events/s
@@ -64,8 +63,10 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     fast = run_fast(p)
     if not fast.shared:
         return HybridResult(fast, CLOSED_FORM)
+    if budget <= 0:
+        return HybridResult(fast, FLUID, not_replayed="no replay budget")
     estimate = replay_events_estimate(p)
-    if budget <= 0 or estimate > 2 * budget:
+    if estimate > 2 * budget:
         return HybridResult(fast, FLUID, not_replayed=f"~{_events(estimate)} events > {_events(budget)}")
     try:
         ex = run_exact(p, max_events=budget)
@@ -81,7 +82,7 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
 
 def _events(n: int) -> str:
     """An event count for the ``replay`` row: ``257 M`` from a million on, else ``15,360``."""
-    return f"{n / 1e6:,.0f} M" if n >= 1_000_000 else count(n)
+    return f"{n / 1e6:,.0f} M" if n >= 1_000_000 else f"{int(n):,}"
 
 
 def method_of(r: Result, exact: bool) -> str:
