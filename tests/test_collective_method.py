@@ -76,7 +76,7 @@ def test_run_says_why_a_contended_point_was_not_replayed(monkeypatch) -> None:
     t = build_tables(load_system("ahbm_2sip"))
     c = allreduce(t, Router(t), 4096, "tree", "all_pes")
     monkeypatch.setattr("kbfast.measure.hybrid.replay_events_estimate", lambda p: 1_000)   # tries, runs past
-    assert run_hybrid(c.program, 1_000).not_replayed == "events > 1,000"
+    assert run_hybrid(c.program, 1_000).not_replayed == "stopped past 1,000 events"
 
 
 def test_a_point_whose_flows_never_meet_is_closed_form(ahbm) -> None:
@@ -179,7 +179,7 @@ def test_a_replay_beyond_the_memory_limit_keeps_the_fluid(ahbm, monkeypatch) -> 
     monkeypatch.delenv("KBFAST_MAX_MEMORY", raising=False)          # the default limit: what the machine has
     monkeypatch.setattr("kbfast.exact.replay.estimate_memory_bytes", lambda p: 1 << 60)   # an exabyte replay
     res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
-    assert res.method == "fluid" and res.not_replayed == "over the memory limit"
+    assert res.method == "fluid" and res.not_replayed == "not run: over the memory limit"
     assert res.latency_ns(c.launch_ns)[0] == run_fast(c.program).latency_ns(c.launch_ns)[0]
 
 

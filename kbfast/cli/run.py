@@ -108,7 +108,7 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     if not exact:                                 # how the fast path made the point (kbfast.measure.methods)
         row["method"] = m["method"]
     if d["not_replayed"]:                         # the hybrid kept the fluid estimate: why
-        row["replay"] = f"not run: {d['not_replayed']}"
+        row["replay"] = d["not_replayed"]
     row["n_ops"] = d["n_ops"]
     if trace is not None and refused is None:     # the exact replay measured (or the hybrid's), else one now
         replay = got[-1].result if exact or len(got) == 2 else prepared.replay

@@ -44,7 +44,8 @@ class HybridResult:
     fast: FastResult
     method: str
     replay: Result | None = None   # the exact replay (None when none ran): exact mode's result of the Program
-    not_replayed: str = ""         # why flows met and the fluid estimate stands (the budget, the memory limit)
+    not_replayed: str = ""         # why flows met and the fluid estimate stands: ``not run: ...`` (the estimated
+                                   # events against the budget, the memory limit) or ``stopped past N events``
 
     @property
     def replay_events(self) -> int:
@@ -64,16 +65,16 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     if not fast.shared:
         return HybridResult(fast, CLOSED_FORM)
     if budget <= 0:
-        return HybridResult(fast, FLUID, not_replayed="no replay budget")
+        return HybridResult(fast, FLUID, not_replayed="not run: no replay budget")
     estimate = replay_events_estimate(p)
     if estimate > 2 * budget:
-        return HybridResult(fast, FLUID, not_replayed=f"~{_events(estimate)} events > {_events(budget)}")
+        return HybridResult(fast, FLUID, not_replayed=f"not run: ~{_events(estimate)} events > {_events(budget)}")
     try:
         ex = run_exact(p, max_events=budget)
     except ReplayBudgetExceeded:                  # a replay that does not fit: the fluid estimate stands
-        return HybridResult(fast, FLUID, not_replayed=f"events > {_events(budget)}")
+        return HybridResult(fast, FLUID, not_replayed=f"stopped past {_events(budget)} events")
     except MemoryBudgetError:
-        return HybridResult(fast, FLUID, not_replayed="over the memory limit")
+        return HybridResult(fast, FLUID, not_replayed="not run: over the memory limit")
     point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
                                 op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns,
                                 wall_s=fast.wall_s + ex.wall_s)     # the replay is part of its time
