@@ -83,17 +83,17 @@ def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool, prepare
     size, the launch, the evaluator's wall time and the per-phase ends).  A hybrid replay is kept in
     ``prepared`` for the point's exact mode, which is that replay."""
     exact = mode == "exact"
+    not_replayed = ""                 # why a hybrid point whose flows met kept the fluid estimate
     if exact:
         res = prepared.replay if prepared.replay is not None else run_exact(c.program)
     elif method == "hybrid":
         res = run_hybrid(c.program, POINT_BUDGET_EVENTS)
-        prepared.replay = res.replay
+        prepared.replay, not_replayed = res.replay, res.not_replayed
     else:
         res = run_fast(c.program)
     details = {"workload": c.algorithm, "nbytes": c.nbytes, "tile_io": c.tile_io, "n_ops": c.program.n_ops,
                "launch_ns": c.launch_ns, "wall_s": res.wall_s,
-               "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns),
-               "not_replayed": getattr(res, "not_replayed", "")}
+               "phase_ends": phase_ends(c.program, res.op_end_ns, c.launch_ns), "not_replayed": not_replayed}
     return Measurement(collective_row(c, res, exact, bus_bandwidth), res, details)
 
 
