@@ -171,13 +171,25 @@ def test_a_probe_row_says_how_its_point_was_made(ahbm) -> None:
         (case, m, "exact"): "exact" for case in ("ctrl_hot_3", "SAME_CUBE_PE_LOCAL") for m in ("hybrid", "fluid")}
 
 
-def test_a_replay_beyond_the_memory_limit_keeps_the_fluid(ahbm, monkeypatch) -> None:
-    """A replay that would not fit the memory limit is not run: the point keeps the fluid estimate, as one
-    beyond the event budget does (kbfast.measure.hybrid), instead of refusing the whole command."""
+def test_a_replay_beyond_the_memory_limit_falls_back(ahbm, monkeypatch) -> None:
+    """A replay that would not fit the memory limit is not run: the point is the queueing network's, as for one
+    beyond the event budget (kbfast.measure.hybrid), and when the network does not fit either, the fluid
+    estimate's, instead of refusing the whole command."""
+    import kbfast.measure.hybrid as hybrid
+    from kbfast.config.budget import MemoryBudgetError
+
     t, r = ahbm
     c = allreduce(t, r, TREE["size"], TREE["algorithm"], TREE["ranks"])
+    ex = run_exact(c.program).latency_ns(c.launch_ns)[0]
     monkeypatch.delenv("KBFAST_MAX_MEMORY", raising=False)          # the default limit: what the machine has
     monkeypatch.setattr("kbfast.exact.replay.estimate_memory_bytes", lambda p: 1 << 60)   # an exabyte replay
+    res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
+    assert res.method == "network" and res.not_replayed == "not run: over the memory limit"
+    assert abs(res.latency_ns(c.launch_ns)[0] / ex - 1) < 0.02       # the fluid is 6.7 % high here
+
+    def too_big(p, **kw):
+        raise MemoryBudgetError("the queueing network would need about 1 EiB")
+    monkeypatch.setattr(hybrid, "network_schedule", too_big)
     res = run_hybrid(c.program, collective_kind.POINT_BUDGET_EVENTS)
     assert res.method == "fluid" and res.not_replayed == "not run: over the memory limit"
     assert res.latency_ns(c.launch_ns)[0] == run_fast(c.program).latency_ns(c.launch_ns)[0]

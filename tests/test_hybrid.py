@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import run_fast
-from kbfast.measure.hybrid import METHODS, replay_events_estimate, run_hybrid
+from kbfast.fast.evaluate import network_schedule, run_fast
+from kbfast.measure.hybrid import METHODS, NETWORK_EVENT_COST, replay_events_estimate, run_hybrid
 from kbfast.measure.probe_table import probe_frame
 from kbfast.measure.registry import measure_each
 from kbfast.workloads.collectives import allreduce
@@ -49,7 +49,8 @@ def test_congestion_cases_within_target(tables, router, congestion, nbytes):
 
 def test_methods_by_case(tables, router, catalogue_default):
     """Contention-free: the closed form (fast == exact by P1); contended and small: replayed; contended and
-    beyond the budget: the fluid estimate, bit for bit the fast path's."""
+    beyond the replay's budget: the queueing network; with no budget: the fluid estimate, bit for bit the fast
+    path's."""
     iso = run_hybrid(catalogue_default["REMOTE_SIP"].program(tables, router, 16 * KiB))
     assert iso.method == "closed form" and iso.replay_events == 0
     p = catalogue_default["sip_hotspot_pe0"].program(tables, router, 4 * KiB)
@@ -58,20 +59,27 @@ def test_methods_by_case(tables, router, catalogue_default):
     assert fluid.method == "fluid" and fluid.replay_events == 0
     np.testing.assert_array_equal(fluid.op_end_ns, fast.op_end_ns)
     big = run_hybrid(catalogue_default["sip_hotspot_pe0"].program(tables, router, MiB))
-    assert big.method == "fluid"      # about 19 M replay events, over the default budget
+    assert big.method == "fluid"      # about 19 M replay events, 2.4 M network events: over the default budget
+    assert big.not_replayed.startswith("not run: ~")
 
 
-def test_budget_guard_falls_back_to_fluid(tables, router, catalogue_default):
-    """The estimate lets the replay start, the replay runs out of budget: the fluid estimate, no error.  Too
-    large an estimate: no replay at all."""
+def test_budget_guard_falls_back_to_the_network_then_the_fluid(tables, router, catalogue_default):
+    """The estimate lets the replay start, the replay runs out of budget: the queueing network's point, clamped
+    into the bounds, no error.  A budget the network passes too: the fluid estimate."""
     p = catalogue_default["ucie_eastbound_8pe"].program(tables, router, 64 * KiB)
     need = run_exact(p).n_events
     assert replay_events_estimate(p) <= 2 * (need - 1)        # so the replay is tried ...
     short = run_hybrid(p, budget=need - 1)                      # ... and stops at its budget
-    assert short.method == "fluid" and short.replay_events == 0
-    np.testing.assert_array_equal(short.op_end_ns, run_fast(p).op_end_ns)
+    assert short.method == "network" and short.replay_events == 0
+    assert short.not_replayed == f"stopped past {need - 1:,} events"
+    S, events = network_schedule(p)
+    fast = run_fast(p)
+    np.testing.assert_array_equal(short.op_end_ns, np.clip(S.op_end, fast.op_end_lo_ns, fast.op_end_hi_ns))
+    assert events * NETWORK_EVENT_COST < need                   # the network fits the same wait
     assert run_hybrid(p, budget=need).method == "exact replay"
-    assert run_hybrid(p, budget=replay_events_estimate(p) // 2 - 1).method == "fluid"
+    neither = run_hybrid(p, budget=events * NETWORK_EVENT_COST - 1)
+    assert neither.method == "fluid" and neither.replay_events == 0
+    np.testing.assert_array_equal(neither.op_end_ns, fast.op_end_ns)
 
 
 def test_result_copies_and_pickles(tables, router, catalogue_default):

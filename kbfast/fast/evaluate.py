@@ -14,12 +14,14 @@ import numpy as np
 import pandas as pd
 
 from kbfast.config import budget
+from kbfast.errors import KbfastError
 from kbfast.fast.bounds import interference, window_offsets
 from kbfast.fast.causal import causal_interference, fifo_order
 from kbfast.fast.plan import RUN_MAX_FLOWS, Plan, _dma_controller, causal_order, plan_fast
 from kbfast.fast.runs import run_charges
 from kbfast.fast.schedule import LOWER, POINT, UPPER, schedule, scratch
 from kbfast.ir import Op, Program
+from kbfast.sim.agents import new_state
 from kbfast.sim.diagnostics import ReplayDeadlock, blocked_report, check_consumed
 from kbfast.sim.fabric import pc_of
 from kbfast.sim.lowering import Compact, hbm_constants
@@ -100,6 +102,45 @@ def point_schedule(p: Program, plan: Plan | None = None):
     plan = plan or plan_fast(p)
     return _checked(p, _schedule(POINT, np.zeros(p.n_ops), plan.share, plan.head_offsets(p.op_nbytes),
                                 _no_iso(p, plan), *plan.kernel_inputs))[0]
+
+
+class NetworkBudgetExceeded(KbfastError):
+    """The queueing network pushed more events than its budget (:func:`network_schedule`)."""
+
+
+def network_schedule(p: Program, plan: Plan | None = None, max_events: int = 50_000_000):
+    """The point schedule of ``p`` with every flow of a shared resource in the fluid FIFO queueing network
+    (kbfast.fast.network): its state alone (per op ``op_issue``, ``op_end``; per agent ``a_finish``), not clamped
+    into bounds, and the network's event count.  Raises :class:`NetworkBudgetExceeded` past ``max_events``
+    network events, and the memory limit's error (kbfast.config.budget) when its arrays would not fit.
+
+    Its pools (batches, entries, values, the event heap) start at what the measured cases used and grow 4x
+    on overflow, the run starting again: the reruns cost at most a third of the last run."""
+    from kbfast.fast import network as net
+    from kbfast.fast.network_flows import build_flows
+
+    _check_budget(p)
+    plan = plan or plan_fast(p)
+    fabric, hbm, P, routes, sharing = plan.kernel_inputs
+    fl, f_of_op, op_of_f, f_tiso = build_flows(p, plan)
+    K, n_srv = len(fl.k_srv), len(fl.s_kind)
+    grow = 1
+    while True:
+        batches, entries, values = grow * (K + 1024), grow * (2 * K + 4096), grow * (4 * K + 4096)
+        events = grow * (8 * K + 8 * n_srv + 4096)
+        budget.check(f"the queueing network of {p.name} ({len(op_of_f):,} flows on {K:,} servers)",
+                     K * 160 + n_srv * 160 + batches * 40 + entries * 16 + values * 8 + events * 16,
+                     "use a smaller topology, size or workload, or --method fluid")
+        S, W = new_state(P), scratch(P, fabric, hbm, sharing)
+        st = net.new_state(fl, batches, entries, values, events)
+        status = net.run_program(plan.share, np.zeros(p.n_ops), _no_iso(p, plan), fabric, hbm, P, routes, sharing,
+                                 S, W, fl, st, f_of_op, op_of_f, f_tiso, np.int64(max_events))
+        if status == net.DONE:
+            return _checked(p, (S,))[0], int(st.ctr[1])
+        if status == net.OVER_BUDGET or st.ctr[1] >= max_events:
+            raise NetworkBudgetExceeded(f"the queueing network of {p.name} passed its budget of {max_events:,} "
+                                        "events")
+        grow *= 4
 
 
 def finish_bounds(lower_p: Program, upper_p: Program, passes: int = BOUND_PASSES, plan: Plan | None = None):

@@ -12,28 +12,43 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
   kbfast.sim.lowering) is at
   most ``2 x budget`` and the replay finishes within ``budget`` events; the point estimate is the exact
   replay's (per op and per agent), the bounds stay the fast path's;
-* ``fluid``: flows met and the Program is too large to replay within the budget (or its replay would not fit
-  the memory limit, kbfast.config.budget); the fluid estimate stands, and ``not_replayed`` says why
-  (``kbfast run`` prints it as the ``replay`` row).
+* ``network``: flows met and the Program is too large to replay within the budget (or its replay would not fit
+  the memory limit, kbfast.config.budget), and the fluid FIFO queueing network (kbfast.fast.network) finishes
+  within ``budget / NETWORK_EVENT_COST`` of its own events: the point estimate is the network's, clamped into
+  the bounds.  It takes far fewer events than the replay on bulk transfers (a 256-SIP lrab at 96 KiB: 4.3 M
+  against 257 M), and each costs about 6 replay events (docs/fast_path.md §6);
+* ``fluid``: neither fits; the fluid estimate stands.
+
+Under ``network`` and ``fluid``, ``not_replayed`` says why the replay did not run (``kbfast run`` prints it
+as the ``replay`` row).
 
 The bounds are the fast path's in every case, so ``lower <= point <= upper`` holds throughout.  This module
-composes the two evaluators and belongs to neither of them.
+composes the evaluators and belongs to none of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
+
+import numpy as np
 
 from kbfast.config.budget import MemoryBudgetError
 from kbfast.exact import run_exact
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import replay_events_estimate
-from kbfast.fast.evaluate import FastResult, run_fast
+from kbfast.fast.evaluate import FastResult, NetworkBudgetExceeded, network_schedule, run_fast
 from kbfast.ir import Program
-from kbfast.measure.methods import CLOSED_FORM, EXACT, EXACT_REPLAY, FLUID, HYBRID_METHODS
+from kbfast.measure import warmup
+from kbfast.measure.methods import CLOSED_FORM, EXACT, EXACT_REPLAY, FLUID, HYBRID_METHODS, NETWORK
 from kbfast.sim.result import Result
 
 DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.1 s of replay at the measured 17-23 M events/s
+# A queueing-network event costs about this many replay events of wall time (2.1 M against 12.5 M events/s on
+# sip_hotspot_pe0 at 1 MiB, 4.4 M against 29 M on lrab over 256 SIPs at 96 KiB): the network's budget is the
+# replay's over it, so both tiers bound the same wait.
+NETWORK_EVENT_COST = 6
 METHODS = HYBRID_METHODS          # how the point estimate was made (kbfast.measure.methods)
 
 
@@ -44,7 +59,7 @@ class HybridResult:
     fast: FastResult
     method: str
     replay: Result | None = None   # the exact replay (None when none ran): exact mode's result of the Program
-    not_replayed: str = ""         # why flows met and the fluid estimate stands: ``not run: ...`` (the estimated
+    not_replayed: str = ""         # why flows met and no replay made the point: ``not run: ...`` (the estimated
                                    # events against the budget, the memory limit) or ``stopped past N events``
 
     @property
@@ -60,25 +75,51 @@ class HybridResult:
 
 
 def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
-    """Fast path; replay exactly when flows met and the replay fits in ``budget`` events (module docstring)."""
+    """Fast path; replay exactly when flows met and the replay fits in ``budget`` events, else the queueing network
+    when it fits the same wait, else the fluid (module docstring)."""
     fast = run_fast(p)
     if not fast.shared:
         return HybridResult(fast, CLOSED_FORM)
     if budget <= 0:
         return HybridResult(fast, FLUID, not_replayed="not run: no replay budget")
+    ex, not_replayed = _replay(p, budget)
+    if ex is not None:
+        point = _with_point(fast, ex.op_issue_ns, ex.op_begin_ns, ex.op_end_ns, ex.agent_finish_ns, ex.wall_s)
+        return HybridResult(point, EXACT_REPLAY, ex)
+    if not warmup.cached("network"):
+        sys.stderr.write(f"first run: compiling the network kernel once (about {warmup.estimate_s(['network'])} s; "
+                         "it is cached, later runs skip this)\n")
+        sys.stderr.flush()
+    t0 = time.perf_counter()
+    try:
+        S, _ = network_schedule(p, max_events=budget // NETWORK_EVENT_COST)
+    except (NetworkBudgetExceeded, MemoryBudgetError):    # the fluid estimate stands
+        return HybridResult(fast, FLUID, not_replayed=not_replayed)
+    # Both bounds are valid for exact mode, so a point outside them is clamped in (as run_fast does).
+    point = _with_point(fast, S.op_issue, S.op_begin, np.clip(S.op_end, fast.op_end_lo_ns, fast.op_end_hi_ns),
+                        np.clip(S.a_finish, fast.agent_finish_lo_ns, fast.agent_finish_hi_ns),
+                        time.perf_counter() - t0)
+    return HybridResult(point, NETWORK, not_replayed=not_replayed)
+
+
+def _replay(p: Program, budget: int) -> tuple[Result | None, str]:
+    """The exact replay of ``p`` within ``budget`` events, or None and why it did not run or stopped."""
     estimate = replay_events_estimate(p)
     if estimate > 2 * budget:
-        return HybridResult(fast, FLUID, not_replayed=f"not run: ~{_events(estimate)} events > {_events(budget)}")
+        return None, f"not run: ~{_events(estimate)} events > {_events(budget)}"
     try:
-        ex = run_exact(p, max_events=budget)
-    except ReplayBudgetExceeded:                  # a replay that does not fit: the fluid estimate stands
-        return HybridResult(fast, FLUID, not_replayed=f"stopped past {_events(budget)} events")
+        return run_exact(p, max_events=budget), ""
+    except ReplayBudgetExceeded:
+        return None, f"stopped past {_events(budget)} events"
     except MemoryBudgetError:
-        return HybridResult(fast, FLUID, not_replayed="not run: over the memory limit")
-    point = dataclasses.replace(fast, op_issue_ns=ex.op_issue_ns, op_begin_ns=ex.op_begin_ns,
-                                op_end_ns=ex.op_end_ns, agent_finish_ns=ex.agent_finish_ns,
-                                wall_s=fast.wall_s + ex.wall_s)     # the replay is part of its time
-    return HybridResult(point, EXACT_REPLAY, ex)
+        return None, "not run: over the memory limit"
+
+
+def _with_point(fast: FastResult, issue, begin, end, finish, wall_s: float) -> FastResult:
+    """``fast`` with these per-op and per-agent times as its point estimate (its bounds kept), and ``wall_s``
+    more time in the evaluator."""
+    return dataclasses.replace(fast, op_issue_ns=issue, op_begin_ns=begin, op_end_ns=end, agent_finish_ns=finish,
+                               wall_s=fast.wall_s + wall_s)
 
 
 def _events(n: int) -> str:

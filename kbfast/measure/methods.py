@@ -12,7 +12,7 @@ from kbfast.errors import KbfastError, not_one_of
 
 MODES = ("fast", "exact")     # the two evaluators a point is measured on
 
-EXACT, CLOSED_FORM, EXACT_REPLAY, FLUID = "exact", "closed form", "exact replay", "fluid"
+EXACT, CLOSED_FORM, EXACT_REPLAY, NETWORK, FLUID = "exact", "closed form", "exact replay", "network", "fluid"
 MAXPLUS, MAXPLUS_STEADY, MAXPLUS_ESTIMATE = "maxplus", "maxplus_steady", "maxplus_estimate"
 
 # method -> how it makes the figure (docs/fast_path.md, docs/gemm.md, docs/models.md)
@@ -20,6 +20,8 @@ METHODS: dict[str, str] = {
     EXACT: "exact mode: the flit-level replay of the whole Program (kbfast.exact)",
     CLOSED_FORM: "the fast path where no flows met: each transfer's closed form, exact (parity P1)",
     EXACT_REPLAY: "the fast path replayed a small contended Program exactly (its bounds stay the fast path's)",
+    NETWORK: "the fast path's fluid FIFO queueing network of a contended Program too large to replay (its bounds "
+             "stay the fast path's)",
     FLUID: "the fast path's fluid schedule of flows sharing resources, with its bounds",
     MAXPLUS: "a GEMM's tile-pipeline max-plus recurrence, equal to exact mode where no transfers overlap",
     MAXPLUS_STEADY: "a GEMM's recurrence plus its C writes' interference, from exact replays of three short "
@@ -27,13 +29,13 @@ METHODS: dict[str, str] = {
     MAXPLUS_ESTIMATE: "the recurrence alone where the writes meet the reads, without a steady state, above the "
                       "fluid schedule's size: optimistic, a lower bound",
 }
-HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, FLUID)   # what the hybrid fast path may use (kbfast.measure.hybrid)
+HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, NETWORK, FLUID)   # what the hybrid fast path may use (kbfast.measure.hybrid)
 GEMM_FAST_METHODS = (MAXPLUS, MAXPLUS_STEADY, FLUID, MAXPLUS_ESTIMATE)   # a GEMM's fast path (kbfast.measure.gemm.fast_method)
 
 # fast-path choice -> the methods it allows
 FAST_CHOICES: dict[str, str] = {
     "hybrid": "closed form where no flows meet, else an exact replay of the Program when it fits the event "
-              "budget, else fluid",
+              "budget, else the queueing network when it fits that budget, else fluid",
     "fluid": "closed form or fluid: never a replay (quicker, less exact on short contended transfers)",
 }
 

@@ -43,6 +43,8 @@ KERNELS = {
     "runs": ("kbfast.fast.runs", "run_coefficients", 24),   # with run_charges and interference
     # the tight upper bound of run_fast on a Program with IPCQ messages: window offsets and the causal order
     "tight": ("kbfast.fast.causal", "causal_interference", 15),
+    # the hybrid's queueing network, compiled when a contended point first needs it (kbfast.measure.hybrid)
+    "network": ("kbfast.fast.network", "run_program", 32),
 }
 FAST = ("fast", "points")   # the largest group: each compiles the schedule's event loop
 LOOP_S = 27                 # ... which takes this long (kbfast.fast.schedule._run): a group of both compiles it once
@@ -103,7 +105,8 @@ def warm(kernel: str) -> None:
     """Compile ``kernel`` by evaluating a 64-byte PE-to-PE transfer on the default system (``fast`` and
     ``points``: by calling the kernel on the stored inputs of that transfer, see the module notes;
     ``collectives``: by building a 4 KiB all-reduce on ring6, which runs the symbolic check and the route
-    composition; ``pipeline``: one one-tile GEMM recurrence)."""
+    composition; ``pipeline``: one one-tile GEMM recurrence; ``network``: the queueing network of a 4 KiB
+    all-reduce)."""
     if kernel == "points":
         _warm_schedule_loop()
     if kernel in CALL_SITES and _warm_from_inputs(kernel):
@@ -168,6 +171,11 @@ def _warm_by_program(kernel: str) -> None:
     from kbfast.topology.routing import Router
     from kbfast.workloads.collectives import allreduce, pe2pe
 
+    if kernel == "network":
+        from kbfast.fast.evaluate import network_schedule
+        t = build_tables(load_system())
+        network_schedule(allreduce(t, Router(t), 4096).program)
+        return
     if kernel == "collectives":
         t6 = build_tables(load_system("ring6"))
         allreduce(t6, Router(t6), 4096)
