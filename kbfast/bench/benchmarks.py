@@ -237,6 +237,30 @@ def bench_fast_flows() -> list[BenchRow]:
     return rows
 
 
+def bench_network() -> list[BenchRow]:
+    """The queueing network (kbfast.fast.network), the hybrid's point where a replay does not fit: lrab over 256
+    SIPs at 96 KiB (about 257 M replay events, so not replayed), and the tree over every PE of torus6 at 96 KiB
+    beside its exact replay; best of 3, flows built within the time, compilation before it."""
+    from kbfast.fast.evaluate import network_schedule
+    from kbfast.fast.plan import plan_fast
+    from kbfast.workloads.collectives import allreduce
+
+    rows = []
+    for preset, alg, ranks, label in (("whatif_256", "lrab", None, "lrab over 256 SIPs"),
+                                      ("torus6", "tree", "all_pes", "the tree over every PE of torus6")):
+        t = build_tables(load_system(preset))
+        p = allreduce(t, Router(t), 96 * 1024, alg, ranks).program
+        plan = plan_fast(p)
+        events = network_schedule(p, plan)[1]        # JIT warm-up
+        wall = _best_of(lambda: network_schedule(p, plan))
+        detail = f"{events / 1e6:.2f} M network events, {events / wall / 1e6:.1f} M events/s"
+        if alg == "tree":
+            ex = _best_of(lambda: run_exact(p), 1)
+            detail += f"; its exact replay {ex:.2f} s"
+        rows.append(row(f"fast: queueing network, {label}, 96 KiB", wall, "s", None, detail))
+    return rows
+
+
 SEED_SIZES = (8, 32, 64, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 49152)   # n_elem, f16
 
 
@@ -513,6 +537,7 @@ BENCHMARKS: dict[str, Callable[[], list[BenchRow]]] = {
     "simpy": bench_simpy_ratio,
     "flows": bench_fast_flows,
     "allreduce": bench_allreduce,
+    "network": bench_network,
     "sweep": bench_sweep,
     "model": bench_model,
     "model_point": bench_model_point,

@@ -114,8 +114,9 @@ def network_schedule(p: Program, plan: Plan | None = None, max_events: int = 50_
     into bounds, and the network's event count.  Raises :class:`NetworkBudgetExceeded` past ``max_events``
     network events, and the memory limit's error (kbfast.config.budget) when its arrays would not fit.
 
-    Its pools (batches, entries, values, the event heap) start at what the measured cases used and grow 4x
-    on overflow, the run starting again: the reruns cost at most a third of the last run."""
+    Its pools (batches, entries, values, the event heap) start above what the measured all-reduces used (up to
+    8.4 entries and 16 values per place at a server, a value per event at most) and grow 4x on overflow, the
+    run starting again: the reruns cost at most a third of the last run."""
     from kbfast.fast import network as net
     from kbfast.fast.network_flows import build_flows
 
@@ -126,9 +127,11 @@ def network_schedule(p: Program, plan: Plan | None = None, max_events: int = 50_
     K, n_srv = len(fl.k_srv), len(fl.s_kind)
     grow = 1
     while True:
-        batches, entries, values = grow * (K + 1024), grow * (2 * K + 4096), grow * (4 * K + 4096)
+        batches = grow * (K + 1024)
+        entries = grow * (min(10 * K, max_events // 2) + 4096)
+        values = grow * (min(24 * K, max_events) + 4096)     # an event holds at most one value
         events = grow * (8 * K + 8 * n_srv + 4096)
-        budget.check(f"the queueing network of {p.name} ({len(op_of_f):,} flows on {K:,} servers)",
+        budget.check(f"the queueing network of {p.name} ({len(op_of_f):,} flows, {K:,} places at servers)",
                      K * 160 + n_srv * 160 + batches * 40 + entries * 16 + values * 8 + events * 16,
                      "use a smaller topology, size or workload, or --method fluid")
         S, W = new_state(P), scratch(P, fabric, hbm, sharing)

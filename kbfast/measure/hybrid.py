@@ -1,4 +1,5 @@
-"""The hybrid evaluator: the fast path, with a small contended Program replayed exactly.
+"""The hybrid evaluator: the fast path, with a small contended Program replayed exactly and a larger one estimated
+by the queueing network.
 
 The fluid point estimate (docs/fast_path.md §3) is exact where no flows meet (parity P1) and good for
 long transfers, but its errors reach 25 % on short contended transfers, where per-transaction overheads,
@@ -15,7 +16,7 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
 * ``network``: flows met and the Program is too large to replay within the budget (or its replay would not fit
   the memory limit, kbfast.config.budget), and the fluid FIFO queueing network (kbfast.fast.network) finishes
   within ``budget / NETWORK_EVENT_COST`` of its own events: the point estimate is the network's, clamped into
-  the bounds.  It takes far fewer events than the replay on bulk transfers (a 256-SIP lrab at 96 KiB: 4.3 M
+  the bounds.  It takes far fewer events than the replay on bulk transfers (a 256-SIP lrab at 96 KiB: 3.95 M
   against 257 M), and each costs about 6 replay events (docs/fast_path.md §6);
 * ``fluid``: neither fits; the fluid estimate stands.
 
