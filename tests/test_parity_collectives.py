@@ -9,7 +9,8 @@
 * **P2** (contended): multi-SIP lrab on ring_1d / torus_2d / mesh_2d_no_wrap at 2..16 SIPs:
   ``lo <= exact <= hi`` and the point estimate within 2 % of exact (design limit 5 %).  The library's ring, tree,
   hier3 and rs_ag on ring6, torus6, mesh6 and ahbm_2sip at 16 B, 4 KiB and 96 KiB, on both rank sets: the bounds
-  op by op and the point within 5 %; the tree misses it (expected failures, ``LIB_MISSES``).
+  op by op and the point within 5 %; the fluid's tree misses it (expected failures, ``LIB_MISSES``), the queueing
+  network's (the hybrid's point where a replay does not fit) none.
 """
 
 from __future__ import annotations
@@ -297,8 +298,10 @@ def test_upper_bound_on_the_seed_grid(preset: str, n: int, most: float) -> None:
 # 96 KiB on every PE, the first level's messages from SIP 4 to its left children in SIP 2 arrived at 3.7 / 59.8 /
 # 155.9 us (first / median / last) in exact mode and at 50.6 / 148.2 / 148.5 us in the fluid schedule (measured on
 # the 14 mm floor plan with unserialised switch links; the mechanism is the same on today's defaults).  A fluid
-# network of first-in first-out servers (tests/naive_queueing.py) is within 1.2 % of exact on every tree case
-# (tests/test_naive_queueing.py pins one); these marks go when the point estimate is that network.
+# network of first-in first-out servers (kbfast.fast.network) is within 1.2 % of exact on every case of this
+# grid (test_p2_library_allreduce_network), and the hybrid takes its point where a replay does not fit
+# (kbfast.measure.hybrid).  The fluid stays the batched point estimate, which the network would slow 20 to 70
+# times (docs/fast_path.md §6): these marks pin its miss.
 LIB_PRESETS = ("ring6", "torus6", "mesh6", "ahbm_2sip")
 SIX_SIPS = ("ring6", "torus6", "mesh6")
 LIB_SIZES = (16, 4 * KiB, 96 * KiB)
