@@ -130,9 +130,9 @@ def network_schedule(p: Program, plan: Plan | None = None, max_events: int = 50_
         batches = grow * (K + 1024)
         entries = grow * (min(10 * K, max_events // 2) + 4096)
         values = grow * (min(24 * K, max_events) + 4096)     # an event holds at most one value
-        events = grow * (8 * K + 8 * n_srv + 4096)
+        events = grow * (K + n_srv + 4096)       # pending at once: at most 0.04 per place in the measured cases
         budget.check(f"the queueing network of {p.name} ({len(op_of_f):,} flows, {K:,} places at servers)",
-                     K * 160 + n_srv * 160 + batches * 40 + entries * 16 + values * 8 + events * 16,
+                     K * 160 + n_srv * 160 + batches * 40 + entries * 16 + values * 8 + events * 80,
                      "use a smaller topology, size or workload, or --method fluid")
         S, W = new_state(P), scratch(P, fabric, hbm, sharing)
         st = net.new_state(fl, batches, entries, values, events)

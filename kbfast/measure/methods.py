@@ -36,7 +36,8 @@ GEMM_FAST_METHODS = (MAXPLUS, MAXPLUS_STEADY, FLUID, MAXPLUS_ESTIMATE)   # a GEM
 FAST_CHOICES: dict[str, str] = {
     "hybrid": "closed form where no flows meet, else an exact replay of the Program when it fits the event "
               "budget, else the queueing network when it fits that budget, else fluid",
-    "fluid": "closed form or fluid: never a replay (quicker, less exact on short contended transfers)",
+    "fluid": "closed form or fluid: never a replay or the queueing network (quicker, less exact where flows "
+             "meet)",
 }
 
 
