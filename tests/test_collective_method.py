@@ -54,6 +54,24 @@ def test_hybrid_replays_a_contended_point_exactly_and_keeps_the_bounds(ahbm) -> 
     assert measure(t, r, point(**TREE, method="hybrid"), "exact").row["method"] == "exact"
 
 
+def test_the_network_choice_is_within_2_percent_where_the_fluid_is_not(ahbm) -> None:
+    """``method: network``: the queueing network's point (never a replay), in the fast path's bounds; its
+    sensitivities compare fluid variants with a fluid base, measured again, as a replayed point's do."""
+    t, r = ahbm
+    c = allreduce(t, r, TREE["size"], TREE["algorithm"], TREE["ranks"])
+    exact = run_exact(c.program).latency_ns(c.launch_ns)[0]
+    got = measure(t, r, point(**TREE, method="network"), "fast")
+    fl = measure(t, r, point(**TREE, method="fluid"), "fast").row
+    assert got.row["method"] == "network" and got.details["not_replayed"] == ""
+    assert abs(got.row["latency_ns"] / exact - 1) < 0.02 < fl["latency_ns"] / exact - 1
+    assert (got.row["latency_lo_ns"], got.row["latency_hi_ns"]) == (fl["latency_lo_ns"], fl["latency_hi_ns"])
+    args = ["run", "collective", "--algorithm", "tree", "--ranks", "all_pes", "--size", "4KiB", "--topology",
+            "ahbm_2sip", "--sensitivity", "--format", "json"]
+    row = json.loads(CliRunner().invoke(app, [*args, "--method", "network"], catch_exceptions=False).stdout)
+    assert row["method"] == "network" and "replay" not in row
+    assert row["sensitivity_base_ns"] == pytest.approx(fl["latency_ns"], rel=1e-9)     # as JSON rounds it
+
+
 def test_a_point_above_the_budget_keeps_the_fluid(ahbm, monkeypatch) -> None:
     t, r = ahbm
     monkeypatch.setattr(collective_kind, "POINT_BUDGET_EVENTS", 1_000)    # the tree's replay: 429,261 events
@@ -97,11 +115,11 @@ def test_a_sweep_batch_says_how_each_point_was_made(ahbm) -> None:
     assert {b["method"] for b in batch} <= {"fluid", "closed form"}
 
 
-@pytest.mark.parametrize("method", ["fluid", "hybrid"])
+@pytest.mark.parametrize("method", ["fluid", "hybrid", "network"])
 def test_a_hybrid_all_reduce_sweep_measures_each_point_on_its_own(method: str) -> None:
-    """Fluid all-reduce points that differ only in the IPCQ tier share one batched call; hybrid ones are not
-    batched (the batched kernel is the fluid schedule): each is measured alone, on its own system, exactly as
-    the registry measures it."""
+    """Fluid all-reduce points that differ only in the IPCQ tier share one batched call; hybrid and network ones
+    are not batched (the batched kernel is the fluid schedule): each is measured alone, on its own system, exactly
+    as the registry measures it."""
     spec = parse_spec({"topology": "ahbm_2sip", "workload": {"kind": "allreduce", **TREE, "method": method},
                        "axes": [{"grid": {"ipcq.buffer_kind": ["tcm", "hbm"]}}]}, "s.yaml")
     points = spec.points()
@@ -109,11 +127,12 @@ def test_a_hybrid_all_reduce_sweep_measures_each_point_on_its_own(method: str) -
     assert len(batches) == (1 if method == "fluid" else 2)
     df = pd.concat([evaluate_batch(b).rows for b in batches]).sort_values("point", ignore_index=True)
     assert df["error"].isna().all(), df["error"].tolist()
-    if method == "hybrid":
+    if method != "fluid":
         for kind, row in zip(("tcm", "hbm"), df.itertuples()):
             t = build_tables(load_system("ahbm_2sip", overrides={"ipcq.buffer_kind": kind}))
-            own = measure(t, Router(t), point(**TREE, method="hybrid"), "fast").row
-            assert (row.method, row.latency_ns) == ("exact replay", own["latency_ns"])
+            own = measure(t, Router(t), point(**TREE, method=method), "fast").row
+            made = "exact replay" if method == "hybrid" else "network"
+            assert (row.method, row.latency_ns) == (made, own["latency_ns"])
         assert df.loc[0, "latency_ns"] != df.loc[1, "latency_ns"]       # the tiers differ
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import network_schedule, run_fast
-from kbfast.measure.hybrid import METHODS, NETWORK_EVENT_COST, replay_events_estimate, run_hybrid
+from kbfast.measure.hybrid import METHODS, NETWORK_EVENT_COST, replay_events_estimate, run_hybrid, run_network
 from kbfast.measure.probe_table import probe_frame
 from kbfast.measure.registry import measure_each
 from kbfast.workloads.collectives import allreduce
@@ -80,6 +80,20 @@ def test_budget_guard_falls_back_to_the_network_then_the_fluid(tables, router, c
     neither = run_hybrid(p, budget=events * NETWORK_EVENT_COST - 1)
     assert neither.method == "fluid" and neither.replay_events == 0
     np.testing.assert_array_equal(neither.op_end_ns, fast.op_end_ns)
+
+
+def test_the_network_choice_never_replays(tables, router, catalogue_default):
+    """``run_network``: closed form where no flows met; else the network's point clamped into the fast path's
+    bounds, no replay; past its budget the fluid's, and the reason says so."""
+    assert run_network(catalogue_default["REMOTE_SIP"].program(tables, router, 16 * KiB)).method == "closed form"
+    p = catalogue_default["sip_hotspot_pe0"].program(tables, router, 4 * KiB)
+    got, fast = run_network(p), run_fast(p)
+    S, events = network_schedule(p)
+    assert got.method == "network" and got.replay_events == 0 and got.not_replayed == ""
+    np.testing.assert_array_equal(got.op_end_ns, np.clip(S.op_end, fast.op_end_lo_ns, fast.op_end_hi_ns))
+    over = run_network(p, max_events=events // 2)
+    assert over.method == "fluid" and over.not_replayed == f"network: past {events // 2:,} events"
+    np.testing.assert_array_equal(over.op_end_ns, fast.op_end_ns)
 
 
 def test_result_copies_and_pickles(tables, router, catalogue_default):

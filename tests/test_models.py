@@ -192,9 +192,10 @@ FLUID_GAPS: dict[tuple[str, int], float] = {}
 
 
 def _parity(t, router, piece):
-    """The fast path within 5 % of exact mode, its bounds around exact, with either method: ``hybrid`` (the
-    stand-in replayed exactly when it fits, the default) and ``fluid`` (the stand-in scheduled: what a point
-    too large for the replay gets; FLUID_GAPS pins its known gaps).  Returns the hybrid and the exact result."""
+    """The fast path within 5 % of exact mode, its bounds around exact, with every method: ``hybrid`` (the
+    stand-in replayed exactly when it fits, the default), ``network`` (the stand-in in the queueing network) and
+    ``fluid`` (the stand-in scheduled: what a point too large for the replay gets; FLUID_GAPS pins its known
+    gaps).  Returns the hybrid and the exact result."""
     exact = evaluate_piece(t, router, piece, "exact")
     for method in FAST_CHOICES:
         fast = evaluate_piece(t, router, piece, "fast", method=method)

@@ -37,7 +37,7 @@ FastMethod = Enum("FastMethod", {c: c for c in FAST_CHOICES}, type=str)   # --me
 
 
 # The fast path's method per row (kbfast.measure.hybrid), short enough for the table.
-METHOD_SHORT = {"closed form": "closed", "exact replay": "replay", "fluid": "fluid"}
+METHOD_SHORT = {"closed form": "closed", "exact replay": "replay", "network": "network", "fluid": "fluid"}
 # The breakdown categories (kbfast.measure.metrics.BREAKDOWN) by their short headers, and what each holds.
 BREAKDOWN_SHORT = {"pe_setup": "setup", "noc_mesh": "mesh", "ucie": "ucie", "fabric": "fabric",
                    "wire_transfer": "wire", "hbm_ctrl": "hbm", "contention": "rest"}
@@ -85,8 +85,8 @@ def _print_tables(df: pd.DataFrame, exact: bool, compare: bool) -> None:
         unit = _unit(df, bounds)
         table = narrow_table(with_unit("fast path bounds", unit and f"({unit})") + f" and method{per}", "case",
                              *size_col, "latency\nlo", "latency\nhi", "makespan\nlo", "makespan\nhi", "method",
-                             caption="method: closed = closed form, replay = exact replay, fluid = fluid estimate "
-                                     "(docs/fast_path.md)")
+                             caption="method: closed = closed form, replay = exact replay, network = queueing "
+                                     "network, fluid = fluid estimate (docs/fast_path.md)")
         for _, r in df[df["makespan_lo_ns"].notna()].iterrows():
             table.add_row(r["case"], *size_of(r), *(in_unit(r[c], unit) for c in bounds),
                           METHOD_SHORT.get(r.get("method"), "-"))
@@ -155,7 +155,8 @@ def probe(
     exact: Annotated[bool, typer.Option("--exact", help="Use the exact flit-level replay (default: fast path).")] = False,
     compare: Annotated[bool, typer.Option("--compare", help="Fast path plus exact replay, with the error.")] = False,
     method: Annotated[FastMethod, typer.Option(
-        "--method", help="Fast path: hybrid (replay a small contended case exactly) or fluid (never replay).")
+        "--method", help="Fast path: hybrid (replay a small contended case exactly, else the queueing network when "
+                         "it fits), network (the queueing network, never a replay) or fluid (neither).")
     ] = FastMethod.hybrid,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
     topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML.")] = None,

@@ -23,7 +23,7 @@ from kbfast.report.explain import print_bound, print_critical_path, print_resour
 from kbfast.report.tables import fit, narrow_table
 from kbfast.report.formats import csv_text, figures, to_json
 from kbfast.report.heatmap import plot_link_heatmap
-from kbfast.measure.methods import EXACT_REPLAY
+from kbfast.measure.methods import EXACT_REPLAY, NETWORK
 from kbfast.measure.rows import rel_error, tightness
 from kbfast.topology.builder import build_tables
 from kbfast.topology.routing import Router
@@ -56,9 +56,11 @@ SensitivityOpt = Annotated[bool, typer.Option("--sensitivity", help="Also the la
                                                                    "faster, alone, on the fast path "
                                                                    "(docs/bottlenecks.md).")]
 MethodOpt = Annotated[str, typer.Option(help="The fast path's point: hybrid (replayed exactly where flows meet and the "
-                                             "replay fits its event budget, the default) or fluid (the fluid "
-                                             "schedule, as sweeps use; quicker, less exact). The method row says "
-                                             "how the point was made: closed form, exact replay or fluid.")]
+                                             "replay fits its event budget, else the queueing network when it fits "
+                                             "the same wait; the default), network (the queueing network, never a "
+                                             "replay) or fluid (the fluid schedule, as sweeps use; quicker, less "
+                                             "exact). The method row says how the point was made: closed form, "
+                                             "exact replay, network or fluid.")]
 HeatOpt = Annotated[Path | None, typer.Option("--heatmap", help="Draw link utilisation on the cube mesh of the "
                                                                  "busiest SIP to FILE.png.")]
 
@@ -107,7 +109,7 @@ def evaluate(t, workload: dict, exact: bool, compare: bool,
     row["mode"] = mode
     if not exact:                                 # how the fast path made the point (kbfast.measure.methods)
         row["method"] = m["method"]
-    if d["not_replayed"]:                         # the hybrid kept the fluid estimate: why
+    if d["not_replayed"]:                         # why no replay made the point
         row["replay"] = d["not_replayed"]
     row["n_ops"] = d["n_ops"]
     if trace is not None and refused is None:     # the exact replay measured (or the hybrid's), else one now
@@ -215,11 +217,11 @@ TileIoOpt = Annotated[bool, typer.Option("--tile-io/--no-tile-io", help=(
 def _sensitivity(spec, w: dict, row: dict) -> None:
     """Add the point's sensitivities to ``row`` (kbfast.measure.sensitivity), against its fast-path latency
     as ``sensitivity_base_ns``.  A collective's are timed on the fluid schedule whatever its ``--method``, so
-    that no variant is replayed while another is not; its base is measured again where the point was replayed
-    (or under --exact)."""
+    that no variant is replayed while another is not; its base is measured again where the point was replayed or
+    made by the queueing network (or under --exact)."""
     if "method" in w:
         w = {**w, "method": "fluid"}
-    same = row["mode"] == "fast" and row.get("method") != EXACT_REPLAY
+    same = row["mode"] == "fast" and row.get("method") not in (EXACT_REPLAY, NETWORK)
     base, rows = sensitivity(spec, w, row["latency_ns"] if same else None)
     row["sensitivity_base_ns"], row["sensitivity"] = base, rows
 
@@ -420,7 +422,8 @@ def run_model(
                                                     "evaluated once).")] = None,
     layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
     method: Annotated[str, typer.Option(help="The fast path's point: hybrid (the stand-in replayed exactly when it "
-                                             "fits, the default) or fluid (scheduled; quicker, less exact).")] = "hybrid",
+                                             "fits, the default), network (the stand-in in the queueing network) or "
+                                             "fluid (scheduled; quicker, less exact).")] = "hybrid",
     collective: Annotated[str | None, typer.Option(
         help="The all-reduce algorithm: auto (the fastest for each message, timed on the fast path), lrab (the "
              "reference's), ring_pipe or hier2d. Default: the model file's (auto; tp_mlp: lrab).")] = None,

@@ -58,7 +58,8 @@ def search_command(
     sequence_parallel: Annotated[str, typer.Option("--sequence-parallel", help="both, off or on.")] = "both",
     knob: Annotated[list[str] | None, typer.Option(help="A hardware knob to search: KEY=V1,V2 (any --set key; "
                                                         "repeatable).")] = None,
-    method: Annotated[str, typer.Option(help="The fast path's point: hybrid or fluid.")] = "hybrid",
+    method: Annotated[str, typer.Option(help="The fast path's point: hybrid, network or fluid "
+                                             "(kbfast run model --help).")] = "hybrid",
     exhaustive: Annotated[bool, typer.Option(help="Time every candidate: none is left untimed because its lower "
                                                   "bound is beaten (the same front and best, slower).")] = False,
     jobs: Annotated[int, typer.Option(help="Worker processes (as kbfast sweep).")] = 1,

@@ -47,7 +47,8 @@ def serve_command(
     collective: Annotated[str | None, typer.Option(help="The all-reduce algorithm (default: the model file's, "
                                                         "auto).")] = None,
     overlap: Annotated[str | None, typer.Option(help="prefetch (the default) or none.")] = None,
-    method: Annotated[str, typer.Option(help="The fast path's point: hybrid or fluid.")] = "hybrid",
+    method: Annotated[str, typer.Option(help="The fast path's point: hybrid, network or fluid "
+                                             "(kbfast run model --help).")] = "hybrid",
     exact: Annotated[bool, typer.Option("--exact", help="Every distinct step exactly (small models), no "
                                                        "interpolation.")] = False,
     plot_to: Annotated[Path | None, typer.Option("--plot", help="Draw KV occupancy, batch and latencies over "

@@ -44,32 +44,44 @@ EMPTY = 1e-9
 Flows = namedtuple("Flows", ["f_ptr", "f_nchain", "f_n", "f_d0", "f_taken_after", "k_srv", "k_npb", "k_delay",
                              "k_saf", "k_need", "k_flow", "s_kind", "s_ovh"])
 
+# The network's state.  Per place k (a flow at a server): arrival rate in_rate, departure rate dep, bytes out
+# cum, bytes held at a router acc (held: -1 not yet arrived, 0 passing, 1 held), recompute stamp and the new
+# departure rate newdep, and its links in three per-server lists (arrivals in_*, departures d_*, a router's
+# flows r_*).  Per server s: the lists' heads and tails, its clock s_t, whether its tail batch is open, its
+# head and tail batches s_bh / s_bt, version s_ver (of its scheduled depletion or decode), whether its arrivals
+# changed this instant, a router's busy-until s_busy, and the instant's dirty list.  Pools: batches b_* (bytes,
+# next, entries [b_e0, b_e1), drain rate b_mu; free stack b_free), entries e_slot / e_val (place, fraction)
+# and event values v_val.  ctr: 0 heap size, 1 events pushed, 2 entries used, 3 values used, 4 free batches,
+# 5 dirty servers, 6 flows done this instant, 7 recompute stamp, 8 overflow.  Per flow: done_f / done_t (the
+# instant's finished flows), PC streams left f_pc_left, and when its read channel frees f_taken.
 State = namedtuple("State", [
     "in_rate", "dep", "cum", "acc", "held", "stamp", "newdep",
     "in_next", "in_prev", "in_on", "d_next", "d_prev", "d_on", "r_next", "r_prev", "r_on",
-    "s_in_head", "s_d_head", "s_r_head", "s_in_tail", "s_d_tail", "s_r_tail", "s_t", "s_open", "s_bh", "s_bt", "s_ver", "s_changed", "s_busy",
-    "s_dirty", "dirty",
+    "s_in_head", "s_d_head", "s_r_head", "s_in_tail", "s_d_tail", "s_r_tail", "s_t", "s_open", "s_bh", "s_bt",
+    "s_ver", "s_changed", "s_busy", "s_dirty", "dirty",
     "b_amt", "b_next", "b_e0", "b_e1", "b_mu", "b_free",
-    "e_slot", "e_val", "v_val", "ctr",       # ctr: 0 size, 1 seq, 2 e_top, 3 v_top, 4 b_free_top, 5 n_dirty,
-    "done_f", "done_t", "f_pc_left", "f_taken", "heap"])   # 6 n_done, 7 stamp, 8 overflow
+    "e_slot", "e_val", "v_val", "ctr",
+    "done_f", "done_t", "f_pc_left", "f_taken", "heap"])
 
 
 def new_state(fl: Flows, batches: int, entries: int, values: int, events: int) -> State:
+    """A fresh :class:`State` of ``fl``'s places and servers, with pools of these sizes and an event heap of
+    ``events`` pending events."""
     K, S, F = len(fl.k_srv), len(fl.s_kind), len(fl.f_n)
-    z = lambda n, t=np.float64: np.zeros(n, t)
-    m1 = lambda n: np.full(n, -1, np.int64)
+    z = lambda n, t=np.float64: np.zeros(n, t)      # noqa: E731
+    m1 = lambda n: np.full(n, -1, np.int64)        # noqa: E731
     st = State(
         in_rate=z(K), dep=z(K), cum=z(K), acc=z(K), held=np.full(K, -1, np.int8), stamp=z(K, np.int64),
         newdep=z(K), in_next=m1(K), in_prev=m1(K), in_on=z(K, np.bool_), d_next=m1(K), d_prev=m1(K),
         d_on=z(K, np.bool_), r_next=m1(K), r_prev=m1(K), r_on=z(K, np.bool_),
-        s_in_head=m1(S), s_d_head=m1(S), s_r_head=m1(S), s_in_tail=m1(S), s_d_tail=m1(S), s_r_tail=m1(S), s_t=z(S), s_open=z(S, np.bool_), s_bh=m1(S), s_bt=m1(S),
+        s_in_head=m1(S), s_d_head=m1(S), s_r_head=m1(S), s_in_tail=m1(S), s_d_tail=m1(S), s_r_tail=m1(S),
+        s_t=z(S), s_open=z(S, np.bool_), s_bh=m1(S), s_bt=m1(S),
         s_ver=z(S, np.int64), s_changed=z(S, np.bool_), s_busy=np.full(S, -np.inf), s_dirty=z(S, np.bool_),
         dirty=z(S, np.int64),
         b_amt=z(batches), b_next=m1(batches), b_e0=z(batches, np.int64), b_e1=z(batches, np.int64), b_mu=z(batches),
         b_free=np.arange(batches - 1, -1, -1, dtype=np.int64),
         e_slot=z(entries, np.int64), e_val=z(entries), v_val=z(values), ctr=z(9, np.int64),
-        done_f=z(F, np.int64), done_t=z(F), f_pc_left=np.array([fl.f_ptr[f + 1] - fl.f_ptr[f] - fl.f_nchain[f]
-                                                               for f in range(F)], np.int64),
+        done_f=z(F, np.int64), done_t=z(F), f_pc_left=(np.diff(fl.f_ptr) - fl.f_nchain).astype(np.int64),
         f_taken=np.full(F, np.nan), heap=heap_new(events))
     st.ctr[4] = batches
     return st
@@ -91,6 +103,7 @@ def _ev(st, t, kind, a, idx):
 
 @njit(cache=True, _nrt=False)
 def _val(st, x):
+    """Store ``x`` in the value pool; its index (0 and ``ctr[8]`` set when the pool is full)."""
     i = st.ctr[3]
     if i >= len(st.v_val):
         st.ctr[8] = 1
@@ -117,6 +130,7 @@ def _list_add(head, tail, nxt, prv, on, s, k):
 
 @njit(cache=True, _nrt=False)
 def _list_del(head, tail, nxt, prv, on, s, k):
+    """Remove ``k`` from server ``s``'s list, if it is on it."""
     if not on[k]:
         return
     on[k] = False
@@ -132,6 +146,7 @@ def _list_del(head, tail, nxt, prv, on, s, k):
 
 @njit(cache=True, _nrt=False)
 def _in_sum(st, s):
+    """The sum of the arrival rates at server ``s``, B/ns."""
     tot = 0.0
     k = st.s_in_head[s]
     while k >= 0:
@@ -210,6 +225,7 @@ def _pop_tail(st, s):
 
 @njit(cache=True, _nrt=False)
 def _pop_head(st, s):
+    """Drop the head batch of ``s`` (drained), back to the free stack."""
     b = st.s_bh[s]
     st.s_bh[s] = st.b_next[b]
     if st.s_bh[s] < 0:
@@ -221,6 +237,8 @@ def _pop_head(st, s):
 # -- FIFO servers ----------------------------------------------------------------------------------------------
 @njit(cache=True, _nrt=False)
 def _advance(fl, st, s, now):
+    """Bring FIFO server ``s`` to ``now``: its head batch drains ``mu x dt`` bytes, the open tail batch
+    gains the arrivals' ``sum(in_rate) x dt``, and each departing place's bytes out grow by ``dep x dt``."""
     dt = now - st.s_t[s]
     if dt > 0:
         bh = st.s_bh[s]
@@ -239,6 +257,8 @@ def _advance(fl, st, s, now):
 
 @njit(cache=True, _nrt=False)
 def _new_tail(fl, st, s):
+    """Close the open tail batch of ``s`` (dropped when empty) and open a new one of the current
+    arrivals' composition, when there are arrivals."""
     if st.s_bh[s] < 0:
         return
     has_in = st.s_in_head[s] >= 0
@@ -259,6 +279,11 @@ def _new_tail(fl, st, s):
 
 @njit(cache=True, _nrt=False)
 def _recompute(fl, st, s, now):
+    """After the events of ``now``: drop drained head batches; if nothing is queued and the arrivals'
+    load ``sum(in_rate x ns_per_byte)`` is at most 1, they pass through at their rates, else a batch opens.  The
+    head batch's places depart at ``mu x fraction``; its depletion (``amount / mu``, or ``amount / (mu - sum
+    in_rate)`` for the open one) is scheduled.  Departures that stop are sent on first, then new and changed
+    ones, in the new order."""
     while st.s_bh[s] >= 0 and st.b_amt[st.s_bh[s]] <= EMPTY * 1e3 and not (
             st.s_bh[s] == st.s_bt[s] and st.s_open[s]):
         _pop_head(st, s)
@@ -327,6 +352,7 @@ def _recompute(fl, st, s, now):
 
 @njit(cache=True, _nrt=False)
 def _set_dep(fl, st, s, k, now):
+    """Put place ``k`` on ``s``'s departure list and send its new departure rate on when it changed."""
     _list_add(st.s_d_head, st.s_d_tail, st.d_next, st.d_prev, st.d_on, s, k)
     if st.dep[k] != st.newdep[k]:
         st.dep[k] = st.newdep[k]
@@ -336,6 +362,7 @@ def _set_dep(fl, st, s, k, now):
 # -- routers ---------------------------------------------------------------------------------------------------
 @njit(cache=True, _nrt=False)
 def _r_advance(st, s, now):
+    """Bring router ``s`` to ``now``: each place's arrivals ``in_rate x dt`` are held (``acc``) or pass (``cum``)."""
     dt = now - st.s_t[s]
     if dt > 0:
         k = st.s_r_head[s]
@@ -350,6 +377,10 @@ def _r_advance(st, s, now):
 
 @njit(cache=True, _nrt=False)
 def _router_in(fl, st, s, kind, k, value, now):
+    """A rate change or burst of place ``k`` at router ``s``.  A train's head (its first arrival)
+    queues a decode of ``overhead_ns`` after the worker's others (``s_busy``); bytes that arrive while the worker
+    decodes are held.  The held bytes of the decode under way go out at its end (a PART event), those of later
+    heads when the worker is free (DECODED)."""
     _r_advance(st, s, now)
     if st.held[k] == -1:
         st.held[k] = 0
@@ -410,6 +441,8 @@ def _router_in(fl, st, s, kind, k, value, now):
 
 @njit(cache=True, _nrt=False)
 def _router_free(fl, st, s, ver, now):
+    """The worker of router ``s`` has decoded every head queued (version ``ver``): the held bytes go out
+    as bursts and their flows' rates resume."""
     if ver != (st.s_ver[s] & 0xFFFFFFFF):
         return
     _r_advance(st, s, now)
@@ -430,6 +463,8 @@ def _router_free(fl, st, s, ver, now):
 
 @njit(cache=True, _nrt=False)
 def _router_part(fl, st, s, e0, now):
+    """The decode under way when more heads arrived has ended: the bytes held until then (entries at
+    ``e0``: count, then place and bytes) go out."""
     _r_advance(st, s, now)
     m = st.e_slot[e0]
     for i in range(e0 + 1, e0 + 1 + m):
@@ -441,6 +476,10 @@ def _router_part(fl, st, s, e0, now):
 # -- between servers -------------------------------------------------------------------------------------------
 @njit(cache=True, _nrt=False)
 def _out(fl, st, k, kind, value, now):
+    """Place ``k``'s departure changed (a RATE or a BURST of ``value``): pass it to the flow's next server
+    after the head delay ``k_delay``, fan it out to the PC streams (each its share ``k_need[q] / n``), or, at a
+    store-and-forward node, send the whole train once it has all left.  A flow whose last byte has left its
+    last server (or every PC stream) is done; a read's channel frees ``f_taken_after`` later."""
     f = fl.k_flow[k]
     j = k - fl.f_ptr[f]
     nchain = fl.f_nchain[f]
@@ -477,6 +516,7 @@ def _out(fl, st, k, kind, value, now):
 
 @njit(cache=True, _nrt=False)
 def _done(st, f, now):
+    """Flow ``f`` is done at ``now`` (collected by the caller after the instant)."""
     i = st.ctr[6]
     st.done_f[i] = f
     st.done_t[i] = now
@@ -486,6 +526,7 @@ def _done(st, f, now):
 # -- the loop --------------------------------------------------------------------------------------------------
 @njit(cache=True, _nrt=False)
 def inject(fl, st, f, now):
+    """Flow ``f`` starts at ``now``: its whole train reaches its first server ``f_d0`` later."""
     _ev(st, now + fl.f_d0[f], BURST, fl.f_ptr[f], _val(st, fl.f_n[f]))
 
 

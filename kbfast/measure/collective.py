@@ -22,7 +22,7 @@ from kbfast.ir import BUFFER_KINDS
 from kbfast.measure.bottleneck import (bottleneck, bottleneck_fields, bound_fields, busy_ns, critical_fields,
                                        critical_path_by_category, link_load_arrays, node_load_arrays,
                                        scaled_bottlenecks)
-from kbfast.measure.hybrid import method_of, run_hybrid
+from kbfast.measure.hybrid import method_of, run_hybrid, run_network
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.measure.methods import CLOSED_FORM, FLUID, check_method
 from kbfast.measure.metrics import phase_ends
@@ -83,12 +83,15 @@ def _measure(c: Collective, mode: str, method: str, bus_bandwidth: bool, prepare
     size, the launch, the evaluator's wall time and the per-phase ends).  A hybrid replay is kept in
     ``prepared`` for the point's exact mode, which is that replay."""
     exact = mode == "exact"
-    not_replayed = ""                 # why a hybrid point whose flows met kept the fluid estimate
+    not_replayed = ""                 # why no replay made a point whose flows met (kbfast.measure.hybrid)
     if exact:
         res = prepared.replay if prepared.replay is not None else run_exact(c.program)
     elif method == "hybrid":
         res = run_hybrid(c.program, POINT_BUDGET_EVENTS)
         prepared.replay, not_replayed = res.replay, res.not_replayed
+    elif method == "network":
+        res = run_network(c.program)
+        not_replayed = res.not_replayed
     else:
         res = run_fast(c.program)
     details = {"workload": c.algorithm, "nbytes": c.nbytes, "tile_io": c.tile_io, "n_ops": c.program.n_ops,

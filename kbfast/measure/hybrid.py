@@ -20,6 +20,9 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
   against 257 M), and each costs about 6 replay events (docs/fast_path.md §6);
 * ``fluid``: neither fits; the fluid estimate stands.
 
+``run_network`` is the fast-path choice ``network``: closed form, else the network within ``NETWORK_MAX_EVENTS``
+(never a replay), else the fluid.
+
 Under ``network`` and ``fluid``, ``not_replayed`` says why the replay did not run (``kbfast run`` prints it
 as the ``replay`` row).
 
@@ -50,6 +53,7 @@ DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.1 s of replay at the measured 17
 # sip_hotspot_pe0 at 1 MiB, 4.4 M against 29 M on lrab over 256 SIPs at 96 KiB): the network's budget is the
 # replay's over it, so both tiers bound the same wait.
 NETWORK_EVENT_COST = 6
+NETWORK_MAX_EVENTS = 50_000_000    # the choice ``network``'s budget: about 10 s at 5 M network events/s
 METHODS = HYBRID_METHODS          # how the point estimate was made (kbfast.measure.methods)
 
 
@@ -87,15 +91,33 @@ def run_hybrid(p: Program, budget: int = DEFAULT_BUDGET_EVENTS) -> HybridResult:
     if ex is not None:
         point = _with_point(fast, ex.op_issue_ns, ex.op_begin_ns, ex.op_end_ns, ex.agent_finish_ns, ex.wall_s)
         return HybridResult(point, EXACT_REPLAY, ex)
+    return _network_or_fluid(p, fast, budget // NETWORK_EVENT_COST, not_replayed)
+
+
+def run_network(p: Program, max_events: int = NETWORK_MAX_EVENTS) -> HybridResult:
+    """The fast-path choice ``network``: closed form where no flows met, else the queueing network within
+    ``max_events`` of its events (never a replay), else the fluid."""
+    fast = run_fast(p)
+    if not fast.shared:
+        return HybridResult(fast, CLOSED_FORM)
+    return _network_or_fluid(p, fast, max_events, "")
+
+
+def _network_or_fluid(p: Program, fast: FastResult, max_events: int, not_replayed: str) -> HybridResult:
+    """``fast`` with the queueing network's point clamped into its bounds, when the network finishes within
+    ``max_events`` events and fits the memory limit; else ``fast`` as it is, the fluid's.  ``not_replayed``: why
+    no replay made the point (for the network's failure, when it is empty, the network's own reason)."""
     if not warmup.cached("network"):
         sys.stderr.write(f"first run: compiling the network kernel once (about {warmup.estimate_s(['network'])} s; "
                          "it is cached, later runs skip this)\n")
         sys.stderr.flush()
     t0 = time.perf_counter()
     try:
-        S, _ = network_schedule(p, max_events=budget // NETWORK_EVENT_COST)
-    except (NetworkBudgetExceeded, MemoryBudgetError):    # the fluid estimate stands
-        return HybridResult(fast, FLUID, not_replayed=not_replayed)
+        S, _ = network_schedule(p, max_events=max_events)
+    except NetworkBudgetExceeded:
+        return HybridResult(fast, FLUID, not_replayed=not_replayed or f"network: past {_events(max_events)} events")
+    except MemoryBudgetError:
+        return HybridResult(fast, FLUID, not_replayed=not_replayed or "network: over the memory limit")
     # Both bounds are valid for exact mode, so a point outside them is clamped in (as run_fast does).
     point = _with_point(fast, S.op_issue, S.op_begin, np.clip(S.op_end, fast.op_end_lo_ns, fast.op_end_hi_ns),
                         np.clip(S.a_finish, fast.agent_finish_lo_ns, fast.agent_finish_hi_ns),

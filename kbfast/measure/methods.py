@@ -29,13 +29,16 @@ METHODS: dict[str, str] = {
     MAXPLUS_ESTIMATE: "the recurrence alone where the writes meet the reads, without a steady state, above the "
                       "fluid schedule's size: optimistic, a lower bound",
 }
-HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, NETWORK, FLUID)   # what the hybrid fast path may use (kbfast.measure.hybrid)
+# what the hybrid fast path may use (kbfast.measure.hybrid)
+HYBRID_METHODS = (CLOSED_FORM, EXACT_REPLAY, NETWORK, FLUID)
 GEMM_FAST_METHODS = (MAXPLUS, MAXPLUS_STEADY, FLUID, MAXPLUS_ESTIMATE)   # a GEMM's fast path (kbfast.measure.gemm.fast_method)
 
 # fast-path choice -> the methods it allows
 FAST_CHOICES: dict[str, str] = {
     "hybrid": "closed form where no flows meet, else an exact replay of the Program when it fits the event "
               "budget, else the queueing network when it fits that budget, else fluid",
+    "network": "closed form where no flows meet, else the queueing network when it fits 50 M of its events "
+               "(never a replay), else fluid",
     "fluid": "closed form or fluid: never a replay or the queueing network (quicker, less exact where flows "
              "meet)",
 }

@@ -37,7 +37,8 @@ from kbfast.errors import KbfastError
 from kbfast.measure.gemm import fast_method, maxplus_rows
 from kbfast.measure.gemm_steady import applies
 from kbfast.exact import run_exact
-from kbfast.fast.evaluate import finish_bounds, lower_finish, lower_schedule, point_schedule, run_fast
+from kbfast.fast.evaluate import (NetworkBudgetExceeded, finish_bounds, lower_finish, lower_schedule, network_schedule,
+                                  point_schedule, run_fast)
 from kbfast.fast.plan import Plan, plan_fast
 from kbfast.fast.maxplus_gemm import dma_times, gemm_upper
 from kbfast.measure.hybrid import DEFAULT_BUDGET_EVENTS, replay_events_estimate
@@ -56,7 +57,7 @@ from kbfast.workloads.commands import GemmCommand, TileLowering, TimedLowering
 from kbfast.workloads.gemm import GemmCase, gemm_nodes
 from kbfast.workloads.launch import launch_timing
 from kbfast.measure.methods import (EXACT, EXACT_REPLAY, FAST_CHOICES, FLUID, MAXPLUS, MAXPLUS_ESTIMATE, MAXPLUS_STEADY,
-                                    MODES, check_fast_choice, check_method)
+                                    MODES, NETWORK, check_fast_choice, check_method)
 from kbfast.measure.kind import Built, Measurement, Prepared, WorkloadKind
 from kbfast.workloads.symbolic import forget_traces
 from kbfast.workloads.collectives.in_model import AUTO, candidates, check_choice
@@ -255,7 +256,8 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                    timer: CommandTimer | None = None, method: str = "hybrid", launch_ns: float | None = None,
                    bounds: bool = True, system: str | None = None) -> PieceResult:
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
-    stand-in Program exactly when it fits the budget, kbfast.measure.hybrid) or ``fluid`` (the fast schedule only).
+    stand-in Program exactly when it fits the budget, kbfast.measure.hybrid), ``network`` (the queueing network's
+    schedule, :func:`_scheduled`) or ``fluid`` (the fast schedule only).
     ``bounds`` False: the fast path's point alone, its bounds NaN and its roofline floors left out (a serving
     run's step costs: about a third quicker).  ``system``: ``t.system_key``, when the caller has it."""
     if mode not in MODES or method not in FAST_CHOICES:
@@ -392,9 +394,14 @@ def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, 
     def make() -> float:
         p = build_piece(t, router, allreduce_piece(piece, algorithm), TimedLowering.untimed([]), launch_ns)
         replayed = _replayed(p, method)
-        if replayed is None:        # the fast schedule's point, in its own bounds
-            return float(run_fast(p, tight=False).latency_ns(p.launch_ns)[0])
-        return replayed.latency(p.launch_ns)
+        if replayed is not None:
+            return replayed.latency(p.launch_ns)
+        fast = run_fast(p, tight=False)
+        lat, lo, hi = fast.latency_ns(p.launch_ns)
+        S, how = _scheduled(p, method, fluid=False)
+        if how == NETWORK:          # the network's point, in the fast path's bounds
+            return float(np.clip(S.a_finish.max() - p.launch_ns, lo, hi))
+        return float(lat)           # the fast schedule's point, in its own bounds
     return _remembered(_ALONE, (t.system_key, _ranks(piece), nbytes, tile_io, method, algorithm), make, TIMES_CACHE)
 
 
@@ -513,25 +520,38 @@ class StandIn:
     upper: shift.Times | None = None
 
 
+def _scheduled(p: Program, method: str, plan: Plan | None = None, fluid: bool = True):
+    """The fast schedule of ``p`` (its state) and how it was made: for the choice ``network``, the queueing
+    network's when it fits its budget and the memory limit (kbfast.fast.evaluate.network_schedule), else the
+    fluid's (with ``fluid`` False, None in its place: the caller has it)."""
+    if method == "network":
+        try:
+            return network_schedule(p, plan)[0], NETWORK
+        except (NetworkBudgetExceeded, MemoryBudgetError):      # the fluid's point, and its method says so
+            pass
+    return (point_schedule(p, plan) if fluid else None), FLUID
+
+
 def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True,
             plan: Plan | None = None) -> StandIn:
     """The stand-in ``p`` evaluated: its point (:func:`_replayed`, else the fast schedule's point; with ``point``
     False, none), and with ``bounded`` (``p`` with every command at its lower, then upper time) the bounds'
     schedules (kbfast.fast.evaluate.finish_bounds; ``plan``: ``p``'s fast-path plan, when the caller has it).
-    A fluid point is clamped into those bounds (:func:`_within`); without them it is the schedule's as it is."""
+    A fluid or network point is clamped into those bounds (:func:`_within`); without them it is the schedule's as
+    it is."""
     if plan is None and bounded is not None:
         plan = plan_fast(p)            # the bounds' plan too: their Programs differ from p in times only
     times, how = None, None
     if point:
         times, how = _replayed(p, method), EXACT_REPLAY
         if times is None:      # the fast schedule's point; GEMM tile DMAs are no flows of a stand-in
-            S = point_schedule(p, plan)
-            times, how = shift.Times(S.op_issue, S.op_end, S.a_finish), FLUID
+            S, how = _scheduled(p, method, plan)
+            times = shift.Times(S.op_issue, S.op_end, S.a_finish)
     if bounded is None:
         return StandIn(times, how)
     lo, hi = finish_bounds(*bounded, UPPER_PASSES, plan)
     lower, upper = (shift.Times(s.op_issue, s.op_end, s.a_finish) for s in (lo, hi))
-    return StandIn(_within(times, lower, upper) if how == FLUID else times, how, lower, upper)
+    return StandIn(_within(times, lower, upper) if how in (FLUID, NETWORK) else times, how, lower, upper)
 
 
 _SPLITS: OrderedDict = OrderedDict()  # (system, layer) -> its runs (kbfast.measure.shift.split), or None
@@ -569,7 +589,7 @@ def _stand_in(system: str, p: Program, bounded: list[Program] | None, method: st
         return own(True)
     bounds = own(False)
     point = shift.moved(base.point, p, s, np.where(fixed, 0.0, spent[0] - b_ns))
-    if bounds.lower is not None and base.method == FLUID:
+    if bounds.lower is not None and base.method in (FLUID, NETWORK):
         point = _within(point, bounds.lower, bounds.upper)
     return StandIn(point, base.method, bounds.lower, bounds.upper)
 

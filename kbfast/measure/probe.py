@@ -12,7 +12,7 @@ from kbfast.measure.bottleneck import bottleneck
 from kbfast.errors import KbfastError
 from kbfast.exact import run_exact
 from kbfast.fast.evaluate import run_fast
-from kbfast.measure.hybrid import method_of, run_hybrid
+from kbfast.measure.hybrid import method_of, run_hybrid, run_network
 from kbfast.ir import Op, Program
 from kbfast.measure.metrics import breakdown, utilization
 from kbfast.measure.probe_table import breakdown_column
@@ -110,7 +110,8 @@ def evaluate_case(t: Tables, router: Router, case: ProbeCase, nbytes: int, evalu
 # -- the probe and traffic workload kinds -------------------------------------------------------------------
 
 # How a probe point's Program is evaluated: exact mode, or the fast path's choice (kbfast.measure.methods).
-RUNS: dict[str, Callable[[Program], Result]] = {"exact": run_exact, "hybrid": run_hybrid, "fluid": run_fast}
+RUNS: dict[str, Callable[[Program], Result]] = {"exact": run_exact, "hybrid": run_hybrid, "network": run_network,
+                                                "fluid": run_fast}
 
 
 def _prepare_probe(t: Tables, router: Router, w: dict) -> ProbeCase:
