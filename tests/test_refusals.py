@@ -651,7 +651,7 @@ def test_unknown_set_key_names_the_set(runner):
     (["run", "gemm", "--staging", "load_rf"], ["--staging: staging 'load_rf' is not one of ref_ref, load_ref, "
                                                "load_load",
                                                "hint: did you mean 'load_ref' or 'load_load'?"]),
-    (["run", "model", "llama32_1b", "--method", "fluids"], ["fast method 'fluids' is not one of hybrid, fluid",
+    (["run", "model", "llama32_1b", "--method", "fluids"], ["fast method 'fluids' is not one of hybrid, network, fluid",
                                                             "hint: did you mean 'fluid'?"]),
     (["run", "model", "llama32_1b", "--phase", "prefil"], ["phase 'prefil' is not one of", "did you mean 'prefill'?"]),
     (["serve", "llama32_1b", "--layout", "tp_pe"], ["--layout 'tp_pe' is not one of tp_pes, tp_cubes",

@@ -18,6 +18,26 @@ from kbfast.sim.agents import OP_SEND
 
 
 @njit(cache=True)
+def _add_place(places, K, sid, npb, n, flow, d, dt, saf, d0, late):  # pragma: no cover - jitted
+    """Append place ``K``: flow ``flow`` (``n`` bytes) at server ``sid``, ``npb`` ns per byte.  ``d`` is the head
+    delay from the flow's previous place (its ``k_delay``, with ``saf``: a store-and-forward node between) or,
+    for its first, from the flow's start (``d0``); ``d - dt`` of it is spent ahead of the flit on the way
+    (``late``, the read channel's correction).  Returns (K + 1, d0, late)."""
+    k_srv, k_npb, k_delay, k_saf, k_need, k_flow = places
+    if d0 < 0:
+        d0 = d
+    else:
+        k_delay[K - 1] = d
+        k_saf[K - 1] = saf
+        late += d - dt
+    k_srv[K] = sid
+    k_npb[K] = npb
+    k_need[K] = n
+    k_flow[K] = flow
+    return K + 1, d0, late
+
+
+@njit(cache=True)
 def _build(ops, data_route, op_code, op_nbytes, op_addr, n_ovh, n_flit, n_hbm, e_src, e_dst, e_bw, e_prop, r_ptr,
            r_edges, F, pc_shift, n_pcs, commit_ns, n_ctrl):  # pragma: no cover - jitted
     """The network's flows of ``ops`` (kbfast.fast.network.Flows' arrays, then per flow ``T_iso``), their servers
@@ -66,6 +86,7 @@ def _build(ops, data_route, op_code, op_nbytes, op_addr, n_ovh, n_flit, n_hbm, e
     k_saf = np.zeros(cap, np.bool_)
     k_need = np.zeros(cap)
     k_flow = np.zeros(cap, np.int64)
+    places = (k_srv, k_npb, k_delay, k_saf, k_need, k_flow)
     s_kind = np.zeros(S, np.int8)
     s_ovh = np.zeros(S)
     for v in range(N):
@@ -96,17 +117,7 @@ def _build(ops, data_route, op_code, op_nbytes, op_addr, n_ovh, n_flit, n_hbm, e
                     if which == 1 and not server_link:
                         continue
                     sid = E + 2 * e + (1 if op_code[o] == OP_SEND else 0) if which == 0 else e
-                    if d0 < 0:
-                        d0 = d
-                    else:
-                        k_delay[K - 1] = d
-                        k_saf[K - 1] = saf
-                        late += d - dt
-                    k_srv[K] = sid
-                    k_npb[K] = 1.0 / e_bw[e]
-                    k_need[K] = n
-                    k_flow[K] = i
-                    K += 1
+                    K, d0, late = _add_place(places, K, sid, 1.0 / e_bw[e], n, i, d, dt, saf, d0, late)
                     d = 0.0
                     dt = 0.0
                     saf = False
@@ -117,17 +128,7 @@ def _build(ops, data_route, op_code, op_nbytes, op_addr, n_ovh, n_flit, n_hbm, e
             dt += e_prop[e]
             v = e_dst[e]
             if kk + 1 < L and router[v]:
-                if d0 < 0:
-                    d0 = d
-                else:
-                    k_delay[K - 1] = d
-                    k_saf[K - 1] = saf
-                    late += d - dt
-                k_srv[K] = 3 * E + v
-                k_npb[K] = 0.0
-                k_need[K] = n
-                k_flow[K] = i
-                K += 1
+                K, d0, late = _add_place(places, K, 3 * E + v, 0.0, n, i, d, dt, saf, d0, late)
                 d = 0.0
                 dt = 0.0
                 saf = False
