@@ -47,6 +47,24 @@ def test_the_second_process_takes_what_shortens_the_longer_group() -> None:
     assert warmup.split(["exact", "fast"]) == (["exact"], ["fast"])     # moving it would only swap the sides
 
 
+def test_a_sweep_of_points_measured_one_by_one_warms_the_unbatched_fast_path() -> None:
+    """An all-reduce sweep batches its fluid points (the points kernel); its hybrid and network points run
+    run_fast one by one, and a hybrid one may replay: their first run compiles those kernels, and says so."""
+    from kbfast.cli.sweep import _kernels
+    from kbfast.sweep.spec import parse_spec
+
+    def kernels(**workload) -> set[str]:
+        axes = workload.pop("axes", [{"grid": {"workload.size": ["16B", "4KiB"]}}])
+        spec = parse_spec({"topology": "ahbm_2sip", "workload": {"kind": "allreduce", **workload}, "axes": axes})
+        return set(_kernels(spec, exact=False, check=False))
+
+    assert kernels(method="fluid") == {"runs", "points", "collectives"}
+    assert kernels(method="network") == {"runs", "points", "collectives", "tight", "fast"}
+    assert kernels(method="hybrid") == {"runs", "points", "collectives", "tight", "fast", "exact"}
+    assert kernels(method="fluid", axes=[{"grid": {"workload.method": ["fluid", "hybrid"]}}]) == kernels(
+        method="hybrid")
+
+
 def test_the_stored_inputs_have_the_numba_types_of_todays_calls() -> None:
     """The fast group compiles from warm_inputs.pkl: stale inputs would compile a signature no run uses, and a
     first run would then compile the kernels twice."""

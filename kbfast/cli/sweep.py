@@ -28,6 +28,8 @@ from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
 from kbfast.sweep.spec import CONFIRM_POINTS, SweepSpec, example_specs, load_spec
+from kbfast.measure.kind import FAST_KERNELS
+from kbfast.measure.methods import FAST_CHOICES
 from kbfast.measure.registry import WORKLOADS
 
 
@@ -152,9 +154,16 @@ def progress_of(label: str) -> Iterator:
 
 def _kernels(s, exact: bool, check: bool) -> list[str]:
     """The Numba kernels a sweep of ``s`` uses (kbfast.measure.warmup): the fast path (batched or not) unless
-    ``exact``, the workload generator's own, the exact replay for --exact or --check."""
+    ``exact``, the workload generator's own, the exact replay for --exact or --check.  A batched kind's points
+    that it does not batch (a hybrid or network all-reduce, ``batch_if``) run the unbatched fast path, and a
+    hybrid point may replay: the exact replay too.  A method on an axis may be any of them."""
     kind = WORKLOADS[s.workload["kind"]]
+    methods = set(FAST_CHOICES) if "workload.method" in s.axis_keys else {s.workload.get("method")}
     fast = [] if exact else list(kind.fast_kernels)
+    if fast and kind.batch_if is not None and not all(kind.batch_if({**s.workload, "method": m}) for m in methods):
+        fast += FAST_KERNELS
+    if fast and "hybrid" in methods:
+        fast.append("exact")
     return fast + list(kind.kernels) + (["exact"] if exact or check else [])
 
 

@@ -22,6 +22,11 @@ from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
 
 
+# The Numba kernels of the unbatched fast path, run_fast with its tight bound (kbfast.measure.warmup): a kind's
+# default, and what a batched kind's points that it measures one by one compile.
+FAST_KERNELS = ("runs", "tight", "fast")
+
+
 @dataclass(frozen=True)
 class Built:
     """A workload's Program, and what its kind's measurement needs besides it: a collective (its launch: a
@@ -96,7 +101,7 @@ class WorkloadKind:
     # batches its fluid points, whose kernel is the fluid schedule, and measures its hybrid ones one by one.
     batch_if: Callable[[dict[str, Any]], bool] | None = None
     kernels: tuple[str, ...] = ()          # Numba kernels its generator compiles on a first run (kbfast.measure.warmup)
-    fast_kernels: tuple[str, ...] = ("runs", "tight", "fast")   # Numba kernels its fast path compiles on a first run
+    fast_kernels: tuple[str, ...] = FAST_KERNELS   # Numba kernels its fast path compiles on a first run
     # Keys its result never depends on (a system key path, ``ipcq.`` for a whole section, or
     # ``workload.<field>``), always or when a field has a value: (field, value, keys).  Sweeps cross-check
     # one of the points that differ only there.  Topology keys always matter.
