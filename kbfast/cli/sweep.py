@@ -28,8 +28,8 @@ from kbfast.sweep.batches import CHECK_COLUMNS, make_batches
 from kbfast.sweep.runner import (check_flags, check_out_dir, check_sample, failed_points, ignored_axes,
                                  order_columns, read_table, run_local, run_sweep, sweep_lock)
 from kbfast.sweep.spec import CONFIRM_POINTS, SweepSpec, example_specs, load_spec
-from kbfast.measure.kind import FAST_KERNELS
 from kbfast.measure.methods import FAST_CHOICES
+from kbfast.measure.warmup import FAST_KERNELS
 from kbfast.measure.registry import WORKLOADS
 
 

@@ -18,13 +18,9 @@ from kbfast.config.schema import SystemSpec
 from kbfast.errors import KbfastError
 from kbfast.ir import Program
 from kbfast.measure.methods import MODES
+from kbfast.measure.warmup import FAST_KERNELS
 from kbfast.topology.builder import Tables
 from kbfast.topology.routing import Router
-
-
-# The Numba kernels of the unbatched fast path, run_fast with its tight bound (kbfast.measure.warmup): a kind's
-# default, and what a batched kind's points that it measures one by one compile.
-FAST_KERNELS = ("runs", "tight", "fast")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ KERNELS = {
     # the hybrid's queueing network, compiled when a contended point first needs it (kbfast.measure.hybrid)
     "network": ("kbfast.fast.network", "run_program", 32),
 }
+# The unbatched fast path's kernels, run_fast with its tight bound: a workload kind's default, and what a batched
+# kind's points that it measures one by one compile (kbfast.measure.kind, kbfast.cli.sweep._kernels).
+FAST_KERNELS = ("runs", "tight", "fast")
 FAST = ("fast", "points")   # the largest group: each compiles the schedule's event loop
 LOOP_S = 27                 # ... which takes this long (kbfast.fast.schedule._run): a group of both compiles it once
 # kernel -> (the module that calls it, the name it calls): where record_inputs() listens
