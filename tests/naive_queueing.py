@@ -1,7 +1,7 @@
-"""A fluid first-in first-out queueing network of the fabric, in plain Python: the slow, obvious reference for
-the point estimate's next flow model (docs/fast_path.md §6, "A fluid queueing network").
+"""A fluid first-in first-out queueing network of the fabric, in plain Python: the slow, obvious reference of
+kbfast.fast.network (docs/fast_path.md §6, "A fluid queueing network"; tests/test_network.py compares them).
 
-Today's point estimate (``kbfast.fast.schedule``, POINT mode) gives each flow one rate, the max-min fair share
+The fluid point estimate (``kbfast.fast.schedule``, POINT mode) gives each flow one rate, the max-min fair share
 of its shared resources.  Exact mode is first in, first out at every server (spec_fabric §5.6), and this
 model keeps that: every server has a queue, and every flow a rate *per server*.  Bytes are a fluid.
 

@@ -1,5 +1,5 @@
 """The fluid FIFO queueing network (tests/naive_queueing.py): hand-derived cases of its servers, and the
-Programs where today's max-min point estimate misses exact mode by more than 5 % and the network does not
+Programs where the max-min fluid point estimate misses exact mode by more than 5 % and the network does not
 (docs/fast_path.md §6, "A fluid queueing network")."""
 
 from __future__ import annotations
