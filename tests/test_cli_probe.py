@@ -181,7 +181,8 @@ def test_sweep_one_case(runner: CliRunner) -> None:
 
 
 @pytest.mark.parametrize("args, words", [(["--size", "0"], "must be > 0 bytes"),
-                                         (["--exact", "--compare"], "exclude each other")])
+                                         (["--exact", "--compare"], "exclude each other"),
+                                         (["--exact", "--method", "network"], "--exact runs no fast path")])
 def test_bad_probe_flags_are_refused(runner: CliRunner, args: list[str], words: str) -> None:
     res = invoke(runner, "--case", "SAME_CUBE_PE_LOCAL", *args)
     assert res.exit_code == 2 and words in flat(res.stderr), res.output

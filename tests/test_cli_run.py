@@ -363,6 +363,17 @@ def test_exact_and_compare_together_are_refused(runner: CliRunner, command: str)
     assert res.exit_code == 2 and "exclude each other" in flat(res.stderr), res.output
 
 
+@pytest.mark.parametrize("command", ["allreduce", "collective", "pe2pe", "model"])
+def test_a_method_with_exact_is_refused(runner: CliRunner, command: str) -> None:
+    """--method chooses the fast path's point; --exact runs no fast path, so the two together are a slip, refused
+    before any work, with both fixes named.  With --compare the method is the fast half's."""
+    args = [command, *(["llama32_1b"] if command == "model" else []), "--exact", "--method", "fluid"]
+    res = run(runner, *args)
+    assert res.exit_code == 2, res.output
+    assert "--method fluid: it chooses how the fast path makes its point" in flat(res.stderr)
+    assert "drop --method, or use --compare for both" in flat(res.stderr)
+
+
 def test_zero_ring_depth_is_refused_not_replaced(runner: CliRunner) -> None:
     """--n-slots 0 used to run as the default 4: it now reaches the schema, which names the key."""
     res = run(runner, "allreduce", "--n-slots", "0")

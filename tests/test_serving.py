@@ -376,7 +376,8 @@ def test_kbfast_serve_exits_1_when_an_interpolant_stays_over(tiny, tmp_path):
                                         (["--rate", "0"], "--rate"), (["--max-batch", "0"], "--max-batch"),
                                         (["--rate", "inf"], "--rate"), (["--duration", "1e20"], "--duration"),
                                         (["--rate", "1e-9"], "no request arrives"), (["--seed", "-1"], "--seed"),
-                                        (["--steps", "x.txt"], "--steps"), (["--layout", "tp_sips"], "--layout")])
+                                        (["--steps", "x.txt"], "--steps"), (["--layout", "tp_sips"], "--layout"),
+                                        (["--exact", "--method", "fluid"], "--exact runs no fast path; drop --method")])
 def test_kbfast_serve_refuses_bad_input_with_exit_2(tiny, args, text):
     res = CliRunner().invoke(app, ["serve", tiny, *args])
     assert res.exit_code == 2 and text in res.output and "Traceback" not in res.output

@@ -130,10 +130,17 @@ def given(*options: str) -> list[str]:
     return sorted(out, key=options.index)
 
 
-def check_modes(exact: bool, compare: bool) -> None:
-    """``--exact`` and ``--compare`` exclude each other: --compare already runs both modes."""
+def check_modes(exact: bool, compare: bool, method: str | None = None, has_compare: bool = True) -> str:
+    """``--exact`` and ``--compare`` exclude each other: --compare already runs both modes.  ``--method``
+    (``method``, None when not given) chooses how the fast path makes its point, and ``--exact`` runs no fast
+    path: refused together (the hint names --compare where the command ``has_compare``).  Returns the fast
+    path's choice, ``hybrid`` when none was given."""
     if exact and compare:
         raise KbfastError("--exact and --compare exclude each other: --compare runs both modes; drop one")
+    if exact and method is not None:
+        raise KbfastError(f"--method {method}: it chooses how the fast path makes its point, and --exact runs no "
+                          f"fast path; drop --method{', or use --compare for both' if has_compare else ''}")
+    return "hybrid" if method is None else str(method)
 
 
 def positive_size(text: str, flag: str = "--size") -> int:

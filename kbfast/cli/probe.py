@@ -154,10 +154,11 @@ def probe(
     sweep: Annotated[bool, typer.Option(help="Run the utilisation sweep sizes 4 KiB .. 1 MiB.")] = False,
     exact: Annotated[bool, typer.Option("--exact", help="Use the exact flit-level replay (default: fast path).")] = False,
     compare: Annotated[bool, typer.Option("--compare", help="Fast path plus exact replay, with the error.")] = False,
-    method: Annotated[FastMethod, typer.Option(
-        "--method", help="Fast path: hybrid (replay a small contended case exactly, else the queueing network when "
-                         "it fits), network (the queueing network, never a replay) or fluid (neither).")
-    ] = FastMethod.hybrid,
+    method: Annotated[FastMethod | None, typer.Option(
+        "--method", help="Fast path: hybrid (the default: replay a small contended case exactly, else the queueing "
+                         "network when it fits), network (the queueing network, never a replay) or fluid "
+                         "(neither).")
+    ] = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="table, csv or json")] = OutputFormat.table,
     topology: Annotated[str | None, typer.Option(help="Preset name or topology YAML.")] = None,
     sets: SetOpt = None,
@@ -182,7 +183,7 @@ def probe(
             table.add_row(c.name, c.group, count(c.n_issuers), c.description)
         console.print(fit(console, table, wrap=("description",)))
         return
-    check_modes(exact, compare)
+    method = check_modes(exact, compare, None if method is None else method.value)
     sizes = [positive_size(s) for s in size] if size else ([*SWEEP_SIZES] if sweep else [DEFAULT_PROBE_BYTES])
     chosen = select(catalogue, case)
     if (heatmap is not None) and (len(chosen) != 1 or len(sizes) != 1):
@@ -190,12 +191,12 @@ def probe(
     if trace is not None:
         if len(chosen) != 1 or len(sizes) != 1:
             raise KbfastError("--trace needs exactly one --case and one --size")
-        one = {"kind": "probe", "case": chosen[0].name, "size": sizes[0], "method": method.value}
+        one = {"kind": "probe", "case": chosen[0].name, "size": sizes[0], "method": method}
         write_trace(run_exact(build(t, router, one).program), trace)
         err_console.print(f"trace written to {trace} (open it in ui.perfetto.dev)", soft_wrap=True)
     # the fast path replays small contended cases exactly
     first_run("exact", *(() if exact else ("runs", "tight", "fast")))
-    points = [{"kind": "probe", "case": c.name, "size": n, "method": method.value} for n in sizes for c in chosen]
+    points = [{"kind": "probe", "case": c.name, "size": n, "method": method} for n in sizes for c in chosen]
     modes = ("exact",) if exact else ("fast", "exact") if compare else ("fast",)
     try:
         measured, stopped = measure_each(t, router, points, modes), None

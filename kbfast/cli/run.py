@@ -55,12 +55,11 @@ PcsOpt = Annotated[Path | None, typer.Option("--pcs", help="Write the per pseudo
 SensitivityOpt = Annotated[bool, typer.Option("--sensitivity", help="Also the latency with each resource class 2x "
                                                                    "faster, alone, on the fast path "
                                                                    "(docs/bottlenecks.md).")]
-MethodOpt = Annotated[str, typer.Option(help="The fast path's point: hybrid (replayed exactly where flows meet and the "
-                                             "replay fits its event budget, else the queueing network when it fits "
-                                             "the same wait; the default), network (the queueing network, never a "
-                                             "replay) or fluid (the fluid schedule, as sweeps use; quicker, less "
-                                             "exact). The method row says how the point was made: closed form, "
-                                             "exact replay, network or fluid.")]
+MethodOpt = Annotated[str | None, typer.Option(
+    help="The fast path's point: hybrid (replayed exactly where flows meet and the replay fits its event budget, "
+         "else the queueing network when it fits the same wait; the default), network (the queueing network, never "
+         "a replay) or fluid (the fluid schedule, as sweeps use; quicker, less exact). The method row says how the "
+         "point was made: closed form, exact replay, network or fluid. Not with --exact.")]
 HeatOpt = Annotated[Path | None, typer.Option("--heatmap", help="Draw link utilisation on the cube mesh of the "
                                                                  "busiest SIP to FILE.png.")]
 
@@ -233,7 +232,7 @@ def _collective_point(w: dict, size: str, topology: str | None, sets: list[str] 
     """``kbfast run allreduce`` and ``run collective``: one point of workload ``w`` (its ``size`` from
     ``--size``) measured, printed and its tables written; ``what`` names it on the heat map; ``sensitive``:
     with its sensitivities (kbfast.measure.sensitivity)."""
-    check_modes(exact, compare)
+    w = {**w, "method": check_modes(exact, compare, w["method"])}
     heatmap = check_outputs(trace, links, pcs, heatmap)
     spec = load(topology, _overrides(sets, buffer_kind, n_slots), _flags(buffer_kind, n_slots))
     nbytes = positive_size(size)
@@ -261,7 +260,7 @@ def run_allreduce(
     tile_io: TileIoOpt = ALLREDUCE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
-    method: MethodOpt = "hybrid",
+    method: MethodOpt = None,
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     links: LinksOpt = None,
@@ -296,7 +295,7 @@ def run_collective(
     tile_io: TileIoOpt = COLLECTIVE["tile_io"],
     exact: ExactOpt = False,
     compare: CompareOpt = False,
-    method: MethodOpt = "hybrid",
+    method: MethodOpt = None,
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     links: LinksOpt = None,
@@ -326,7 +325,7 @@ def run_pe2pe(
     buffer_kind: BufferKindOpt = None,
     exact: ExactOpt = False,
     compare: CompareOpt = False,
-    method: MethodOpt = "hybrid",
+    method: MethodOpt = None,
     fmt: FmtOpt = OutputFormat.table,
     trace: TraceOpt = None,
     links: LinksOpt = None,
@@ -336,7 +335,7 @@ def run_pe2pe(
 ) -> None:
     """One PE-to-PE transfer of a hop class (h1..h5), over IPCQ or as raw DMA: latency, the busiest
     resources and the critical path (no bus bandwidth: it is not a collective)."""
-    check_modes(exact, compare)
+    method = check_modes(exact, compare, method)
     if no_load and not raw_dma:
         raise KbfastError("--no-load leaves out the raw DMA's load; an IPCQ transfer has none: add --raw-dma")
     heatmap = check_outputs(trace, links, pcs, heatmap)
@@ -421,9 +420,10 @@ def run_model(
     layers: Annotated[int | None, typer.Option(help="Layers in the step (default: all; identical layers are "
                                                     "evaluated once).")] = None,
     layout: Annotated[str, typer.Option(help=f"One of {', '.join(LAYOUTS)}.")] = "tp_pes",
-    method: Annotated[str, typer.Option(help="The fast path's point: hybrid (the stand-in replayed exactly when it "
-                                             "fits, the default), network (the stand-in in the queueing network) or "
-                                             "fluid (scheduled; quicker, less exact).")] = "hybrid",
+    method: Annotated[str | None, typer.Option(help="The fast path's point: hybrid (the stand-in replayed exactly "
+                                                    "when it fits, the default), network (the stand-in in the "
+                                                    "queueing network) or fluid (scheduled; quicker, less "
+                                                    "exact).")] = None,
     collective: Annotated[str | None, typer.Option(
         help="The all-reduce algorithm: auto (the fastest for each message, timed on the fast path), lrab (the "
              "reference's), ring_pipe or hier2d. Default: the model file's (auto; tp_mlp: lrab).")] = None,
@@ -454,7 +454,7 @@ def run_model(
 ) -> None:
     """One step of a model (docs/models.md): per-piece and step latency, tokens/s or time to first token, MAC
     utilisation, the critical path by category and the op counts per kind."""
-    check_modes(exact, compare)
+    method = check_modes(exact, compare, method)
     t = build_tables(load(topology, list(sets or [])))
     router = Router(t)
     w = {"kind": "model", "model": model, "phase": phase, "batch": batch, "seq": seq, "kv_len": kv_len,

@@ -9,8 +9,8 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_jobs, console, err_console,
-                               figure_path, first_run, given, load, user_errors, writable)
+from kbfast.cli.common import (FmtOpt, OutputFormat, SetOpt, TopologyOpt, check_jobs, check_modes, console,
+                               err_console, figure_path, first_run, given, load, user_errors, writable)
 from kbfast.cli.outputs import table_path, write_table
 from kbfast.cli.sweep import progress_of
 from kbfast.config.models import load_model
@@ -47,8 +47,8 @@ def serve_command(
     collective: Annotated[str | None, typer.Option(help="The all-reduce algorithm (default: the model file's, "
                                                         "auto).")] = None,
     overlap: Annotated[str | None, typer.Option(help="prefetch (the default) or none.")] = None,
-    method: Annotated[str, typer.Option(help="The fast path's point: hybrid, network or fluid "
-                                             "(kbfast run model --help).")] = "hybrid",
+    method: Annotated[str | None, typer.Option(help="The fast path's point: hybrid (the default), network or fluid "
+                                                    "(kbfast run model --help).")] = None,
     exact: Annotated[bool, typer.Option("--exact", help="Every distinct step exactly (small models), no "
                                                        "interpolation.")] = False,
     plot_to: Annotated[Path | None, typer.Option("--plot", help="Draw KV occupancy, batch and latencies over "
@@ -65,6 +65,7 @@ def serve_command(
     steps under continuous batching, the KV cache growing; TTFT, TPOT and end-to-end percentiles, throughput
     and KV occupancy.  Step costs come from the fast path on grids, interpolated, each interpolant checked
     against direct evaluations (printed)."""
+    method = check_modes(exact, False, method, has_compare=False)
     check_fast_choice(method)
     plot_to = figure_path(plot_to, "--plot", "serving.png")
     steps_to, requests_to = (writable(table_path(p, flag), flag) if p is not None else None
