@@ -87,9 +87,7 @@ def first_run(*kernels: str) -> None:
     todo = warmup.missing(*kernels)
     if todo:
         here, there = warmup.split(todo)
-        err_console.print(f"first run: compiling the {', '.join(todo)} kernels once (about "
-                          f"{warmup.estimate_s(todo)} s on 2 cores; they are cached, later runs skip this)",
-                          highlight=False)
+        err_console.print(warmup.notice(todo), highlight=False)
         background = warmup.start(there)
         try:
             for k in here:

@@ -108,7 +108,10 @@ class NetworkBudgetExceeded(KbfastError):
     """The queueing network pushed more events than its budget (:func:`network_schedule`)."""
 
 
-def network_schedule(p: Program, plan: Plan | None = None, max_events: int = 50_000_000):
+NETWORK_MAX_EVENTS = 50_000_000   # the queueing network's default budget: about 10 s at 5 M network events/s
+
+
+def network_schedule(p: Program, plan: Plan | None = None, max_events: int = NETWORK_MAX_EVENTS):
     """The point schedule of ``p`` with every flow of a shared resource in the fluid FIFO queueing network
     (kbfast.fast.network): its state alone (per op ``op_issue``, ``op_end``; per agent ``a_finish``), not clamped
     into bounds, and the network's event count.  Raises :class:`NetworkBudgetExceeded` past ``max_events``

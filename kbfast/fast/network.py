@@ -31,6 +31,8 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
+from kbfast.fast.schedule import EV_FLOW_DONE, EV_JOIN, POINT, _begin_flow
+from kbfast.sim.agents import EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_SEND, handle, ipcq_arrive, push
 from kbfast.sim.heap import heap_new, heap_pop, heap_push, pack, unpack
 
 QUEUE, ROUTER = 0, 1
@@ -593,9 +595,6 @@ def step(fl, st):
 
 
 # -- with the agents -------------------------------------------------------------------------------------------
-from kbfast.fast.schedule import EV_FLOW_DONE, EV_JOIN, POINT, _begin_flow   # noqa: E402
-from kbfast.sim.agents import EV_AGENT, EV_CHAN_FREE, EV_OP_DONE, OP_SEND, handle, ipcq_arrive, push  # noqa: E402
-
 DONE, OVERFLOW, OVER_BUDGET = 0, 1, 2   # run_program's outcomes
 
 

@@ -21,7 +21,7 @@ replay of such a Program is cheap: its cost grows with flits x hops, not with th
 * ``fluid``: neither fits; the fluid estimate stands.
 
 ``run_network`` is the fast-path choice ``network``: closed form, else the network within ``NETWORK_MAX_EVENTS``
-(never a replay), else the fluid.
+(kbfast.fast.evaluate; never a replay), else the fluid.
 
 Under ``network`` and ``fluid``, ``not_replayed`` says why the replay did not run (``kbfast run`` prints it
 as the ``replay`` row).
@@ -33,6 +33,7 @@ composes the evaluators and belongs to none of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import time
 
@@ -42,7 +43,7 @@ from kbfast.config.budget import MemoryBudgetError
 from kbfast.exact import run_exact
 from kbfast.sim.diagnostics import ReplayBudgetExceeded
 from kbfast.sim.lowering import replay_events_estimate
-from kbfast.fast.evaluate import FastResult, NetworkBudgetExceeded, network_schedule, run_fast
+from kbfast.fast.evaluate import NETWORK_MAX_EVENTS, FastResult, NetworkBudgetExceeded, network_schedule, run_fast
 from kbfast.ir import Program
 from kbfast.measure import warmup
 from kbfast.measure.methods import CLOSED_FORM, EXACT, EXACT_REPLAY, FLUID, HYBRID_METHODS, NETWORK
@@ -53,7 +54,6 @@ DEFAULT_BUDGET_EVENTS = 2_000_000     # about 0.1 s of replay at the measured 17
 # sip_hotspot_pe0 at 1 MiB, 4.4 M against 29 M on lrab over 256 SIPs at 96 KiB): the network's budget is the
 # replay's over it, so both tiers bound the same wait.
 NETWORK_EVENT_COST = 6
-NETWORK_MAX_EVENTS = 50_000_000    # the choice ``network``'s budget: about 10 s at 5 M network events/s
 METHODS = HYBRID_METHODS          # how the point estimate was made (kbfast.measure.methods)
 
 
@@ -107,10 +107,7 @@ def _network_or_fluid(p: Program, fast: FastResult, max_events: int, not_replaye
     """``fast`` with the queueing network's point clamped into its bounds, when the network finishes within
     ``max_events`` events and fits the memory limit; else ``fast`` as it is, the fluid's.  ``not_replayed``: why
     no replay made the point (for the network's failure, when it is empty, the network's own reason)."""
-    if not warmup.cached("network"):
-        sys.stderr.write(f"first run: compiling the network kernel once (about {warmup.estimate_s(['network'])} s; "
-                         "it is cached, later runs skip this)\n")
-        sys.stderr.flush()
+    _announce_network_compile()
     t0 = time.perf_counter()
     try:
         S, _ = network_schedule(p, max_events=max_events)
@@ -123,6 +120,15 @@ def _network_or_fluid(p: Program, fast: FastResult, max_events: int, not_replaye
                         np.clip(S.a_finish, fast.agent_finish_lo_ns, fast.agent_finish_hi_ns),
                         time.perf_counter() - t0)
     return HybridResult(point, NETWORK, not_replayed=not_replayed)
+
+
+@functools.cache
+def _announce_network_compile() -> None:
+    """Say so on stderr when the network's kernel is not cached yet (a first run compiles it on demand, not in the
+    command's warm-up: kbfast.measure.warmup); checked once per process, since its first run caches it."""
+    if warmup.missing("network"):
+        sys.stderr.write(warmup.notice(["network"]) + "\n")
+        sys.stderr.flush()
 
 
 def _replay(p: Program, budget: int) -> tuple[Result | None, str]:

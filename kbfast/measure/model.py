@@ -257,7 +257,7 @@ def evaluate_piece(t: Tables, router: Router, piece: Piece, mode: str = "fast",
                    bounds: bool = True, system: str | None = None) -> PieceResult:
     """``piece`` in ``mode`` (see the module docstring); the fast path's ``method``: ``hybrid`` (replay the
     stand-in Program exactly when it fits the budget, kbfast.measure.hybrid), ``network`` (the queueing network's
-    schedule, :func:`_scheduled`) or ``fluid`` (the fast schedule only).
+    schedule, :func:`_network`) or ``fluid`` (the fast schedule only).
     ``bounds`` False: the fast path's point alone, its bounds NaN and its roofline floors left out (a serving
     run's step costs: about a third quicker).  ``system``: ``t.system_key``, when the caller has it."""
     if mode not in MODES or method not in FAST_CHOICES:
@@ -396,10 +396,9 @@ def allreduce_alone_ns(t: Tables, router: Router, piece: Piece, algorithm: str, 
         replayed = _replayed(p, method)
         if replayed is not None:
             return replayed.latency(p.launch_ns)
-        fast = run_fast(p, tight=False)
-        lat, lo, hi = fast.latency_ns(p.launch_ns)
-        S, how = _scheduled(p, method, fluid=False)
-        if how == NETWORK:          # the network's point, in the fast path's bounds
+        lat, lo, hi = run_fast(p, tight=False).latency_ns(p.launch_ns)
+        S = _network(p, method)
+        if S is not None:           # the network's point, in the fast path's bounds
             return float(np.clip(S.a_finish.max() - p.launch_ns, lo, hi))
         return float(lat)           # the fast schedule's point, in its own bounds
     return _remembered(_ALONE, (t.system_key, _ranks(piece), nbytes, tile_io, method, algorithm), make, TIMES_CACHE)
@@ -520,16 +519,16 @@ class StandIn:
     upper: shift.Times | None = None
 
 
-def _scheduled(p: Program, method: str, plan: Plan | None = None, fluid: bool = True):
-    """The fast schedule of ``p`` (its state) and how it was made: for the choice ``network``, the queueing
-    network's when it fits its budget and the memory limit (kbfast.fast.evaluate.network_schedule), else the
-    fluid's (with ``fluid`` False, None in its place: the caller has it)."""
-    if method == "network":
-        try:
-            return network_schedule(p, plan)[0], NETWORK
-        except (NetworkBudgetExceeded, MemoryBudgetError):      # the fluid's point, and its method says so
-            pass
-    return (point_schedule(p, plan) if fluid else None), FLUID
+def _network(p: Program, method: str, plan: Plan | None = None):
+    """For the choice ``network``, the queueing network's schedule of ``p`` (its state) when it fits its budget and
+    the memory limit (kbfast.fast.evaluate.network_schedule); else None: the caller takes the fluid's, and its
+    method says so."""
+    if method != "network":
+        return None
+    try:
+        return network_schedule(p, plan)[0]
+    except (NetworkBudgetExceeded, MemoryBudgetError):
+        return None
 
 
 def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool = True,
@@ -545,7 +544,9 @@ def _direct(p: Program, bounded: list[Program] | None, method: str, point: bool 
     if point:
         times, how = _replayed(p, method), EXACT_REPLAY
         if times is None:      # the fast schedule's point; GEMM tile DMAs are no flows of a stand-in
-            S, how = _scheduled(p, method, plan)
+            S, how = _network(p, method, plan), NETWORK
+            if S is None:
+                S, how = point_schedule(p, plan), FLUID
             times = shift.Times(S.op_issue, S.op_end, S.a_finish)
     if bounded is None:
         return StandIn(times, how)

@@ -56,6 +56,12 @@ CALL_SITES = {"fast": ("kbfast.fast.evaluate", "schedule"), "points": ("kbfast.f
 INPUTS = Path(__file__).with_name("warm_inputs.pkl")
 
 
+def notice(kernels: list[str]) -> str:
+    """What a first run says before compiling ``kernels``: which, and about how long (:func:`estimate_s`)."""
+    return (f"first run: compiling the {', '.join(kernels)} kernels once (about {estimate_s(kernels)} s on 2 cores; "
+            "they are cached, later runs skip this)")
+
+
 def cached(kernel: str) -> bool:
     """Whether the Numba cache holds compiled code of ``kernel`` for its current source (its index file
     exists and its source stamp matches; Numba's ``IndexDataCacheFile``)."""
