@@ -24,7 +24,7 @@ from kbfast.config.units import format_size
 from kbfast.errors import KbfastError, did_you_mean
 from kbfast.report.explain import BOUND_WORDS
 from kbfast.report.figures import pyplot, save_figure
-from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, time_unit
+from kbfast.report.formats import TIME_UNITS, column_unit, count, in_unit, num, pct, plural, time_unit
 from kbfast.report.kinds import kind_report
 from kbfast.measure.registry import WORKLOADS
 from kbfast.measure.rows import LOOSE_BOUND, bound_ratio
@@ -549,7 +549,7 @@ def plot_parity(df: pd.DataFrame, out: Path) -> Path:
     ax.set_xlabel(f"exact latency ({unit})")
     ax.set_ylabel(f"fast latency ({unit})")
     chk = check_summary(df)
-    ax.set_title(f"fast vs exact, {count(len(c))} points, max abs rel error {_abs_pct(chk['max_abs_rel_error'])}",
+    ax.set_title(f"fast vs exact, {plural(len(c), 'point')}, max abs rel error {_abs_pct(chk['max_abs_rel_error'])}",
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
